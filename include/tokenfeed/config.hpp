@@ -1,0 +1,105 @@
+// tokenfeed::Config: every setting of a loader, one field per XML key.
+//
+// A config comes from XML (load_config_file / parse_config_xml), from key/value pairs
+// (set_config_value, used by bindings), or from code by filling the struct. The XML keys
+// are the field names, as children of a <training> element that is the root or a child
+// of the root:
+//
+//   <training inherits="base.xml">      <!-- optional; own keys override the base's -->
+//     <dataset_dir>data/chat</dataset_dir>
+//     <batch_size>8</batch_size>
+//     <block_size>1024</block_size>
+//   </training>
+//
+// Thread-safety: a plain value type.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed {
+
+enum class DatasetMode {
+  auto_detect,  // key absent: an episode-indexed train/ selects sft_episode
+  sft_episode,  // one whole conversation per row, padded or truncated to block_size
+  token_stream, // pretraining windows over a token stream (not yet supported)
+};
+
+enum class SamplingMode {
+  epoch,   // every kept episode once per epoch, numpy-compatible shuffled order
+  random,  // uniform draws with replacement; batch k is a pure function of (seed, split, k)
+};
+
+struct Config {
+  // Directory holding train/ and val/ (and dataset_metadata.json). A relative path in
+  // an XML file is resolved against that file's directory. Required.
+  std::filesystem::path dataset_dir;
+  DatasetMode dataset_mode = DatasetMode::auto_detect;
+
+  // Rows per batch on this rank, and positions per row. Required, > 0.
+  std::int64_t batch_size = 0;
+  std::int64_t block_size = 0;
+
+  // Return the loss mask (aligned to y) when the dataset has mask.bin. Default false.
+  bool use_loss_mask = false;
+
+  // Absent: epoch for sft_episode.
+  std::optional<SamplingMode> batch_sampling_mode;
+  bool epoch_shuffle = true;
+  bool epoch_drop_last = true;
+  // Epoch e is shuffled with numpy.random.RandomState(epoch_seed + e); the sum must stay
+  // below 2^32, as numpy requires.
+  std::int64_t epoch_seed = 1337;
+
+  // Absent: eot_token_id, else eos_token_id, from dataset_metadata.json; else an error.
+  std::optional<std::int64_t> pad_token_id;
+  // Episodes shorter than this are never sampled. >= 2 so that y has a token.
+  std::int64_t episode_min_tokens = 2;
+
+  // Absent: dataset_metadata.json, else inferred from file sizes when unambiguous.
+  std::optional<TokenDtype> token_dtype;
+  // Absent: dataset_metadata.json, else inferred from mask.bin's size.
+  std::optional<MaskDtype> mask_dtype;
+
+  // Ready batches kept ahead of the trainer, per split. >= 1.
+  std::int64_t prefetch_depth = 8;
+  // Threads decoding batches in parallel; 0 means one per hardware thread.
+  std::int64_t decode_threads = 0;
+
+  // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
+  std::int64_t rank = 0;
+  std::int64_t world_size = 1;
+
+  // Directory for the audit log (relative to the working directory); empty disables it.
+  std::filesystem::path audit_log_dir = "logs/audit";
+};
+
+// Reads `path`, following `inherits` chains. Throws Error(config) naming the file and the
+// key (or pugixml's offset for malformed XML), Error(io) when a file cannot be read.
+Config load_config_file(const std::filesystem::path& path);
+
+// Parses XML text; relative paths (dataset_dir, inherits) resolve against `base_dir`.
+Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_dir);
+
+// Sets one key from its text form, as in XML ("true", "1337", "epoch", ...).
+// Throws Error(config) naming the key for unknown keys and bad values.
+void set_config_value(Config& config, std::string_view key, std::string_view value);
+
+// Checks ranges and combinations (sizes > 0, rank < world_size, ...). Throws Error(config).
+void validate_config(const Config& config);
+
+// Every key with its effective text value (defaults included; "" for absent optionals),
+// in a fixed order: for the audit log and for printing.
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
+
+const char* to_string(DatasetMode mode) noexcept;
+const char* to_string(SamplingMode mode) noexcept;
+
+}  // namespace tokenfeed

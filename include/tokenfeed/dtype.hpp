@@ -1,0 +1,23 @@
+// Element types of the on-disk token and mask files.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace tokenfeed {
+
+enum class TokenDtype { uint16, uint32 };
+enum class MaskDtype { uint8, float32 };
+
+constexpr std::size_t size_of(TokenDtype t) noexcept { return t == TokenDtype::uint16 ? 2 : 4; }
+constexpr std::size_t size_of(MaskDtype m) noexcept { return m == MaskDtype::uint8 ? 1 : 4; }
+
+const char* to_string(TokenDtype t) noexcept;  // "uint16" | "uint32"
+const char* to_string(MaskDtype m) noexcept;   // "uint8" | "float32"
+
+// Parse the names above; std::nullopt for anything else.
+std::optional<TokenDtype> parse_token_dtype(std::string_view name) noexcept;
+std::optional<MaskDtype> parse_mask_dtype(std::string_view name) noexcept;
+
+}  // namespace tokenfeed

@@ -1,0 +1,34 @@
+// tokenfeed::Error: the one exception type the public API throws.
+//
+// Every message names what failed and where (the file and record, the config key, the
+// state field) so that it can be shown to a user as it is. The kind lets bindings map
+// errors naturally (config -> ValueError, io/format -> OSError in Python).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tokenfeed {
+
+enum class ErrorKind {
+  config,    // a bad configuration key or value, malformed XML
+  io,        // a file or directory that cannot be opened, read or written
+  format,    // a file whose content is invalid (sizes, index records, headers)
+  state,     // a resume state that is malformed or belongs to another dataset/config
+  usage,     // an API call made in a state where it is not allowed
+  pipeline,  // a failure inside a background stage that is not one of the above
+};
+
+// Returns "config", "io", ... for messages and bindings.
+const char* to_string(ErrorKind kind) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message);
+  ErrorKind kind() const noexcept { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,95 @@
+// tokenfeed::Loader: fixed-shape training batches from a pre-tokenized dataset, prepared
+// ahead of time on background threads so that get_batch only pops a ready batch.
+//
+//   tokenfeed::Loader loader(tokenfeed::load_config_file("train.xml"));
+//   for (int step = 0; step < steps; ++step) {
+//     tokenfeed::Batch batch = loader.get_batch("train");
+//     train_step(batch.x(), batch.y(), batch.mask());
+//   }                                  // the batch returns to the pool here
+//   std::string state = loader.save_state();   // later: loader.load_state(state)
+//
+// Each split ("train", "val") has its own stream of batches and its own epochs, and its
+// own pipeline, started on the first get_batch of that split. The output is a pure
+// function of the dataset, the config and the step: identical for any decode_threads and
+// prefetch_depth, and after save_state/load_state.
+//
+// Thread-safety: get_batch, save_state and load_state must not be called concurrently
+// with each other (one trainer thread). stop() may be called from any thread: it wakes a
+// get_batch blocked on an empty ring, which then throws Error(usage). The destructor
+// returns promptly even while stages are busy or blocked.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tokenfeed/batch.hpp"
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed {
+
+// What a split holds, as opened and validated.
+struct SplitInfo {
+  std::string name;
+  std::uint64_t episodes = 0;       // in the index
+  std::uint64_t kept_episodes = 0;  // length >= episode_min_tokens
+  std::uint64_t tokens = 0;
+  std::uint64_t shards = 0;
+  bool mask = false;                // the loss mask is returned
+  std::uint64_t batches_per_epoch = 0;  // 0 in random mode
+};
+
+// Consumer-side counters for one split, since the loader was created.
+struct SplitStats {
+  std::uint64_t batches = 0;      // returned by get_batch
+  std::uint64_t waits = 0;        // get_batch calls that found the ring empty
+  double total_wait_us = 0;
+  double max_wait_us = 0;
+  std::uint64_t prefetch_depth = 0;
+  std::uint64_t decode_threads = 0;
+};
+
+class Loader {
+ public:
+  // Opens and validates the dataset (train/ always, val/ when present). Throws Error.
+  explicit Loader(Config config);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch of `split` ("train" or "val"). Blocks while none is ready. Rethrows a
+  // background stage's failure with its original message. At most kMaxHeldBatches
+  // batches of a split may be held at once; one more is Error(usage), not a deadlock.
+  Batch get_batch(std::string_view split = "train");
+
+  static constexpr std::size_t kMaxHeldBatches = 4;
+
+  // The position of every split, as a small JSON text: what the trainer consumed, not
+  // what was prefetched, with a fingerprint of the dataset and the order-determining
+  // config fields.
+  std::string save_state() const;
+  // Restores a save_state() text: the next batches are exactly those that would have
+  // followed it. Throws Error(state) for malformed text or another dataset/config; the
+  // loader is unchanged then. Batches already handed out stay valid.
+  void load_state(std::string_view state);
+
+  // Stops the pipelines (see the thread-safety note). Idempotent.
+  void stop() noexcept;
+
+  // The effective config: defaults, metadata and inference resolved (dataset_mode,
+  // batch_sampling_mode, pad_token_id, token_dtype, decode_threads).
+  const Config& config() const noexcept;
+  bool has_split(std::string_view split) const noexcept;
+  // Throws Error(usage) for a split the dataset does not have.
+  SplitInfo split_info(std::string_view split) const;
+  SplitStats split_stats(std::string_view split) const;
+  // The dataset fingerprint recorded in states and the audit log (hex).
+  std::string fingerprint() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,84 @@
+#include "audit_log.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+namespace {
+
+// UTC time with milliseconds: 2026-01-03T16:44:19.628Z (or the compact file-name form).
+std::string utc_timestamp(bool compact) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char text[64];
+  if (compact) {
+    std::strftime(text, sizeof text, "%Y%m%dT%H%M%S", &tm);
+    return std::string(text) + "." + std::to_string(1000 + millis).substr(1) + "Z";
+  }
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+  return std::string(text) + "." + std::to_string(1000 + millis).substr(1) + "Z";
+}
+
+std::string quote_if_needed(const std::string& value) {
+  if (value.find_first_of(" ,|\"=") == std::string::npos && !value.empty()) return value;
+  std::string quoted = "\"";
+  for (const char c : value) {
+    if (c == '"' || c == '\\') quoted.push_back('\\');
+    quoted.push_back(c);
+  }
+  quoted.push_back('"');
+  return quoted;
+}
+
+}  // namespace
+
+std::string format_id_list(const std::vector<std::uint64_t>& ids) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i != 0) text += ", ";
+    text += std::to_string(ids[i]);
+  }
+  return text + "]";
+}
+
+AuditLog::AuditLog(const std::filesystem::path& dir, long rank) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create audit_log_dir '" + dir.string() + "': " + ec.message());
+  path_ = dir / ("audit_" + utc_timestamp(true) + "_rank" + std::to_string(rank) + "_" + std::to_string(::getpid()) +
+                 ".log");
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) {
+    throw Error(ErrorKind::io, "cannot create audit log '" + path_.string() + "': " + std::strerror(errno));
+  }
+}
+
+AuditLog::~AuditLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void AuditLog::write(std::string_view action, const Fields& fields) {
+  if (file_ == nullptr) return;
+  std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + std::string(action);
+  for (const auto& [key, value] : fields) line += " | " + key + "=" + quote_if_needed(value);
+  line.push_back('\n');
+  std::lock_guard lock(mutex_);
+  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  if (!ok && !write_failed_) {
+    write_failed_ = true;
+    log_line(LogLevel::error, "[tokenfeed] cannot write audit log '" + path_.string() + "': " + std::strerror(errno));
+  }
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,286 @@
+#include "tokenfeed/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include <pugixml.hpp>
+
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+namespace {
+
+[[noreturn]] void config_error(const std::string& message) { throw Error(ErrorKind::config, message); }
+
+std::string_view trim(std::string_view s) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::int64_t parse_int(std::string_view key, std::string_view text) {
+  const std::string_view t = trim(text);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+    config_error("config key '" + std::string(key) + "': expected an integer, got '" + std::string(t) + "'");
+  }
+  return value;
+}
+
+bool parse_bool(std::string_view key, std::string_view text) {
+  const std::string_view t = trim(text);
+  if (t == "true" || t == "1") return true;
+  if (t == "false" || t == "0") return false;
+  config_error("config key '" + std::string(key) + "': expected true or false, got '" + std::string(t) + "'");
+}
+
+template <typename Enum>
+Enum parse_enum(std::string_view key, std::string_view text,
+                std::initializer_list<std::pair<std::string_view, Enum>> names) {
+  const std::string_view t = trim(text);
+  std::string allowed;
+  for (const auto& [name, value] : names) {
+    if (name == t) return value;
+    allowed += allowed.empty() ? "" : " | ";
+    allowed += name;
+  }
+  config_error("config key '" + std::string(key) + "': unknown value '" + std::string(t) + "' (expected " +
+               allowed + ")");
+}
+
+std::string optional_int_text(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : ""; }
+
+// One entry per key: how to set it from text and how to print its effective value.
+struct KeyHandler {
+  std::string_view name;
+  std::function<void(Config&, std::string_view)> set;
+  std::function<std::string(const Config&)> get;
+};
+
+const std::vector<KeyHandler>& key_handlers() {
+  static const std::vector<KeyHandler> handlers = {
+      {"dataset_dir", [](Config& c, std::string_view v) { c.dataset_dir = std::string(trim(v)); },
+       [](const Config& c) { return c.dataset_dir.string(); }},
+      {"dataset_mode",
+       [](Config& c, std::string_view v) {
+         c.dataset_mode = parse_enum<DatasetMode>(
+             "dataset_mode", v, {{"sft_episode", DatasetMode::sft_episode}, {"token_stream", DatasetMode::token_stream}});
+       },
+       [](const Config& c) { return std::string(to_string(c.dataset_mode)); }},
+      {"batch_size", [](Config& c, std::string_view v) { c.batch_size = parse_int("batch_size", v); },
+       [](const Config& c) { return std::to_string(c.batch_size); }},
+      {"block_size", [](Config& c, std::string_view v) { c.block_size = parse_int("block_size", v); },
+       [](const Config& c) { return std::to_string(c.block_size); }},
+      {"use_loss_mask", [](Config& c, std::string_view v) { c.use_loss_mask = parse_bool("use_loss_mask", v); },
+       [](const Config& c) { return std::string(c.use_loss_mask ? "true" : "false"); }},
+      {"batch_sampling_mode",
+       [](Config& c, std::string_view v) {
+         c.batch_sampling_mode = parse_enum<SamplingMode>("batch_sampling_mode", v,
+                                                          {{"epoch", SamplingMode::epoch}, {"random", SamplingMode::random}});
+       },
+       [](const Config& c) {
+         return c.batch_sampling_mode ? std::string(to_string(*c.batch_sampling_mode)) : std::string();
+       }},
+      {"epoch_shuffle", [](Config& c, std::string_view v) { c.epoch_shuffle = parse_bool("epoch_shuffle", v); },
+       [](const Config& c) { return std::string(c.epoch_shuffle ? "true" : "false"); }},
+      {"epoch_drop_last", [](Config& c, std::string_view v) { c.epoch_drop_last = parse_bool("epoch_drop_last", v); },
+       [](const Config& c) { return std::string(c.epoch_drop_last ? "true" : "false"); }},
+      {"epoch_seed", [](Config& c, std::string_view v) { c.epoch_seed = parse_int("epoch_seed", v); },
+       [](const Config& c) { return std::to_string(c.epoch_seed); }},
+      {"pad_token_id", [](Config& c, std::string_view v) { c.pad_token_id = parse_int("pad_token_id", v); },
+       [](const Config& c) { return optional_int_text(c.pad_token_id); }},
+      {"episode_min_tokens",
+       [](Config& c, std::string_view v) { c.episode_min_tokens = parse_int("episode_min_tokens", v); },
+       [](const Config& c) { return std::to_string(c.episode_min_tokens); }},
+      {"token_dtype",
+       [](Config& c, std::string_view v) {
+         c.token_dtype = parse_enum<TokenDtype>("token_dtype", v,
+                                                {{"uint16", TokenDtype::uint16}, {"uint32", TokenDtype::uint32}});
+       },
+       [](const Config& c) { return c.token_dtype ? std::string(to_string(*c.token_dtype)) : std::string(); }},
+      {"mask_dtype",
+       [](Config& c, std::string_view v) {
+         c.mask_dtype =
+             parse_enum<MaskDtype>("mask_dtype", v, {{"uint8", MaskDtype::uint8}, {"float32", MaskDtype::float32}});
+       },
+       [](const Config& c) { return c.mask_dtype ? std::string(to_string(*c.mask_dtype)) : std::string(); }},
+      {"prefetch_depth", [](Config& c, std::string_view v) { c.prefetch_depth = parse_int("prefetch_depth", v); },
+       [](const Config& c) { return std::to_string(c.prefetch_depth); }},
+      {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
+       [](const Config& c) { return std::to_string(c.decode_threads); }},
+      {"rank", [](Config& c, std::string_view v) { c.rank = parse_int("rank", v); },
+       [](const Config& c) { return std::to_string(c.rank); }},
+      {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_int("world_size", v); },
+       [](const Config& c) { return std::to_string(c.world_size); }},
+      {"audit_log_dir", [](Config& c, std::string_view v) { c.audit_log_dir = std::string(trim(v)); },
+       [](const Config& c) { return c.audit_log_dir.string(); }},
+  };
+  return handlers;
+}
+
+const KeyHandler& find_key(std::string_view key) {
+  for (const auto& h : key_handlers()) {
+    if (h.name == key) return h;
+  }
+  std::string known;
+  for (const auto& h : key_handlers()) {
+    known += known.empty() ? "" : ", ";
+    known += h.name;
+  }
+  config_error("unknown config key '" + std::string(key) + "' (known keys: " + known + ")");
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot open config file '" + path.string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(ErrorKind::io, "cannot read config file '" + path.string() + "'");
+  return text.str();
+}
+
+// Applies the <training> element of `xml` (from `origin`, for messages) onto `config`,
+// after applying its `inherits` base. `chain` holds the files being loaded, for cycles.
+void apply_xml(Config& config, std::string_view xml, const std::string& origin,
+               const std::filesystem::path& base_dir, std::vector<std::filesystem::path>& chain) {
+  pugi::xml_document doc;
+  const pugi::xml_parse_result parsed = doc.load_buffer(xml.data(), xml.size());
+  if (!parsed) {
+    config_error(origin + ": malformed XML at offset " + std::to_string(parsed.offset) + ": " +
+                 parsed.description());
+  }
+  pugi::xml_node root = doc.document_element();
+  pugi::xml_node training = std::string_view(root.name()) == "training" ? root : root.child("training");
+  if (!training) config_error(origin + ": no <training> element (as the root or a child of the root)");
+  if (std::string_view(root.name()) != "training" && training.next_sibling("training")) {
+    config_error(origin + ": more than one <training> element");
+  }
+
+  for (const pugi::xml_attribute attr : training.attributes()) {
+    if (std::string_view(attr.name()) != "inherits") {
+      config_error(origin + ": unknown attribute '" + std::string(attr.name()) + "' on <training>");
+    }
+  }
+  if (const pugi::xml_attribute inherits = training.attribute("inherits")) {
+    const std::string_view target = trim(inherits.value());
+    if (target.empty()) config_error(origin + ": <training inherits=\"\"> names no file");
+    std::filesystem::path base = base_dir / std::filesystem::path(std::string(target));
+    if (!std::filesystem::exists(base)) {
+      config_error(origin + ": inherited config '" + base.string() + "' does not exist");
+    }
+    base = std::filesystem::weakly_canonical(base);
+    if (std::find(chain.begin(), chain.end(), base) != chain.end()) {
+      config_error(origin + ": inherits '" + base.string() + "', which forms a cycle");
+    }
+    chain.push_back(base);
+    apply_xml(config, read_text_file(base), base.string(), base.parent_path(), chain);
+    chain.pop_back();
+  }
+
+  std::set<std::string, std::less<>> seen;
+  for (const pugi::xml_node child : training.children()) {
+    if (child.type() == pugi::node_comment) continue;
+    if (child.type() != pugi::node_element) {
+      config_error(origin + ": unexpected text directly inside <training>");
+    }
+    const std::string key = child.name();
+    if (!seen.insert(key).second) config_error(origin + ": config key '" + key + "' is given twice");
+    if (child.find_child([](pugi::xml_node n) { return n.type() == pugi::node_element; })) {
+      config_error(origin + ": config key '" + key + "' must hold a value, not elements");
+    }
+    const KeyHandler& handler = find_key(key);
+    try {
+      handler.set(config, child.text().get());
+    } catch (const Error& e) {
+      config_error(origin + ": " + e.what());
+    }
+    if (key == "dataset_dir" && !config.dataset_dir.empty() && config.dataset_dir.is_relative()) {
+      config.dataset_dir = (base_dir / config.dataset_dir).lexically_normal();
+    }
+  }
+}
+
+void require_positive(std::string_view key, std::int64_t value) {
+  if (value == 0) config_error("config key '" + std::string(key) + "' is required (a positive integer)");
+  if (value < 0) config_error("config key '" + std::string(key) + "' must be > 0, got " + std::to_string(value));
+}
+
+}  // namespace
+
+const char* to_string(DatasetMode mode) noexcept {
+  switch (mode) {
+    case DatasetMode::auto_detect: return "";
+    case DatasetMode::sft_episode: return "sft_episode";
+    case DatasetMode::token_stream: return "token_stream";
+  }
+  return "";
+}
+
+const char* to_string(SamplingMode mode) noexcept { return mode == SamplingMode::epoch ? "epoch" : "random"; }
+
+Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_dir) {
+  Config config;
+  std::vector<std::filesystem::path> chain;
+  apply_xml(config, xml, "config", base_dir, chain);
+  return config;
+}
+
+Config load_config_file(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) throw Error(ErrorKind::io, "config file '" + path.string() + "' does not exist");
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path);
+  Config config;
+  std::vector<std::filesystem::path> chain{canonical};
+  apply_xml(config, read_text_file(canonical), path.string(), canonical.parent_path(), chain);
+  return config;
+}
+
+void set_config_value(Config& config, std::string_view key, std::string_view value) {
+  find_key(key).set(config, value);
+}
+
+void validate_config(const Config& c) {
+  if (c.dataset_dir.empty()) config_error("config key 'dataset_dir' is required");
+  require_positive("batch_size", c.batch_size);
+  require_positive("block_size", c.block_size);
+  if (c.episode_min_tokens < 2) {
+    config_error("config key 'episode_min_tokens' must be >= 2 (y needs one token), got " +
+                 std::to_string(c.episode_min_tokens));
+  }
+  if (c.epoch_seed < 0 || c.epoch_seed > 0xffffffffLL) {
+    config_error("config key 'epoch_seed' must be in [0, 2^32-1] (numpy RandomState seeds), got " +
+                 std::to_string(c.epoch_seed));
+  }
+  if (c.prefetch_depth < 1 || c.prefetch_depth > 4096) {
+    config_error("config key 'prefetch_depth' must be in [1, 4096], got " + std::to_string(c.prefetch_depth));
+  }
+  if (c.decode_threads < 0 || c.decode_threads > 256) {
+    config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +
+                 std::to_string(c.decode_threads));
+  }
+  if (c.world_size < 1) config_error("config key 'world_size' must be >= 1, got " + std::to_string(c.world_size));
+  if (c.rank < 0 || c.rank >= c.world_size) {
+    config_error("config key 'rank' must be in [0, world_size-1] = [0, " + std::to_string(c.world_size - 1) +
+                 "], got " + std::to_string(c.rank));
+  }
+  if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id > 0xffffffffLL)) {
+    config_error("config key 'pad_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.pad_token_id));
+  }
+  if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size > (1LL << 31)) {
+    config_error("config keys 'batch_size' x 'block_size' (" + std::to_string(c.batch_size) + " x " +
+                 std::to_string(c.block_size) + ") exceed the supported batch size of 2^31 positions");
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (const auto& h : key_handlers()) entries.emplace_back(std::string(h.name), h.get(config));
+  return entries;
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,84 @@
+#include "dataset_metadata.hpp"
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+namespace {
+
+using nlohmann::json;
+
+std::optional<std::int64_t> read_id(const json& doc, const char* field, const std::string& file) {
+  if (!doc.contains(field) || doc[field].is_null()) return std::nullopt;
+  const json& v = doc[field];
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0xffffffffLL) {
+    throw Error(ErrorKind::format, file + ": field '" + field + "' must be a non-negative 32-bit integer, got " +
+                                       v.dump());
+  }
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
+DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) {
+  DatasetMetadata meta;
+  const std::filesystem::path path = dataset_dir / "dataset_metadata.json";
+  if (!std::filesystem::exists(path)) return meta;
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot open '" + file + "'");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::format, file + ": invalid JSON: " + e.what());
+  }
+  if (!doc.is_object()) throw Error(ErrorKind::format, file + ": expected a JSON object at the top level");
+  meta.present = true;
+
+  if (doc.contains("token_dtype") && !doc["token_dtype"].is_null()) {
+    const json& v = doc["token_dtype"];
+    if (!v.is_string() || !parse_token_dtype(v.get<std::string>())) {
+      throw Error(ErrorKind::format, file + ": field 'token_dtype' must be \"uint16\" or \"uint32\", got " + v.dump());
+    }
+    meta.token_dtype = parse_token_dtype(v.get<std::string>());
+  }
+  if (doc.contains("mask_dtype") && !doc["mask_dtype"].is_null()) {
+    const json& v = doc["mask_dtype"];
+    if (!v.is_string() || !parse_mask_dtype(v.get<std::string>())) {
+      throw Error(ErrorKind::format, file + ": field 'mask_dtype' must be \"uint8\" or \"float32\", got " + v.dump());
+    }
+    meta.mask_dtype = parse_mask_dtype(v.get<std::string>());
+  }
+  meta.eot_token_id = read_id(doc, "eot_token_id", file);
+  meta.eos_token_id = read_id(doc, "eos_token_id", file);
+  meta.vocab_size = read_id(doc, "vocab_size", file);
+
+  if (doc.contains("special_tokens") && !doc["special_tokens"].is_null()) {
+    const json& st = doc["special_tokens"];
+    if (!st.is_object()) throw Error(ErrorKind::format, file + ": field 'special_tokens' must be an object");
+    SpecialTokenIds ids;
+    const auto get = [&](const char* role, std::uint32_t& out) {
+      const auto v = read_id(st, role, file + " special_tokens");
+      if (!v) throw Error(ErrorKind::format, file + ": field 'special_tokens' lacks '" + role + "'");
+      out = static_cast<std::uint32_t>(*v);
+    };
+    get("system", ids.system);
+    get("user", ids.user);
+    get("assistant", ids.assistant);
+    get("eot", ids.eot);
+    if (st.contains("tool") && !st["tool"].is_null()) {
+      std::uint32_t tool = 0;
+      get("tool", tool);
+      ids.tool = tool;
+    }
+    meta.special_tokens = ids;
+  }
+  return meta;
+}
+
+}  // namespace tokenfeed

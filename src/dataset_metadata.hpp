@@ -1,0 +1,35 @@
+// DatasetMetadata: what a dataset's optional `dataset_metadata.json` says about it.
+//
+// Only the fields the loader uses are read; the rest of the file is kept opaque.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed {
+
+// The chat template's special token ids (role tokens and end-of-turn), as recorded by
+// `tokenfeed prepare`; tool is absent in datasets without a tool role.
+struct SpecialTokenIds {
+  std::uint32_t system = 0, user = 0, assistant = 0, eot = 0;
+  std::optional<std::uint32_t> tool;
+};
+
+struct DatasetMetadata {
+  bool present = false;  // false when the dataset has no dataset_metadata.json
+  std::optional<TokenDtype> token_dtype;
+  std::optional<MaskDtype> mask_dtype;
+  std::optional<std::int64_t> eot_token_id;
+  std::optional<std::int64_t> eos_token_id;
+  std::optional<std::int64_t> vocab_size;
+  std::optional<SpecialTokenIds> special_tokens;
+};
+
+// Reads `dataset_dir/dataset_metadata.json` if it exists. Throws Error(format) naming the
+// file and field when it is not valid JSON or a field has the wrong type or value.
+DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir);
+
+}  // namespace tokenfeed

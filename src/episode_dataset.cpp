@@ -1,0 +1,273 @@
+#include "episode_dataset.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "hash.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "tokenfeed reads little-endian files by mapping them; big-endian hosts are not supported");
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void format_error(const std::string& message) { throw Error(ErrorKind::format, message); }
+
+bool is_shard_dir(const fs::directory_entry& entry) {
+  const std::string name = entry.path().filename().string();
+  return entry.is_directory() && name.rfind("shard_", 0) == 0;
+}
+
+std::vector<fs::path> shard_dirs(const fs::path& split_dir) {
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(split_dir)) {
+    if (is_shard_dir(entry)) dirs.push_back(entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+// The largest start+length over a shard's records, with records validated for overflow.
+struct RawShard {
+  fs::path dir;
+  MappedFile tokens;
+  MappedFile index;
+  bool has_mask = false;
+  std::uint64_t max_end = 0;
+};
+
+std::uint64_t read_u64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+bool EpisodeSplit::looks_like_episode_split(const fs::path& split_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(split_dir, ec)) return false;
+  if (fs::exists(split_dir / "episodes.idx", ec)) return true;
+  for (const auto& dir : shard_dirs(split_dir)) {
+    if (fs::exists(dir / "episodes.idx", ec)) return true;
+  }
+  return false;
+}
+
+EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(split_dir, ec)) throw Error(ErrorKind::io, "split directory '" + split_dir.string() + "' does not exist");
+  if (!fs::is_directory(split_dir, ec)) throw Error(ErrorKind::io, "'" + split_dir.string() + "' is not a directory");
+
+  EpisodeSplit split;
+  split.dir_ = split_dir;
+
+  std::vector<fs::path> dirs = shard_dirs(split_dir);
+  const bool flat = fs::exists(split_dir / "episodes.idx", ec);
+  if (flat && !dirs.empty()) {
+    format_error("'" + split_dir.string() + "' holds both episodes.idx and shard_* directories; use one layout");
+  }
+  if (flat) dirs = {split_dir};
+  if (dirs.empty()) {
+    format_error("'" + split_dir.string() + "' holds neither episodes.idx nor shard_* directories");
+  }
+
+  // Map every shard and check the sizes that do not depend on the token dtype.
+  std::vector<RawShard> raw;
+  raw.reserve(dirs.size());
+  std::size_t with_mask = 0;
+  for (const fs::path& dir : dirs) {
+    RawShard r;
+    r.dir = dir;
+    for (const char* name : {"tokens.bin", "episodes.idx"}) {
+      if (!fs::exists(dir / name, ec)) throw Error(ErrorKind::io, "missing file '" + (dir / name).string() + "'");
+    }
+    r.tokens = MappedFile(dir / "tokens.bin");
+    r.index = MappedFile(dir / "episodes.idx");
+    r.has_mask = fs::exists(dir / "mask.bin", ec);
+    with_mask += r.has_mask ? 1 : 0;
+    if (r.index.size() % 16 != 0) {
+      format_error("'" + r.index.path().string() + "': size " + std::to_string(r.index.size()) +
+                   " bytes is not a multiple of 16 (uint64 start, length pairs)");
+    }
+    const std::uint64_t records = r.index.size() / 16;
+    const std::byte* p = r.index.bytes().data();
+    for (std::uint64_t i = 0; i < records; ++i) {
+      const std::uint64_t start = read_u64(p + 16 * i);
+      const std::uint64_t length = read_u64(p + 16 * i + 8);
+      if (length > UINT64_MAX - start) {
+        format_error("'" + r.index.path().string() + "': record " + std::to_string(i) + " (start=" +
+                     std::to_string(start) + ", length=" + std::to_string(length) + ") overflows 64 bits");
+      }
+      r.max_end = std::max(r.max_end, start + length);
+    }
+    raw.push_back(std::move(r));
+  }
+  if (with_mask != 0 && with_mask != raw.size()) {
+    for (const RawShard& r : raw) {
+      if (!r.has_mask) {
+        format_error("mask.bin is present in " + std::to_string(with_mask) + " of " + std::to_string(raw.size()) +
+                     " shards of '" + split_dir.string() + "' but missing in '" + r.dir.string() +
+                     "'; an incomplete mask would train on unmasked tokens");
+      }
+    }
+  }
+  split.mask_files_present_ = with_mask == raw.size();
+
+  // The token dtype: given, else the one width consistent with every shard.
+  if (options.token_dtype) {
+    split.token_dtype_ = *options.token_dtype;
+  } else {
+    std::vector<TokenDtype> fitting;
+    for (const TokenDtype candidate : {TokenDtype::uint16, TokenDtype::uint32}) {
+      const std::size_t width = size_of(candidate);
+      const bool fits = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) {
+        return r.tokens.size() % width == 0 && r.max_end <= r.tokens.size() / width;
+      });
+      if (fits) fitting.push_back(candidate);
+    }
+    if (fitting.size() != 1) {
+      throw Error(ErrorKind::config,
+                  "cannot infer the token dtype of '" + split_dir.string() + "': " +
+                      (fitting.empty() ? std::string("neither uint16 nor uint32 is consistent with tokens.bin's size and "
+                                                     "episodes.idx")
+                                       : std::string("both uint16 and uint32 are consistent with the files")) +
+                      "; set token_dtype in dataset_metadata.json or in the config");
+    }
+    split.token_dtype_ = fitting.front();
+  }
+  const std::size_t token_width = size_of(split.token_dtype_);
+
+  Hasher hasher;
+  hasher.add(std::string_view(to_string(split.token_dtype_)));
+  hasher.add(raw.size());
+  std::uint64_t total_records = 0;
+  for (const RawShard& r : raw) total_records += r.index.size() / 16;
+  split.spans_.reserve(total_records);
+
+  for (RawShard& r : raw) {
+    if (r.tokens.size() % token_width != 0) {
+      format_error("'" + r.tokens.path().string() + "': size " + std::to_string(r.tokens.size()) +
+                   " bytes is not a multiple of " + std::to_string(token_width) + " (token dtype " +
+                   to_string(split.token_dtype_) + ")");
+    }
+    EpisodeShard shard;
+    shard.dir = r.dir;
+    shard.token_count = r.tokens.size() / token_width;
+    shard.first_episode = split.spans_.size();
+    shard.episodes = r.index.size() / 16;
+    shard.has_mask_file = r.has_mask;
+    hasher.add(r.dir.filename().string());
+    hasher.add(shard.token_count);
+    hasher.add(shard.episodes);
+
+    const std::byte* p = r.index.bytes().data();
+    for (std::uint64_t i = 0; i < shard.episodes; ++i) {
+      const EpisodeSpan span{read_u64(p + 16 * i), read_u64(p + 16 * i + 8)};
+      if (span.length > shard.token_count || span.start > shard.token_count - span.length) {
+        format_error("'" + r.index.path().string() + "': record " + std::to_string(i) + " (start=" +
+                     std::to_string(span.start) + ", length=" + std::to_string(span.length) +
+                     ") ends past the end of tokens.bin (" + std::to_string(shard.token_count) + " tokens)");
+      }
+      hasher.add(span.start);
+      hasher.add(span.length);
+      if (span.length >= options.episode_min_tokens) split.kept_.push_back(split.spans_.size());
+      split.spans_.push_back(span);
+    }
+    split.total_tokens_ += shard.token_count;
+    shard.tokens = std::move(r.tokens);
+    split.shards_.push_back(std::move(shard));
+  }
+
+  // The mask: mapped only when asked for and present in every shard.
+  if (options.want_mask && split.mask_files_present_) {
+    std::optional<MaskDtype> dtype = options.mask_dtype;
+    for (EpisodeShard& shard : split.shards_) {
+      MappedFile mask(shard.dir / "mask.bin");
+      if (!dtype) {
+        if (mask.size() == shard.token_count && shard.token_count != 0) {
+          dtype = MaskDtype::uint8;
+        } else if (mask.size() == shard.token_count * 4 && shard.token_count != 0) {
+          dtype = MaskDtype::float32;
+        } else if (shard.token_count == 0 && mask.size() == 0) {
+          continue;  // an empty shard says nothing about the dtype
+        }
+      }
+      const std::uint64_t width = dtype ? size_of(*dtype) : 1;
+      if (!dtype || mask.size() != shard.token_count * width) {
+        format_error("'" + mask.path().string() + "': size " + std::to_string(mask.size()) +
+                     " bytes does not match tokens.bin's " + std::to_string(shard.token_count) + " tokens" +
+                     (dtype ? std::string(" at ") + to_string(*dtype) : std::string(" as uint8 or float32")));
+      }
+      shard.mask = std::move(mask);
+    }
+    split.mask_dtype_ = dtype.value_or(MaskDtype::uint8);
+    hasher.add(std::string_view(to_string(*split.mask_dtype_)));
+  }
+  split.fingerprint_ = hasher.digest();
+  return split;
+}
+
+std::size_t EpisodeSplit::shard_of(std::uint64_t episode) const noexcept {
+  const auto it = std::upper_bound(shards_.begin(), shards_.end(), episode,
+                                   [](std::uint64_t id, const EpisodeShard& s) { return id < s.first_episode; });
+  return static_cast<std::size_t>(it - shards_.begin()) - 1;
+}
+
+std::uint32_t EpisodeSplit::token_at(std::size_t shard, std::uint64_t offset) const noexcept {
+  const std::byte* base = shards_[shard].tokens.bytes().data();
+  if (token_dtype_ == TokenDtype::uint16) {
+    std::uint16_t v;
+    std::memcpy(&v, base + 2 * offset, 2);
+    return v;
+  }
+  std::uint32_t v;
+  std::memcpy(&v, base + 4 * offset, 4);
+  return v;
+}
+
+void EpisodeSplit::read_tokens(std::uint64_t episode, std::uint64_t first, std::size_t count,
+                               std::int64_t* out) const noexcept {
+  const EpisodeShard& shard = shards_[shard_of(episode)];
+  const std::uint64_t begin = spans_[episode].start + first;
+  const std::byte* tokens = shard.tokens.bytes().data();
+  if (token_dtype_ == TokenDtype::uint16) {
+    const auto* src = reinterpret_cast<const std::uint16_t*>(tokens) + begin;
+    for (std::size_t i = 0; i < count; ++i) out[i] = src[i];
+  } else {
+    const auto* src = reinterpret_cast<const std::uint32_t*>(tokens) + begin;
+    for (std::size_t i = 0; i < count; ++i) out[i] = src[i];
+  }
+}
+
+void EpisodeSplit::read_mask(std::uint64_t episode, std::uint64_t first, std::size_t count,
+                             float* out) const noexcept {
+  const EpisodeShard& shard = shards_[shard_of(episode)];
+  const std::uint64_t begin = spans_[episode].start + first;
+  const std::byte* mask = shard.mask.bytes().data();
+  if (*mask_dtype_ == MaskDtype::uint8) {
+    const auto* src = reinterpret_cast<const std::uint8_t*>(mask) + begin;
+    for (std::size_t i = 0; i < count; ++i) out[i] = src[i] != 0 ? 1.0f : 0.0f;
+  } else {
+    const auto* src = reinterpret_cast<const float*>(mask) + begin;
+    for (std::size_t i = 0; i < count; ++i) out[i] = src[i];  // float masks are weights: kept as they are
+  }
+}
+
+void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_tokens) const noexcept {
+  const EpisodeShard& shard = shards_[shard_of(episode)];
+  const EpisodeSpan span = spans_[episode];
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(span.length, max_tokens));
+  const std::size_t width = size_of(token_dtype_);
+  shard.tokens.will_need(static_cast<std::size_t>(span.start) * width, n * width);
+  if (mask_dtype_) {
+    const std::size_t mwidth = size_of(*mask_dtype_);
+    shard.mask.will_need(static_cast<std::size_t>(span.start) * mwidth, n * mwidth);
+  }
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,101 @@
+// EpisodeSplit: one split (train/ or val/) of an episode-indexed dataset, opened,
+// validated and memory-mapped.
+//
+// Layout: the split directory holds tokens.bin, episodes.idx and optional mask.bin, or
+// shard directories shard_00000/, shard_00001/, ... each holding those files, taken in
+// sorted name order. Episode ids are global across shards in that order. episodes.idx is
+// little-endian uint64 pairs (start, length), start being an offset into the shard's own
+// tokens.bin.
+//
+// Only the index is copied into memory; tokens and masks are read through mmap.
+// Thread-safety: immutable after open(); all const members may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mapped_file.hpp"
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed {
+
+struct EpisodeSpan {
+  std::uint64_t start = 0;   // token offset in its shard's tokens.bin
+  std::uint64_t length = 0;  // tokens
+};
+
+struct EpisodeShard {
+  std::filesystem::path dir;
+  MappedFile tokens;
+  MappedFile mask;                  // empty (size 0, no path) when not mapped
+  std::uint64_t first_episode = 0;  // global id of its first episode
+  std::uint64_t episodes = 0;
+  std::uint64_t token_count = 0;
+  bool has_mask_file = false;
+};
+
+struct EpisodeSplitOptions {
+  std::optional<TokenDtype> token_dtype;  // config, else metadata; absent: infer
+  std::optional<MaskDtype> mask_dtype;    // config, else metadata; absent: infer
+  bool want_mask = false;                 // map mask.bin (use_loss_mask)
+  std::uint64_t episode_min_tokens = 2;
+};
+
+class EpisodeSplit {
+ public:
+  // Opens and validates `split_dir`. Throws Error(io) for missing directories or files and
+  // Error(format) for invalid content, naming the file and record.
+  static EpisodeSplit open(const std::filesystem::path& split_dir, const EpisodeSplitOptions& options = {});
+
+  // True when `split_dir` holds an episode-indexed layout (episodes.idx directly or in
+  // shard_* directories); used for dataset_mode auto-detection.
+  static bool looks_like_episode_split(const std::filesystem::path& split_dir);
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  TokenDtype token_dtype() const noexcept { return token_dtype_; }
+  // The mask dtype when masks are mapped (want_mask and mask.bin in every shard).
+  std::optional<MaskDtype> mask_dtype() const noexcept { return mask_dtype_; }
+  bool has_mask() const noexcept { return mask_dtype_.has_value(); }
+  // mask.bin exists in the shards (whether or not it was mapped).
+  bool mask_files_present() const noexcept { return mask_files_present_; }
+
+  std::uint64_t num_episodes() const noexcept { return spans_.size(); }
+  std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+  const std::vector<EpisodeSpan>& spans() const noexcept { return spans_; }
+  const std::vector<EpisodeShard>& shards() const noexcept { return shards_; }
+  // Global ids of the episodes with length >= episode_min_tokens, ascending.
+  const std::vector<std::uint64_t>& kept() const noexcept { return kept_; }
+  // A hash of the layout, dtypes and index content: changes when the data would.
+  std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+
+  std::size_t shard_of(std::uint64_t episode) const noexcept;
+
+  // Copies tokens [first, first+count) of `episode` into `out`, widened to int64.
+  // REQUIRES: episode < num_episodes(), first + count <= the episode's length.
+  void read_tokens(std::uint64_t episode, std::uint64_t first, std::size_t count, std::int64_t* out) const noexcept;
+  // Copies mask values [first, first+count) of `episode` into `out` (uint8 masks as 0/1,
+  // float32 masks as they are). REQUIRES: has_mask(), and the range as for read_tokens.
+  void read_mask(std::uint64_t episode, std::uint64_t first, std::size_t count, float* out) const noexcept;
+
+  // Reads one token / mask value (0 or 1 as float). REQUIRES: in range.
+  std::uint32_t token_at(std::size_t shard, std::uint64_t offset) const noexcept;
+
+  // Hints the kernel to read the episode's first `max_tokens` tokens (and mask) ahead.
+  void prefetch_episode(std::uint64_t episode, std::size_t max_tokens) const noexcept;
+
+ private:
+  std::filesystem::path dir_;
+  TokenDtype token_dtype_ = TokenDtype::uint32;
+  std::optional<MaskDtype> mask_dtype_;
+  bool mask_files_present_ = false;
+  std::vector<EpisodeShard> shards_;
+  std::vector<EpisodeSpan> spans_;
+  std::vector<std::uint64_t> kept_;
+  std::uint64_t total_tokens_ = 0;
+  std::uint64_t fingerprint_ = 0;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,92 @@
+#include "episode_sampler.hpp"
+
+#include <algorithm>
+
+#include "hash.hpp"
+#include "numpy_random.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+
+EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings)
+    : kept_(std::move(kept)), settings_(std::move(settings)) {
+  const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
+  const std::uint64_t n = kept_.size();
+  if (settings_.mode == SamplingMode::epoch) {
+    batches_per_epoch_ = settings_.drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
+    if (batches_per_epoch_ == 0) {
+      throw Error(ErrorKind::config,
+                  "split '" + settings_.split + "' has " + std::to_string(n) +
+                      " kept episodes, fewer than one global batch (batch_size x world_size = " +
+                      std::to_string(global_batch) + ") with epoch_drop_last=true");
+    }
+  }
+  Hasher key;
+  key.add(std::uint64_t{settings_.seed});
+  key.add(std::string_view(settings_.split));
+  key.add(settings_.rank);
+  random_key_ = key.digest();
+}
+
+std::shared_ptr<const EpochOrder> EpisodeSampler::epoch_order(std::uint64_t epoch) const {
+  {
+    std::lock_guard lock(cache_mutex_);
+    for (const auto& [e, order] : cache_) {
+      if (e == epoch) return order;
+    }
+  }
+  // Computed outside the lock: a 100M-episode permutation takes a while.
+  auto order = std::make_shared<EpochOrder>();
+  if (settings_.shuffle) {
+    const std::uint64_t seed = settings_.seed + epoch;
+    if (seed > 0xffffffffULL) {
+      throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
+                                         " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
+    }
+    std::vector<std::uint64_t> perm = numpy_permutation(static_cast<std::uint32_t>(seed), kept_.size());
+    for (std::uint64_t& p : perm) p = kept_[p];
+    *order = std::move(perm);
+  } else {
+    *order = kept_;
+  }
+  std::lock_guard lock(cache_mutex_);
+  for (const auto& [e, cached] : cache_) {
+    if (e == epoch) return cached;
+  }
+  if (cache_.size() >= 2) cache_.erase(cache_.begin());
+  cache_.emplace_back(epoch, order);
+  return order;
+}
+
+BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
+  BatchPlan p;
+  p.step = step;
+  if (settings_.mode == SamplingMode::random) {
+    p.batch_in_epoch = step;
+    return p;
+  }
+  p.epoch = step / batches_per_epoch_;
+  p.batch_in_epoch = step % batches_per_epoch_;
+  p.order = epoch_order(p.epoch);
+  return p;
+}
+
+std::int64_t EpisodeSampler::row_episode(const BatchPlan& plan, std::uint64_t row) const noexcept {
+  if (settings_.mode == SamplingMode::random) {
+    const std::uint64_t u = CounterRng(random_key_).uniform(plan.step * settings_.batch_size + row, kept_.size());
+    return static_cast<std::int64_t>(kept_[u]);
+  }
+  const std::uint64_t position = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size + row;
+  if (position >= plan.order->size()) return -1;
+  return static_cast<std::int64_t>((*plan.order)[position]);
+}
+
+std::uint64_t EpisodeSampler::real_rows(const BatchPlan& plan) const noexcept {
+  if (settings_.mode == SamplingMode::random) return settings_.batch_size;
+  const std::uint64_t first = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size;
+  const std::uint64_t n = plan.order->size();
+  if (first >= n) return 0;
+  return std::min(settings_.batch_size, n - first);
+}
+
+}  // namespace tokenfeed

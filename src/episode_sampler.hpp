@@ -1,0 +1,87 @@
+// EpisodeSampler: which episodes make up batch k of a split, for this rank.
+//
+// The whole order is a pure function of (kept ids, sampling config, split, k):
+//  - epoch mode: epoch e's order is kept[np.random.RandomState(epoch_seed + e)
+//    .permutation(len(kept))] (or kept itself without shuffling). Global batch j of an
+//    epoch is positions [j*B*W, (j+1)*B*W) of that order and rank r takes the r-th slice of
+//    B. With drop_last the remainder smaller than a global batch is skipped; without it the
+//    last global batch is completed with fill rows (episode id -1).
+//  - random mode: row i of batch k draws kept[u] with u uniform, from a counter-based
+//    generator keyed on (epoch_seed, split, rank) at counter k*B + i.
+// So resuming at step k needs only k, and decoding batches in parallel needs no shared
+// generator.
+//
+// Thread-safety: plan() and row_episode() may be called concurrently; epoch orders are
+// computed once and shared immutably.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed {
+
+// One epoch's order over the kept ids (global episode ids), shared immutably.
+using EpochOrder = std::vector<std::uint64_t>;
+
+struct BatchPlan {
+  std::uint64_t step = 0;            // index of the batch in the split's stream
+  std::uint64_t epoch = 0;           // 0 in random mode
+  std::uint64_t batch_in_epoch = 0;  // == step in random mode
+  std::shared_ptr<const EpochOrder> order;  // epoch mode only
+  std::exception_ptr error;                 // set when planning failed; carried to the trainer
+};
+
+class EpisodeSampler {
+ public:
+  struct Settings {
+    SamplingMode mode = SamplingMode::epoch;
+    bool shuffle = true;
+    bool drop_last = true;
+    std::uint32_t seed = 1337;
+    std::uint64_t batch_size = 1;  // rows per rank
+    std::uint64_t world_size = 1;
+    std::uint64_t rank = 0;
+    std::string split;  // keys the random-mode generator
+  };
+
+  // Throws Error(config) when epoch mode cannot form one batch (fewer kept episodes than
+  // one global batch with drop_last).
+  EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings);
+
+  const Settings& settings() const noexcept { return settings_; }
+  const std::vector<std::uint64_t>& kept() const noexcept { return kept_; }
+
+  // Batches per epoch (epoch mode); 0 in random mode, which has no epochs.
+  std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
+
+  // The plan of batch `step`: its epoch and place in it, and the epoch's order.
+  BatchPlan plan(std::uint64_t step) const;
+
+  // The episode of row `row` of the planned batch, or -1 for a fill row.
+  std::int64_t row_episode(const BatchPlan& plan, std::uint64_t row) const noexcept;
+
+  // Rows of this rank's batch that are real episodes (the rest are fill rows).
+  std::uint64_t real_rows(const BatchPlan& plan) const noexcept;
+
+  // Epoch e's order (kept ids). Epoch mode only.
+  std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const;
+
+ private:
+  std::vector<std::uint64_t> kept_;
+  Settings settings_;
+  std::uint64_t batches_per_epoch_ = 0;
+  std::uint64_t random_key_ = 0;
+
+  mutable std::mutex cache_mutex_;
+  // The most recently used epoch orders (a trainer reads at most two at a time: the
+  // one being consumed and the next one being prefetched).
+  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const EpochOrder>>> cache_;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,343 @@
+#include "tokenfeed/loader.hpp"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "audit_log.hpp"
+#include "batch_pool.hpp"
+#include "dataset_metadata.hpp"
+#include "episode_batch_source.hpp"
+#include "episode_dataset.hpp"
+#include "episode_sampler.hpp"
+#include "hash.hpp"
+#include "resume_state.hpp"
+#include "split_pipeline.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSplitNames[] = {"train", "val"};
+
+std::string hex64(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+const char* bool_text(bool b) { return b ? "true" : "false"; }
+
+// Resolves dataset_mode for an absent key from what train/ holds.
+DatasetMode detect_mode(const fs::path& dataset_dir) {
+  const fs::path train = dataset_dir / "train";
+  if (EpisodeSplit::looks_like_episode_split(train)) return DatasetMode::sft_episode;
+  std::error_code ec;
+  if (fs::exists(dataset_dir / "train.bin", ec) || fs::is_directory(train, ec)) return DatasetMode::token_stream;
+  throw Error(ErrorKind::io, "cannot detect dataset_mode: '" + train.string() +
+                                 "' is neither an episode-indexed split (episodes.idx) nor a token stream");
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  struct Split {
+    std::string name;
+    EpisodeSplit data;
+    std::unique_ptr<EpisodeSampler> sampler;
+    std::unique_ptr<EpisodeBatchSource> source;
+    std::shared_ptr<detail::BatchPool> pool;
+    std::unique_ptr<SplitPipeline> pipeline;  // created on first get_batch
+    std::uint64_t consumed = 0;               // batches the trainer took: the next step
+    bool mask = false;
+    SplitStats stats;
+  };
+
+  Config config;
+  DatasetMetadata metadata;
+  std::map<std::string, Split, std::less<>> splits;
+  std::string fingerprint;
+  std::unique_ptr<AuditLog> audit;
+
+  std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
+  std::atomic<bool> stopped{false};
+
+  explicit Impl(Config c);
+  void open_split(const std::string& name, const fs::path& dir);
+  Split& find(std::string_view name);
+  const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
+  void on_consumed(Split& split, const detail::BatchSlot& slot);
+  void stop_pipelines();
+};
+
+Loader::Impl::Impl(Config c) : config(std::move(c)) {
+  validate_config(config);
+  std::error_code ec;
+  if (!fs::is_directory(config.dataset_dir, ec)) {
+    throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
+  }
+  metadata = read_dataset_metadata(config.dataset_dir);
+
+  if (config.dataset_mode == DatasetMode::auto_detect) config.dataset_mode = detect_mode(config.dataset_dir);
+  if (config.dataset_mode == DatasetMode::token_stream) {
+    throw Error(ErrorKind::config, "dataset_mode=token_stream is not supported by this version of tokenfeed; "
+                                   "use an episode-indexed dataset (dataset_mode=sft_episode)");
+  }
+  if (!config.batch_sampling_mode) config.batch_sampling_mode = SamplingMode::epoch;
+  if (!config.token_dtype) config.token_dtype = metadata.token_dtype;  // may stay unset: inferred per split
+  if (!config.mask_dtype) config.mask_dtype = metadata.mask_dtype;
+  if (!config.pad_token_id) {
+    config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
+    if (!config.pad_token_id) {
+      throw Error(ErrorKind::config,
+                  "config key 'pad_token_id' is not set and '" + (config.dataset_dir / "dataset_metadata.json").string() +
+                      "' gives neither eot_token_id nor eos_token_id; set pad_token_id in the config");
+    }
+  }
+  if (config.decode_threads == 0) {
+    config.decode_threads = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
+  }
+
+  const fs::path train_dir = config.dataset_dir / "train";
+  if (!fs::exists(train_dir, ec)) throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
+  for (const char* name : kSplitNames) {
+    const fs::path dir = config.dataset_dir / name;
+    if (fs::exists(dir, ec)) open_split(name, dir);
+  }
+  // The token dtype every split agreed on (or was given) is the effective one.
+  if (!config.token_dtype) config.token_dtype = splits.at("train").data.token_dtype();
+
+  Hasher h;
+  h.add(std::string_view("tokenfeed-order-v1"));
+  for (const auto& [name, split] : splits) {
+    h.add(std::string_view(name));
+    h.add(split.data.fingerprint());
+  }
+  h.add(std::string_view(to_string(*config.batch_sampling_mode)));
+  h.add(static_cast<std::uint64_t>(config.epoch_shuffle));
+  h.add(static_cast<std::uint64_t>(config.epoch_drop_last));
+  h.add(static_cast<std::uint64_t>(config.epoch_seed));
+  h.add(static_cast<std::uint64_t>(config.batch_size));
+  h.add(static_cast<std::uint64_t>(config.world_size));
+  h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
+  fingerprint = hex64(h.digest());
+
+  audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
+  AuditLog::Fields fields;
+  for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
+  fields.emplace_back("dataset_fingerprint", fingerprint);
+  for (const auto& [name, split] : splits) {
+    fields.emplace_back("num_" + name + "_episodes", std::to_string(split.data.num_episodes()));
+    fields.emplace_back("kept_" + name + "_episodes", std::to_string(split.sampler->kept().size()));
+  }
+  audit->write("dataset_load", fields);
+}
+
+void Loader::Impl::open_split(const std::string& name, const fs::path& dir) {
+  EpisodeSplitOptions options;
+  options.token_dtype = config.token_dtype;
+  options.mask_dtype = config.mask_dtype;
+  options.want_mask = config.use_loss_mask;
+  options.episode_min_tokens = static_cast<std::uint64_t>(config.episode_min_tokens);
+
+  Split split;
+  split.name = name;
+  split.data = EpisodeSplit::open(dir, options);
+  if (split.data.kept().empty()) {
+    throw Error(ErrorKind::format, "split '" + dir.string() + "' has no episode left after filtering (" +
+                                       std::to_string(split.data.num_episodes()) +
+                                       " episodes, none with length >= episode_min_tokens=" +
+                                       std::to_string(config.episode_min_tokens) + ")");
+  }
+  split.mask = split.data.has_mask();
+  if (config.use_loss_mask && !split.data.mask_files_present()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but split=" + name +
+                                    " has no mask.bin; returning x and y only");
+  }
+
+  EpisodeSampler::Settings settings;
+  settings.mode = *config.batch_sampling_mode;
+  settings.shuffle = config.epoch_shuffle;
+  settings.drop_last = config.epoch_drop_last;
+  settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
+  settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
+  settings.world_size = static_cast<std::uint64_t>(config.world_size);
+  settings.rank = static_cast<std::uint64_t>(config.rank);
+  settings.split = name;
+  split.sampler = std::make_unique<EpisodeSampler>(split.data.kept(), settings);
+
+  log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(split.data.num_episodes()) +
+                               " kept=" + std::to_string(split.sampler->kept().size()) +
+                               " tokens=" + std::to_string(split.data.total_tokens()) +
+                               " shards=" + std::to_string(split.data.shards().size()) +
+                               " dtype=" + to_string(split.data.token_dtype()) + " mask=" + bool_text(split.mask));
+
+  auto [it, inserted] = splits.emplace(name, std::move(split));
+  Split& s = it->second;
+  // The source refers to the split's data and sampler, which live in the map node now.
+  s.source = std::make_unique<EpisodeBatchSource>(s.data, *s.sampler, *config.pad_token_id,
+                                                  static_cast<std::size_t>(config.block_size), s.mask);
+  s.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
+  s.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+}
+
+Loader::Impl::Split& Loader::Impl::find(std::string_view name) {
+  const auto it = splits.find(name);
+  if (it == splits.end()) {
+    throw Error(ErrorKind::usage, "split '" + std::string(name) + "' is not in the dataset (no directory '" +
+                                      (config.dataset_dir / std::string(name)).string() + "')");
+  }
+  return it->second;
+}
+
+void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
+  split.consumed = slot.step + 1;
+  if (*config.batch_sampling_mode != SamplingMode::epoch) return;
+  const EpisodeSampler& sampler = *split.sampler;
+  const std::uint64_t kept = sampler.kept().size();
+  if (slot.batch_in_epoch == 0) {
+    log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
+                                 " episodes=" + std::to_string(kept) +
+                                 " batches=" + std::to_string(sampler.batches_per_epoch()) +
+                                 " shuffle=" + bool_text(config.epoch_shuffle) +
+                                 " drop_last=" + bool_text(config.epoch_drop_last) +
+                                 " pad_id=" + std::to_string(*config.pad_token_id) + " mask=" + bool_text(split.mask));
+    const auto order = sampler.epoch_order(slot.epoch);
+    const std::vector<std::uint64_t> first(order->begin(),
+                                           order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
+    audit->write("epoch_start", {{"split", split.name},
+                                 {"epoch", std::to_string(slot.epoch)},
+                                 {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                                 {"shuffle", bool_text(config.epoch_shuffle)},
+                                 {"num_episodes", std::to_string(kept)},
+                                 {"batches", std::to_string(sampler.batches_per_epoch())},
+                                 {"rank", std::to_string(config.rank)},
+                                 {"first_episode_ids", format_id_list(first)}});
+  }
+  if (slot.batch_in_epoch + 1 == sampler.batches_per_epoch()) {
+    const std::uint64_t global_batch = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+    const std::uint64_t seen = std::min(kept, sampler.batches_per_epoch() * global_batch);
+    audit->write("epoch_complete", {{"split", split.name},
+                                    {"epoch", std::to_string(slot.epoch)},
+                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                                    {"episodes_seen", std::to_string(seen)},
+                                    {"episodes_skipped", std::to_string(kept - seen)},
+                                    {"rank", std::to_string(config.rank)}});
+  }
+}
+
+void Loader::Impl::stop_pipelines() {
+  std::lock_guard lock(pipelines_mutex);
+  stopped.store(true, std::memory_order_release);
+  for (auto& [name, split] : splits) {
+    if (split.pipeline) split.pipeline->stop();
+  }
+}
+
+Loader::Loader(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Loader::~Loader() {
+  if (!impl_) return;
+  impl_->stop_pipelines();
+  for (auto& [name, split] : impl_->splits) split.pipeline.reset();  // waits for the stages
+}
+
+Batch Loader::get_batch(std::string_view split_name) {
+  Impl& s = *impl_;
+  Impl::Split& split = s.find(split_name);
+  if (split.pool && split.pool->held() >= kMaxHeldBatches) {
+    throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\"): the trainer already holds " +
+                                      std::to_string(kMaxHeldBatches) +
+                                      " batches of this split; release one (Batch::release or destroy it) first");
+  }
+  if (!split.pipeline) {
+    std::lock_guard lock(s.pipelines_mutex);
+    if (s.stopped.load(std::memory_order_acquire)) {
+      throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\") after the loader was stopped");
+    }
+    const auto depth = static_cast<std::size_t>(s.config.prefetch_depth);
+    detail::BatchShape shape{static_cast<std::size_t>(s.config.batch_size), static_cast<std::size_t>(s.config.block_size),
+                             split.mask};
+    split.pool = std::make_shared<detail::BatchPool>(depth + kMaxHeldBatches, shape, split.name);
+    split.pipeline = std::make_unique<SplitPipeline>(
+        *split.source, split.pool,
+        SplitPipeline::Options{depth, static_cast<std::size_t>(s.config.decode_threads), split.consumed});
+  }
+  double waited_us = 0;
+  detail::BatchSlot* slot = split.pipeline->pop(waited_us);
+  slot->wait_us = waited_us;
+  Batch batch = split.pool->make_batch(slot);
+
+  SplitStats& stats = split.stats;
+  ++stats.batches;
+  if (waited_us > 0) ++stats.waits;
+  stats.total_wait_us += waited_us;
+  stats.max_wait_us = std::max(stats.max_wait_us, waited_us);
+  s.on_consumed(split, *slot);
+  return batch;
+}
+
+std::string Loader::save_state() const {
+  ResumeState state;
+  state.fingerprint = impl_->fingerprint;
+  for (const auto& [name, split] : impl_->splits) {
+    SplitPosition pos;
+    pos.step = split.consumed;
+    const std::uint64_t per_epoch = split.sampler->batches_per_epoch();
+    pos.epoch = per_epoch == 0 ? 0 : split.consumed / per_epoch;
+    pos.batch_in_epoch = per_epoch == 0 ? split.consumed : split.consumed % per_epoch;
+    state.splits[name] = pos;
+  }
+  return serialize_resume_state(state);
+}
+
+void Loader::load_state(std::string_view text) {
+  Impl& s = *impl_;
+  const ResumeState state = parse_resume_state(text);
+  if (state.fingerprint != s.fingerprint) {
+    throw Error(ErrorKind::state,
+                "resume state belongs to another dataset or sampling config (state fingerprint " + state.fingerprint +
+                    ", this loader " + s.fingerprint +
+                    "); the order depends on the dataset content, batch_size, world_size, batch_sampling_mode, "
+                    "epoch_seed, epoch_shuffle, epoch_drop_last and episode_min_tokens");
+  }
+  for (const auto& [name, pos] : state.splits) {
+    if (!s.splits.contains(name)) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
+  }
+  std::lock_guard lock(s.pipelines_mutex);
+  for (auto& [name, split] : s.splits) {
+    split.pipeline.reset();  // stops and waits; restarted at the restored step on next get_batch
+    split.pool.reset();      // batches still held keep their own reference
+    const auto it = state.splits.find(name);
+    split.consumed = it == state.splits.end() ? 0 : it->second.step;
+  }
+}
+
+void Loader::stop() noexcept { impl_->stop_pipelines(); }
+
+const Config& Loader::config() const noexcept { return impl_->config; }
+
+bool Loader::has_split(std::string_view split) const noexcept { return impl_->splits.find(split) != impl_->splits.end(); }
+
+SplitInfo Loader::split_info(std::string_view name) const {
+  const Impl::Split& split = impl_->find(name);
+  SplitInfo info;
+  info.name = split.name;
+  info.episodes = split.data.num_episodes();
+  info.kept_episodes = split.sampler->kept().size();
+  info.tokens = split.data.total_tokens();
+  info.shards = split.data.shards().size();
+  info.mask = split.mask;
+  info.batches_per_epoch = split.sampler->batches_per_epoch();
+  return info;
+}
+
+SplitStats Loader::split_stats(std::string_view name) const { return impl_->find(name).stats; }
+
+std::string Loader::fingerprint() const { return impl_->fingerprint; }
+
+}  // namespace tokenfeed

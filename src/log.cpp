@@ -1,0 +1,47 @@
+#include "tokenfeed/log.hpp"
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace tokenfeed {
+namespace {
+
+void write_to_stderr(LogLevel, std::string_view line) {
+  std::string text(line);
+  text.push_back('\n');
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+std::mutex& handler_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Held by shared_ptr so a handler being replaced can finish a call already under way.
+std::shared_ptr<const LogHandler>& current_handler() {
+  static std::shared_ptr<const LogHandler> h = std::make_shared<const LogHandler>(write_to_stderr);
+  return h;
+}
+
+}  // namespace
+
+LogHandler set_log_handler(LogHandler handler) {
+  auto next = std::make_shared<const LogHandler>(std::move(handler));
+  std::lock_guard lock(handler_mutex());
+  LogHandler previous = *current_handler();
+  current_handler() = std::move(next);
+  return previous;
+}
+
+void log_line(LogLevel level, std::string_view line) {
+  std::shared_ptr<const LogHandler> h;
+  {
+    std::lock_guard lock(handler_mutex());
+    h = current_handler();
+  }
+  if (h && *h) (*h)(level, line);
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,110 @@
+#include "npy.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <regex>
+
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    text += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) text += ",";
+    if (i + 1 < shape.size()) text += " ";
+  }
+  return text + ")";
+}
+
+std::size_t descr_size(const std::string& descr) { return static_cast<std::size_t>(std::stoul(descr.substr(2))); }
+
+}  // namespace
+
+NpyWriter::NpyWriter(const std::filesystem::path& path, std::string descr, std::vector<std::uint64_t> shape)
+    : path_(path) {
+  expected_bytes_ = descr_size(descr);
+  for (const std::uint64_t d : shape) expected_bytes_ *= d;
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a
+  // multiple of 64 bytes and ended by a newline, as numpy writes it.
+  const std::size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr) throw Error(ErrorKind::io, "cannot create '" + path.string() + "': " + std::strerror(errno));
+  const auto length = static_cast<std::uint16_t>(header.size());
+  const unsigned char preamble[4] = {1, 0, static_cast<unsigned char>(length & 0xff),
+                                     static_cast<unsigned char>(length >> 8)};
+  if (std::fwrite(kMagic, 1, 6, file_) != 6 || std::fwrite(preamble, 1, 4, file_) != 4 ||
+      std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
+    throw Error(ErrorKind::io, "cannot write '" + path.string() + "': " + std::strerror(errno));
+  }
+}
+
+NpyWriter::~NpyWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void NpyWriter::append(std::span<const std::byte> bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
+    throw Error(ErrorKind::io, "cannot write '" + path_.string() + "': " + std::strerror(errno));
+  }
+  written_bytes_ += bytes.size();
+}
+
+void NpyWriter::finish() {
+  if (file_ == nullptr) return;
+  const int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0) throw Error(ErrorKind::io, "cannot close '" + path_.string() + "': " + std::strerror(errno));
+  if (written_bytes_ != expected_bytes_) {
+    throw Error(ErrorKind::io, "'" + path_.string() + "': wrote " + std::to_string(written_bytes_) +
+                                   " bytes of data, expected " + std::to_string(expected_bytes_));
+  }
+}
+
+NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& file) {
+  const auto fail = [&](const std::string& what) -> void { throw Error(ErrorKind::format, "'" + file + "': " + what); };
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0) fail("not a .npy file (bad magic)");
+  const auto major = static_cast<unsigned>(bytes[6]);
+  std::size_t header_len = 0;
+  std::size_t prefix = 0;
+  if (major == 1) {
+    header_len = static_cast<std::size_t>(bytes[8]) | (static_cast<std::size_t>(bytes[9]) << 8);
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) fail("truncated .npy header");
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<std::size_t>(bytes[8 + static_cast<std::size_t>(i)]);
+    prefix = 12;
+  } else {
+    fail("unsupported .npy version " + std::to_string(major));
+  }
+  if (bytes.size() < prefix + header_len) fail("truncated .npy header");
+  const std::string header(reinterpret_cast<const char*>(bytes.data()) + prefix, header_len);
+
+  NpyHeader result;
+  result.data_offset = prefix + header_len;
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')"))) fail("header lacks 'descr'");
+  result.descr = m[1];
+  if (!std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*(True|False))"))) {
+    fail("header lacks 'fortran_order'");
+  }
+  result.fortran_order = m[1] == "True";
+  if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))"))) fail("header lacks 'shape'");
+  const std::string dims = m[1];
+  const std::regex number(R"(\d+)");
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number); it != std::sregex_iterator(); ++it) {
+    result.shape.push_back(std::stoull(it->str()));
+  }
+  return result;
+}
+
+}  // namespace tokenfeed

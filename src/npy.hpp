@@ -1,0 +1,49 @@
+// NPY (numpy's array file format, version 1.0): writing C-order little-endian arrays, and
+// reading an array's header (dtype, shape, order, where the data starts).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tokenfeed {
+
+// Streams an array of known shape to a .npy file, in chunks. Throws Error(io).
+class NpyWriter {
+ public:
+  // `descr` is numpy's dtype string: "<i8", "<f4", "<i4", ...
+  NpyWriter(const std::filesystem::path& path, std::string descr, std::vector<std::uint64_t> shape);
+  ~NpyWriter();
+  NpyWriter(const NpyWriter&) = delete;
+  NpyWriter& operator=(const NpyWriter&) = delete;
+
+  void append(std::span<const std::byte> bytes);
+  template <typename T>
+  void append(std::span<const T> values) {
+    append(std::as_bytes(values));
+  }
+  // Checks that exactly the announced number of bytes was written, and closes.
+  void finish();
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t expected_bytes_ = 0;
+  std::uint64_t written_bytes_ = 0;
+};
+
+struct NpyHeader {
+  std::string descr;                // e.g. "<u2"
+  bool fortran_order = false;
+  std::vector<std::uint64_t> shape;
+  std::size_t data_offset = 0;      // bytes from the start of the file
+};
+
+// Parses the header at the start of `bytes` (a mapped .npy file). Throws Error(format)
+// naming `file` when the magic, version or header dictionary is invalid.
+NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& file);
+
+}  // namespace tokenfeed

@@ -1,0 +1,32 @@
+// ResumeState: the loader's position, serialized as a small JSON text:
+//
+//   {"format": "tokenfeed-state", "version": 1, "fingerprint": "9c0f...",
+//    "splits": {"train": {"step": 1200, "epoch": 3, "batch_in_epoch": 17}}}
+//
+// `step` (batches the trainer consumed) is what restores; epoch and batch_in_epoch are
+// there for people reading the file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace tokenfeed {
+
+struct SplitPosition {
+  std::uint64_t step = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t batch_in_epoch = 0;
+};
+
+struct ResumeState {
+  std::string fingerprint;
+  std::map<std::string, SplitPosition> splits;
+};
+
+std::string serialize_resume_state(const ResumeState& state);
+// Throws Error(state) naming the field when the text is not a valid state.
+ResumeState parse_resume_state(std::string_view text);
+
+}  // namespace tokenfeed

@@ -1,0 +1,158 @@
+// The XML config: keys, defaults, inheritance, and an error naming the key for every
+// kind of bad input.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "test_support.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+
+using namespace tokenfeed;
+using tokenfeed::test::TempDir;
+using tokenfeed::test::write_text;
+
+namespace {
+
+// The message of the Error that `f` throws (fails the test when it throws nothing).
+template <typename F>
+std::string error_of(F&& f, ErrorKind expected_kind = ErrorKind::config) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.kind() == expected_kind);
+    return e.what();
+  }
+  FAIL("expected an Error");
+  return {};
+}
+
+Config parse(const std::string& body) { return parse_config_xml("<training>" + body + "</training>", "/base"); }
+
+}  // namespace
+
+TEST_CASE("config: defaults, every key, and <training> as root or child") {
+  const Config d = parse("<dataset_dir>/data</dataset_dir><batch_size>8</batch_size><block_size>16</block_size>");
+  CHECK(d.dataset_dir == "/data");
+  CHECK(d.batch_size == 8);
+  CHECK(d.block_size == 16);
+  CHECK(d.dataset_mode == DatasetMode::auto_detect);
+  CHECK_FALSE(d.use_loss_mask);
+  CHECK_FALSE(d.batch_sampling_mode.has_value());
+  CHECK(d.epoch_shuffle);
+  CHECK(d.epoch_drop_last);
+  CHECK(d.epoch_seed == 1337);
+  CHECK_FALSE(d.pad_token_id.has_value());
+  CHECK(d.episode_min_tokens == 2);
+  CHECK(d.rank == 0);
+  CHECK(d.world_size == 1);
+  CHECK(d.audit_log_dir == "logs/audit");
+
+  const Config c = parse_config_xml(R"(<config><model/><training>
+      <!-- a comment -->
+      <dataset_dir> rel/data </dataset_dir><dataset_mode>sft_episode</dataset_mode>
+      <batch_size>4</batch_size><block_size>32</block_size><use_loss_mask>true</use_loss_mask>
+      <batch_sampling_mode>random</batch_sampling_mode><epoch_shuffle>false</epoch_shuffle>
+      <epoch_drop_last>0</epoch_drop_last><epoch_seed>7</epoch_seed><pad_token_id>50256</pad_token_id>
+      <episode_min_tokens>3</episode_min_tokens><token_dtype>uint32</token_dtype><mask_dtype>float32</mask_dtype>
+      <prefetch_depth>16</prefetch_depth><decode_threads>3</decode_threads><rank>1</rank><world_size>2</world_size>
+      <audit_log_dir></audit_log_dir></training></config>)",
+                                    "/base/dir");
+  CHECK(c.dataset_dir == "/base/dir/rel/data");
+  CHECK(c.dataset_mode == DatasetMode::sft_episode);
+  CHECK(c.use_loss_mask);
+  CHECK(c.batch_sampling_mode == SamplingMode::random);
+  CHECK_FALSE(c.epoch_shuffle);
+  CHECK_FALSE(c.epoch_drop_last);
+  CHECK(c.epoch_seed == 7);
+  CHECK(c.pad_token_id == 50256);
+  CHECK(c.episode_min_tokens == 3);
+  CHECK(c.token_dtype == TokenDtype::uint32);
+  CHECK(c.mask_dtype == MaskDtype::float32);
+  CHECK(c.prefetch_depth == 16);
+  CHECK(c.decode_threads == 3);
+  CHECK(c.rank == 1);
+  CHECK(c.world_size == 2);
+  CHECK(c.audit_log_dir.empty());
+  CHECK_NOTHROW(validate_config(c));
+}
+
+TEST_CASE("config: errors name the key and the problem") {
+  CHECK(error_of([] { parse("<batch_size>abc</batch_size>"); }).find("'batch_size': expected an integer") != std::string::npos);
+  CHECK(error_of([] { parse("<batch_size>8x</batch_size>"); }).find("batch_size") != std::string::npos);
+  CHECK(error_of([] { parse("<epoch_shuffle>yes</epoch_shuffle>"); }).find("'epoch_shuffle': expected true or false") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<dataset_mode>packed</dataset_mode>"); }).find("'dataset_mode': unknown value 'packed'") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<batch_sampling_mode>shuffle</batch_sampling_mode>"); }).find("batch_sampling_mode") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<token_dtype>int8</token_dtype>"); }).find("token_dtype") != std::string::npos);
+  CHECK(error_of([] { parse("<batchsize>8</batchsize>"); }).find("unknown config key 'batchsize'") != std::string::npos);
+  CHECK(error_of([] { parse("<batch_size>8</batch_size><batch_size>9</batch_size>"); }).find("given twice") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<batch_size><x/></batch_size>"); }).find("batch_size") != std::string::npos);
+  const std::string malformed = error_of([] { parse_config_xml("<training><batch_size>8</batch_size>", "/"); });
+  CHECK(malformed.find("malformed XML at offset") != std::string::npos);
+  CHECK(error_of([] { parse_config_xml("<config><model/></config>", "/"); }).find("no <training> element") !=
+        std::string::npos);
+  CHECK(error_of([] { parse_config_xml("<training foo=\"1\"/>", "/"); }).find("unknown attribute 'foo'") !=
+        std::string::npos);
+}
+
+TEST_CASE("config: validation of ranges names the key") {
+  Config c;
+  c.dataset_dir = "/d";
+  c.batch_size = 8;
+  c.block_size = 16;
+  CHECK_NOTHROW(validate_config(c));
+  const auto with = [&](auto change) {
+    Config copy = c;
+    change(copy);
+    return error_of([&] { validate_config(copy); });
+  };
+  CHECK(with([](Config& x) { x.batch_size = 0; }).find("'batch_size' is required") != std::string::npos);
+  CHECK(with([](Config& x) { x.block_size = -4; }).find("'block_size' must be > 0, got -4") != std::string::npos);
+  CHECK(with([](Config& x) { x.dataset_dir.clear(); }).find("dataset_dir") != std::string::npos);
+  CHECK(with([](Config& x) { x.episode_min_tokens = 1; }).find("episode_min_tokens") != std::string::npos);
+  CHECK(with([](Config& x) { x.epoch_seed = 1LL << 32; }).find("epoch_seed") != std::string::npos);
+  CHECK(with([](Config& x) { x.prefetch_depth = 0; }).find("prefetch_depth") != std::string::npos);
+  CHECK(with([](Config& x) { x.decode_threads = -1; }).find("decode_threads") != std::string::npos);
+  CHECK(with([](Config& x) { x.world_size = 0; }).find("world_size") != std::string::npos);
+  CHECK(with([](Config& x) { x.rank = 2; x.world_size = 2; }).find("'rank'") != std::string::npos);
+  CHECK(with([](Config& x) { x.pad_token_id = -1; }).find("pad_token_id") != std::string::npos);
+}
+
+TEST_CASE("config: inherits overrides base keys, resolves paths per file, rejects cycles and missing files") {
+  TempDir dir;
+  write_text(dir / "base/base.xml",
+             "<training><dataset_dir>data</dataset_dir><batch_size>8</batch_size><block_size>64</block_size>"
+             "<epoch_seed>1</epoch_seed></training>");
+  write_text(dir / "exp/exp.xml", "<training inherits=\"../base/base.xml\"><epoch_seed>42</epoch_seed></training>");
+  const Config c = load_config_file(dir / "exp/exp.xml");
+  CHECK(c.epoch_seed == 42);
+  CHECK(c.batch_size == 8);
+  CHECK(c.dataset_dir == (dir.path() / "base/data").lexically_normal());
+
+  write_text(dir / "a.xml", "<training inherits=\"b.xml\"/>");
+  write_text(dir / "b.xml", "<training inherits=\"a.xml\"/>");
+  CHECK(error_of([&] { load_config_file(dir / "a.xml"); }).find("cycle") != std::string::npos);
+  write_text(dir / "c.xml", "<training inherits=\"missing.xml\"/>");
+  CHECK(error_of([&] { load_config_file(dir / "c.xml"); }).find("missing.xml") != std::string::npos);
+  CHECK(error_of([&] { load_config_file(dir / "nope.xml"); }, ErrorKind::io).find("nope.xml") != std::string::npos);
+  write_text(dir / "bad.xml", "<training><batch_size>1</batch_size>");
+  CHECK(error_of([&] { load_config_file(dir / "bad.xml"); }).find("bad.xml") != std::string::npos);
+}
+
+TEST_CASE("config: set_config_value and config_entries round trip") {
+  Config c;
+  set_config_value(c, "batch_size", "12");
+  set_config_value(c, "use_loss_mask", "true");
+  CHECK(c.batch_size == 12);
+  CHECK(c.use_loss_mask);
+  CHECK_THROWS_AS(set_config_value(c, "nope", "1"), Error);
+  Config copy;
+  for (const auto& [key, value] : config_entries(c)) {
+    if (!value.empty()) set_config_value(copy, key, value);
+  }
+  CHECK(config_entries(copy) == config_entries(c));
+}

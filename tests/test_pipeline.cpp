@@ -1,0 +1,143 @@
+// The split pipeline on its own, with fake sources: order under parallel decode, failures
+// in a decode stage reaching pop(), stop() waking a blocked consumer, prompt shutdown, and
+// a start/stop stress test with random consumer delays (run under ThreadSanitizer in CI).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "split_pipeline.hpp"
+#include "test_support.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+
+using namespace tokenfeed;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Fills every cell of batch k with k; optionally sleeps, jitters, or fails at one step.
+class FakeSource final : public BatchSource {
+ public:
+  std::uint64_t fail_at = UINT64_MAX;
+  std::chrono::microseconds delay{0};
+  bool jitter = false;
+
+  BatchPlan plan(std::uint64_t step) const override {
+    BatchPlan p;
+    p.step = step;
+    p.batch_in_epoch = step;
+    return p;
+  }
+  void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override {
+    if (plan.step == fail_at) throw std::runtime_error("tokens.bin vanished at step " + std::to_string(plan.step));
+    auto d = delay;
+    if (jitter) d = std::chrono::microseconds((plan.step * 7919) % 300);  // later steps may finish first
+    if (d.count() > 0) std::this_thread::sleep_for(d);
+    std::fill(slot.x.begin(), slot.x.end(), static_cast<std::int64_t>(plan.step));
+    slot.step = plan.step;
+  }
+};
+
+std::shared_ptr<detail::BatchPool> make_pool(std::size_t depth) {
+  return std::make_shared<detail::BatchPool>(depth + Loader::kMaxHeldBatches, detail::BatchShape{2, 3, false}, "train");
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: parallel decode delivers batches in step order" * doctest::timeout(60)) {
+  FakeSource source;
+  source.jitter = true;
+  for (const std::size_t threads : {1u, 2u, 4u}) {
+    auto pool = make_pool(6);
+    SplitPipeline pipeline(source, pool, {6, threads, 10});
+    for (std::uint64_t step = 10; step < 60; ++step) {
+      double waited = 0;
+      detail::BatchSlot* slot = pipeline.pop(waited);
+      CHECK(slot->step == step);
+      CHECK(slot->x[5] == static_cast<std::int64_t>(step));
+      pool->release(slot);
+    }
+  }
+}
+
+TEST_CASE("pipeline: a decode failure reaches pop() in order with its original message" * doctest::timeout(60)) {
+  FakeSource source;
+  source.fail_at = 3;
+  auto pool = make_pool(4);
+  SplitPipeline pipeline(source, pool, {4, 2, 0});
+  double waited = 0;
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    detail::BatchSlot* slot = pipeline.pop(waited);
+    CHECK(slot->step == step);
+    pool->release(slot);
+  }
+  CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 3", std::runtime_error);
+  CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 3", std::runtime_error);
+}
+
+TEST_CASE("pipeline: stop() wakes a consumer blocked on an empty ring; shutdown is prompt" * doctest::timeout(60)) {
+  FakeSource source;
+  source.delay = 200ms;  // every batch is slow: the consumer blocks
+  auto pool = make_pool(2);
+  auto pipeline = std::make_unique<SplitPipeline>(source, pool, SplitPipeline::Options{2, 2, 0});
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(30ms);
+    pipeline->stop();
+  });
+  const auto start = Clock::now();
+  double waited = 0;
+  CHECK_THROWS_AS(pipeline->pop(waited), Error);
+  stopper.join();
+  CHECK(Clock::now() - start < 150ms);
+  const auto destroy_start = Clock::now();
+  pipeline.reset();  // waits only for decodes already running (one batch), not for the queue
+  CHECK(Clock::now() - destroy_start < 1s);
+}
+
+TEST_CASE("pipeline: get_batch records its wait; a waiting consumer sleeps rather than spins" * doctest::timeout(60)) {
+  FakeSource source;
+  source.delay = 20ms;
+  auto pool = make_pool(1);
+  SplitPipeline pipeline(source, pool, {1, 1, 0});
+  double waited = 0;
+  const std::clock_t cpu_start = std::clock();
+  for (int i = 0; i < 5; ++i) pool->release(pipeline.pop(waited));
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  CHECK(waited > 1000);         // the last pop waited for a 20 ms decode
+  CHECK(cpu_seconds < 0.08);    // ~100 ms of waiting burned well under a core
+}
+
+TEST_CASE("loader stress: start and stop loaders many times with random consumer delays" * doctest::timeout(180)) {
+  test::TempDir dir;
+  test::write_split(dir.path(), "train", test::numbered_episodes(64, {5, 40, 12, 70}), TokenDtype::uint16, true, 2);
+  test::write_split(dir.path(), "val", test::numbered_episodes(16, {9, 33}));
+  std::mt19937 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    Config c = test::make_config(dir.path(), 1 + static_cast<std::int64_t>(rng() % 4), 32);
+    c.use_loss_mask = true;
+    c.decode_threads = 1 + static_cast<std::int64_t>(rng() % 4);
+    c.prefetch_depth = 1 + static_cast<std::int64_t>(rng() % 8);
+    c.batch_sampling_mode = rng() % 2 ? SamplingMode::epoch : SamplingMode::random;
+    Loader loader(c);
+    const int batches = static_cast<int>(rng() % 12);
+    for (int i = 0; i < batches; ++i) {
+      Batch b = loader.get_batch(rng() % 3 == 0 ? "val" : "train");
+      CHECK(b.rows() == static_cast<std::size_t>(c.batch_size));
+      if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+    if (round % 3 == 0) {
+      // Stop from another thread while the trainer may be blocked.
+      std::thread stopper([&] { loader.stop(); });
+      try {
+        for (int i = 0; i < 4; ++i) loader.get_batch();
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::usage);
+      }
+      stopper.join();
+    }
+  }
+}

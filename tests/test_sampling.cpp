@@ -1,0 +1,180 @@
+// Sampling order: numpy-identical epoch permutations, epoch coverage, rank slicing, and
+// the random mode's determinism and uniformity.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "episode_sampler.hpp"
+#include "numpy_random.hpp"
+#include "tokenfeed/error.hpp"
+
+using namespace tokenfeed;
+
+TEST_CASE("numpy_permutation matches np.random.RandomState(seed).permutation(n) bit for bit") {
+  std::ifstream in(std::string(TOKENFEED_TEST_DATA_DIR) + "/numpy_permutations.txt");
+  REQUIRE(in);
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::uint64_t seed = 0, n = 0;
+    fields >> seed >> n;
+    std::vector<std::uint64_t> expected(n);
+    for (auto& v : expected) fields >> v;
+    CAPTURE(seed);
+    CAPTURE(n);
+    CHECK(numpy_permutation(static_cast<std::uint32_t>(seed), n) == expected);
+    ++cases;
+  }
+  CHECK(cases >= 10);
+}
+
+namespace {
+
+EpisodeSampler::Settings settings(SamplingMode mode, std::uint64_t batch, bool drop_last = true,
+                                  std::uint64_t world = 1, std::uint64_t rank = 0) {
+  EpisodeSampler::Settings s;
+  s.mode = mode;
+  s.batch_size = batch;
+  s.drop_last = drop_last;
+  s.world_size = world;
+  s.rank = rank;
+  s.seed = 42;
+  s.split = "train";
+  return s;
+}
+
+std::vector<std::int64_t> batch_ids(const EpisodeSampler& sampler, std::uint64_t step) {
+  const BatchPlan plan = sampler.plan(step);
+  std::vector<std::int64_t> ids;
+  for (std::uint64_t r = 0; r < sampler.settings().batch_size; ++r) ids.push_back(sampler.row_episode(plan, r));
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("epoch order is kept[permutation(epoch_seed + epoch)] and advances per epoch") {
+  std::vector<std::uint64_t> kept = {3, 4, 7, 9, 10, 11, 15, 20, 21, 30};  // as if some were filtered out
+  EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 2));
+  CHECK(sampler.batches_per_epoch() == 5);
+  for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
+    const auto perm = numpy_permutation(static_cast<std::uint32_t>(42 + epoch), kept.size());
+    std::vector<std::int64_t> expected;
+    for (auto p : perm) expected.push_back(static_cast<std::int64_t>(kept[p]));
+    std::vector<std::int64_t> got;
+    for (std::uint64_t b = 0; b < 5; ++b) {
+      const auto ids = batch_ids(sampler, epoch * 5 + b);
+      got.insert(got.end(), ids.begin(), ids.end());
+      CHECK(sampler.plan(epoch * 5 + b).epoch == epoch);
+    }
+    CHECK(got == expected);
+  }
+}
+
+TEST_CASE("epoch_shuffle=false keeps the ascending kept order") {
+  auto s = settings(SamplingMode::epoch, 3);
+  s.shuffle = false;
+  EpisodeSampler sampler({0, 2, 5, 6, 8, 9}, s);
+  CHECK(batch_ids(sampler, 0) == std::vector<std::int64_t>{0, 2, 5});
+  CHECK(batch_ids(sampler, 1) == std::vector<std::int64_t>{6, 8, 9});
+  CHECK(batch_ids(sampler, 2) == std::vector<std::int64_t>{0, 2, 5});
+}
+
+TEST_CASE("drop_last=true skips the remainder; drop_last=false fills the last batch and covers every id") {
+  std::vector<std::uint64_t> kept(23);
+  std::iota(kept.begin(), kept.end(), 0);
+  SUBCASE("drop_last") {
+    EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 5, true));
+    CHECK(sampler.batches_per_epoch() == 4);
+    std::set<std::int64_t> seen;
+    for (std::uint64_t b = 0; b < 4; ++b) {
+      for (auto id : batch_ids(sampler, b)) CHECK(seen.insert(id).second);
+      CHECK(sampler.real_rows(sampler.plan(b)) == 5);
+    }
+    CHECK(seen.size() == 20);
+    CHECK(sampler.plan(4).epoch == 1);
+  }
+  SUBCASE("no drop_last") {
+    EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 5, false));
+    CHECK(sampler.batches_per_epoch() == 5);
+    std::multiset<std::int64_t> seen;
+    for (std::uint64_t b = 0; b < 5; ++b) {
+      for (auto id : batch_ids(sampler, b)) seen.insert(id);
+    }
+    CHECK(seen.count(-1) == 2);
+    for (std::int64_t id = 0; id < 23; ++id) CHECK(seen.count(id) == 1);
+    CHECK(sampler.real_rows(sampler.plan(4)) == 3);
+    const auto last = batch_ids(sampler, 4);
+    CHECK(last[3] == -1);
+    CHECK(last[4] == -1);
+  }
+}
+
+TEST_CASE("ranks take consecutive slices of the global batch and together cover the epoch once") {
+  std::vector<std::uint64_t> kept(50);
+  std::iota(kept.begin(), kept.end(), 100);
+  for (const bool drop_last : {true, false}) {
+    CAPTURE(drop_last);
+    const std::uint64_t world = 3, batch = 4;
+    std::vector<std::unique_ptr<EpisodeSampler>> ranks;
+    for (std::uint64_t r = 0; r < world; ++r) {
+      ranks.push_back(std::make_unique<EpisodeSampler>(kept, settings(SamplingMode::epoch, batch, drop_last, world, r)));
+    }
+    EpisodeSampler single(kept, settings(SamplingMode::epoch, batch * world, drop_last));
+    const std::uint64_t per_epoch = ranks[0]->batches_per_epoch();
+    CHECK(per_epoch == single.batches_per_epoch());
+    CHECK(per_epoch == (drop_last ? 4u : 5u));
+    std::multiset<std::int64_t> seen;
+    for (std::uint64_t b = 0; b < per_epoch; ++b) {
+      std::vector<std::int64_t> global;
+      for (auto& rank : ranks) {
+        const auto ids = batch_ids(*rank, b);
+        global.insert(global.end(), ids.begin(), ids.end());
+      }
+      CHECK(global == batch_ids(single, b));  // the same as one rank with a batch of B x W
+      for (auto id : global) {
+        if (id >= 0) seen.insert(id);
+      }
+    }
+    CHECK(seen.size() == (drop_last ? 48u : 50u));
+    CHECK(std::set<std::int64_t>(seen.begin(), seen.end()).size() == seen.size());
+  }
+}
+
+TEST_CASE("epoch mode with fewer kept episodes than a global batch and drop_last is a config error") {
+  CHECK_THROWS_AS(EpisodeSampler({1, 2, 3}, settings(SamplingMode::epoch, 4, true)), Error);
+  CHECK_NOTHROW(EpisodeSampler({1, 2, 3}, settings(SamplingMode::epoch, 4, false)));
+}
+
+TEST_CASE("random mode: batch k is a pure function of (seed, split, rank, k), in range and uniform") {
+  std::vector<std::uint64_t> kept(10);
+  std::iota(kept.begin(), kept.end(), 50);
+  EpisodeSampler a(kept, settings(SamplingMode::random, 8));
+  EpisodeSampler b(kept, settings(SamplingMode::random, 8));
+  CHECK(batch_ids(a, 123) == batch_ids(b, 123));
+  CHECK(batch_ids(a, 0) != batch_ids(a, 1));
+  auto other_split = settings(SamplingMode::random, 8);
+  other_split.split = "val";
+  CHECK(batch_ids(EpisodeSampler(kept, other_split), 5) != batch_ids(a, 5));
+  CHECK(batch_ids(EpisodeSampler(kept, settings(SamplingMode::random, 8, true, 2, 1)), 5) != batch_ids(a, 5));
+
+  std::map<std::int64_t, int> counts;
+  const int steps = 2500;  // 20000 draws over 10 ids: 2000 expected each
+  for (int k = 0; k < steps; ++k) {
+    for (auto id : batch_ids(a, static_cast<std::uint64_t>(k))) ++counts[id];
+  }
+  CHECK(counts.size() == 10);
+  double chi2 = 0;
+  for (const auto& [id, count] : counts) {
+    CHECK(id >= 50);
+    CHECK(id < 60);
+    chi2 += (count - 2000.0) * (count - 2000.0) / 2000.0;
+  }
+  CHECK(chi2 < 27.9);  // chi-square, 9 degrees of freedom, p = 0.001
+}

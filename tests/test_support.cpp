@@ -1,0 +1,88 @@
+#include "test_support.hpp"
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <unistd.h>
+
+#include "tokenfeed/dataset_writer.hpp"
+
+namespace tokenfeed::test {
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = std::filesystem::temp_directory_path() /
+          ("tokenfeed_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_split(const std::filesystem::path& dataset_dir, const std::string& split,
+                 const std::vector<TestEpisode>& episodes, TokenDtype dtype, bool with_mask, std::size_t shards) {
+  const std::size_t per_shard = (episodes.size() + shards - 1) / std::max<std::size_t>(shards, 1);
+  std::size_t next = 0;
+  for (std::size_t s = 0; s < shards; ++s) {
+    const std::filesystem::path dir = shards == 1 ? dataset_dir / split : dataset_dir / split;
+    EpisodeDatasetWriterOptions options{dtype, with_mask, 0};
+    // One writer per shard, each writing into its own shard_NNNNN directory.
+    const std::filesystem::path tmp = dataset_dir / (".tmp_" + split + "_" + std::to_string(s));
+    {
+      EpisodeDatasetWriter writer(tmp, options);
+      for (std::size_t i = 0; i < per_shard && next < episodes.size(); ++i, ++next) {
+        const TestEpisode& e = episodes[next];
+        std::vector<std::uint8_t> mask = e.mask;
+        if (mask.empty()) mask.assign(e.tokens.size(), 1);
+        writer.add(e.tokens, mask);
+      }
+      writer.finish();
+    }
+    char name[32];
+    std::snprintf(name, sizeof name, "shard_%05zu", s);
+    std::filesystem::create_directories(dir);
+    std::filesystem::rename(tmp / "shard_00000", dir / name);
+    std::filesystem::remove_all(tmp);
+  }
+}
+
+std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<std::size_t>& lengths) {
+  std::vector<TestEpisode> episodes(count);
+  for (std::size_t id = 0; id < count; ++id) {
+    const std::size_t n = lengths[id % lengths.size()];
+    for (std::size_t p = 0; p < n; ++p) {
+      episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
+      episodes[id].mask.push_back(static_cast<std::uint8_t>(p % 2));
+    }
+  }
+  return episodes;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_size, std::int64_t block_size) {
+  Config c;
+  c.dataset_dir = dataset_dir;
+  c.batch_size = batch_size;
+  c.block_size = block_size;
+  c.pad_token_id = 0;
+  c.audit_log_dir.clear();
+  c.decode_threads = 2;
+  c.prefetch_depth = 4;
+  return c;
+}
+
+std::vector<char> read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace tokenfeed::test

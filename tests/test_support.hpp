@@ -1,0 +1,52 @@
+// Helpers shared by the tests: temporary directories, tiny datasets, config builders.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed::test {
+
+// A fresh directory under the system temp dir, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const noexcept { return path_; }
+  std::filesystem::path operator/(const std::string& child) const { return path_ / child; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct TestEpisode {
+  std::vector<std::uint32_t> tokens;
+  std::vector<std::uint8_t> mask;  // empty: all ones when the split has masks
+};
+
+// Writes `episodes` as a split under dataset_dir/split, in `shards` shards (episodes
+// spread evenly, in order), with mask.bin when `with_mask`.
+void write_split(const std::filesystem::path& dataset_dir, const std::string& split,
+                 const std::vector<TestEpisode>& episodes, TokenDtype dtype = TokenDtype::uint16,
+                 bool with_mask = true, std::size_t shards = 1);
+
+// Episodes whose tokens encode (episode id, position): token = 1000 * id + position + 1,
+// so a row can be traced back; lengths cycle through `lengths`; mask = position parity.
+std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<std::size_t>& lengths);
+
+// Writes a dataset_metadata.json with the given JSON body.
+void write_text(const std::filesystem::path& path, const std::string& text);
+
+// A config for dataset_dir with the audit log off and a fixed pad id.
+Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_size, std::int64_t block_size);
+
+// Reads a whole file as bytes.
+std::vector<char> read_bytes(const std::filesystem::path& path);
+
+}  // namespace tokenfeed::test

@@ -1,0 +1,99 @@
+// `tokenfeed dump`: writes the next N batches of a split as .npy files, optionally
+// restoring a resume state first and saving one after.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "npy.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+
+namespace tokenfeed::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DumpOptions {
+  std::string config;
+  std::string split = "train";
+  long batches = 1;
+  std::string out;
+  std::string load_state;
+  std::string save_state;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot open state file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text << '\n';
+  out.close();
+  if (!out) throw Error(ErrorKind::io, "cannot write state file '" + path + "'");
+}
+
+void dump(const DumpOptions& o) {
+  Loader loader(load_config_file(o.config));
+  if (!o.load_state.empty()) loader.load_state(read_file(o.load_state));
+  const Config& c = loader.config();
+  if (!loader.has_split(o.split)) loader.split_info(o.split);  // throws the standard error
+
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create output directory '" + o.out + "': " + ec.message());
+  const auto n = static_cast<std::uint64_t>(o.batches);
+  const auto rows = static_cast<std::uint64_t>(c.batch_size);
+  const auto cols = static_cast<std::uint64_t>(c.block_size);
+  const bool mask = loader.split_info(o.split).mask;
+
+  NpyWriter x(fs::path(o.out) / "x.npy", "<i8", {n * rows, cols});
+  NpyWriter y(fs::path(o.out) / "y.npy", "<i8", {n * rows, cols});
+  std::optional<NpyWriter> m;
+  if (mask) m.emplace(fs::path(o.out) / "mask.npy", "<f4", std::vector<std::uint64_t>{n * rows, cols});
+  NpyWriter ids(fs::path(o.out) / "episode_ids.npy", "<i8", {n, rows});
+  for (std::uint64_t i = 0; i < n; ++i) {
+    Batch b = loader.get_batch(o.split);
+    x.append(b.x());
+    y.append(b.y());
+    if (m) m->append(b.mask());
+    ids.append(b.episode_ids());
+  }
+  x.finish();
+  y.finish();
+  if (m) m->finish();
+  ids.finish();
+  if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
+  std::printf("wrote %llu batches of %s (%llu x %llu%s) to %s\n", static_cast<unsigned long long>(n), o.split.c_str(),
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols), mask ? ", with mask" : "",
+              o.out.c_str());
+}
+
+}  // namespace
+
+void add_dump_command(CLI::App& app) {
+  auto options = std::make_shared<DumpOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "dump", "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy");
+  cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
+  cmd->add_option("--batches", options->batches, "Number of batches")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--out", options->out, "Output directory (created if needed)")->required();
+  cmd->add_option("--load-state", options->load_state, "Restore this resume state before the first batch")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--save-state", options->save_state, "Save the resume state after the N batches");
+  cmd->callback([options] { dump(*options); });
+}
+
+}  // namespace tokenfeed::cli

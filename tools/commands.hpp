@@ -1,0 +1,16 @@
+// The subcommands of the `tokenfeed` command, each defined in its own cmd_*.cpp.
+// Each function adds its subcommand (options and callback) to the application.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tokenfeed::cli {
+
+void add_run_command(CLI::App& app);      // cmd_run.cpp: stream batches, print what and how fast
+void add_dump_command(CLI::App& app);     // cmd_dump.cpp: write the next N batches as .npy
+void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and validate a dataset
+void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
+
+}  // namespace tokenfeed::cli
