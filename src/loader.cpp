@@ -99,7 +99,9 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     }
   }
   if (config.decode_threads == 0) {
-    config.decode_threads = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
+    // One hardware thread is the trainer's; TBB's workers get the rest.
+    config.decode_threads =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
   }
 
   const fs::path train_dir = config.dataset_dir / "train";

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include <boost/lockfree/spsc_queue.hpp>
@@ -29,20 +31,40 @@ struct SplitPipeline::Impl {
   Options options;
 
   boost::lockfree::spsc_queue<BatchSlot*> ring;
+
+  // Plans travel from the sampler to the decode stage through this queue, not inside the
+  // graph's messages (which are empty tokens): TBB copies messages into tasks inside
+  // libtbb, where TSan cannot see the ordering, so our data never rides in them. Which
+  // decode task takes which plan does not matter: the sequencer restores step order.
+  // Bounded: at most prefetch_depth plans are in flight, plus one the sampler made
+  // while the limiter was full.
+  std::mutex plans_mutex;
+  std::vector<BatchPlan> plans;      // GUARDED_BY(plans_mutex); a circular buffer
+  std::size_t plans_head = 0;        // GUARDED_BY(plans_mutex)
+  std::size_t plans_count = 0;       // GUARDED_BY(plans_mutex)
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
   // Bumped after every push into the ring and on stop; pop() sleeps on it.
   std::atomic<std::uint32_t> signal{0};
+  // Bumped (release) as each node body returns; read (acquire) after wait_for_all, so
+  // that everything our bodies did happens-before the teardown, visibly to TSan.
+  std::atomic<std::uint64_t> bodies_done{0};
+
+  // Marks the end of a node body (all its accesses) for the teardown; see bodies_done.
+  struct BodyScope {
+    Impl& impl;
+    ~BodyScope() { impl.bodies_done.fetch_add(1, std::memory_order_release); }
+  };
 
   // Consumer-side state (only touched by the thread calling pop()).
   std::exception_ptr delivered_error;
 
   tbb::task_arena arena;
   std::unique_ptr<flow::graph> graph;
-  std::unique_ptr<flow::input_node<BatchPlan>> sampler;
-  std::unique_ptr<flow::limiter_node<BatchPlan>> limiter;
-  std::unique_ptr<flow::function_node<BatchPlan, BatchSlot*>> decode;
+  std::unique_ptr<flow::input_node<flow::continue_msg>> sampler;
+  std::unique_ptr<flow::limiter_node<flow::continue_msg>> limiter;
+  std::unique_ptr<flow::function_node<flow::continue_msg, BatchSlot*>> decode;
   std::unique_ptr<flow::sequencer_node<BatchSlot*>> sequencer;
   std::unique_ptr<flow::function_node<BatchSlot*, flow::continue_msg>> collator;
 
@@ -51,27 +73,48 @@ struct SplitPipeline::Impl {
         pool(std::move(p)),
         options(o),
         ring(pool->size()),
+        plans(o.prefetch_depth + 2),
         next_step(o.start_step),
-        arena(static_cast<int>(o.threads) + 1, 0) {}
+        arena(static_cast<int>(o.threads), 0) {}
 
-  BatchPlan plan_next(tbb::flow_control& fc) {
+  void push_plan(BatchPlan plan) {
+    std::lock_guard lock(plans_mutex);
+    if (plans_count == plans.size()) std::terminate();  // the limiter bounds it; see above
+    plans[(plans_head + plans_count) % plans.size()] = std::move(plan);
+    ++plans_count;
+  }
+
+  BatchPlan pop_plan() {
+    std::lock_guard lock(plans_mutex);
+    if (plans_count == 0) std::terminate();  // every token is preceded by its plan
+    BatchPlan plan = std::move(plans[plans_head]);
+    plans_head = (plans_head + 1) % plans.size();
+    --plans_count;
+    return plan;
+  }
+
+  flow::continue_msg plan_next(tbb::flow_control& fc) {
+    const BodyScope scope{*this};
     if (stopping.load(std::memory_order_acquire) || failed.load(std::memory_order_acquire)) {
       fc.stop();
       return {};
     }
     const std::uint64_t step = next_step.fetch_add(1, std::memory_order_relaxed);
+    BatchPlan plan;
     try {
-      return source.plan(step);
+      plan = source.plan(step);
     } catch (...) {
       failed.store(true, std::memory_order_release);
-      BatchPlan failed_plan;
-      failed_plan.step = step;
-      failed_plan.error = std::current_exception();
-      return failed_plan;
+      plan.step = step;
+      plan.error = std::current_exception();
     }
+    push_plan(std::move(plan));
+    return {};
   }
 
-  BatchSlot* decode_one(const BatchPlan& plan) {
+  BatchSlot* decode_one() {
+    const BodyScope scope{*this};
+    const BatchPlan plan = pop_plan();
     BatchSlot* slot = pool->acquire();
     if (slot == nullptr) {
       // Cannot happen while the limiter and the held-batch cap hold; if it does, fail
@@ -95,6 +138,7 @@ struct SplitPipeline::Impl {
   }
 
   void collate(BatchSlot* slot) {
+    const BodyScope scope{*this};
     slot->observe();
     // Never fails: at most pool->size() slots exist and the ring holds that many.
     const bool pushed = ring.push(slot);
@@ -105,13 +149,16 @@ struct SplitPipeline::Impl {
 
   void build() {
     graph = std::make_unique<flow::graph>();
-    sampler = std::make_unique<flow::input_node<BatchPlan>>(
+    sampler = std::make_unique<flow::input_node<flow::continue_msg>>(
         *graph, [this](tbb::flow_control& fc) { return plan_next(fc); });
-    limiter = std::make_unique<flow::limiter_node<BatchPlan>>(*graph, options.prefetch_depth);
-    decode = std::make_unique<flow::function_node<BatchPlan, BatchSlot*>>(
-        *graph, options.threads, [this](const BatchPlan& plan) { return decode_one(plan); });
-    sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(
-        *graph, [](BatchSlot* const& slot) { return static_cast<std::size_t>(slot->sequence); });
+    limiter = std::make_unique<flow::limiter_node<flow::continue_msg>>(*graph, options.prefetch_depth);
+    decode = std::make_unique<flow::function_node<flow::continue_msg, BatchSlot*>>(
+        *graph, options.threads, [this](const flow::continue_msg&) { return decode_one(); });
+    sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(*graph, [this](BatchSlot* const& slot) {
+      const BodyScope scope{*this};
+      slot->observe();
+      return static_cast<std::size_t>(slot->sequence);
+    });
     collator = std::make_unique<flow::function_node<BatchSlot*, flow::continue_msg>>(
         *graph, flow::serial, [this](BatchSlot* slot) {
           collate(slot);
@@ -137,6 +184,7 @@ SplitPipeline::~SplitPipeline() {
     s.graph->cancel();
     s.graph->wait_for_all();
   });
+  (void)s.bodies_done.load(std::memory_order_acquire);
 }
 
 void SplitPipeline::stop() noexcept {

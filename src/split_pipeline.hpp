@@ -1,7 +1,8 @@
 // SplitPipeline: the background pipeline that keeps one split's ready batches ahead of
 // the trainer, as a oneTBB flow graph in its own task arena:
 //
-//   input_node (sampler: the only place the step counter advances)
+//   input_node (sampler: the only place the step counter advances; hands its plan to
+//               decode through our own queue, the message is an empty token)
 //     -> limiter_node (at most prefetch_depth batches in flight or ready)
 //     -> function_node decode (parallel, decode_threads; writes into pooled slots)
 //     -> sequencer_node (restores step order)
@@ -28,7 +29,7 @@ class SplitPipeline {
  public:
   struct Options {
     std::size_t prefetch_depth = 8;
-    std::size_t threads = 1;          // decode concurrency (and arena size)
+    std::size_t threads = 1;          // decode concurrency and arena size (TBB workers)
     std::uint64_t start_step = 0;     // the first batch produced
   };
 
