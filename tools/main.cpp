@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
 #include "tokenfeed/version.hpp"
 
 namespace {
@@ -32,6 +33,16 @@ int main(int argc, char** argv) {
   CLI::App app{"tokenfeed: fixed-shape training batches from pre-tokenized datasets, prepared ahead on background threads"};
   app.set_version_flag("--version", std::string("tokenfeed ") + tokenfeed::version());
   app.require_subcommand(1);
+  // Bad input: one line on stderr (CLI11's default adds a second line).
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("tokenfeed: error: ") + e.what() + " (see --help)\n";
+  });
+  // Progress lines go to stdout with the command's own output; stderr carries only
+  // warnings and the final error line.
+  tokenfeed::set_log_handler([](tokenfeed::LogLevel level, std::string_view line) {
+    std::FILE* out = level >= tokenfeed::LogLevel::warning ? stderr : stdout;
+    std::fprintf(out, "%.*s\n", static_cast<int>(line.size()), line.data());
+  });
   tokenfeed::cli::add_run_command(app);
   tokenfeed::cli::add_dump_command(app);
   tokenfeed::cli::add_inspect_command(app);
