@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The developer entry point: installs what is missing (Debian packages), builds, and runs.
+#
+#   ./dev.sh sample            build, then stream batches from the shipped sample dataset
+#   ./dev.sh test              build (warnings as errors) and run the whole test suite
+#   ./dev.sh sanitize thread   the suite under ThreadSanitizer (build-tsan/)
+#   ./dev.sh sanitize address  the suite under AddressSanitizer + UBSan (build-asan/)
+#   ./dev.sh deps              only install the build dependencies
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(cmake g++ ninja-build pkg-config python3
+          libtbb-dev libpugixml-dev libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev
+          libsentencepiece-dev sentencepiece zlib1g-dev)
+JOBS=${JOBS:-2}
+
+install_deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "dev.sh: installing ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# build DIR [cmake args...]
+build() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFEED_WARNINGS_AS_ERRORS=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_tests() {
+  local dir=$1
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 600
+}
+
+case "${1:-}" in
+  deps)
+    install_deps ;;
+  sample)
+    install_deps
+    build build
+    ./build/tools/tokenfeed run --config data/sample/sample.xml --batches "${BATCHES:-500}" ;;
+  test)
+    install_deps
+    build build
+    run_tests build ;;
+  sanitize)
+    install_deps
+    case "${2:-}" in
+      thread) build build-tsan -DTOKENFEED_SANITIZE=thread -DTOKENFEED_BUILD_PERF=OFF; run_tests build-tsan ;;
+      address) build build-asan -DTOKENFEED_SANITIZE=address -DTOKENFEED_BUILD_PERF=OFF; run_tests build-asan ;;
+      *) echo "usage: ./dev.sh sanitize thread|address" >&2; exit 2 ;;
+    esac ;;
+  *)
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2 ;;
+esac
