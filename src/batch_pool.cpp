@@ -16,6 +16,10 @@ BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split)
     slot->y.resize(cells);
     slot->episode_ids.resize(shape.rows);
     if (shape.with_mask) slot->mask.resize(cells);
+    if (shape.with_document_fields) {
+      slot->doc_ids.resize(cells);
+      slot->position_ids.resize(cells);
+    }
     free_.push_back(slot.get());
     slots_.push_back(std::move(slot));
   }
@@ -79,6 +83,12 @@ std::span<const float> Batch::mask() const noexcept { return slot_ ? std::span<c
 bool Batch::has_mask() const noexcept { return slot_ && !slot_->mask.empty(); }
 std::span<const std::int64_t> Batch::episode_ids() const noexcept {
   return slot_ ? std::span<const std::int64_t>(slot_->episode_ids) : std::span<const std::int64_t>();
+}
+std::span<const std::int32_t> Batch::doc_ids() const noexcept {
+  return slot_ ? std::span<const std::int32_t>(slot_->doc_ids) : std::span<const std::int32_t>();
+}
+std::span<const std::int32_t> Batch::position_ids() const noexcept {
+  return slot_ ? std::span<const std::int32_t>(slot_->position_ids) : std::span<const std::int32_t>();
 }
 double Batch::wait_us() const noexcept { return slot_ ? slot_->wait_us : 0.0; }
 

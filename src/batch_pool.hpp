@@ -24,12 +24,14 @@ struct BatchShape {
   std::size_t rows = 0;
   std::size_t cols = 0;
   bool with_mask = false;
+  bool with_document_fields = false;  // doc_ids and position_ids (document-aware token streams)
 };
 
 struct BatchSlot {
   // Buffers, sized once.
   std::vector<std::int64_t> x, y, episode_ids;
   std::vector<float> mask;  // empty when the mask is off
+  std::vector<std::int32_t> doc_ids, position_ids;  // empty unless document-aware
 
   // Bookkeeping written by the decode stage.
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)

@@ -118,6 +118,12 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::to_string(c.rank); }},
       {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_int("world_size", v); },
        [](const Config& c) { return std::to_string(c.world_size); }},
+      {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
+       [](const Config& c) { return std::string(c.document_aware ? "true" : "false"); }},
+      {"eos_token_id", [](Config& c, std::string_view v) { c.eos_token_id = parse_int("eos_token_id", v); },
+       [](const Config& c) { return optional_int_text(c.eos_token_id); }},
+      {"ignore_index", [](Config& c, std::string_view v) { c.ignore_index = parse_int("ignore_index", v); },
+       [](const Config& c) { return std::to_string(c.ignore_index); }},
       {"audit_log_dir", [](Config& c, std::string_view v) { c.audit_log_dir = std::string(trim(v)); },
        [](const Config& c) { return c.audit_log_dir.string(); }},
   };
@@ -270,6 +276,12 @@ void validate_config(const Config& c) {
   }
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id > 0xffffffffLL)) {
     config_error("config key 'pad_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.pad_token_id));
+  }
+  if (c.eos_token_id && (*c.eos_token_id < 0 || *c.eos_token_id > 0xffffffffLL)) {
+    config_error("config key 'eos_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.eos_token_id));
+  }
+  if (c.document_aware && c.dataset_mode == DatasetMode::sft_episode) {
+    config_error("config key 'document_aware' applies to dataset_mode=token_stream, not sft_episode");
   }
   if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size > (1LL << 31)) {
     config_error("config keys 'batch_size' x 'block_size' (" + std::to_string(c.batch_size) + " x " +

@@ -175,7 +175,6 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
       }
       hasher.add(span.start);
       hasher.add(span.length);
-      if (span.length >= options.episode_min_tokens) split.kept_.push_back(split.spans_.size());
       split.spans_.push_back(span);
     }
     split.total_tokens_ += shard.token_count;
@@ -268,6 +267,15 @@ void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_token
     const std::size_t mwidth = size_of(*mask_dtype_);
     shard.mask.will_need(static_cast<std::size_t>(span.start) * mwidth, n * mwidth);
   }
+}
+
+std::vector<std::uint64_t> kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens) {
+  std::vector<std::uint64_t> kept;
+  kept.reserve(split.spans().size());
+  for (std::uint64_t id = 0; id < split.spans().size(); ++id) {
+    if (split.spans()[id].length >= min_tokens) kept.push_back(id);
+  }
+  return kept;
 }
 
 }  // namespace tokenfeed

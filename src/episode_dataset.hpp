@@ -41,7 +41,6 @@ struct EpisodeSplitOptions {
   std::optional<TokenDtype> token_dtype;  // config, else metadata; absent: infer
   std::optional<MaskDtype> mask_dtype;    // config, else metadata; absent: infer
   bool want_mask = false;                 // map mask.bin (use_loss_mask)
-  std::uint64_t episode_min_tokens = 2;
 };
 
 class EpisodeSplit {
@@ -66,8 +65,6 @@ class EpisodeSplit {
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }
   const std::vector<EpisodeSpan>& spans() const noexcept { return spans_; }
   const std::vector<EpisodeShard>& shards() const noexcept { return shards_; }
-  // Global ids of the episodes with length >= episode_min_tokens, ascending.
-  const std::vector<std::uint64_t>& kept() const noexcept { return kept_; }
   // A hash of the layout, dtypes and index content: changes when the data would.
   std::uint64_t fingerprint() const noexcept { return fingerprint_; }
 
@@ -93,9 +90,11 @@ class EpisodeSplit {
   bool mask_files_present_ = false;
   std::vector<EpisodeShard> shards_;
   std::vector<EpisodeSpan> spans_;
-  std::vector<std::uint64_t> kept_;
   std::uint64_t total_tokens_ = 0;
   std::uint64_t fingerprint_ = 0;
 };
+
+// Global ids of the episodes with length >= min_tokens, ascending.
+std::vector<std::uint64_t> kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens);
 
 }  // namespace tokenfeed

@@ -9,15 +9,21 @@
 namespace tokenfeed {
 
 EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings)
-    : kept_(std::move(kept)), settings_(std::move(settings)) {
+    : EpisodeSampler(std::move(kept), 0, false, std::move(settings)) {}
+
+EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
+    : EpisodeSampler({}, range.count, true, std::move(settings)) {}
+
+EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings)
+    : kept_(std::move(kept)), count_(identity ? count : kept_.size()), identity_(identity), settings_(std::move(settings)) {
   const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
-  const std::uint64_t n = kept_.size();
+  const std::uint64_t n = count_;
   if (settings_.mode == SamplingMode::epoch) {
     batches_per_epoch_ = settings_.drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
     if (batches_per_epoch_ == 0) {
       throw Error(ErrorKind::config,
                   "split '" + settings_.split + "' has " + std::to_string(n) +
-                      " kept episodes, fewer than one global batch (batch_size x world_size = " +
+                      " samples (kept episodes or windows), fewer than one global batch (batch_size x world_size = " +
                       std::to_string(global_batch) + ") with epoch_drop_last=true");
     }
   }
@@ -43,9 +49,14 @@ std::shared_ptr<const EpochOrder> EpisodeSampler::epoch_order(std::uint64_t epoc
       throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
                                          " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
     }
-    std::vector<std::uint64_t> perm = numpy_permutation(static_cast<std::uint32_t>(seed), kept_.size());
-    for (std::uint64_t& p : perm) p = kept_[p];
+    std::vector<std::uint64_t> perm = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
+    if (!identity_) {
+      for (std::uint64_t& p : perm) p = kept_[p];
+    }
     *order = std::move(perm);
+  } else if (identity_) {
+    order->resize(count_);
+    for (std::uint64_t i = 0; i < count_; ++i) (*order)[i] = i;
   } else {
     *order = kept_;
   }
@@ -73,8 +84,8 @@ BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
 
 std::int64_t EpisodeSampler::row_episode(const BatchPlan& plan, std::uint64_t row) const noexcept {
   if (settings_.mode == SamplingMode::random) {
-    const std::uint64_t u = CounterRng(random_key_).uniform(plan.step * settings_.batch_size + row, kept_.size());
-    return static_cast<std::int64_t>(kept_[u]);
+    const std::uint64_t u = CounterRng(random_key_).uniform(plan.step * settings_.batch_size + row, count_);
+    return static_cast<std::int64_t>(id_at(u));
   }
   const std::uint64_t position = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size + row;
   if (position >= plan.order->size()) return -1;

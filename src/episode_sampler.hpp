@@ -11,6 +11,8 @@
 // So resuming at step k needs only k, and decoding batches in parallel needs no shared
 // generator.
 //
+// The ids need not be episodes: the token-stream mode samples window numbers the same way.
+//
 // Thread-safety: plan() and row_episode() may be called concurrently; epoch orders are
 // computed once and shared immutably.
 #pragma once
@@ -19,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -50,12 +53,20 @@ class EpisodeSampler {
     std::string split;  // keys the random-mode generator
   };
 
-  // Throws Error(config) when epoch mode cannot form one batch (fewer kept episodes than
-  // one global batch with drop_last).
+  // Samples from `kept` (ascending ids). Throws Error(config) when epoch mode cannot form
+  // one batch (fewer ids than one global batch with drop_last).
   EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings);
+  // Samples from the ids 0..count-1 without storing them (token-stream windows and
+  // window starts, which can number in the billions).
+  struct IdRange {
+    std::uint64_t count = 0;
+  };
+  EpisodeSampler(IdRange range, Settings settings);
 
   const Settings& settings() const noexcept { return settings_; }
-  const std::vector<std::uint64_t>& kept() const noexcept { return kept_; }
+  // How many ids are sampled from, and the i-th of them.
+  std::uint64_t size() const noexcept { return count_; }
+  std::uint64_t id_at(std::uint64_t i) const noexcept { return identity_ ? i : kept_[i]; }
 
   // Batches per epoch (epoch mode); 0 in random mode, which has no epochs.
   std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
@@ -73,7 +84,11 @@ class EpisodeSampler {
   std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const;
 
  private:
-  std::vector<std::uint64_t> kept_;
+  EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings);
+
+  std::vector<std::uint64_t> kept_;  // empty when identity_
+  std::uint64_t count_ = 0;
+  bool identity_ = false;
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "audit_log.hpp"
@@ -14,6 +15,8 @@
 #include "hash.hpp"
 #include "resume_state.hpp"
 #include "split_pipeline.hpp"
+#include "token_stream.hpp"
+#include "token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -36,10 +39,10 @@ const char* bool_text(bool b) { return b ? "true" : "false"; }
 DatasetMode detect_mode(const fs::path& dataset_dir) {
   const fs::path train = dataset_dir / "train";
   if (EpisodeSplit::looks_like_episode_split(train)) return DatasetMode::sft_episode;
-  std::error_code ec;
-  if (fs::exists(dataset_dir / "train.bin", ec) || fs::is_directory(train, ec)) return DatasetMode::token_stream;
-  throw Error(ErrorKind::io, "cannot detect dataset_mode: '" + train.string() +
-                                 "' is neither an episode-indexed split (episodes.idx) nor a token stream");
+  if (TokenStreamSplit::has_split(dataset_dir, "train")) return DatasetMode::token_stream;
+  throw Error(ErrorKind::io, "cannot detect dataset_mode in '" + dataset_dir.string() +
+                                 "': train/ is not an episode-indexed split (episodes.idx) and there is no "
+                                 "token stream (train.bin, or *.bin / *.npy files in train/)");
 }
 
 }  // namespace
@@ -47,13 +50,15 @@ DatasetMode detect_mode(const fs::path& dataset_dir) {
 struct Loader::Impl {
   struct Split {
     std::string name;
-    EpisodeSplit data;
-    std::unique_ptr<EpisodeSampler> sampler;
-    std::unique_ptr<EpisodeBatchSource> source;
+    std::optional<EpisodeSplit> episodes;    // sft_episode
+    std::optional<TokenStreamSplit> stream;  // token_stream
+    std::unique_ptr<EpisodeSampler> sampler;  // over kept episode ids, or window ids
+    std::unique_ptr<BatchSource> source;
     std::shared_ptr<detail::BatchPool> pool;
     std::unique_ptr<SplitPipeline> pipeline;  // created on first get_batch
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
     bool mask = false;
+    std::uint64_t fingerprint = 0;
     SplitStats stats;
   };
 
@@ -67,7 +72,12 @@ struct Loader::Impl {
   std::atomic<bool> stopped{false};
 
   explicit Impl(Config c);
-  void open_split(const std::string& name, const fs::path& dir);
+  bool episode_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_episode; }
+  // What a sampled id is called in messages: an episode or a window.
+  const char* unit() const noexcept { return episode_mode() ? "episodes" : "windows"; }
+  EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  void open_episode_split(const std::string& name, const fs::path& dir);
+  void open_stream_split(const std::string& name);
   Split& find(std::string_view name);
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
@@ -83,14 +93,12 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   metadata = read_dataset_metadata(config.dataset_dir);
 
   if (config.dataset_mode == DatasetMode::auto_detect) config.dataset_mode = detect_mode(config.dataset_dir);
-  if (config.dataset_mode == DatasetMode::token_stream) {
-    throw Error(ErrorKind::config, "dataset_mode=token_stream is not supported by this version of tokenfeed; "
-                                   "use an episode-indexed dataset (dataset_mode=sft_episode)");
+  if (!config.batch_sampling_mode) {
+    config.batch_sampling_mode = episode_mode() ? SamplingMode::epoch : SamplingMode::random;
   }
-  if (!config.batch_sampling_mode) config.batch_sampling_mode = SamplingMode::epoch;
   if (!config.token_dtype) config.token_dtype = metadata.token_dtype;  // may stay unset: inferred per split
   if (!config.mask_dtype) config.mask_dtype = metadata.mask_dtype;
-  if (!config.pad_token_id) {
+  if (episode_mode() && !config.pad_token_id) {
     config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
     if (!config.pad_token_id) {
       throw Error(ErrorKind::config,
@@ -98,26 +106,51 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
                       "' gives neither eot_token_id nor eos_token_id; set pad_token_id in the config");
     }
   }
+  if (config.document_aware) {
+    if (episode_mode()) {
+      throw Error(ErrorKind::config, "config key 'document_aware' applies to dataset_mode=token_stream, not sft_episode");
+    }
+    if (!config.eos_token_id) config.eos_token_id = metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
+    if (!config.eos_token_id) {
+      throw Error(ErrorKind::config,
+                  "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" +
+                      (config.dataset_dir / "dataset_metadata.json").string() + "'");
+    }
+  }
+  if (config.use_loss_mask && !episode_mode()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+                                "batches have no mask");
+  }
   if (config.decode_threads == 0) {
     // One hardware thread is the trainer's; TBB's workers get the rest.
     config.decode_threads =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
   }
 
-  const fs::path train_dir = config.dataset_dir / "train";
-  if (!fs::exists(train_dir, ec)) throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
-  for (const char* name : kSplitNames) {
-    const fs::path dir = config.dataset_dir / name;
-    if (fs::exists(dir, ec)) open_split(name, dir);
+  if (episode_mode()) {
+    const fs::path train_dir = config.dataset_dir / "train";
+    if (!fs::exists(train_dir, ec)) throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
+    for (const char* name : kSplitNames) {
+      const fs::path dir = config.dataset_dir / name;
+      if (fs::exists(dir, ec)) open_episode_split(name, dir);
+    }
+    // The token dtype every split agreed on (or was given) is the effective one.
+    if (!config.token_dtype) config.token_dtype = splits.at("train").episodes->token_dtype();
+  } else {
+    for (const char* name : kSplitNames) {
+      if (std::string_view(name) == "train" || TokenStreamSplit::has_split(config.dataset_dir, name)) {
+        open_stream_split(name);
+      }
+    }
+    if (!config.token_dtype) config.token_dtype = splits.at("train").stream->common_dtype();
   }
-  // The token dtype every split agreed on (or was given) is the effective one.
-  if (!config.token_dtype) config.token_dtype = splits.at("train").data.token_dtype();
 
   Hasher h;
   h.add(std::string_view("tokenfeed-order-v1"));
+  h.add(std::string_view(to_string(config.dataset_mode)));
   for (const auto& [name, split] : splits) {
     h.add(std::string_view(name));
-    h.add(split.data.fingerprint());
+    h.add(split.fingerprint);
   }
   h.add(std::string_view(to_string(*config.batch_sampling_mode)));
   h.add(static_cast<std::uint64_t>(config.epoch_shuffle));
@@ -125,7 +158,11 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   h.add(static_cast<std::uint64_t>(config.epoch_seed));
   h.add(static_cast<std::uint64_t>(config.batch_size));
   h.add(static_cast<std::uint64_t>(config.world_size));
-  h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
+  if (episode_mode()) {
+    h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
+  } else {
+    h.add(static_cast<std::uint64_t>(config.block_size));  // windows are carved at block_size + 1
+  }
   fingerprint = hex64(h.digest());
 
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
@@ -133,34 +170,14 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
   fields.emplace_back("dataset_fingerprint", fingerprint);
   for (const auto& [name, split] : splits) {
-    fields.emplace_back("num_" + name + "_episodes", std::to_string(split.data.num_episodes()));
-    fields.emplace_back("kept_" + name + "_episodes", std::to_string(split.sampler->kept().size()));
+    if (split.episodes) fields.emplace_back("num_" + name + "_episodes", std::to_string(split.episodes->num_episodes()));
+    fields.emplace_back(std::string(episode_mode() ? "kept_" : "sampled_") + name + "_" + unit(),
+                        std::to_string(split.sampler->size()));
   }
   audit->write("dataset_load", fields);
 }
 
-void Loader::Impl::open_split(const std::string& name, const fs::path& dir) {
-  EpisodeSplitOptions options;
-  options.token_dtype = config.token_dtype;
-  options.mask_dtype = config.mask_dtype;
-  options.want_mask = config.use_loss_mask;
-  options.episode_min_tokens = static_cast<std::uint64_t>(config.episode_min_tokens);
-
-  Split split;
-  split.name = name;
-  split.data = EpisodeSplit::open(dir, options);
-  if (split.data.kept().empty()) {
-    throw Error(ErrorKind::format, "split '" + dir.string() + "' has no episode left after filtering (" +
-                                       std::to_string(split.data.num_episodes()) +
-                                       " episodes, none with length >= episode_min_tokens=" +
-                                       std::to_string(config.episode_min_tokens) + ")");
-  }
-  split.mask = split.data.has_mask();
-  if (config.use_loss_mask && !split.data.mask_files_present()) {
-    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but split=" + name +
-                                    " has no mask.bin; returning x and y only");
-  }
-
+EpisodeSampler::Settings Loader::Impl::sampler_settings(const std::string& split) const {
   EpisodeSampler::Settings settings;
   settings.mode = *config.batch_sampling_mode;
   settings.shuffle = config.epoch_shuffle;
@@ -169,29 +186,83 @@ void Loader::Impl::open_split(const std::string& name, const fs::path& dir) {
   settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
   settings.world_size = static_cast<std::uint64_t>(config.world_size);
   settings.rank = static_cast<std::uint64_t>(config.rank);
-  settings.split = name;
-  split.sampler = std::make_unique<EpisodeSampler>(split.data.kept(), settings);
+  settings.split = split;
+  return settings;
+}
 
-  log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(split.data.num_episodes()) +
-                               " kept=" + std::to_string(split.sampler->kept().size()) +
-                               " tokens=" + std::to_string(split.data.total_tokens()) +
-                               " shards=" + std::to_string(split.data.shards().size()) +
-                               " dtype=" + to_string(split.data.token_dtype()) + " mask=" + bool_text(split.mask));
+void Loader::Impl::open_episode_split(const std::string& name, const fs::path& dir) {
+  EpisodeSplitOptions options;
+  options.token_dtype = config.token_dtype;
+  options.mask_dtype = config.mask_dtype;
+  options.want_mask = config.use_loss_mask;
 
-  auto [it, inserted] = splits.emplace(name, std::move(split));
-  Split& s = it->second;
-  // The source refers to the split's data and sampler, which live in the map node now.
-  s.source = std::make_unique<EpisodeBatchSource>(s.data, *s.sampler, *config.pad_token_id,
-                                                  static_cast<std::size_t>(config.block_size), s.mask);
-  s.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
-  s.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+  auto [it, inserted] = splits.emplace(name, Split{});
+  Split& split = it->second;  // the map node keeps its address: the source may refer to it
+  split.name = name;
+  split.episodes.emplace(EpisodeSplit::open(dir, options));
+  const EpisodeSplit& data = *split.episodes;
+  std::vector<std::uint64_t> kept = kept_episodes(data, static_cast<std::uint64_t>(config.episode_min_tokens));
+  if (kept.empty()) {
+    throw Error(ErrorKind::format, "split '" + dir.string() + "' has no episode left after filtering (" +
+                                       std::to_string(data.num_episodes()) +
+                                       " episodes, none with length >= episode_min_tokens=" +
+                                       std::to_string(config.episode_min_tokens) + ")");
+  }
+  split.mask = data.has_mask();
+  split.fingerprint = data.fingerprint();
+  if (config.use_loss_mask && !data.mask_files_present()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but split=" + name +
+                                    " has no mask.bin; returning x and y only");
+  }
+  split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
+  split.source = std::make_unique<EpisodeBatchSource>(data, *split.sampler, *config.pad_token_id,
+                                                      static_cast<std::size_t>(config.block_size), split.mask);
+  split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
+  split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+  log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
+                               " kept=" + std::to_string(split.sampler->size()) +
+                               " tokens=" + std::to_string(data.total_tokens()) +
+                               " shards=" + std::to_string(data.shards().size()) +
+                               " dtype=" + to_string(data.token_dtype()) + " mask=" + bool_text(split.mask));
+}
+
+void Loader::Impl::open_stream_split(const std::string& name) {
+  auto [it, inserted] = splits.emplace(name, Split{});
+  Split& split = it->second;
+  split.name = name;
+  split.stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype));
+  const TokenStreamSplit& data = *split.stream;
+  const auto block = static_cast<std::size_t>(config.block_size);
+  const std::uint64_t samples = TokenStreamBatchSource::sample_count(data, block, *config.batch_sampling_mode);
+  if (samples == 0) {
+    throw Error(ErrorKind::format, "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
+                                       std::to_string(data.total_tokens()) +
+                                       " tokens but no file holds one window of block_size + 1 = " +
+                                       std::to_string(block + 1) + " tokens");
+  }
+  split.fingerprint = data.fingerprint();
+  split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(name));
+  TokenStreamBatchSource::Options options;
+  options.block_size = block;
+  options.mode = *config.batch_sampling_mode;
+  if (config.document_aware) options.eos_token_id = config.eos_token_id;
+  options.ignore_index = config.ignore_index;
+  split.source = std::make_unique<TokenStreamBatchSource>(data, *split.sampler, options);
+  split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
+  split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+  const auto dtype = data.common_dtype();
+  log_line(LogLevel::info, "[tokenfeed] split=" + name + " tokens=" + std::to_string(data.total_tokens()) +
+                               " files=" + std::to_string(data.files().size()) +
+                               " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
+                               (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
+                               std::to_string(samples) + " document_aware=" + bool_text(config.document_aware));
 }
 
 Loader::Impl::Split& Loader::Impl::find(std::string_view name) {
   const auto it = splits.find(name);
   if (it == splits.end()) {
-    throw Error(ErrorKind::usage, "split '" + std::string(name) + "' is not in the dataset (no directory '" +
-                                      (config.dataset_dir / std::string(name)).string() + "')");
+    throw Error(ErrorKind::usage, "split '" + std::string(name) + "' is not in the dataset '" +
+                                      config.dataset_dir.string() + "'");
   }
   return it->second;
 }
@@ -200,14 +271,15 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   split.consumed = slot.step + 1;
   if (*config.batch_sampling_mode != SamplingMode::epoch) return;
   const EpisodeSampler& sampler = *split.sampler;
-  const std::uint64_t kept = sampler.kept().size();
+  const std::uint64_t kept = sampler.size();
   if (slot.batch_in_epoch == 0) {
     log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
-                                 " episodes=" + std::to_string(kept) +
+                                 " " + unit() + "=" + std::to_string(kept) +
                                  " batches=" + std::to_string(sampler.batches_per_epoch()) +
                                  " shuffle=" + bool_text(config.epoch_shuffle) +
                                  " drop_last=" + bool_text(config.epoch_drop_last) +
-                                 " pad_id=" + std::to_string(*config.pad_token_id) + " mask=" + bool_text(split.mask));
+                                 (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) : std::string()) +
+                                 " mask=" + bool_text(split.mask));
     const auto order = sampler.epoch_order(slot.epoch);
     const std::vector<std::uint64_t> first(order->begin(),
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
@@ -215,7 +287,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                  {"epoch", std::to_string(slot.epoch)},
                                  {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
                                  {"shuffle", bool_text(config.epoch_shuffle)},
-                                 {"num_episodes", std::to_string(kept)},
+                                 {std::string("num_") + unit(), std::to_string(kept)},
                                  {"batches", std::to_string(sampler.batches_per_epoch())},
                                  {"rank", std::to_string(config.rank)},
                                  {"first_episode_ids", format_id_list(first)}});
@@ -226,8 +298,8 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     audit->write("epoch_complete", {{"split", split.name},
                                     {"epoch", std::to_string(slot.epoch)},
                                     {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
-                                    {"episodes_seen", std::to_string(seen)},
-                                    {"episodes_skipped", std::to_string(kept - seen)},
+                                    {std::string(unit()) + "_seen", std::to_string(seen)},
+                                    {std::string(unit()) + "_skipped", std::to_string(kept - seen)},
                                     {"rank", std::to_string(config.rank)}});
   }
 }
@@ -263,7 +335,7 @@ Batch Loader::get_batch(std::string_view split_name) {
     }
     const auto depth = static_cast<std::size_t>(s.config.prefetch_depth);
     detail::BatchShape shape{static_cast<std::size_t>(s.config.batch_size), static_cast<std::size_t>(s.config.block_size),
-                             split.mask};
+                             split.mask, s.config.document_aware};
     split.pool = std::make_shared<detail::BatchPool>(depth + kMaxHeldBatches, shape, split.name);
     split.pipeline = std::make_unique<SplitPipeline>(
         *split.source, split.pool,
@@ -289,7 +361,7 @@ std::string Loader::save_state() const {
   for (const auto& [name, split] : impl_->splits) {
     SplitPosition pos;
     pos.step = split.consumed;
-    const std::uint64_t per_epoch = split.sampler->batches_per_epoch();
+    const std::uint64_t per_epoch = split.sampler->batches_per_epoch();  // 0 in random mode
     pos.epoch = per_epoch == 0 ? 0 : split.consumed / per_epoch;
     pos.batch_in_epoch = per_epoch == 0 ? split.consumed : split.consumed % per_epoch;
     state.splits[name] = pos;
@@ -329,10 +401,16 @@ SplitInfo Loader::split_info(std::string_view name) const {
   const Impl::Split& split = impl_->find(name);
   SplitInfo info;
   info.name = split.name;
-  info.episodes = split.data.num_episodes();
-  info.kept_episodes = split.sampler->kept().size();
-  info.tokens = split.data.total_tokens();
-  info.shards = split.data.shards().size();
+  if (split.episodes) {
+    info.episodes = split.episodes->num_episodes();
+    info.kept_episodes = split.sampler->size();
+    info.tokens = split.episodes->total_tokens();
+    info.shards = split.episodes->shards().size();
+  } else {
+    info.windows = split.sampler->size();
+    info.tokens = split.stream->total_tokens();
+    info.shards = split.stream->files().size();
+  }
   info.mask = split.mask;
   info.batches_per_epoch = split.sampler->batches_per_epoch();
   return info;

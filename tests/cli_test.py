@@ -149,5 +149,59 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("inspect", deep, "--deep")
     check(r.returncode != 0 and "1 tokens >= vocab_size 50000" in r.stdout, f"--deep vocab check: {r.stdout}")
 
+    # Token streams: nanoGPT-style train.bin/val.bin and a directory of .npy shards.
+    stream = os.path.join(tmp, "stream")
+    os.makedirs(stream)
+    tokens = []
+    for doc in range(200):
+        tokens += [100 + (doc * 7 + i) % 50 for i in range(3 + doc % 17)] + [0]
+    with open(os.path.join(stream, "train.bin"), "wb") as f:
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+    with open(os.path.join(stream, "val.bin"), "wb") as f:
+        f.write(struct.pack(f"<{400}H", *tokens[:400]))
+    with open(os.path.join(stream, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eos_token_id": 0}, f)
+    stream_config = os.path.join(tmp, "stream.xml")
+    with open(stream_config, "w") as f:
+        f.write("<training><dataset_dir>stream</dataset_dir><batch_size>4</batch_size><block_size>32</block_size>"
+                "<document_aware>true</document_aware><audit_log_dir></audit_log_dir></training>")
+    out = os.path.join(tmp, "stream_out")
+    r = run("dump", "--config", stream_config, "--batches", "6", "--out", out)
+    check(r.returncode == 0, f"token-stream dump: {r.stderr}")
+    for name, descr, shape in (("x.npy", "<i8", (24, 32)), ("y.npy", "<i8", (24, 32)), ("doc_ids.npy", "<i4", (24, 32)),
+                               ("position_ids.npy", "<i4", (24, 32)), ("window_ids.npy", "<i8", (6, 4))):
+        got = read_npy(os.path.join(out, name))
+        check(got[:2] == (descr, shape), f"token-stream {name} header {got[:2]}")
+    x = struct.unpack(f"<{24 * 32}q", read_npy(os.path.join(out, "x.npy"))[2])
+    y = struct.unpack(f"<{24 * 32}q", read_npy(os.path.join(out, "y.npy"))[2])
+    starts = struct.unpack("<24q", read_npy(os.path.join(out, "window_ids.npy"))[2])
+    for row, start in enumerate(starts):
+        check(list(x[row * 32:(row + 1) * 32]) == tokens[start:start + 32], f"row {row} is the window at {start}")
+        for i in range(32):
+            expected = -100 if x[row * 32 + i] == 0 else tokens[start + i + 1]
+            check(y[row * 32 + i] == expected, f"row {row} label {i}")
+    first, second, state = os.path.join(tmp, "s1"), os.path.join(tmp, "s2"), os.path.join(tmp, "stream_state.json")
+    run("dump", "--config", stream_config, "--batches", "2", "--out", first, "--save-state", state)
+    run("dump", "--config", stream_config, "--batches", "4", "--out", second, "--load-state", state)
+    for name in ("x.npy", "doc_ids.npy", "window_ids.npy"):
+        whole = read_npy(os.path.join(out, name))[2]
+        check(whole == read_npy(os.path.join(first, name))[2] + read_npy(os.path.join(second, name))[2],
+              f"token-stream resume: {name}")
+    r = run("inspect", stream, "--block-size", "32", "--print-config")
+    check(r.returncode == 0, f"token-stream inspect: {r.stderr}")
+    for needle in ("split train (token stream)", "flat (train.bin)", "documents    200 end-of-text tokens (id 0)",
+                   "windows per epoch", "<dataset_mode>token_stream</dataset_mode>", "<document_aware>true</document_aware>"):
+        check(needle in r.stdout, f"token-stream inspect lacks {needle!r}: {r.stdout}")
+    os.remove(os.path.join(stream, "val.bin"))
+    os.makedirs(os.path.join(stream, "train"))
+    os.rename(os.path.join(stream, "train.bin"), os.path.join(stream, "train", "part_0.bin"))
+    r = run("dump", "--config", stream_config, "--batches", "1", "--out", os.path.join(tmp, "s3"))
+    check(r.returncode == 0, f"token-stream dump from train/*.bin: {r.stderr}")
+    with open(os.path.join(stream, "dataset_metadata.json"), "w") as f:
+        json.dump({"eos_token_id": 0}, f)  # no token_dtype: a .bin file's dtype is unknown
+    expect_error(run("dump", "--config", stream_config, "--out", tmp), ".bin without dtype", "part_0.bin", "token_dtype")
+    os.remove(os.path.join(stream, "dataset_metadata.json"))
+    expect_error(run("dump", "--config", stream_config, "--out", tmp), "document_aware without eos", "eos_token_id")
+
 print(f"cli_test: {len(failures)} failed")
 sys.exit(1 if failures else 0)

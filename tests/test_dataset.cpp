@@ -64,9 +64,9 @@ TEST_CASE("dataset: flat and sharded layouts, global ids across shards in sorted
   const std::uint16_t tokens[] = {1, 2, 3, 4, 5, 6};
   write_raw(dir / "flat/tokens.bin", tokens, sizeof tokens);
   write_index(dir / "flat/episodes.idx", {4, 2, 0, 4, 1, 0});  // out of order, overlapping, empty
-  const EpisodeSplit flat = EpisodeSplit::open(dir / "flat", {TokenDtype::uint16, {}, false, 2});
+  const EpisodeSplit flat = EpisodeSplit::open(dir / "flat", {TokenDtype::uint16, {}, false});
   CHECK(flat.num_episodes() == 3);
-  CHECK(flat.kept() == std::vector<std::uint64_t>{0, 1});
+  CHECK(kept_episodes(flat, 2) == std::vector<std::uint64_t>{0, 1});
   CHECK_FALSE(flat.has_mask());
 }
 
@@ -76,7 +76,7 @@ TEST_CASE("dataset: token dtype inference and its ambiguity") {
   write_raw(dir / "a/tokens.bin", tokens32, sizeof tokens32);
   write_index(dir / "a/episodes.idx", {0, 4});  // fits both widths
   CHECK(open_error(dir / "a").find("both uint16 and uint32") != std::string::npos);
-  CHECK(EpisodeSplit::open(dir / "a", {TokenDtype::uint32, {}, false, 2}).token_dtype() == TokenDtype::uint32);
+  CHECK(EpisodeSplit::open(dir / "a", {TokenDtype::uint32, {}, false}).token_dtype() == TokenDtype::uint32);
   write_index(dir / "a/episodes.idx", {0, 8});  // only uint16 has 8 tokens
   CHECK(EpisodeSplit::open(dir / "a").token_dtype() == TokenDtype::uint16);
   write_index(dir / "a/episodes.idx", {0, 9});  // neither
@@ -87,7 +87,7 @@ TEST_CASE("dataset: validation errors name the file and the record") {
   TempDir dir;
   const std::uint16_t tokens[] = {1, 2, 3, 4, 5, 6};
   const std::filesystem::path s = dir / "s";
-  const EpisodeSplitOptions u16{TokenDtype::uint16, {}, true, 2};
+  const EpisodeSplitOptions u16{TokenDtype::uint16, {}, true};
 
   SUBCASE("missing split directory") {
     CHECK(open_error(dir / "nope").find("does not exist") != std::string::npos);
@@ -158,7 +158,7 @@ TEST_CASE("dataset: float32 masks are read as they are, uint8 masks as 0/1") {
   write_index(dir / "s/episodes.idx", {0, 4});
   const float mask[] = {0.0f, 0.5f, 1.0f, 2.0f};
   write_raw(dir / "s/mask.bin", mask, sizeof mask);
-  const EpisodeSplit split = EpisodeSplit::open(dir / "s", {TokenDtype::uint16, {}, true, 2});
+  const EpisodeSplit split = EpisodeSplit::open(dir / "s", {TokenDtype::uint16, {}, true});
   REQUIRE(split.mask_dtype() == MaskDtype::float32);
   std::vector<float> out(4);
   split.read_mask(0, 0, 4, out.data());

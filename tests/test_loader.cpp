@@ -306,11 +306,11 @@ TEST_CASE("loader: dataset-level errors at open") {
     write_text(dir / "dataset_metadata.json", "{not json");
     CHECK(loader_error(c, ErrorKind::format).find("dataset_metadata.json") != std::string::npos);
   }
-  SUBCASE("token_stream mode is not supported yet") {
+  SUBCASE("token_stream mode on an episode dataset: no token stream to read") {
     write_split(dir.path(), "train", numbered_episodes(4, {4}));
     Config c = make_config(dir.path(), 2, 4);
     c.dataset_mode = DatasetMode::token_stream;
-    CHECK(loader_error(c, ErrorKind::config).find("token_stream") != std::string::npos);
+    CHECK(loader_error(c, ErrorKind::format).find("no *.bin or *.npy shard files") != std::string::npos);
   }
   SUBCASE("an unknown split") {
     write_split(dir.path(), "train", numbered_episodes(4, {4}));

@@ -57,22 +57,35 @@ void dump(const DumpOptions& o) {
   const auto rows = static_cast<std::uint64_t>(c.batch_size);
   const auto cols = static_cast<std::uint64_t>(c.block_size);
   const bool mask = loader.split_info(o.split).mask;
+  const bool stream = c.dataset_mode == DatasetMode::token_stream;
+  const bool documents = stream && c.document_aware;
+  const std::vector<std::uint64_t> grid{n * rows, cols};
 
-  NpyWriter x(fs::path(o.out) / "x.npy", "<i8", {n * rows, cols});
-  NpyWriter y(fs::path(o.out) / "y.npy", "<i8", {n * rows, cols});
-  std::optional<NpyWriter> m;
-  if (mask) m.emplace(fs::path(o.out) / "mask.npy", "<f4", std::vector<std::uint64_t>{n * rows, cols});
-  NpyWriter ids(fs::path(o.out) / "episode_ids.npy", "<i8", {n, rows});
+  NpyWriter x(fs::path(o.out) / "x.npy", "<i8", grid);
+  NpyWriter y(fs::path(o.out) / "y.npy", "<i8", grid);
+  std::optional<NpyWriter> m, doc_ids, position_ids;
+  if (mask) m.emplace(fs::path(o.out) / "mask.npy", "<f4", grid);
+  if (documents) {
+    doc_ids.emplace(fs::path(o.out) / "doc_ids.npy", "<i4", grid);
+    position_ids.emplace(fs::path(o.out) / "position_ids.npy", "<i4", grid);
+  }
+  NpyWriter ids(fs::path(o.out) / (stream ? "window_ids.npy" : "episode_ids.npy"), "<i8", {n, rows});
   for (std::uint64_t i = 0; i < n; ++i) {
     Batch b = loader.get_batch(o.split);
     x.append(b.x());
     y.append(b.y());
     if (m) m->append(b.mask());
+    if (documents) {
+      doc_ids->append(b.doc_ids());
+      position_ids->append(b.position_ids());
+    }
     ids.append(b.episode_ids());
   }
   x.finish();
   y.finish();
-  if (m) m->finish();
+  for (auto* writer : {&m, &doc_ids, &position_ids}) {
+    if (*writer) (*writer)->finish();
+  }
   ids.finish();
   if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
   std::printf("wrote %llu batches of %s (%llu x %llu%s) to %s\n", static_cast<unsigned long long>(n), o.split.c_str(),
@@ -85,7 +98,9 @@ void dump(const DumpOptions& o) {
 void add_dump_command(CLI::App& app) {
   auto options = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "dump", "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy");
+      "dump",
+      "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy; token streams write "
+      "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
   cmd->add_option("--batches", options->batches, "Number of batches")->check(CLI::PositiveNumber)->capture_default_str();

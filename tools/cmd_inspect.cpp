@@ -11,6 +11,8 @@
 #include "commands.hpp"
 #include "dataset_metadata.hpp"
 #include "episode_dataset.hpp"
+#include "token_stream.hpp"
+#include "token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed::cli {
@@ -22,6 +24,17 @@ struct InspectOptions {
   std::string dataset_dir;
   long block_size = 0;
   bool deep = false;
+  long eos_id = -1;  // overrides the metadata's end-of-text id for token streams
+  bool print_config = false;
+};
+
+// What the splits showed, for --print-config.
+struct Findings {
+  bool episodes = false;
+  bool stream = false;
+  bool mask = false;
+  std::optional<TokenDtype> dtype;
+  bool dtype_needed = false;  // a .bin token stream whose dtype had to be given
 };
 
 std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
@@ -31,14 +44,13 @@ std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
 }
 
 // Returns false when the split fails validation (the message is printed as the verdict).
-bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name) {
+bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name, Findings& found) {
   const fs::path dir = fs::path(o.dataset_dir) / name;
   std::printf("split %s (%s)\n", name.c_str(), dir.c_str());
   EpisodeSplitOptions options;
   options.token_dtype = meta.token_dtype;
   options.mask_dtype = meta.mask_dtype;
   options.want_mask = true;
-  options.episode_min_tokens = 2;
   std::optional<EpisodeSplit> opened;
   try {
     opened.emplace(EpisodeSplit::open(dir, options));
@@ -47,11 +59,14 @@ bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const s
     throw;
   }
   const EpisodeSplit& split = *opened;
+  found.episodes = true;
+  found.mask = found.mask || split.has_mask();
+  found.dtype = split.token_dtype();
   const bool flat = split.shards().size() == 1 && split.shards().front().dir == dir;
   std::printf("  layout       %s, %zu shard%s\n", flat ? "flat (files directly in the split)" : "sharded",
               split.shards().size(), split.shards().size() == 1 ? "" : "s");
   std::printf("  episodes     %llu (%llu with >= 2 tokens)\n", static_cast<unsigned long long>(split.num_episodes()),
-              static_cast<unsigned long long>(split.kept().size()));
+              static_cast<unsigned long long>(kept_episodes(split, 2).size()));
   std::printf("  tokens       %llu, dtype %s%s\n", static_cast<unsigned long long>(split.total_tokens()),
               to_string(split.token_dtype()), meta.token_dtype ? " (from dataset_metadata.json)" : " (inferred)");
   std::printf("  mask         %s\n", split.has_mask() ? to_string(*split.mask_dtype()) : "absent");
@@ -132,6 +147,104 @@ bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const s
   return ok;
 }
 
+bool inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
+                          Findings& found) {
+  std::printf("split %s (token stream)\n", name.c_str());
+  std::optional<TokenStreamSplit> opened;
+  try {
+    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, meta.token_dtype));
+  } catch (const Error& e) {
+    std::printf("  verdict      INVALID: %s\n", e.what());
+    throw;
+  }
+  const TokenStreamSplit& split = *opened;
+  found.stream = true;
+  found.dtype = split.common_dtype();
+  for (const StreamFile& f : split.files()) {
+    if (f.map.path().extension() == ".bin") found.dtype_needed = true;
+  }
+  std::printf("  layout       %s, %zu file%s\n", split.flat() ? ("flat (" + name + ".bin)").c_str() : "sharded",
+              split.files().size(), split.files().size() == 1 ? "" : "s");
+  for (const StreamFile& f : split.files()) {
+    std::printf("  file         %s: %llu tokens, %s\n", f.map.path().filename().c_str(),
+                static_cast<unsigned long long>(f.tokens), to_string(f.dtype));
+  }
+  std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
+  if (o.block_size > 0) {
+    const auto block = static_cast<std::size_t>(o.block_size);
+    std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
+                static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
+                static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::random)));
+  }
+  std::optional<std::int64_t> eos = o.eos_id >= 0 ? std::optional<std::int64_t>(o.eos_id)
+                                                  : (meta.eos_token_id ? meta.eos_token_id : meta.eot_token_id);
+  bool ok = true;
+  std::uint64_t out_of_vocab = 0;
+  if (eos || (o.deep && meta.vocab_size)) {
+    // One pass over every token: document lengths and, with --deep, the vocabulary check.
+    std::vector<std::uint64_t> lengths;
+    std::uint64_t current = 0;
+    for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
+      for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
+        const std::uint32_t t = split.token_at(fi, i);
+        if (o.deep && meta.vocab_size && t >= static_cast<std::uint64_t>(*meta.vocab_size)) ++out_of_vocab;
+        ++current;
+        if (eos && t == static_cast<std::uint64_t>(*eos)) {
+          lengths.push_back(current);
+          current = 0;
+        }
+      }
+    }
+    if (eos) {
+      std::printf("  documents    %zu end-of-text tokens (id %lld)%s\n", lengths.size(), static_cast<long long>(*eos),
+                  current > 0 ? (", plus " + std::to_string(current) + " trailing tokens").c_str() : "");
+      std::sort(lengths.begin(), lengths.end());
+      if (!lengths.empty()) {
+        std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
+                    static_cast<unsigned long long>(lengths.front()),
+                    static_cast<unsigned long long>(percentile(lengths, 0.5)),
+                    static_cast<unsigned long long>(percentile(lengths, 0.9)),
+                    static_cast<unsigned long long>(percentile(lengths, 0.99)),
+                    static_cast<unsigned long long>(lengths.back()));
+      }
+    }
+    if (o.deep && meta.vocab_size) {
+      std::printf("  deep         %llu tokens >= vocab_size %lld\n", static_cast<unsigned long long>(out_of_vocab),
+                  static_cast<long long>(*meta.vocab_size));
+      ok = out_of_vocab == 0;
+    }
+  } else {
+    std::printf("  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
+  }
+  if (o.deep && !meta.vocab_size) std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
+  std::printf("  verdict      %s\n", ok ? "ok" : "INVALID: token ids out of vocabulary");
+  return ok;
+}
+
+// A ready-to-use <training> element for what inspect found.
+void print_config(const InspectOptions& o, const DatasetMetadata& meta, const Findings& found) {
+  const long block = o.block_size > 0 ? o.block_size : 1024;
+  std::printf("\n<training>\n");
+  std::printf("  <dataset_dir>%s</dataset_dir>\n", fs::absolute(o.dataset_dir).lexically_normal().c_str());
+  std::printf("  <dataset_mode>%s</dataset_mode>\n", found.episodes ? "sft_episode" : "token_stream");
+  std::printf("  <batch_size>8</batch_size>\n");
+  std::printf("  <block_size>%ld</block_size>\n", block);
+  if (found.episodes) {
+    std::printf("  <batch_sampling_mode>epoch</batch_sampling_mode>\n");
+    std::printf("  <use_loss_mask>%s</use_loss_mask>\n", found.mask ? "true" : "false");
+    if (!meta.eot_token_id && !meta.eos_token_id) std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
+  } else {
+    std::printf("  <batch_sampling_mode>random</batch_sampling_mode>\n");
+    const bool eos_known = o.eos_id >= 0 || meta.eos_token_id || meta.eot_token_id;
+    std::printf("  <document_aware>%s</document_aware>\n", eos_known ? "true" : "false");
+    if (o.eos_id >= 0) std::printf("  <eos_token_id>%ld</eos_token_id>\n", o.eos_id);
+  }
+  if (found.dtype && !meta.token_dtype && (found.episodes || found.dtype_needed)) {
+    std::printf("  <token_dtype>%s</token_dtype>\n", to_string(*found.dtype));
+  }
+  std::printf("</training>\n");
+}
+
 void inspect(const InspectOptions& o) {
   std::error_code ec;
   if (!fs::is_directory(o.dataset_dir, ec)) {
@@ -140,12 +253,24 @@ void inspect(const InspectOptions& o) {
   const DatasetMetadata meta = read_dataset_metadata(o.dataset_dir);
   std::printf("dataset %s%s\n", o.dataset_dir.c_str(), meta.present ? "" : " (no dataset_metadata.json)");
   bool any = false, ok = true;
+  Findings found;
   for (const char* name : {"train", "val"}) {
-    if (!fs::exists(fs::path(o.dataset_dir) / name, ec)) continue;
-    any = true;
-    ok = inspect_split(o, meta, name) && ok;
+    const fs::path dir = fs::path(o.dataset_dir) / name;
+    if (EpisodeSplit::looks_like_episode_split(dir) ||
+        (fs::is_directory(dir, ec) && !TokenStreamSplit::has_split(o.dataset_dir, name))) {
+      any = true;
+      ok = inspect_split(o, meta, name, found) && ok;
+    } else if (TokenStreamSplit::has_split(o.dataset_dir, name)) {
+      any = true;
+      ok = inspect_stream_split(o, meta, name, found) && ok;
+    }
   }
-  if (!any) throw Error(ErrorKind::io, "dataset directory '" + o.dataset_dir + "' has no train/ or val/ split");
+  if (!any) {
+    throw Error(ErrorKind::io, "dataset directory '" + o.dataset_dir +
+                                   "' has no train or val split (episode-indexed train/, or train.bin / train/*.bin / "
+                                   "train/*.npy)");
+  }
+  if (o.print_config) print_config(o, meta, found);
   if (!ok) throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");
 }
 
@@ -153,11 +278,14 @@ void inspect(const InspectOptions& o) {
 
 void add_inspect_command(CLI::App& app) {
   auto options = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe and validate an episode-indexed dataset");
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe and validate a dataset (episode-indexed or token stream)");
   cmd->add_option("dataset_dir", options->dataset_dir, "Dataset directory (holding train/ and val/)")->required();
   cmd->add_option("--block-size", options->block_size, "Report what truncation to this block size would drop")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--deep", options->deep, "Also check every token against vocab_size and flag all-zero masks");
+  cmd->add_option("--eos-id", options->eos_id, "End-of-text id for counting documents in a token stream")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--print-config", options->print_config, "Print a ready-to-use <training> config for this dataset");
   cmd->callback([options] { inspect(*options); });
 }
 

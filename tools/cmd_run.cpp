@@ -28,11 +28,20 @@ void run(const RunOptions& o) {
   const SplitInfo info = loader.split_info(o.split);
   std::printf("dataset   %s (%s, %s tokens)\n", c.dataset_dir.c_str(), to_string(c.dataset_mode),
               to_string(*c.token_dtype));
-  std::printf("split     %s: %llu episodes (%llu kept), %llu tokens, %llu shards, mask=%s, %llu batches/epoch\n",
-              info.name.c_str(), static_cast<unsigned long long>(info.episodes),
-              static_cast<unsigned long long>(info.kept_episodes), static_cast<unsigned long long>(info.tokens),
-              static_cast<unsigned long long>(info.shards), info.mask ? "on" : "off",
-              static_cast<unsigned long long>(info.batches_per_epoch));
+  const bool stream = c.dataset_mode == DatasetMode::token_stream;
+  if (stream) {
+    std::printf("split     %s: %llu tokens in %llu files, %llu %s, document_aware=%s\n", info.name.c_str(),
+                static_cast<unsigned long long>(info.tokens), static_cast<unsigned long long>(info.shards),
+                static_cast<unsigned long long>(info.windows),
+                *c.batch_sampling_mode == SamplingMode::epoch ? "windows per epoch" : "window starts",
+                c.document_aware ? "true" : "false");
+  } else {
+    std::printf("split     %s: %llu episodes (%llu kept), %llu tokens, %llu shards, mask=%s, %llu batches/epoch\n",
+                info.name.c_str(), static_cast<unsigned long long>(info.episodes),
+                static_cast<unsigned long long>(info.kept_episodes), static_cast<unsigned long long>(info.tokens),
+                static_cast<unsigned long long>(info.shards), info.mask ? "on" : "off",
+                static_cast<unsigned long long>(info.batches_per_epoch));
+  }
   std::printf("shape     %lld x %lld, sampling=%s, prefetch_depth=%lld, decode_threads=%lld, opened in %.1f ms\n",
               static_cast<long long>(c.batch_size), static_cast<long long>(c.block_size),
               to_string(*c.batch_sampling_mode), static_cast<long long>(c.prefetch_depth),
@@ -45,14 +54,13 @@ void run(const RunOptions& o) {
     Batch b = loader.get_batch(o.split);
     const auto x = b.x();
     const auto m = b.mask();
-    for (std::size_t r = 0; r < b.rows(); ++r) {
-      if (b.episode_ids()[r] < 0) {
-        ++fill_rows;
-        continue;
-      }
+    for (const std::int64_t id : b.episode_ids()) fill_rows += id < 0 ? 1 : 0;
+    if (stream) {
+      real_tokens += x.size();  // windows are never padded
+    } else {
+      const auto pad = *c.pad_token_id;
+      real_tokens += static_cast<unsigned long long>(std::count_if(x.begin(), x.end(), [pad](std::int64_t t) { return t != pad; }));
     }
-    const auto pad = *c.pad_token_id;
-    real_tokens += static_cast<unsigned long long>(std::count_if(x.begin(), x.end(), [pad](std::int64_t t) { return t != pad; }));
     for (const float v : m) trained += v != 0.0f ? 1 : 0;
     last_epoch = b.epoch();
   }

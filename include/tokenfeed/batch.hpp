@@ -8,7 +8,12 @@
 // Shapes (row-major, rows() x cols() = batch_size x block_size):
 //   x, y    int64   inputs and next-token targets; y[i] = x[i+1] within an episode
 //   mask    float32 the loss mask aligned to y (0 on padding); empty when the mask is off
-//   episode_ids int64, one per row: the global episode id, -1 for a fill row
+//   episode_ids int64, one per row: the global episode id (sft_episode) or the window id
+//           (token_stream: the global window number in epoch mode, the global token
+//           offset of the window start in random mode); -1 for a fill row
+//   doc_ids, position_ids int32 (document-aware token streams; empty otherwise): the
+//           running document index of each input position, and positions restarting at 0
+//           at each document start
 //
 // Thread-safety: a Batch may be read from any thread; release/destruction must not race
 // with reads of the same Batch.
@@ -20,6 +25,8 @@
 #include <span>
 #include <string_view>
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
 namespace detail {
@@ -27,7 +34,7 @@ class BatchPool;
 struct BatchSlot;
 }  // namespace detail
 
-class Batch {
+class TOKENFEED_API Batch {
  public:
   Batch() noexcept;
   ~Batch();
@@ -56,6 +63,9 @@ class Batch {
   std::span<const float> mask() const noexcept;  // empty when the loss mask is off or absent
   bool has_mask() const noexcept;
   std::span<const std::int64_t> episode_ids() const noexcept;
+  std::span<const std::int64_t> window_ids() const noexcept { return episode_ids(); }
+  std::span<const std::int32_t> doc_ids() const noexcept;       // empty unless document-aware
+  std::span<const std::int32_t> position_ids() const noexcept;  // empty unless document-aware
 
   // How long get_batch waited for this batch on the caller's thread, in microseconds.
   double wait_us() const noexcept;

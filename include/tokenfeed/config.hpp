@@ -23,13 +23,14 @@
 #include <vector>
 
 #include "tokenfeed/dtype.hpp"
+#include "tokenfeed/export.hpp"
 
 namespace tokenfeed {
 
 enum class DatasetMode {
   auto_detect,  // key absent: an episode-indexed train/ selects sft_episode
   sft_episode,  // one whole conversation per row, padded or truncated to block_size
-  token_stream, // pretraining windows over a token stream (not yet supported)
+  token_stream, // pretraining windows over a token stream
 };
 
 enum class SamplingMode {
@@ -50,7 +51,7 @@ struct Config {
   // Return the loss mask (aligned to y) when the dataset has mask.bin. Default false.
   bool use_loss_mask = false;
 
-  // Absent: epoch for sft_episode.
+  // Absent: epoch for sft_episode, random for token_stream.
   std::optional<SamplingMode> batch_sampling_mode;
   bool epoch_shuffle = true;
   bool epoch_drop_last = true;
@@ -63,19 +64,29 @@ struct Config {
   // Episodes shorter than this are never sampled. >= 2 so that y has a token.
   std::int64_t episode_min_tokens = 2;
 
-  // Absent: dataset_metadata.json, else inferred from file sizes when unambiguous.
+  // Absent: dataset_metadata.json, else inferred from file sizes when unambiguous
+  // (sft_episode; token_stream .bin files need it given, .npy files carry their own).
   std::optional<TokenDtype> token_dtype;
   // Absent: dataset_metadata.json, else inferred from mask.bin's size.
   std::optional<MaskDtype> mask_dtype;
 
   // Ready batches kept ahead of the trainer, per split. >= 1.
   std::int64_t prefetch_depth = 8;
-  // Threads decoding batches in parallel; 0 means one per hardware thread.
+  // Threads decoding batches in parallel; 0 means one per hardware thread but the
+  // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
   std::int64_t decode_threads = 0;
 
   // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
   std::int64_t rank = 0;
   std::int64_t world_size = 1;
+
+  // token_stream: also return doc_ids and position_ids, and mask labels that cross a
+  // document boundary with ignore_index. Needs an end-of-text id.
+  bool document_aware = false;
+  // The end-of-text id. Absent: eos_token_id, else eot_token_id, from dataset_metadata.json.
+  std::optional<std::int64_t> eos_token_id;
+  // The label value that means "no loss here" (PyTorch's cross_entropy default).
+  std::int64_t ignore_index = -100;
 
   // Directory for the audit log (relative to the working directory); empty disables it.
   std::filesystem::path audit_log_dir = "logs/audit";
@@ -83,23 +94,23 @@ struct Config {
 
 // Reads `path`, following `inherits` chains. Throws Error(config) naming the file and the
 // key (or pugixml's offset for malformed XML), Error(io) when a file cannot be read.
-Config load_config_file(const std::filesystem::path& path);
+TOKENFEED_API Config load_config_file(const std::filesystem::path& path);
 
 // Parses XML text; relative paths (dataset_dir, inherits) resolve against `base_dir`.
-Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_dir);
+TOKENFEED_API Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_dir);
 
 // Sets one key from its text form, as in XML ("true", "1337", "epoch", ...).
 // Throws Error(config) naming the key for unknown keys and bad values.
-void set_config_value(Config& config, std::string_view key, std::string_view value);
+TOKENFEED_API void set_config_value(Config& config, std::string_view key, std::string_view value);
 
 // Checks ranges and combinations (sizes > 0, rank < world_size, ...). Throws Error(config).
-void validate_config(const Config& config);
+TOKENFEED_API void validate_config(const Config& config);
 
 // Every key with its effective text value (defaults included; "" for absent optionals),
 // in a fixed order: for the audit log and for printing.
-std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
+TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 
-const char* to_string(DatasetMode mode) noexcept;
-const char* to_string(SamplingMode mode) noexcept;
+TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
+TOKENFEED_API const char* to_string(SamplingMode mode) noexcept;
 
 }  // namespace tokenfeed

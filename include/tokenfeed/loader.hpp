@@ -26,16 +26,18 @@
 
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/config.hpp"
+#include "tokenfeed/export.hpp"
 
 namespace tokenfeed {
 
 // What a split holds, as opened and validated.
 struct SplitInfo {
   std::string name;
-  std::uint64_t episodes = 0;       // in the index
-  std::uint64_t kept_episodes = 0;  // length >= episode_min_tokens
+  std::uint64_t episodes = 0;       // in the index (sft_episode)
+  std::uint64_t kept_episodes = 0;  // length >= episode_min_tokens (sft_episode)
+  std::uint64_t windows = 0;        // token_stream: windows per epoch, or window starts (random)
   std::uint64_t tokens = 0;
-  std::uint64_t shards = 0;
+  std::uint64_t shards = 0;         // shard directories, or token-stream files
   bool mask = false;                // the loss mask is returned
   std::uint64_t batches_per_epoch = 0;  // 0 in random mode
 };
@@ -50,7 +52,7 @@ struct SplitStats {
   std::uint64_t decode_threads = 0;
 };
 
-class Loader {
+class TOKENFEED_API Loader {
  public:
   // Opens and validates the dataset (train/ always, val/ when present). Throws Error.
   explicit Loader(Config config);

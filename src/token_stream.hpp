@@ -1,0 +1,61 @@
+// TokenStreamSplit: one split of a token-stream (pretraining) dataset, opened, validated
+// and memory-mapped.
+//
+// Layouts: DATASET/<split>.bin (one flat file), or DATASET/<split>/ holding shard files
+// *.bin and *.npy, taken in sorted name order. Tokens are numbered globally across files
+// in that order. .npy files carry their dtype and shape (1-D, little-endian uint16 or
+// uint32, C order); .bin files take the dtype given (dataset_metadata.json or config).
+//
+// Thread-safety: immutable after open(); const members may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mapped_file.hpp"
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed {
+
+struct StreamFile {
+  MappedFile map;
+  TokenDtype dtype = TokenDtype::uint16;
+  std::size_t data_offset = 0;     // bytes before the first token (the .npy header)
+  std::uint64_t tokens = 0;
+  std::uint64_t first_token = 0;   // global offset of its first token
+};
+
+class TokenStreamSplit {
+ public:
+  // Throws Error(io) when the split is missing, Error(format) for invalid files and
+  // Error(config) for a .bin file whose dtype is not given.
+  static TokenStreamSplit open(const std::filesystem::path& dataset_dir, const std::string& split,
+                               std::optional<TokenDtype> bin_dtype);
+
+  // True when the dataset has this split in a token-stream layout.
+  static bool has_split(const std::filesystem::path& dataset_dir, const std::string& split);
+
+  const std::vector<StreamFile>& files() const noexcept { return files_; }
+  std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+  // The dtype shared by every file, or nullopt when they differ.
+  std::optional<TokenDtype> common_dtype() const noexcept;
+  std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+  bool flat() const noexcept { return flat_; }
+
+  // Copies tokens [offset, offset+count) of file `file` into `out`, widened to int64.
+  // REQUIRES: in range.
+  void read(std::size_t file, std::uint64_t offset, std::size_t count, std::int64_t* out) const noexcept;
+  std::uint32_t token_at(std::size_t file, std::uint64_t offset) const noexcept;
+  void will_need(std::size_t file, std::uint64_t offset, std::size_t count) const noexcept;
+
+ private:
+  std::vector<StreamFile> files_;
+  std::uint64_t total_tokens_ = 0;
+  std::uint64_t fingerprint_ = 0;
+  bool flat_ = false;
+};
+
+}  // namespace tokenfeed

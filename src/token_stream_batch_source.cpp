@@ -1,0 +1,102 @@
+#include "token_stream_batch_source.hpp"
+
+#include <algorithm>
+
+namespace tokenfeed {
+namespace {
+
+std::uint64_t samples_in_file(std::uint64_t tokens, std::size_t block_size, SamplingMode mode) {
+  const std::uint64_t window = block_size + 1;
+  if (mode == SamplingMode::epoch) return tokens / window;
+  return tokens >= window ? tokens - window + 1 : 0;
+}
+
+}  // namespace
+
+std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split, std::size_t block_size,
+                                                   SamplingMode mode) {
+  std::uint64_t total = 0;
+  for (const StreamFile& f : split.files()) total += samples_in_file(f.tokens, block_size, mode);
+  return total;
+}
+
+TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpisodeSampler& sampler,
+                                               Options options)
+    : split_(split), sampler_(sampler), options_(options) {
+  std::uint64_t next = 0;
+  for (const StreamFile& f : split.files()) {
+    first_sample_.push_back(next);
+    next += samples_in_file(f.tokens, options.block_size, options.mode);
+  }
+}
+
+TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id) const noexcept {
+  // The last file whose first sample is <= id and that has samples: upper_bound lands past
+  // empty files that share a first id with the next one.
+  const auto it = std::upper_bound(first_sample_.begin(), first_sample_.end(), id);
+  Location loc;
+  loc.file = static_cast<std::size_t>(it - first_sample_.begin()) - 1;
+  const std::uint64_t local = id - first_sample_[loc.file];
+  if (options_.mode == SamplingMode::epoch) {
+    loc.offset = local * (options_.block_size + 1);
+    loc.window_id = static_cast<std::int64_t>(id);
+  } else {
+    loc.offset = local;
+    loc.window_id = static_cast<std::int64_t>(split_.files()[loc.file].first_token + local);
+  }
+  return loc;
+}
+
+void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
+  const std::size_t rows = slot.episode_ids.size();
+  const std::size_t T = options_.block_size;
+  slot.step = plan.step;
+  slot.epoch = plan.epoch;
+  slot.batch_in_epoch = plan.batch_in_epoch;
+  slot.real_rows = sampler_.real_rows(plan);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::int64_t* x = slot.x.data() + r * T;
+    std::int64_t* y = slot.y.data() + r * T;
+    const std::int64_t id = sampler_.row_episode(plan, r);
+    if (id < 0) {
+      // A fill row (epoch mode without drop_last): nothing to learn from.
+      slot.episode_ids[r] = -1;
+      std::fill(x, x + T, 0);
+      std::fill(y, y + T, options_.ignore_index);
+      if (!slot.doc_ids.empty()) {
+        std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
+        std::fill(slot.position_ids.data() + r * T, slot.position_ids.data() + (r + 1) * T, 0);
+      }
+      continue;
+    }
+    const Location loc = locate(static_cast<std::uint64_t>(id));
+    slot.episode_ids[r] = loc.window_id;
+    split_.read(loc.file, loc.offset, T, x);
+    split_.read(loc.file, loc.offset + 1, T, y);
+    if (options_.eos_token_id) {
+      apply_document_boundaries(x, y, slot.doc_ids.data() + r * T, slot.position_ids.data() + r * T, T,
+                                *options_.eos_token_id, options_.ignore_index);
+    }
+  }
+}
+
+void apply_document_boundaries(const std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
+                               std::int32_t* position_ids, std::size_t cols, std::int64_t eos_token_id,
+                               std::int64_t ignore_index) noexcept {
+  std::int32_t doc = 0;
+  std::int32_t position = 0;
+  for (std::size_t i = 0; i < cols; ++i) {
+    doc_ids[i] = doc;
+    position_ids[i] = position;
+    if (x[i] == eos_token_id) {
+      // The label after an end-of-text token starts the next document.
+      y[i] = ignore_index;
+      ++doc;
+      position = 0;
+    } else {
+      ++position;
+    }
+  }
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,70 @@
+// TokenStreamBatchSource: the token_stream mode's batches. Each row is a window w of
+// block_size + 1 consecutive tokens of one file (a window never straddles two files),
+// x = w[:-1], y = w[1:].
+//
+//  - epoch mode: each file is carved into non-overlapping windows starting at
+//    i * (block_size + 1) (the remainder of a file is unused); windows are numbered
+//    globally across files and the sampler shuffles their numbers per epoch.
+//  - random mode: the sampler draws a global window start uniformly over every valid
+//    start in every file.
+//
+// With document awareness (an end-of-text id), a row also gets doc_ids (a running
+// document index over the input positions, incremented after each end-of-text token),
+// position_ids (restarting at 0 at each document start), and y = ignore_index where the
+// label belongs to another document than its input position (right after an end-of-text).
+//
+// Thread-safety: decode() may run concurrently on different slots.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "batch_source.hpp"
+#include "token_stream.hpp"
+
+namespace tokenfeed {
+
+class TokenStreamBatchSource final : public BatchSource {
+ public:
+  struct Options {
+    std::size_t block_size = 0;
+    SamplingMode mode = SamplingMode::random;
+    std::optional<std::int64_t> eos_token_id;  // set: document-aware fields
+    std::int64_t ignore_index = -100;
+  };
+
+  // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
+  // (random mode), over all files.
+  static std::uint64_t sample_count(const TokenStreamSplit& split, std::size_t block_size, SamplingMode mode);
+
+  // REQUIRES: split and sampler outlive the source; the sampler draws from sample_count().
+  TokenStreamBatchSource(const TokenStreamSplit& split, const EpisodeSampler& sampler, Options options);
+
+  BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
+  void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+
+  // The file and in-file token offset where sample `id` starts, and the id recorded in
+  // window_ids (the global window number in epoch mode, the global token offset in random
+  // mode).
+  struct Location {
+    std::size_t file = 0;
+    std::uint64_t offset = 0;
+    std::int64_t window_id = 0;
+  };
+  Location locate(std::uint64_t id) const noexcept;
+
+ private:
+  const TokenStreamSplit& split_;
+  const EpisodeSampler& sampler_;
+  Options options_;
+  std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample
+};
+
+// Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label
+// crosses a document boundary. Exposed for tests.
+void apply_document_boundaries(const std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
+                               std::int32_t* position_ids, std::size_t cols, std::int64_t eos_token_id,
+                               std::int64_t ignore_index) noexcept;
+
+}  // namespace tokenfeed
