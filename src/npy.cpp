@@ -2,7 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
-#include <regex>
+#include <string_view>
 
 #include "tokenfeed/error.hpp"
 
@@ -70,7 +70,7 @@ void NpyWriter::finish() {
 }
 
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& file) {
-  const auto fail = [&](const std::string& what) -> void { throw Error(ErrorKind::format, "'" + file + "': " + what); };
+  const auto fail = [&](const std::string& what) { throw Error(ErrorKind::format, "'" + file + "': " + what); };
   if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0) fail("not a .npy file (bad magic)");
   const auto major = static_cast<unsigned>(bytes[6]);
   std::size_t header_len = 0;
@@ -91,19 +91,51 @@ NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& 
 
   NpyHeader result;
   result.data_offset = prefix + header_len;
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')"))) fail("header lacks 'descr'");
-  result.descr = m[1];
-  if (!std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*(True|False))"))) {
-    fail("header lacks 'fortran_order'");
+  // The header is a Python dict literal; read the three keys numpy writes.
+  const auto value_of = [&](const std::string& key) -> std::string_view {
+    const std::size_t k = header.find("'" + key + "'");
+    if (k == std::string::npos) fail("header lacks '" + key + "'");
+    std::size_t v = header.find(':', k);
+    if (v == std::string::npos) fail("header key '" + key + "' has no value");
+    ++v;
+    while (v < header.size() && header[v] == ' ') ++v;
+    return std::string_view(header).substr(v);
+  };
+  std::string_view descr = value_of("descr");
+  if (descr.empty() || descr.front() != '\'' || descr.find('\'', 1) == std::string_view::npos) {
+    fail("header 'descr' is not a quoted string");
   }
-  result.fortran_order = m[1] == "True";
-  if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))"))) fail("header lacks 'shape'");
-  const std::string dims = m[1];
-  const std::regex number(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number); it != std::sregex_iterator(); ++it) {
-    result.shape.push_back(std::stoull(it->str()));
+  result.descr = std::string(descr.substr(1, descr.find('\'', 1) - 1));
+  const std::string_view order = value_of("fortran_order");
+  if (order.substr(0, 4) == "True") {
+    result.fortran_order = true;
+  } else if (order.substr(0, 5) != "False") {
+    fail("header 'fortran_order' is neither True nor False");
   }
+  std::string_view shape = value_of("shape");
+  if (shape.empty() || shape.front() != '(' || shape.find(')') == std::string_view::npos) {
+    fail("header 'shape' is not a tuple");
+  }
+  shape = shape.substr(1, shape.find(')') - 1);
+  std::uint64_t dim = 0;
+  bool in_number = false;
+  for (const char c : shape) {
+    if (c >= '0' && c <= '9') {
+      const auto digit = static_cast<std::uint64_t>(c - '0');
+      if (dim > (UINT64_MAX - digit) / 10) fail("header 'shape' overflows");
+      dim = dim * 10 + digit;
+      in_number = true;
+    } else if (c == ',' || c == ' ' || c == 'L') {
+      if (in_number && c != 'L') {
+        result.shape.push_back(dim);
+        dim = 0;
+        in_number = false;
+      }
+    } else {
+      fail("header 'shape' holds an unexpected character");
+    }
+  }
+  if (in_number) result.shape.push_back(dim);
   return result;
 }
 

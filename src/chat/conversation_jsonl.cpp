@@ -1,0 +1,211 @@
+#include "chat/conversation_jsonl.hpp"
+
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number_float()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_null()) return "null";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "a value";
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
+std::string json_error_text(const json::exception& e) {
+  std::string text = e.what();
+  if (text.starts_with("[json.exception.")) {
+    if (const auto close = text.find("] "); close != std::string::npos) text.erase(0, close + 2);
+  }
+  // A JSONL line is one JSON line: say "column N", not "line 1, column N".
+  if (const auto at = text.find("at line 1, column "); at != std::string::npos) text.erase(at + 3, 8);
+  // nlohmann quotes what it last read, which can be a whole long string: keep messages short.
+  constexpr std::size_t kMaxLength = 300;
+  if (text.size() > kMaxLength) {
+    std::size_t cut = kMaxLength;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8 boundary
+    text.resize(cut);
+    text += "...";
+  }
+  return text;
+}
+
+std::string label(std::size_t index) { return "message " + std::to_string(index + 1); }
+
+json read_json_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot open '" + file.string() + "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::config, file.string() + ": invalid JSON: " + json_error_text(e));
+  }
+}
+
+std::uint32_t read_uint32(const json& v, const std::string& where) {
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+    throw Error(ErrorKind::config, where + " must be a non-negative integer, got " + v.dump());
+  }
+  const auto value = v.get<std::uint64_t>();
+  if (value > std::numeric_limits<std::uint32_t>::max()) {
+    throw Error(ErrorKind::config, where + " must fit in 32 bits, got " + v.dump());
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+}  // namespace
+
+std::optional<LineDefect> parse_conversation_line(std::string_view line, ConversationInput input,
+                                                  ParsedConversation& out) {
+  out.text.clear();
+  out.tokenized.clear();
+  json doc;
+  try {
+    doc = json::parse(line);
+  } catch (const json::exception& e) {
+    return LineDefect{std::string(kReasonInvalidJson), json_error_text(e)};
+  }
+  if (!doc.is_object()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      std::string("the line is ") + type_name(doc) + ", expected an object with \"messages\""};
+  }
+  const auto messages = doc.find("messages");
+  if (messages == doc.end()) return LineDefect{std::string(kReasonMissingField), "no \"messages\" field"};
+  if (!messages->is_array()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      std::string("\"messages\" is ") + type_name(*messages) + ", expected an array"};
+  }
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    if (!m.is_object()) {
+      return LineDefect{std::string(kReasonWrongType),
+                        label(i) + " is " + type_name(m) + ", expected an object with \"role\" and \"content\""};
+    }
+    const auto role = m.find("role");
+    if (role == m.end()) return LineDefect{std::string(kReasonMissingField), label(i) + " has no \"role\""};
+    if (!role->is_string()) {
+      return LineDefect{std::string(kReasonWrongType),
+                        label(i) + " \"role\" is " + type_name(*role) + ", expected a string"};
+    }
+    const auto content = m.find("content");
+    const auto ids = m.find("ids");
+    if (input == ConversationInput::text) {
+      if (content == m.end()) {
+        return LineDefect{std::string(kReasonMissingField),
+                          ids != m.end() ? label(i) +
+                                               " has \"ids\" but no \"content\"; pre-tokenized input needs "
+                                               "--special-tokens FILE.json"
+                                         : label(i) + " has no \"content\""};
+      }
+      if (!content->is_string()) {
+        return LineDefect{std::string(kReasonWrongType),
+                          label(i) + " \"content\" is " + type_name(*content) + ", expected a string"};
+      }
+      out.text.push_back({role->get<std::string>(), content->get<std::string>()});
+    } else {
+      if (ids == m.end()) {
+        return LineDefect{std::string(kReasonMissingField),
+                          content != m.end() ? label(i) +
+                                                   " has \"content\" but no \"ids\"; with --special-tokens "
+                                                   "every message must be pre-tokenized"
+                                             : label(i) + " has no \"ids\""};
+      }
+      if (!ids->is_array()) {
+        return LineDefect{std::string(kReasonWrongType),
+                          label(i) + " \"ids\" is " + type_name(*ids) + ", expected an array of token ids"};
+      }
+      TokenizedChatMessage message{role->get<std::string>(), {}};
+      message.ids.reserve(ids->size());
+      for (const json& id : *ids) {
+        const bool ok = id.is_number_unsigned() || (id.is_number_integer() && id.get<std::int64_t>() >= 0);
+        if (!ok || id.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+          return LineDefect{std::string(kReasonWrongType),
+                            label(i) + " \"ids\" holds " + id.dump() + ", expected integers in [0, 2^32)"};
+        }
+        message.ids.push_back(static_cast<std::uint32_t>(id.get<std::uint64_t>()));
+      }
+      out.tokenized.push_back(std::move(message));
+    }
+  }
+  return std::nullopt;
+}
+
+PretokenizedSpecials read_pretokenized_specials(const std::filesystem::path& file) {
+  const json doc = read_json_file(file);
+  const std::string name = file.string();
+  if (!doc.is_object()) throw Error(ErrorKind::config, name + ": expected a JSON object");
+  const auto required = [&](const char* key) -> std::uint32_t {
+    const auto it = doc.find(key);
+    if (it == doc.end()) throw Error(ErrorKind::config, name + ": missing \"" + key + "\"");
+    return read_uint32(*it, name + ": \"" + key + "\"");
+  };
+  PretokenizedSpecials s;
+  s.ids.system = required("system");
+  s.ids.user = required("user");
+  s.ids.assistant = required("assistant");
+  s.ids.eot = required("eot");
+  s.vocab_size = required("vocab_size");
+  if (const auto it = doc.find("tool"); it != doc.end() && !it->is_null()) {
+    s.ids.tool = read_uint32(*it, name + ": \"tool\"");
+  }
+  if (const auto it = doc.find("default_system_ids"); it != doc.end() && !it->is_null()) {
+    if (!it->is_array()) throw Error(ErrorKind::config, name + ": \"default_system_ids\" must be an array of ids");
+    for (const json& id : *it) s.default_system_ids.push_back(read_uint32(id, name + ": \"default_system_ids\""));
+  }
+  check_special_token_ids(s.ids, name);
+  const auto check_below = [&](std::uint32_t id, const std::string& what) {
+    if (id >= s.vocab_size) {
+      throw Error(ErrorKind::config, name + ": " + what + " id " + std::to_string(id) +
+                                         " is not below \"vocab_size\" " + std::to_string(s.vocab_size));
+    }
+  };
+  check_below(s.ids.system, "\"system\"");
+  check_below(s.ids.user, "\"user\"");
+  check_below(s.ids.assistant, "\"assistant\"");
+  check_below(s.ids.eot, "\"eot\"");
+  if (s.ids.tool) check_below(*s.ids.tool, "\"tool\"");
+  for (const std::uint32_t id : s.default_system_ids) {
+    check_below(id, "\"default_system_ids\"");
+    if (is_special_token(s.ids, id)) {
+      throw Error(ErrorKind::config,
+                  name + ": \"default_system_ids\" holds the special token id " + std::to_string(id));
+    }
+  }
+  return s;
+}
+
+SpecialTokenStrings read_special_token_strings(const std::filesystem::path& file) {
+  const json doc = read_json_file(file);
+  const std::string name = file.string();
+  if (!doc.is_object()) throw Error(ErrorKind::config, name + ": expected a JSON object of special token strings");
+  SpecialTokenStrings s;
+  const std::pair<const char*, std::string*> fields[] = {
+      {"system", &s.system}, {"user", &s.user}, {"assistant", &s.assistant}, {"tool", &s.tool}, {"eot", &s.eot}};
+  for (const auto& [key, value] : doc.items()) {
+    bool known = false;
+    for (const auto& [field, target] : fields) {
+      if (key != field) continue;
+      if (!value.is_string()) throw Error(ErrorKind::config, name + ": \"" + key + "\" must be a string");
+      *target = value.get<std::string>();
+      known = true;
+    }
+    if (!known) {
+      throw Error(ErrorKind::config,
+                  name + ": unknown key \"" + key + "\" (expected system, user, assistant, tool, eot)");
+    }
+  }
+  return s;
+}
+
+}  // namespace tokenfeed

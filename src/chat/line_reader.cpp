@@ -1,0 +1,176 @@
+#include "chat/line_reader.hpp"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "chat/sha256.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+
+namespace {
+constexpr std::size_t kChunkBytes = 1 << 20;
+}  // namespace
+
+struct LineReader::Impl {
+  std::filesystem::path path;
+  std::size_t max_line_bytes;
+  std::ifstream file;
+  std::uint64_t size = 0;
+  std::uint64_t raw_read = 0;
+  bool raw_eof = false;
+  Sha256 sha;
+  std::string sha_hex;
+
+  bool gzip = false;
+  bool gzip_started = false;
+  bool gzip_member_done = false;
+  z_stream zs{};
+  std::vector<unsigned char> raw;  // compressed input waiting for inflate
+  std::size_t raw_pos = 0, raw_end = 0;
+
+  std::vector<char> data;  // decoded bytes
+  std::size_t pos = 0, end = 0;
+  bool first_line = true;
+
+  ~Impl() {
+    if (gzip_started) inflateEnd(&zs);
+  }
+
+  // Reads the next raw chunk into `raw`; false at the end of the file.
+  bool read_raw() {
+    if (raw_eof) return false;
+    file.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+    const auto got = static_cast<std::size_t>(file.gcount());
+    if (file.bad()) throw Error(ErrorKind::io, "error while reading '" + path.string() + "'");
+    if (got < raw.size()) raw_eof = true;
+    raw_pos = 0;
+    raw_end = got;
+    raw_read += got;
+    sha.update(raw.data(), got);
+    return got > 0;
+  }
+
+  // Refills `data` with decoded bytes; false at the end of the input.
+  bool fill() {
+    pos = end = 0;
+    if (!gzip) {
+      if (!read_raw()) return false;
+      // The raw buffer is the data buffer for plain files.
+      std::memcpy(data.data(), raw.data(), raw_end);
+      end = raw_end;
+      return end > 0;
+    }
+    while (end == 0) {
+      if (raw_pos == raw_end && !read_raw()) {
+        if (!gzip_member_done) {
+          throw Error(ErrorKind::format, "'" + path.string() + "' is a truncated gzip file (it ends mid-stream)");
+        }
+        return false;
+      }
+      if (gzip_member_done) {  // another gzip member follows (concatenated .gz files)
+        if (inflateReset(&zs) != Z_OK) throw Error(ErrorKind::format, "'" + path.string() + "': zlib reset failed");
+        gzip_member_done = false;
+      }
+      zs.next_in = raw.data() + raw_pos;
+      zs.avail_in = static_cast<uInt>(raw_end - raw_pos);
+      zs.next_out = reinterpret_cast<unsigned char*>(data.data());
+      zs.avail_out = static_cast<uInt>(data.size());
+      const int rc = inflate(&zs, Z_NO_FLUSH);
+      raw_pos = raw_end - zs.avail_in;
+      end = data.size() - zs.avail_out;
+      if (rc == Z_STREAM_END) {
+        gzip_member_done = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw Error(ErrorKind::format, "'" + path.string() + "': corrupt gzip data near byte " +
+                                           std::to_string(raw_read - (raw_end - raw_pos)) + ": " +
+                                           (zs.msg != nullptr ? zs.msg : "inflate failed"));
+      }
+    }
+    return true;
+  }
+};
+
+LineReader::LineReader(std::filesystem::path path, std::size_t max_line_bytes) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.path = std::move(path);
+  d.max_line_bytes = max_line_bytes;
+  std::error_code ec;
+  if (std::filesystem::is_directory(d.path, ec)) {
+    throw Error(ErrorKind::io, "cannot read '" + d.path.string() + "': it is a directory");
+  }
+  d.file.open(d.path, std::ios::binary);
+  if (!d.file) throw Error(ErrorKind::io, "cannot open '" + d.path.string() + "' for reading");
+  if (std::filesystem::is_regular_file(d.path, ec)) d.size = std::filesystem::file_size(d.path, ec);
+  d.raw.resize(kChunkBytes);
+  d.data.resize(kChunkBytes);
+
+  // Sniff the gzip magic from the first chunk.
+  if (d.read_raw() && d.raw_end >= 2 && d.raw[0] == 0x1f && d.raw[1] == 0x8b) {
+    d.gzip = true;
+    if (inflateInit2(&d.zs, 15 + 16) != Z_OK) throw Error(ErrorKind::io, "cannot initialise zlib");
+    d.gzip_started = true;
+    d.gzip_member_done = false;
+  } else {
+    std::memcpy(d.data.data(), d.raw.data(), d.raw_end);
+    d.end = d.raw_end;
+    d.raw_pos = d.raw_end;
+  }
+}
+
+LineReader::~LineReader() = default;
+
+bool LineReader::next(std::string& line, bool& too_long) {
+  Impl& d = *impl_;
+  line.clear();
+  too_long = false;
+  std::size_t length = 0;
+  bool any = false;
+  for (;;) {
+    if (d.pos == d.end && !d.fill()) {
+      if (!any) return false;
+      break;
+    }
+    any = true;
+    const char* begin = d.data.data() + d.pos;
+    const std::size_t avail = d.end - d.pos;
+    const void* nl = std::memchr(begin, '\n', avail);
+    const std::size_t take = nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - begin) : avail;
+    length += take;
+    if (!too_long) {
+      if (length > d.max_line_bytes) {
+        too_long = true;
+        line.clear();
+        line.shrink_to_fit();
+      } else {
+        line.append(begin, take);
+      }
+    }
+    d.pos += take;
+    if (nl != nullptr) {
+      ++d.pos;  // the '\n'
+      break;
+    }
+  }
+  ++line_number_;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (d.first_line) {
+    d.first_line = false;
+    if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
+  }
+  return true;
+}
+
+std::uint64_t LineReader::raw_bytes_read() const noexcept { return impl_->raw_read; }
+std::uint64_t LineReader::file_size() const noexcept { return impl_->size; }
+bool LineReader::is_gzip() const noexcept { return impl_->gzip; }
+
+std::string LineReader::sha256_hex() {
+  if (impl_->sha_hex.empty()) impl_->sha_hex = Sha256::hex(impl_->sha.finish());
+  return impl_->sha_hex;
+}
+
+}  // namespace tokenfeed

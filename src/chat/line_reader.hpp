@@ -1,0 +1,44 @@
+// LineReader: reads a text file line by line with bounded memory, transparently
+// decompressing gzip input (detected by its magic bytes, so FILE.jsonl.gz and FILE.jsonl both
+// work whatever their names), and hashing the file's raw bytes as they are read.
+//
+// Lines end at '\n'; a trailing '\r' is removed, as is a UTF-8 byte order mark at the start of
+// the file. A line longer than the limit is skipped without being held in memory.
+//
+// Thread-safety: not thread-safe; one thread reads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace tokenfeed {
+
+class LineReader {
+ public:
+  // Opens `path`. Throws Error(io) when it cannot be opened.
+  LineReader(std::filesystem::path path, std::size_t max_line_bytes);
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  // Reads the next line into `line`. Returns false at the end of the input. When the line is
+  // longer than max_line_bytes, `line` is empty and `too_long` true. Throws Error(io) on read
+  // errors and Error(format) on corrupt or truncated gzip data, naming the file.
+  bool next(std::string& line, bool& too_long);
+
+  std::uint64_t line_number() const noexcept { return line_number_; }  // of the last line read, from 1
+  std::uint64_t raw_bytes_read() const noexcept;                       // bytes of the file consumed so far
+  std::uint64_t file_size() const noexcept;                            // 0 when unknown
+  bool is_gzip() const noexcept;
+  // Hex SHA-256 of the file's bytes. REQUIRES: next() returned false.
+  std::string sha256_hex();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::uint64_t line_number_ = 0;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,77 @@
+#include <array>
+#include <string>
+
+#include "chat/special_strings.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/tokenizer.hpp"
+
+namespace tokenfeed {
+
+Tokenizer::Tokenizer(SpecialTokenStrings strings, SpecialTokenIds ids, std::uint32_t vocab_size)
+    : special_strings_(std::move(strings)), special_ids_(ids), vocab_size_(vocab_size) {}
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<std::uint32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<std::uint32_t> ids;
+  do_encode(text, ids);
+  return ids;
+}
+
+const std::string* Tokenizer::special_string(std::uint32_t id) const noexcept {
+  if (id == special_ids_.system) return &special_strings_.system;
+  if (id == special_ids_.user) return &special_strings_.user;
+  if (id == special_ids_.assistant) return &special_strings_.assistant;
+  if (special_ids_.tool && id == *special_ids_.tool) return &special_strings_.tool;
+  if (id == special_ids_.eot) return &special_strings_.eot;
+  return nullptr;
+}
+
+std::vector<SpecialTokenInfo> Tokenizer::special_token_infos(const std::array<SpecialTokenSource, 5>& sources) const {
+  return {
+      {"system", special_strings_.system, special_ids_.system, sources[0]},
+      {"user", special_strings_.user, special_ids_.user, sources[1]},
+      {"assistant", special_strings_.assistant, special_ids_.assistant, sources[2]},
+      {"tool", special_strings_.tool, special_ids_.tool.value_or(0), sources[3]},
+      {"eot", special_strings_.eot, special_ids_.eot, sources[4]},
+  };
+}
+
+void check_special_token_strings(const SpecialTokenStrings& strings, std::string_view what) {
+  const std::array<std::pair<const char*, const std::string*>, 5> all = {{{"system", &strings.system},
+                                                                          {"user", &strings.user},
+                                                                          {"assistant", &strings.assistant},
+                                                                          {"tool", &strings.tool},
+                                                                          {"eot", &strings.eot}}};
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].second->empty()) {
+      throw Error(ErrorKind::config, std::string(what) + ": the " + all[i].first + " special token string is empty");
+    }
+    for (std::size_t j = i + 1; j < all.size(); ++j) {
+      if (*all[i].second == *all[j].second) {
+        throw Error(ErrorKind::config, std::string(what) + ": the " + all[i].first + " and " + all[j].first +
+                                           " special tokens have the same string '" + *all[i].second + "'");
+      }
+    }
+  }
+}
+
+const char* to_string(SpecialTokenSource source) noexcept {
+  return source == SpecialTokenSource::model ? "model" : "appended";
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec, const SpecialTokenStrings& strings) {
+  if (spec == "bytes") return make_bytes_tokenizer(strings);
+  constexpr std::string_view kSentencePiece = "sentencepiece:";
+  if (spec.starts_with(kSentencePiece)) {
+    const std::string_view model = spec.substr(kSentencePiece.size());
+    if (model.empty()) {
+      throw Error(ErrorKind::config, "tokenizer 'sentencepiece:' needs a model file: sentencepiece:PATH/TO/MODEL");
+    }
+    return make_sentencepiece_tokenizer(std::filesystem::path(model), strings);
+  }
+  throw Error(ErrorKind::config,
+              "unknown tokenizer '" + std::string(spec) + "' (expected 'bytes' or 'sentencepiece:MODEL')");
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,148 @@
+// The "sentencepiece:MODEL" tokenizer, through the SentencePiece C++ library.
+#include <sentencepiece_processor.h>
+
+#include <array>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "chat/sha256.hpp"
+#include "chat/special_strings.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/tokenizer.hpp"
+
+namespace tokenfeed {
+namespace {
+
+struct ResolvedSpecials {
+  SpecialTokenIds ids;
+  std::array<SpecialTokenSource, 5> sources{};
+  std::uint32_t vocab_size = 0;
+};
+
+// Takes each special token from the model when it is one of its pieces, else appends it.
+ResolvedSpecials resolve_specials(const sentencepiece::SentencePieceProcessor& sp, const SpecialTokenStrings& strings) {
+  ResolvedSpecials r;
+  const auto base = static_cast<std::uint32_t>(sp.GetPieceSize());
+  std::uint32_t next = base;
+  const auto resolve = [&](const std::string& text, SpecialTokenSource& source) -> std::uint32_t {
+    const int id = sp.PieceToId(text);
+    if (id >= 0 && sp.IdToPiece(id) == text) {
+      source = SpecialTokenSource::model;
+      return static_cast<std::uint32_t>(id);
+    }
+    source = SpecialTokenSource::appended;
+    return next++;
+  };
+  r.ids.system = resolve(strings.system, r.sources[0]);
+  r.ids.user = resolve(strings.user, r.sources[1]);
+  r.ids.assistant = resolve(strings.assistant, r.sources[2]);
+  r.ids.tool = resolve(strings.tool, r.sources[3]);
+  r.ids.eot = resolve(strings.eot, r.sources[4]);
+  r.vocab_size = next;
+  return r;
+}
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, const SpecialTokenStrings& strings,
+                         const ResolvedSpecials& specials, std::filesystem::path model, std::string model_sha256)
+      : Tokenizer(strings, specials.ids, specials.vocab_size),
+        sp_(std::move(sp)),
+        sources_(specials.sources),
+        base_vocab_size_(static_cast<std::uint32_t>(sp_->GetPieceSize())),
+        model_(std::move(model)),
+        model_sha256_(std::move(model_sha256)) {}
+
+  TokenizerDescription describe() const override {
+    TokenizerDescription d;
+    d.kind = "sentencepiece";
+    d.model_path = model_;
+    d.model_sha256 = model_sha256_;
+    d.base_vocab_size = base_vocab_size_;
+    d.vocab_size = vocab_size();
+    d.special_tokens = special_token_infos(sources_);
+    return d;
+  }
+
+ protected:
+  void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const override {
+    std::vector<int> ids;
+    const auto status = sp_->Encode(text, &ids);
+    if (!status.ok()) {
+      throw Error(ErrorKind::format, "SentencePiece cannot encode the text: " + std::string(status.message()));
+    }
+    out.reserve(out.size() + ids.size());
+    for (const int id : ids) out.push_back(static_cast<std::uint32_t>(id));
+  }
+
+  std::string do_decode(std::span<const std::uint32_t> ids) const override {
+    std::string text;
+    std::vector<int> run;
+    const auto flush = [&] {
+      if (run.empty()) return;
+      std::string piece;
+      const auto status = sp_->Decode(run, &piece);
+      if (!status.ok()) {
+        throw Error(ErrorKind::format, "SentencePiece cannot decode the ids: " + std::string(status.message()));
+      }
+      text += piece;
+      run.clear();
+    };
+    for (const std::uint32_t id : ids) {
+      if (const std::string* special = special_string(id)) {
+        flush();
+        text += *special;
+      } else if (id < base_vocab_size_) {
+        run.push_back(static_cast<int>(id));
+      } else {
+        throw Error(ErrorKind::format, "sentencepiece tokenizer: cannot decode id " + std::to_string(id) +
+                                           " (the vocabulary size is " + std::to_string(vocab_size()) + ")");
+      }
+    }
+    flush();
+    return text;
+  }
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::array<SpecialTokenSource, 5> sources_;
+  std::uint32_t base_vocab_size_;
+  std::filesystem::path model_;
+  std::string model_sha256_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::filesystem::path& model,
+                                                        const SpecialTokenStrings& strings) {
+  check_special_token_strings(strings, "sentencepiece tokenizer");
+  std::ifstream in(model, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot open SentencePiece model '" + model.string() + "'");
+  std::string bytes;
+  std::vector<char> chunk(1 << 16);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    bytes.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) throw Error(ErrorKind::io, "error while reading SentencePiece model '" + model.string() + "'");
+
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = sp->LoadFromSerializedProto(bytes);
+  if (!status.ok()) {
+    throw Error(ErrorKind::io,
+                "cannot load SentencePiece model '" + model.string() + "': " + std::string(status.message()));
+  }
+  if (sp->GetPieceSize() <= 0 ||
+      static_cast<std::uint64_t>(sp->GetPieceSize()) + 5 > std::numeric_limits<std::uint32_t>::max()) {
+    throw Error(ErrorKind::format, "SentencePiece model '" + model.string() + "' has an unusable vocabulary size " +
+                                       std::to_string(sp->GetPieceSize()));
+  }
+  const ResolvedSpecials specials = resolve_specials(*sp, strings);
+  Sha256 sha;
+  sha.update(bytes);
+  return std::make_unique<SentencePieceTokenizer>(std::move(sp), strings, specials, model, Sha256::hex(sha.finish()));
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,205 @@
+// Tokenizers: the built-in bytes tokenizer, the factory, and a SentencePiece round trip on
+// a model trained here with Debian's spm_train from tests/data/spm_corpus.txt.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "tokenfeed/chat_format.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/tokenizer.hpp"
+
+namespace {
+
+using namespace tokenfeed;
+using Ids = std::vector<std::uint32_t>;
+namespace fs = std::filesystem;
+
+// The spm_train executable on PATH, or empty.
+fs::path find_spm_train() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return {};
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    const fs::path candidate = fs::path(dir) / "spm_train";
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec)) return candidate;
+  }
+  return {};
+}
+
+// Trains a small BPE model with byte fallback and identity normalization (so that decoding
+// gives back the exact text). `user_symbols` is passed as --user_defined_symbols.
+fs::path train_sentencepiece(const fs::path& spm_train, const fs::path& dir, const std::string& user_symbols) {
+  const fs::path corpus = fs::path(TOKENFEED_TEST_DATA_DIR) / "spm_corpus.txt";
+  REQUIRE(fs::exists(corpus));
+  const fs::path prefix = dir / "model";
+  std::string cmd = "'" + spm_train.string() + "' --input='" + corpus.string() + "' --model_prefix='" +
+                    prefix.string() +
+                    "' --vocab_size=400 --model_type=bpe --character_coverage=1.0 --byte_fallback=true"
+                    " --normalization_rule_name=identity --add_dummy_prefix=false --remove_extra_whitespaces=false"
+                    " --hard_vocab_limit=false --num_threads=1 --minloglevel=2";
+  if (!user_symbols.empty()) cmd += " --user_defined_symbols='" + user_symbols + "'";
+  cmd += " > '" + (dir / "spm_train.log").string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  INFO("spm_train command: " << cmd);
+  REQUIRE(rc == 0);
+  REQUIRE(fs::exists(prefix.string() + ".model"));
+  return prefix.string() + ".model";
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer: bytes encodes UTF-8 bytes and appends the special tokens after them") {
+  const auto tok = make_tokenizer("bytes");
+  CHECK(tok->vocab_size() == 261);
+  const SpecialTokenIds& sp = tok->special_ids();
+  CHECK(sp.system == 256);
+  CHECK(sp.user == 257);
+  CHECK(sp.assistant == 258);
+  REQUIRE(sp.tool.has_value());
+  CHECK(*sp.tool == 259);
+  CHECK(sp.eot == 260);
+
+  CHECK(tok->encode("hé!") == Ids{'h', 0xC3, 0xA9, '!'});
+  CHECK(tok->encode("").empty());
+  const std::string text = "naïve café, φάρος\n\ttab";
+  CHECK(tok->decode(tok->encode(text)) == text);
+
+  Ids ids = {sp.user};
+  tok->encode("hi", ids);  // appends
+  ids.push_back(sp.eot);
+  CHECK(ids == Ids{257, 'h', 'i', 260});
+  CHECK(tok->decode(ids) ==
+        "<|ngpt_usr_84a5023f67d74cf29cc4001becde983c|>hi<|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>");
+  CHECK(tok->decode(Ids{*sp.tool}) == "<|ngpt_tool_84a5023f67d74cf29cc4001becde983c|>");
+
+  // Marker text in content stays bytes: it never becomes a special id.
+  const Ids marker = tok->encode("<|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>");
+  for (const std::uint32_t id : marker) CHECK(id < 256);
+
+  CHECK_THROWS_AS(tok->decode(Ids{261}), Error);
+
+  const TokenizerDescription d = tok->describe();
+  CHECK(d.kind == "bytes");
+  CHECK(d.base_vocab_size == 256);
+  CHECK(d.vocab_size == 261);
+  REQUIRE(d.special_tokens.size() == 5);
+  CHECK(d.special_tokens[3].role == "tool");
+  CHECK(d.special_tokens[3].id == 259);
+  CHECK(d.special_tokens[3].source == SpecialTokenSource::appended);
+}
+
+TEST_CASE("tokenizer: special token strings are configurable and validated") {
+  SpecialTokenStrings strings;
+  strings.tool = "<|tool|>";
+  const auto tok = make_bytes_tokenizer(strings);
+  CHECK(tok->decode(Ids{259}) == "<|tool|>");
+  CHECK(tok->special_strings().tool == "<|tool|>");
+
+  SpecialTokenStrings same;
+  same.user = same.assistant;
+  CHECK_THROWS_AS(make_bytes_tokenizer(same), Error);
+  SpecialTokenStrings empty;
+  empty.eot.clear();
+  CHECK_THROWS_AS(make_bytes_tokenizer(empty), Error);
+}
+
+TEST_CASE("tokenizer: the factory parses --tokenizer values and reports bad ones") {
+  CHECK(make_tokenizer("bytes")->describe().kind == "bytes");
+  CHECK_THROWS_WITH_AS(make_tokenizer("gpt2"), doctest::Contains("unknown tokenizer 'gpt2'"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer("sentencepiece:"), doctest::Contains("needs a model file"), Error);
+  try {
+    make_tokenizer("sentencepiece:/nonexistent/tokenfeed/model.model");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(std::string(e.what()).find("/nonexistent/tokenfeed/model.model") != std::string::npos);
+  }
+  test::TempDir tmp;
+  test::write_text(tmp / "junk.model", "this is not a sentencepiece model");
+  CHECK_THROWS_AS(make_tokenizer("sentencepiece:" + (tmp / "junk.model").string()), Error);
+}
+
+TEST_CASE("tokenizer: SentencePiece round trip on a model trained in the test") {
+  const fs::path spm_train = find_spm_train();
+  if (spm_train.empty()) {
+    MESSAGE("SKIPPED: spm_train not found on PATH; install Debian's 'sentencepiece' package to run this test");
+    return;
+  }
+  test::TempDir tmp;
+  const SpecialTokenStrings strings;
+
+  SUBCASE("special tokens the model defines are taken from it; the others are appended") {
+    const fs::path model = train_sentencepiece(spm_train, tmp.path(), strings.system + "," + strings.eot);
+    const auto tok = make_tokenizer("sentencepiece:" + model.string());
+    const TokenizerDescription d = tok->describe();
+    CHECK(d.kind == "sentencepiece");
+    CHECK(d.model_sha256.size() == 64);
+    REQUIRE(d.special_tokens.size() == 5);
+    CHECK(d.special_tokens[0].source == SpecialTokenSource::model);     // system
+    CHECK(d.special_tokens[1].source == SpecialTokenSource::appended);  // user
+    CHECK(d.special_tokens[2].source == SpecialTokenSource::appended);  // assistant
+    CHECK(d.special_tokens[3].source == SpecialTokenSource::appended);  // tool
+    CHECK(d.special_tokens[4].source == SpecialTokenSource::model);     // eot
+    const SpecialTokenIds& sp = tok->special_ids();
+    CHECK(sp.system < d.base_vocab_size);
+    CHECK(sp.eot < d.base_vocab_size);
+    CHECK(sp.user == d.base_vocab_size);
+    CHECK(sp.assistant == d.base_vocab_size + 1);
+    CHECK(*sp.tool == d.base_vocab_size + 2);
+    CHECK(tok->vocab_size() == d.base_vocab_size + 3);
+
+    // Each special token is one id, and its string decodes back.
+    CHECK(tok->encode(strings.system) == Ids{sp.system});
+    CHECK(tok->decode(Ids{sp.user}) == strings.user);
+
+    for (const std::string text : {"The harbour town wakes before the sun.", "a café in Zürich, φάρος",
+                                   "unseen words: quixotic zephyr 🚀 ½", "  two  spaces and a tab\t", ""}) {
+      const Ids ids = tok->encode(text);
+      for (const std::uint32_t id : ids) CHECK(id < d.base_vocab_size);
+      CHECK(tok->decode(ids) == text);
+    }
+
+    // A whole chat decodes back to the template text.
+    const std::vector<ChatMessage> chat = {{"user", "How long does the ferry take?"},
+                                           {"assistant", "About forty minutes."}};
+    const Ids ids = serialize_chat_to_ids(chat, *tok, "Be brief.");
+    CHECK(tok->decode(ids) == strings.system + "Be brief." + strings.eot + strings.user +
+                                  "How long does the ferry take?" + strings.eot + strings.assistant +
+                                  "About forty minutes." + strings.eot);
+    const std::vector<std::uint8_t> mask = sft_loss_mask_for_ids(ids, sp);
+    Ids trained;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (mask[i] != 0) trained.push_back(ids[i]);
+    }
+    CHECK(tok->decode(trained) == "About forty minutes." + strings.eot);
+
+    // Content holding a special token string the model defines is rejected, not split into turns.
+    Ids out;
+    const auto defect = append_chat_ids(
+        std::vector<ChatMessage>{{"user", "say " + strings.eot + " now"}, {"assistant", "no"}}, *tok, "", out);
+    REQUIRE(defect);
+    CHECK(defect->problem == ChatProblem::special_token_in_content);
+  }
+
+  SUBCASE("a model without the special tokens gets all five appended") {
+    const fs::path model = train_sentencepiece(spm_train, tmp.path(), "");
+    const auto tok = make_sentencepiece_tokenizer(model);
+    const TokenizerDescription d = tok->describe();
+    for (const SpecialTokenInfo& s : d.special_tokens) CHECK(s.source == SpecialTokenSource::appended);
+    CHECK(tok->special_ids().system == d.base_vocab_size);
+    CHECK(tok->special_ids().eot == d.base_vocab_size + 4);
+    CHECK(tok->vocab_size() == d.base_vocab_size + 5);
+    // The marker text is ordinary text for this model.
+    for (const std::uint32_t id : tok->encode(strings.eot)) CHECK(id < d.base_vocab_size);
+    CHECK(tok->decode(tok->encode(strings.eot)) == strings.eot);
+    CHECK_THROWS_AS(tok->decode(Ids{tok->vocab_size()}), Error);
+  }
+}

@@ -1,0 +1,213 @@
+// `tokenfeed prepare`: JSONL conversations -> an episode-indexed SFT dataset.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "chat/prepare.hpp"
+#include "commands.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed::cli {
+namespace {
+
+constexpr const char* kFooter = R"help(Input: one conversation per line (JSONL), optionally gzip-compressed:
+
+  {"messages": [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "4."}]}
+
+  (shown wrapped; each conversation must be on one line). With a tool call:
+
+  {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": "get_weather(\"Oslo\")"},
+                {"role": "tool", "content": "{\"temp_c\": 3}"},
+                {"role": "assistant", "content": "It is 3 °C in Oslo."}]}
+
+Roles are system, user, assistant and tool (a tool result, never trained on). A system
+message may only come first; when there is none, --system-text is used. Each conversation
+needs at least one assistant message. Other keys are ignored. Each message becomes
+ROLE_TOKEN content EOT with the role and end-of-turn tokens as single ids, and the loss mask
+is on assistant content and the assistant's EOT only.
+
+Pre-tokenized input: with --special-tokens FILE.json, every message carries "ids" instead of
+"content", e.g. {"role": "user", "ids": [17, 4, 99]}, and the file gives the special ids:
+  {"system": 1, "user": 2, "assistant": 3, "tool": 4, "eot": 0,
+   "default_system_ids": [7, 8], "vocab_size": 32000}
+
+Output (DIR is created; it must not exist or be empty):
+  DIR/train/shard_NNNNN/{tokens.bin,mask.bin,episodes.idx}, DIR/val/...,
+  DIR/dataset_metadata.json, DIR/tokenizer_state.json
+It loads with dataset_mode=sft_episode and use_loss_mask=true.
+
+A conversation's split depends only on its content and --seed: rerunning, or appending
+lines, never moves it. Bad lines (invalid JSON, missing fields, unknown roles, no assistant
+turn, ...) stop the run with the line number (--on-error fail) or are counted per reason
+(--on-error skip). Exit status: 0 on success; otherwise a one-line message on stderr and a
+status in 1..127 (4: a bad input line or corrupt gzip, 3: a file error, 2: a bad value).
+
+Example:
+  tokenfeed prepare --input chats.jsonl.gz --output-dir data/chat_sft --val-split 0.05
+)help";
+
+struct PrepareArgs {
+  PrepareOptions options;
+  std::string token_dtype = "auto";
+  std::string on_error = "fail";
+  std::string special_tokens_file;
+  std::string special_token_strings_file;
+};
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000.0 && u < 4) {
+    bytes /= 1000.0;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return text;
+}
+
+std::string human_count(double n) {
+  char text[32];
+  if (n >= 1e9) {
+    std::snprintf(text, sizeof text, "%.2f G", n / 1e9);
+  } else if (n >= 1e6) {
+    std::snprintf(text, sizeof text, "%.2f M", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(text, sizeof text, "%.1f k", n / 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f ", n);
+  }
+  return text;
+}
+
+// A one-line progress bar on stderr, redrawn in place.
+void draw_progress(const PrepareProgress& p) {
+  constexpr int kWidth = 28;
+  const double fraction =
+      p.input_bytes_total > 0
+          ? std::min(1.0, static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total))
+          : 0.0;
+  const int filled = static_cast<int>(fraction * kWidth);
+  std::string bar(static_cast<std::size_t>(filled), '#');
+  bar.append(static_cast<std::size_t>(kWidth - filled), '.');
+  const double rate = p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0;
+  const double byte_rate = p.seconds > 0 ? static_cast<double>(p.input_bytes_read) / p.seconds : 0.0;
+  std::fprintf(stderr, "\r\033[K%3.0f%% [%s] %s / %s (%s/s)  %s lines  %stokens/s", fraction * 100.0, bar.c_str(),
+               human_bytes(static_cast<double>(p.input_bytes_read)).c_str(),
+               human_bytes(static_cast<double>(p.input_bytes_total)).c_str(), human_bytes(byte_rate).c_str(),
+               human_count(static_cast<double>(p.lines)).c_str(), human_count(rate).c_str());
+  std::fflush(stderr);
+}
+
+std::string plural(std::uint64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
+void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
+  const PrepareOptions& o = args.options;
+  std::ostringstream out;
+  out << "tokenfeed prepare: wrote " << o.output_dir.string() << "\n";
+  out << "  input      " << o.input.string() << " (" << human_bytes(static_cast<double>(s.input_bytes)) << ", "
+      << plural(s.lines, "line") << ", sha256 " << s.input_sha256.substr(0, 16) << "...)\n";
+  const auto split = [&](const char* name, const EpisodeDatasetWriterSummary& w) {
+    out << "  " << name << "      ";
+    if (w.episodes == 0) {
+      out << "no conversations (not written)\n";
+      return;
+    }
+    out << plural(w.episodes, "conversation") << ", " << plural(w.tokens, "token") << " (" << w.masked_tokens
+        << " trained on), " << plural(w.shards, "shard") << "\n";
+  };
+  split("train", s.train);
+  split("val  ", s.val);
+  out << "  skipped    " << plural(s.skipped_total, "line");
+  if (s.blank_lines > 0) out << " (and " << plural(s.blank_lines, "blank line") << " ignored)";
+  out << "\n";
+  for (const auto& [reason, skipped] : s.skipped) {
+    out << "    " << reason << ": " << skipped.count << " (first at line " << skipped.first_line << ": "
+        << skipped.first_detail << ")\n";
+  }
+  out << "  tokenizer  " << (o.special_tokens_file ? std::string("pre-tokenized") : o.tokenizer) << ", vocab "
+      << s.vocab_size << ", token dtype " << to_string(s.token_dtype) << ", eot id " << s.special.eot << "\n";
+  const std::uint64_t tokens = s.train.tokens + s.val.tokens;
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f s", s.seconds);
+  out << "  time       " << seconds << " ("
+      << human_count(s.seconds > 0 ? static_cast<double>(tokens) / s.seconds : 0.0) << "tokens/s)\n";
+  std::cout << out.str() << std::flush;
+}
+
+// Errors propagate to main(), which prints them on one line and sets the exit status.
+void run_prepare(PrepareArgs& args) {
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  const auto clear_progress = [tty] {
+    if (tty) std::fprintf(stderr, "\r\033[K");
+  };
+  try {
+    PrepareOptions& o = args.options;
+    o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);
+    o.on_error = args.on_error == "skip" ? OnBadLine::skip : OnBadLine::fail;
+    if (!args.special_tokens_file.empty()) o.special_tokens_file = args.special_tokens_file;
+    if (!args.special_token_strings_file.empty()) {
+      o.special_strings = read_special_token_strings(args.special_token_strings_file);
+    }
+    if (tty) o.on_progress = draw_progress;
+    const PrepareSummary summary = prepare_chat_dataset(o);
+    clear_progress();
+    print_summary(args, summary);
+  } catch (...) {
+    clear_progress();
+    throw;
+  }
+}
+
+}  // namespace
+
+void add_prepare_command(CLI::App& app) {
+  auto args = std::make_shared<PrepareArgs>();
+  CLI::App* cmd = app.add_subcommand("prepare",
+                                     "Turn a JSONL file of chat conversations into an episode-indexed SFT dataset with "
+                                     "assistant-only loss masks");
+  cmd->footer(kFooter);
+  PrepareOptions& o = args->options;
+  cmd->add_option("--input", o.input, "JSONL file of conversations, one per line (.gz accepted)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--output-dir", o.output_dir, "Dataset directory to create (must not exist, or be empty)")
+      ->required();
+  auto* tokenizer =
+      cmd->add_option("--tokenizer", o.tokenizer, "bytes (UTF-8 bytes, no model needed) or sentencepiece:MODEL")
+          ->capture_default_str();
+  auto* special = cmd->add_option("--special-tokens", args->special_tokens_file,
+                                  "Pre-tokenized input: JSON file of special token ids and vocab_size (see below)")
+                      ->check(CLI::ExistingFile);
+  tokenizer->excludes(special);
+  cmd->add_option("--special-token-strings", args->special_token_strings_file,
+                  "JSON object overriding the special token strings, e.g. {\"tool\": \"<|tool|>\"} "
+                  "(keys system, user, assistant, tool, eot)")
+      ->check(CLI::ExistingFile)
+      ->excludes(special);
+  cmd->add_option("--val-split", o.val_split, "Fraction of conversations put in val/")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the content-hash train/val split")->capture_default_str();
+  cmd->add_option("--shard-tokens", o.shard_tokens, "Maximum tokens per shard (0: one shard per split)")
+      ->capture_default_str();
+  cmd->add_option("--token-dtype", args->token_dtype, "Token file dtype; auto picks uint16 when the vocabulary fits")
+      ->check(CLI::IsMember({"auto", "uint16", "uint32"}))
+      ->capture_default_str();
+  cmd->add_option("--system-text", o.system_text, "System text injected when a conversation has no system message")
+      ->capture_default_str();
+  cmd->add_option("--on-error", args->on_error, "What to do with a bad line: fail (stop) or skip (count it)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  cmd->callback([args] { run_prepare(*args); });
+}
+
+}  // namespace tokenfeed::cli
