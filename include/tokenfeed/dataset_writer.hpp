@@ -14,6 +14,7 @@
 #include <span>
 
 #include "tokenfeed/dtype.hpp"
+#include "tokenfeed/export.hpp"
 
 namespace tokenfeed {
 
@@ -30,7 +31,7 @@ struct EpisodeDatasetWriterSummary {
   std::uint64_t shards = 0;
 };
 
-class EpisodeDatasetWriter {
+class TOKENFEED_API EpisodeDatasetWriter {
  public:
   // Creates `split_dir` (and parents) if needed. Throws Error(io) if it cannot.
   EpisodeDatasetWriter(std::filesystem::path split_dir, EpisodeDatasetWriterOptions options);

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string_view>
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
 enum class TokenDtype { uint16, uint32 };
@@ -13,11 +15,11 @@ enum class MaskDtype { uint8, float32 };
 constexpr std::size_t size_of(TokenDtype t) noexcept { return t == TokenDtype::uint16 ? 2 : 4; }
 constexpr std::size_t size_of(MaskDtype m) noexcept { return m == MaskDtype::uint8 ? 1 : 4; }
 
-const char* to_string(TokenDtype t) noexcept;  // "uint16" | "uint32"
-const char* to_string(MaskDtype m) noexcept;   // "uint8" | "float32"
+TOKENFEED_API const char* to_string(TokenDtype t) noexcept;  // "uint16" | "uint32"
+TOKENFEED_API const char* to_string(MaskDtype m) noexcept;   // "uint8" | "float32"
 
 // Parse the names above; std::nullopt for anything else.
-std::optional<TokenDtype> parse_token_dtype(std::string_view name) noexcept;
-std::optional<MaskDtype> parse_mask_dtype(std::string_view name) noexcept;
+TOKENFEED_API std::optional<TokenDtype> parse_token_dtype(std::string_view name) noexcept;
+TOKENFEED_API std::optional<MaskDtype> parse_mask_dtype(std::string_view name) noexcept;
 
 }  // namespace tokenfeed

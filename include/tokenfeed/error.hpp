@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
 enum class ErrorKind {
@@ -20,9 +22,9 @@ enum class ErrorKind {
 };
 
 // Returns "config", "io", ... for messages and bindings.
-const char* to_string(ErrorKind kind) noexcept;
+TOKENFEED_API const char* to_string(ErrorKind kind) noexcept;
 
-class Error : public std::runtime_error {
+class TOKENFEED_API Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message);
   ErrorKind kind() const noexcept { return kind_; }

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string_view>
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
 enum class LogLevel { debug, info, warning, error };
@@ -15,9 +17,9 @@ enum class LogLevel { debug, info, warning, error };
 using LogHandler = std::function<void(LogLevel level, std::string_view line)>;
 
 // Replaces the handler; an empty handler silences logging. Returns the previous one.
-LogHandler set_log_handler(LogHandler handler);
+TOKENFEED_API LogHandler set_log_handler(LogHandler handler);
 
 // Sends one line (no trailing newline) to the current handler.
-void log_line(LogLevel level, std::string_view line);
+TOKENFEED_API void log_line(LogLevel level, std::string_view line);
 
 }  // namespace tokenfeed

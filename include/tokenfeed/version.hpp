@@ -1,8 +1,10 @@
 // The library's version, as set once in the CMake project (MAJOR.MINOR.PATCH).
 #pragma once
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
-const char* version() noexcept;
+TOKENFEED_API const char* version() noexcept;
 
 }  // namespace tokenfeed
