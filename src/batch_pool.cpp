@@ -1,27 +1,50 @@
 #include "batch_pool.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace tokenfeed {
 namespace detail {
 
-BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split)
-    : shape_(shape), split_(std::move(split)) {
+namespace {
+
+// One slot with every buffer `shape` calls for.
+std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
-  slots_.reserve(slots);
-  free_.reserve(slots);
-  for (std::size_t i = 0; i < slots; ++i) {
-    auto slot = std::make_unique<BatchSlot>();
-    slot->x.resize(cells);
-    slot->y.resize(cells);
-    slot->episode_ids.resize(shape.rows);
-    if (shape.with_mask) slot->mask.resize(cells);
-    if (shape.with_document_fields) {
-      slot->doc_ids.resize(cells);
-      slot->position_ids.resize(cells);
-    }
-    free_.push_back(slot.get());
+  auto slot = std::make_unique<BatchSlot>();
+  slot->x.resize(cells);
+  if (!shape.y_is_labels) slot->y.resize(cells);
+  slot->episode_ids.resize(shape.rows);
+  if (shape.with_mask && !shape.mask_is_weights) slot->mask.resize(cells);
+  if (shape.with_document_fields) slot->doc_ids.resize(cells);
+  slot->labels.resize(cells);
+  slot->token_weights.resize(cells);
+  slot->position_ids.resize(cells);
+  slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
+  if (shape.packed) slot->segments.resize(cells);
+  return slot;
+}
+
+}  // namespace
+
+BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split, std::size_t capacity)
+    : shape_(shape), split_(std::move(split)), capacity_(std::max(slots, capacity)) {
+  slot_bytes_ = bytes_per_slot(shape_);
+  slots_.reserve(capacity_);
+  free_.reserve(capacity_);
+  grow_to(slots);
+}
+
+std::size_t BatchPool::bytes_per_slot(const BatchShape& shape) { return make_slot(shape)->buffer_bytes(); }
+
+void BatchPool::grow_to(std::size_t slots) {
+  slots = std::min(slots, capacity_);
+  while (size() < slots) {
+    std::unique_ptr<BatchSlot> slot = make_slot(shape_);  // allocated outside the lock
+    std::lock_guard lock(free_mutex_);
+    free_.push_back(slot.get());  // never reallocates: capacity reserved for capacity_ slots
     slots_.push_back(std::move(slot));
+    size_.store(slots_.size(), std::memory_order_release);
   }
 }
 
@@ -37,7 +60,7 @@ void BatchPool::release(BatchSlot* slot) noexcept {
   {
     std::lock_guard lock(free_mutex_);
     slot->error = nullptr;
-    free_.push_back(slot);  // never reallocates: capacity == number of slots
+    free_.push_back(slot);  // never reallocates: capacity reserved for capacity_ slots
   }
 }
 
@@ -78,9 +101,35 @@ std::size_t Batch::rows() const noexcept { return slot_ ? pool_->shape().rows : 
 std::size_t Batch::cols() const noexcept { return slot_ ? pool_->shape().cols : 0; }
 std::size_t Batch::real_rows() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_rows) : 0; }
 std::span<const std::int64_t> Batch::x() const noexcept { return slot_ ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>(); }
-std::span<const std::int64_t> Batch::y() const noexcept { return slot_ ? std::span<const std::int64_t>(slot_->y) : std::span<const std::int64_t>(); }
-std::span<const float> Batch::mask() const noexcept { return slot_ ? std::span<const float>(slot_->mask) : std::span<const float>(); }
-bool Batch::has_mask() const noexcept { return slot_ && !slot_->mask.empty(); }
+std::span<const std::int64_t> Batch::y() const noexcept {
+  if (!slot_) return {};
+  return pool_->shape().y_is_labels ? std::span<const std::int64_t>(slot_->labels)
+                                    : std::span<const std::int64_t>(slot_->y);
+}
+std::span<const float> Batch::mask() const noexcept {
+  if (!has_mask()) return {};
+  return pool_->shape().mask_is_weights ? std::span<const float>(slot_->token_weights)
+                                        : std::span<const float>(slot_->mask);
+}
+bool Batch::has_mask() const noexcept { return slot_ && pool_->shape().with_mask; }
+std::span<const std::int64_t> Batch::tokens() const noexcept { return x(); }
+std::span<const std::int64_t> Batch::labels() const noexcept {
+  return slot_ ? std::span<const std::int64_t>(slot_->labels) : std::span<const std::int64_t>();
+}
+std::span<const float> Batch::token_weights() const noexcept {
+  return slot_ ? std::span<const float>(slot_->token_weights) : std::span<const float>();
+}
+std::span<const std::int32_t> Batch::cu_seqlens() const noexcept {
+  return slot_ ? std::span<const std::int32_t>(slot_->cu_seqlens.data(), slot_->num_sequences + 1)
+               : std::span<const std::int32_t>();
+}
+std::size_t Batch::num_sequences() const noexcept { return slot_ ? slot_->num_sequences : 0; }
+std::size_t Batch::max_seqlen() const noexcept { return slot_ ? slot_->max_seqlen : 0; }
+std::span<const PackedSegment> Batch::segments() const noexcept {
+  return slot_ ? std::span<const PackedSegment>(slot_->segments.data(), slot_->segment_count)
+               : std::span<const PackedSegment>();
+}
+std::size_t Batch::real_positions() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_positions) : 0; }
 std::span<const std::int64_t> Batch::episode_ids() const noexcept {
   return slot_ ? std::span<const std::int64_t>(slot_->episode_ids) : std::span<const std::int64_t>();
 }

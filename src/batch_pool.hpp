@@ -1,6 +1,8 @@
 // BatchPool: the fixed set of batch buffers a split's pipeline cycles through.
 //
-// Every buffer is allocated once, at construction; the steady state allocates nothing.
+// Buffers are allocated at construction, and later only when the pipeline's auto prefetch
+// depth grows the pool (grow_to, up to the capacity fixed at construction); the steady
+// state allocates nothing.
 // A slot is acquired by a decode stage, travels through the pipeline to the ready ring,
 // is handed to the trainer inside a Batch, and returns here when the Batch is released.
 // The pool outlives its pipeline when the trainer still holds batches (shared_ptr).
@@ -8,6 +10,7 @@
 // Thread-safety: acquire/release/set_release_listener are thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -23,15 +26,56 @@ namespace tokenfeed::detail {
 struct BatchShape {
   std::size_t rows = 0;
   std::size_t cols = 0;
-  bool with_mask = false;
-  bool with_document_fields = false;  // doc_ids and position_ids (document-aware token streams)
+  bool with_mask = false;              // the episode mode's mask (or, packed, weights as the mask)
+  bool with_document_fields = false;   // doc_ids (document-aware token streams)
+  bool y_is_labels = false;            // sft_packed and token_stream: y is a view of labels
+  bool mask_is_weights = false;        // sft_packed: the mask is a view of token_weights
+  bool packed = false;                 // sft_packed: segments are recorded
 };
+
+
 
 struct BatchSlot {
   // Buffers, sized once.
-  std::vector<std::int64_t> x, y, episode_ids;
-  std::vector<float> mask;  // empty when the mask is off
-  std::vector<std::int32_t> doc_ids, position_ids;  // empty unless document-aware
+  std::vector<std::int64_t> x, y, episode_ids;  // y is empty when it is a view of labels
+  std::vector<float> mask;                       // empty when off or a view of token_weights
+  std::vector<std::int32_t> doc_ids;             // empty unless document-aware
+
+  // The batch contract every mode fills (see include/tokenfeed/batch.hpp).
+  std::vector<std::int64_t> labels;
+  std::vector<float> token_weights;
+  std::vector<std::int32_t> position_ids;
+  std::vector<std::int32_t> cu_seqlens;  // capacity rows * (cols + 1) + 1; num_sequences + 1 used
+  std::uint32_t num_sequences = 0;
+  std::uint32_t max_seqlen = 0;
+  std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
+  std::vector<tokenfeed::PackedSegment> segments;   // packed mode; capacity rows * cols, `segment_count` used
+  std::size_t segment_count = 0;
+
+  // Starts filling the slot for a batch: its bookkeeping, and empty sequence and segment
+  // lists. Every decoder calls it first.
+  void begin_batch(std::uint64_t batch_step, std::uint64_t batch_epoch, std::uint64_t index_in_epoch,
+                   std::uint64_t rows_real) noexcept {
+    step = batch_step;
+    epoch = batch_epoch;
+    batch_in_epoch = index_in_epoch;
+    real_rows = rows_real;
+    real_positions = 0;
+    segment_count = 0;
+    begin_sequences();
+  }
+
+  // Starts the sequence list; then one add_sequence per sequence, in position order.
+  void begin_sequences() noexcept {
+    cu_seqlens[0] = 0;
+    num_sequences = 0;
+    max_seqlen = 0;
+  }
+  void add_sequence(std::size_t length) noexcept {
+    cu_seqlens[num_sequences + 1] = cu_seqlens[num_sequences] + static_cast<std::int32_t>(length);
+    ++num_sequences;
+    max_seqlen = std::max(max_seqlen, static_cast<std::uint32_t>(length));
+  }
 
   // Bookkeeping written by the decode stage.
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)
@@ -39,6 +83,14 @@ struct BatchSlot {
   std::uint64_t real_rows = 0;
   std::exception_ptr error;  // set when the stage that produced this slot failed
   double wait_us = 0;        // set by get_batch
+
+  // The bytes of every buffer above (what one slot costs in memory).
+  std::size_t buffer_bytes() const noexcept {
+    return (x.capacity() + y.capacity() + episode_ids.capacity() + labels.capacity()) * sizeof(std::int64_t) +
+           (mask.capacity() + token_weights.capacity()) * sizeof(float) +
+           (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity()) * sizeof(std::int32_t) +
+           segments.capacity() * sizeof(PackedSegment);
+  }
 
   // Release/acquire hand-off between the stages that write and read the slot, so that
   // the ordering is visible to ThreadSanitizer through our own atomics (the TBB runtime
@@ -50,7 +102,15 @@ struct BatchSlot {
 
 class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:
-  BatchPool(std::size_t slots, BatchShape shape, std::string split);
+  // The bytes of one slot's buffers for `shape`.
+  static std::size_t bytes_per_slot(const BatchShape& shape);
+
+  // Allocates `slots` slots now; grow_to may add more, up to `capacity` (at least `slots`).
+  BatchPool(std::size_t slots, BatchShape shape, std::string split, std::size_t capacity = 0);
+
+  // Allocates slots until there are `slots` (clamped to capacity()). Thread-safe; the
+  // pipeline calls it off the trainer's thread before it admits more batches.
+  void grow_to(std::size_t slots);
 
   // A free slot, or nullptr when every slot is in use.
   BatchSlot* acquire() noexcept;
@@ -64,15 +124,21 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
 
   const BatchShape& shape() const noexcept { return shape_; }
   const std::string& split() const noexcept { return split_; }
-  std::size_t size() const noexcept { return slots_.size(); }
+  // Slots allocated so far, the most there may ever be, and the bytes of one slot.
+  std::size_t size() const noexcept { return size_.load(std::memory_order_acquire); }
+  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
 
  private:
   BatchShape shape_;
   std::string split_;
-  std::vector<std::unique_ptr<BatchSlot>> slots_;
+  std::size_t capacity_ = 0;    // constant after construction
+  std::size_t slot_bytes_ = 0;  // constant after construction
 
   std::mutex free_mutex_;
+  std::vector<std::unique_ptr<BatchSlot>> slots_;  // GUARDED_BY(free_mutex_); capacity reserved up front
   std::vector<BatchSlot*> free_;  // GUARDED_BY(free_mutex_); capacity reserved up front
+  std::atomic<std::size_t> size_{0};
 
   std::atomic<std::size_t> held_{0};
   friend class tokenfeed::Batch;

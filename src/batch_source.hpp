@@ -17,9 +17,26 @@ namespace tokenfeed {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
+  // Called with consecutive steps from where the stream starts (see seek); may throw.
   virtual BatchPlan plan(std::uint64_t step) const = 0;
   // Fills every buffer of `slot` (and its bookkeeping) for `plan`. May throw.
   virtual void decode(const BatchPlan& plan, detail::BatchSlot& slot) const = 0;
+  // A hint, from the sampler stage, that `plan` will be decoded soon: a source may ask the
+  // kernel to read its pages ahead (madvise WILLNEED). Must not throw; the default does
+  // nothing.
+  virtual void will_need(const BatchPlan& plan) const noexcept { (void)plan; }
+  // Batches in epoch `epoch`; 0 when the mode has no epochs (random sampling).
+  virtual std::uint64_t batches_in_epoch(std::uint64_t epoch) const = 0;
+  // Episodes or windows an epoch delivers over all ranks (the drop_last remainder aside).
+  virtual std::uint64_t samples_in_epoch(std::uint64_t epoch) const = 0;
+  // Where the next plan() starts: batch `step`, which is batch `batch_in_epoch` of
+  // `epoch`. Sources whose epochs all have the same length derive the position from the
+  // step and ignore the rest; packed epochs differ in length, so they need it.
+  virtual void seek(std::uint64_t step, std::uint64_t epoch, std::uint64_t batch_in_epoch) {
+    (void)step;
+    (void)epoch;
+    (void)batch_in_epoch;
+  }
 };
 
 }  // namespace tokenfeed

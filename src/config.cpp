@@ -69,8 +69,10 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return c.dataset_dir.string(); }},
       {"dataset_mode",
        [](Config& c, std::string_view v) {
-         c.dataset_mode = parse_enum<DatasetMode>(
-             "dataset_mode", v, {{"sft_episode", DatasetMode::sft_episode}, {"token_stream", DatasetMode::token_stream}});
+         c.dataset_mode = parse_enum<DatasetMode>("dataset_mode", v,
+                                                  {{"sft_episode", DatasetMode::sft_episode},
+                                                   {"sft_packed", DatasetMode::sft_packed},
+                                                   {"token_stream", DatasetMode::token_stream}});
        },
        [](const Config& c) { return std::string(to_string(c.dataset_mode)); }},
       {"batch_size", [](Config& c, std::string_view v) { c.batch_size = parse_int("batch_size", v); },
@@ -110,14 +112,28 @@ const std::vector<KeyHandler>& key_handlers() {
              parse_enum<MaskDtype>("mask_dtype", v, {{"uint8", MaskDtype::uint8}, {"float32", MaskDtype::float32}});
        },
        [](const Config& c) { return c.mask_dtype ? std::string(to_string(*c.mask_dtype)) : std::string(); }},
-      {"prefetch_depth", [](Config& c, std::string_view v) { c.prefetch_depth = parse_int("prefetch_depth", v); },
-       [](const Config& c) { return std::to_string(c.prefetch_depth); }},
+      {"prefetch_depth",
+       [](Config& c, std::string_view v) {
+         c.prefetch_depth = trim(v) == "auto" ? 0 : parse_int("prefetch_depth", v);
+       },
+       [](const Config& c) { return c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth); }},
+      {"prefetch_memory_mb",
+       [](Config& c, std::string_view v) { c.prefetch_memory_mb = parse_int("prefetch_memory_mb", v); },
+       [](const Config& c) { return std::to_string(c.prefetch_memory_mb); }},
       {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
        [](const Config& c) { return std::to_string(c.decode_threads); }},
       {"rank", [](Config& c, std::string_view v) { c.rank = parse_int("rank", v); },
        [](const Config& c) { return std::to_string(c.rank); }},
       {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_int("world_size", v); },
        [](const Config& c) { return std::to_string(c.world_size); }},
+      {"truncation",
+       [](Config& c, std::string_view v) {
+         c.truncation = parse_enum<Truncation>(
+             "truncation", v, {{"right", Truncation::right}, {"drop_oldest_turns", Truncation::drop_oldest_turns}});
+       },
+       [](const Config& c) { return std::string(to_string(c.truncation)); }},
+      {"pack_lookahead", [](Config& c, std::string_view v) { c.pack_lookahead = parse_int("pack_lookahead", v); },
+       [](const Config& c) { return std::to_string(c.pack_lookahead); }},
       {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
        [](const Config& c) { return std::string(c.document_aware ? "true" : "false"); }},
       {"eos_token_id", [](Config& c, std::string_view v) { c.eos_token_id = parse_int("eos_token_id", v); },
@@ -224,8 +240,13 @@ const char* to_string(DatasetMode mode) noexcept {
     case DatasetMode::auto_detect: return "";
     case DatasetMode::sft_episode: return "sft_episode";
     case DatasetMode::token_stream: return "token_stream";
+    case DatasetMode::sft_packed: return "sft_packed";
   }
   return "";
+}
+
+const char* to_string(Truncation truncation) noexcept {
+  return truncation == Truncation::right ? "right" : "drop_oldest_turns";
 }
 
 const char* to_string(SamplingMode mode) noexcept { return mode == SamplingMode::epoch ? "epoch" : "random"; }
@@ -262,8 +283,13 @@ void validate_config(const Config& c) {
     config_error("config key 'epoch_seed' must be in [0, 2^32-1] (numpy RandomState seeds), got " +
                  std::to_string(c.epoch_seed));
   }
-  if (c.prefetch_depth < 1 || c.prefetch_depth > 4096) {
-    config_error("config key 'prefetch_depth' must be in [1, 4096], got " + std::to_string(c.prefetch_depth));
+  if (c.prefetch_depth < 0 || c.prefetch_depth > 4096) {
+    config_error("config key 'prefetch_depth' must be auto (0) or in [1, 4096], got " +
+                 std::to_string(c.prefetch_depth));
+  }
+  if (c.prefetch_memory_mb < 1 || c.prefetch_memory_mb > (1LL << 20)) {
+    config_error("config key 'prefetch_memory_mb' must be in [1, 1048576] (MiB), got " +
+                 std::to_string(c.prefetch_memory_mb));
   }
   if (c.decode_threads < 0 || c.decode_threads > 256) {
     config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +
@@ -280,8 +306,12 @@ void validate_config(const Config& c) {
   if (c.eos_token_id && (*c.eos_token_id < 0 || *c.eos_token_id > 0xffffffffLL)) {
     config_error("config key 'eos_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.eos_token_id));
   }
-  if (c.document_aware && c.dataset_mode == DatasetMode::sft_episode) {
-    config_error("config key 'document_aware' applies to dataset_mode=token_stream, not sft_episode");
+  if (c.document_aware && (c.dataset_mode == DatasetMode::sft_episode || c.dataset_mode == DatasetMode::sft_packed)) {
+    config_error(std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
+                 to_string(c.dataset_mode));
+  }
+  if (c.pack_lookahead < 1 || c.pack_lookahead > 65536) {
+    config_error("config key 'pack_lookahead' must be in [1, 65536], got " + std::to_string(c.pack_lookahead));
   }
   if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size > (1LL << 31)) {
     config_error("config keys 'batch_size' x 'block_size' (" + std::to_string(c.batch_size) + " x " +

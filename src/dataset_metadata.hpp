@@ -7,16 +7,11 @@
 #include <filesystem>
 #include <optional>
 
+#include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/dtype.hpp"
 
 namespace tokenfeed {
 
-// The chat template's special token ids (role tokens and end-of-turn), as recorded by
-// `tokenfeed prepare`; tool is absent in datasets without a tool role.
-struct SpecialTokenIds {
-  std::uint32_t system = 0, user = 0, assistant = 0, eot = 0;
-  std::optional<std::uint32_t> tool;
-};
 
 struct DatasetMetadata {
   bool present = false;  // false when the dataset has no dataset_metadata.json
@@ -25,7 +20,7 @@ struct DatasetMetadata {
   std::optional<std::int64_t> eot_token_id;
   std::optional<std::int64_t> eos_token_id;
   std::optional<std::int64_t> vocab_size;
-  std::optional<SpecialTokenIds> special_tokens;
+  std::optional<SpecialTokenIds> special_tokens;  // the chat template's ids, as `prepare` records them
 };
 
 // Reads `dataset_dir/dataset_metadata.json` if it exists. Throws Error(format) naming the

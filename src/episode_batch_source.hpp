@@ -1,9 +1,12 @@
 // EpisodeBatchSource: the sft_episode mode's batches: the sampler's plan, materialized
 // into a slot with one whole episode per row.
 //
-// The padding rule, per row, for an episode t of length n and L = block_size + 1:
-// take t[:L], right-pad to L with pad_token_id, x = t[0:block_size], y = t[1:L]; the mask
-// aligned to y is mask[1:L] with 0 on padding. Fill rows are x = y = pad, mask 0, id -1.
+// The padding rule, per row, for an episode whose kept sequence t (see EpisodeWindows)
+// has length n <= L = block_size + 1: right-pad t to L with pad_token_id,
+// x = t[0:block_size], y = t[1:L]; the mask aligned to y is mask[1:L] with 0 on padding.
+// Fill rows are x = y = pad, mask 0, id -1. The batch contract's fields follow: labels = y
+// where there is a loss (not padding, mask non-zero), else ignore_index; one sequence of
+// n - 1 positions per row, then the row's padding.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
@@ -14,25 +17,44 @@
 #include "batch_source.hpp"
 #include "episode_dataset.hpp"
 #include "episode_sampler.hpp"
+#include "episode_window.hpp"
 
 namespace tokenfeed {
 
 class EpisodeBatchSource final : public BatchSource {
  public:
-  // REQUIRES: split and sampler outlive the source.
-  EpisodeBatchSource(const EpisodeSplit& split, const EpisodeSampler& sampler, std::int64_t pad_token_id,
-                 std::size_t block_size, bool with_mask) noexcept
-      : split_(split), sampler_(sampler), pad_(pad_token_id), block_size_(block_size), with_mask_(with_mask) {}
+  struct Options {
+    std::int64_t pad_token_id = 0;
+    std::size_t block_size = 0;
+    bool with_mask = false;
+    std::int64_t ignore_index = -100;
+  };
+
+  // REQUIRES: split, sampler and windows outlive the source.
+  EpisodeBatchSource(const EpisodeSplit& split, const EpisodeSampler& sampler, const EpisodeWindows& windows,
+                     Options options) noexcept
+      : split_(split), sampler_(sampler), windows_(windows), options_(options) {
+    split_.advise_random_access();  // rows are read in shuffled order; see will_need
+  }
 
   BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
+  void will_need(const BatchPlan& plan) const noexcept override;
+  std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
+  std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 
  private:
   const EpisodeSplit& split_;
   const EpisodeSampler& sampler_;
-  std::int64_t pad_;
-  std::size_t block_size_;
-  bool with_mask_;
+  const EpisodeWindows& windows_;
+  Options options_;
 };
+
+// Completes one row's contract fields after its first `real` input positions were filled
+// (tokens, labels, weights): padding gets pad, ignore_index and weight 0; positions restart
+// at 0 for the padding; the padding becomes a sequence of its own. Shared by the SFT modes.
+void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t cols, std::size_t real,
+                        std::int64_t pad_token_id, std::int64_t ignore_index) noexcept;
 
 }  // namespace tokenfeed

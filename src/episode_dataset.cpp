@@ -269,6 +269,13 @@ void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_token
   }
 }
 
+void EpisodeSplit::advise_random_access() const noexcept {
+  for (const EpisodeShard& shard : shards_) {
+    shard.tokens.advise_random();
+    shard.mask.advise_random();
+  }
+}
+
 std::vector<std::uint64_t> kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens) {
   std::vector<std::uint64_t> kept;
   kept.reserve(split.spans().size());

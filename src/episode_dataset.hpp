@@ -82,6 +82,10 @@ class EpisodeSplit {
 
   // Hints the kernel to read the episode's first `max_tokens` tokens (and mask) ahead.
   void prefetch_episode(std::uint64_t episode, std::size_t max_tokens) const noexcept;
+  // Hints that tokens and masks will be read at random, an episode at a time (training
+  // in shuffled order): page faults stop reading around (MappedFile::advise_random), and
+  // prefetch_episode brings in what upcoming batches need. Not for sequential scans.
+  void advise_random_access() const noexcept;
 
  private:
   std::filesystem::path dir_;

@@ -35,38 +35,26 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
 }
 
 std::shared_ptr<const EpochOrder> EpisodeSampler::epoch_order(std::uint64_t epoch) const {
-  {
-    std::lock_guard lock(cache_mutex_);
-    for (const auto& [e, order] : cache_) {
-      if (e == epoch) return order;
+  return orders_.get(epoch, [&] {
+    EpochOrder order;
+    if (settings_.shuffle) {
+      const std::uint64_t seed = settings_.seed + epoch;
+      if (seed > 0xffffffffULL) {
+        throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
+                                           " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
+      }
+      order = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
+      if (!identity_) {
+        for (std::uint64_t& p : order) p = kept_[p];
+      }
+    } else if (identity_) {
+      order.resize(count_);
+      for (std::uint64_t i = 0; i < count_; ++i) order[i] = i;
+    } else {
+      order = kept_;
     }
-  }
-  // Computed outside the lock: a 100M-episode permutation takes a while.
-  auto order = std::make_shared<EpochOrder>();
-  if (settings_.shuffle) {
-    const std::uint64_t seed = settings_.seed + epoch;
-    if (seed > 0xffffffffULL) {
-      throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
-                                         " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
-    }
-    std::vector<std::uint64_t> perm = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
-    if (!identity_) {
-      for (std::uint64_t& p : perm) p = kept_[p];
-    }
-    *order = std::move(perm);
-  } else if (identity_) {
-    order->resize(count_);
-    for (std::uint64_t i = 0; i < count_; ++i) (*order)[i] = i;
-  } else {
-    *order = kept_;
-  }
-  std::lock_guard lock(cache_mutex_);
-  for (const auto& [e, cached] : cache_) {
-    if (e == epoch) return cached;
-  }
-  if (cache_.size() >= 2) cache_.erase(cache_.begin());
-  cache_.emplace_back(epoch, order);
-  return order;
+    return order;
+  });
 }
 
 BatchPlan EpisodeSampler::plan(std::uint64_t step) const {

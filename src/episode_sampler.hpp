@@ -17,6 +17,7 @@
 // computed once and shared immutably.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "recent_cache.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {
@@ -37,6 +39,7 @@ struct BatchPlan {
   std::uint64_t epoch = 0;           // 0 in random mode
   std::uint64_t batch_in_epoch = 0;  // == step in random mode
   std::shared_ptr<const EpochOrder> order;  // epoch mode only
+  std::shared_ptr<const struct PackedEpoch> packing;  // sft_packed only
   std::exception_ptr error;                 // set when planning failed; carried to the trainer
 };
 
@@ -70,6 +73,11 @@ class EpisodeSampler {
 
   // Batches per epoch (epoch mode); 0 in random mode, which has no epochs.
   std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
+  // Ids an epoch delivers over all ranks: all of them, or fewer when drop_last skips a
+  // remainder. 0 in random mode.
+  std::uint64_t samples_per_epoch() const noexcept {
+    return std::min(count_, batches_per_epoch_ * settings_.batch_size * settings_.world_size);
+  }
 
   // The plan of batch `step`: its epoch and place in it, and the epoch's order.
   BatchPlan plan(std::uint64_t step) const;
@@ -93,10 +101,9 @@ class EpisodeSampler {
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;
 
-  mutable std::mutex cache_mutex_;
-  // The most recently used epoch orders (a trainer reads at most two at a time: the
-  // one being consumed and the next one being prefetched).
-  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const EpochOrder>>> cache_;
+  // The epoch orders in use: a trainer reads at most two at a time (the epoch being
+  // consumed and the next one being prefetched).
+  RecentCache<EpochOrder> orders_{2};
 };
 
 }  // namespace tokenfeed

@@ -12,6 +12,8 @@
 #include "episode_batch_source.hpp"
 #include "episode_dataset.hpp"
 #include "episode_sampler.hpp"
+#include "episode_window.hpp"
+#include "packed_batch_source.hpp"
 #include "hash.hpp"
 #include "resume_state.hpp"
 #include "split_pipeline.hpp"
@@ -52,11 +54,14 @@ struct Loader::Impl {
     std::string name;
     std::optional<EpisodeSplit> episodes;    // sft_episode
     std::optional<TokenStreamSplit> stream;  // token_stream
+    std::unique_ptr<EpisodeWindows> windows;  // SFT modes: what a row keeps of an episode
     std::unique_ptr<EpisodeSampler> sampler;  // over kept episode ids, or window ids
     std::unique_ptr<BatchSource> source;
     std::shared_ptr<detail::BatchPool> pool;
     std::unique_ptr<SplitPipeline> pipeline;  // created on first get_batch
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
+    std::uint64_t next_epoch = 0;             // the next batch's place in its epoch
+    std::uint64_t next_batch_in_epoch = 0;
     bool mask = false;
     std::uint64_t fingerprint = 0;
     SplitStats stats;
@@ -72,7 +77,9 @@ struct Loader::Impl {
   std::atomic<bool> stopped{false};
 
   explicit Impl(Config c);
-  bool episode_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_episode; }
+  // The SFT modes read episode-indexed datasets.
+  bool episode_mode() const noexcept { return config.dataset_mode != DatasetMode::token_stream; }
+  bool packed_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_packed; }
   // What a sampled id is called in messages: an episode or a window.
   const char* unit() const noexcept { return episode_mode() ? "episodes" : "windows"; }
   EpisodeSampler::Settings sampler_settings(const std::string& split) const;
@@ -96,6 +103,10 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   if (!config.batch_sampling_mode) {
     config.batch_sampling_mode = episode_mode() ? SamplingMode::epoch : SamplingMode::random;
   }
+  if (packed_mode() && *config.batch_sampling_mode != SamplingMode::epoch) {
+    throw Error(ErrorKind::config, "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "
+                                   "batch_sampling_mode=epoch, not random");
+  }
   if (!config.token_dtype) config.token_dtype = metadata.token_dtype;  // may stay unset: inferred per split
   if (!config.mask_dtype) config.mask_dtype = metadata.mask_dtype;
   if (episode_mode() && !config.pad_token_id) {
@@ -108,7 +119,8 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   if (config.document_aware) {
     if (episode_mode()) {
-      throw Error(ErrorKind::config, "config key 'document_aware' applies to dataset_mode=token_stream, not sft_episode");
+      throw Error(ErrorKind::config, std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
+                                         to_string(config.dataset_mode));
     }
     if (!config.eos_token_id) config.eos_token_id = metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
     if (!config.eos_token_id) {
@@ -160,7 +172,13 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   h.add(static_cast<std::uint64_t>(config.world_size));
   if (episode_mode()) {
     h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
-  } else {
+  }
+  if (packed_mode()) {
+    // Rows depend on how episodes are cut and on the row length.
+    h.add(static_cast<std::uint64_t>(config.block_size));
+    h.add(static_cast<std::uint64_t>(config.pack_lookahead));
+    h.add(std::string_view(to_string(config.truncation)));
+  } else if (!episode_mode()) {
     h.add(static_cast<std::uint64_t>(config.block_size));  // windows are carved at block_size + 1
   }
   fingerprint = hex64(h.digest());
@@ -214,9 +232,33 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
     log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but split=" + name +
                                     " has no mask.bin; returning x and y only");
   }
-  split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
-  split.source = std::make_unique<EpisodeBatchSource>(data, *split.sampler, *config.pad_token_id,
-                                                      static_cast<std::size_t>(config.block_size), split.mask);
+  const auto block = static_cast<std::size_t>(config.block_size);
+  split.windows = std::make_unique<EpisodeWindows>(data, block + 1, config.truncation, metadata.special_tokens);
+  if (packed_mode()) {
+    // The sampler only orders the episodes; rows, not episodes, make up a batch.
+    EpisodeSampler::Settings order = sampler_settings(name);
+    order.batch_size = 1;
+    order.world_size = 1;
+    order.rank = 0;
+    order.drop_last = false;
+    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), order);
+    PackedBatchSource::Options packing;
+    packing.block_size = block;
+    packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
+    packing.world_size = static_cast<std::uint64_t>(config.world_size);
+    packing.rank = static_cast<std::uint64_t>(config.rank);
+    packing.drop_last = config.epoch_drop_last;
+    packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
+    packing.pad_token_id = *config.pad_token_id;
+    packing.ignore_index = config.ignore_index;
+    packing.with_mask = split.mask;
+    split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.sampler, packing);
+  } else {
+    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
+    split.source = std::make_unique<EpisodeBatchSource>(
+        data, *split.sampler, *split.windows,
+        EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index});
+  }
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
@@ -269,13 +311,20 @@ Loader::Impl::Split& Loader::Impl::find(std::string_view name) {
 
 void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   split.consumed = slot.step + 1;
-  if (*config.batch_sampling_mode != SamplingMode::epoch) return;
+  if (*config.batch_sampling_mode != SamplingMode::epoch) {
+    split.next_batch_in_epoch = split.consumed;
+    return;
+  }
   const EpisodeSampler& sampler = *split.sampler;
   const std::uint64_t kept = sampler.size();
+  const std::uint64_t batches = split.source->batches_in_epoch(slot.epoch);
+  const bool last = slot.batch_in_epoch + 1 >= batches;
+  split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
+  split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
   if (slot.batch_in_epoch == 0) {
     log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
                                  " " + unit() + "=" + std::to_string(kept) +
-                                 " batches=" + std::to_string(sampler.batches_per_epoch()) +
+                                 " batches=" + std::to_string(batches) +
                                  " shuffle=" + bool_text(config.epoch_shuffle) +
                                  " drop_last=" + bool_text(config.epoch_drop_last) +
                                  (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) : std::string()) +
@@ -288,13 +337,12 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                  {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
                                  {"shuffle", bool_text(config.epoch_shuffle)},
                                  {std::string("num_") + unit(), std::to_string(kept)},
-                                 {"batches", std::to_string(sampler.batches_per_epoch())},
+                                 {"batches", std::to_string(batches)},
                                  {"rank", std::to_string(config.rank)},
                                  {"first_episode_ids", format_id_list(first)}});
   }
-  if (slot.batch_in_epoch + 1 == sampler.batches_per_epoch()) {
-    const std::uint64_t global_batch = static_cast<std::uint64_t>(config.batch_size * config.world_size);
-    const std::uint64_t seen = std::min(kept, sampler.batches_per_epoch() * global_batch);
+  if (last) {
+    const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
     audit->write("epoch_complete", {{"split", split.name},
                                     {"epoch", std::to_string(slot.epoch)},
                                     {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
@@ -333,13 +381,23 @@ Batch Loader::get_batch(std::string_view split_name) {
     if (s.stopped.load(std::memory_order_acquire)) {
       throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\") after the loader was stopped");
     }
-    const auto depth = static_cast<std::size_t>(s.config.prefetch_depth);
-    detail::BatchShape shape{static_cast<std::size_t>(s.config.batch_size), static_cast<std::size_t>(s.config.block_size),
-                             split.mask, s.config.document_aware};
-    split.pool = std::make_shared<detail::BatchPool>(depth + kMaxHeldBatches, shape, split.name);
+    detail::BatchShape shape;
+    shape.rows = static_cast<std::size_t>(s.config.batch_size);
+    shape.cols = static_cast<std::size_t>(s.config.block_size);
+    shape.with_mask = split.mask;
+    shape.with_document_fields = s.config.document_aware;
+    shape.y_is_labels = !s.episode_mode() || s.packed_mode();
+    shape.mask_is_weights = s.packed_mode();
+    shape.packed = s.packed_mode();
+    split.source->seek(split.consumed, split.next_epoch, split.next_batch_in_epoch);
+    const auto threads = static_cast<std::size_t>(s.config.decode_threads);
+    const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
+        s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
+        kMaxHeldBatches);  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb
+    split.pool = std::make_shared<detail::BatchPool>(depth.initial + kMaxHeldBatches, shape, split.name,
+                                                     depth.max + kMaxHeldBatches);
     split.pipeline = std::make_unique<SplitPipeline>(
-        *split.source, split.pool,
-        SplitPipeline::Options{depth, static_cast<std::size_t>(s.config.decode_threads), split.consumed});
+        *split.source, split.pool, SplitPipeline::Options{depth.initial, threads, split.consumed, depth.max});
   }
   double waited_us = 0;
   detail::BatchSlot* slot = split.pipeline->pop(waited_us);
@@ -347,6 +405,7 @@ Batch Loader::get_batch(std::string_view split_name) {
   Batch batch = split.pool->make_batch(slot);
 
   SplitStats& stats = split.stats;
+  stats.prefetch_depth = split.pipeline->prefetch_depth();  // auto depth may have grown (and logged it)
   ++stats.batches;
   if (waited_us > 0) ++stats.waits;
   stats.total_wait_us += waited_us;
@@ -361,9 +420,8 @@ std::string Loader::save_state() const {
   for (const auto& [name, split] : impl_->splits) {
     SplitPosition pos;
     pos.step = split.consumed;
-    const std::uint64_t per_epoch = split.sampler->batches_per_epoch();  // 0 in random mode
-    pos.epoch = per_epoch == 0 ? 0 : split.consumed / per_epoch;
-    pos.batch_in_epoch = per_epoch == 0 ? split.consumed : split.consumed % per_epoch;
+    pos.epoch = split.next_epoch;
+    pos.batch_in_epoch = split.next_batch_in_epoch;
     state.splits[name] = pos;
   }
   return serialize_resume_state(state);
@@ -379,15 +437,37 @@ void Loader::load_state(std::string_view text) {
                     "); the order depends on the dataset content, batch_size, world_size, batch_sampling_mode, "
                     "epoch_seed, epoch_shuffle, epoch_drop_last and episode_min_tokens");
   }
+  // Where each split resumes. Epochs of equal length give the position from the step
+  // alone; packed epochs differ in length, so their position is read from the state.
+  std::map<std::string, SplitPosition, std::less<>> positions;
   for (const auto& [name, pos] : state.splits) {
-    if (!s.splits.contains(name)) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
+    const auto it = s.splits.find(name);
+    if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
+    const BatchSource& source = *it->second.source;
+    SplitPosition resolved = pos;
+    if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
+      resolved.epoch = 0;
+      resolved.batch_in_epoch = pos.step;
+    } else if (!s.packed_mode()) {
+      const std::uint64_t per_epoch = source.batches_in_epoch(0);
+      resolved.epoch = pos.step / per_epoch;
+      resolved.batch_in_epoch = pos.step % per_epoch;
+    } else if (pos.batch_in_epoch >= source.batches_in_epoch(pos.epoch)) {
+      throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".batch_in_epoch=" +
+                                        std::to_string(pos.batch_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
+                                        " has " + std::to_string(source.batches_in_epoch(pos.epoch)) + " batches");
+    }
+    positions[name] = resolved;
   }
   std::lock_guard lock(s.pipelines_mutex);
   for (auto& [name, split] : s.splits) {
     split.pipeline.reset();  // stops and waits; restarted at the restored step on next get_batch
     split.pool.reset();      // batches still held keep their own reference
-    const auto it = state.splits.find(name);
-    split.consumed = it == state.splits.end() ? 0 : it->second.step;
+    const auto it = positions.find(name);
+    const SplitPosition pos = it == positions.end() ? SplitPosition{} : it->second;
+    split.consumed = pos.step;
+    split.next_epoch = pos.epoch;
+    split.next_batch_in_epoch = pos.batch_in_epoch;
   }
 }
 

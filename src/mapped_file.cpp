@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <string>
 #include <utility>
 
@@ -70,8 +72,21 @@ void MappedFile::reset() noexcept {
   size_ = 0;
 }
 
+bool MappedFile::hints_enabled() noexcept {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TOKENFEED_READ_AHEAD");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+void MappedFile::advise_random() const noexcept {
+  if (data_ == nullptr || !hints_enabled()) return;
+  ::madvise(const_cast<std::byte*>(data_), size_, MADV_RANDOM);
+}
+
 void MappedFile::will_need(std::size_t offset, std::size_t length) const noexcept {
-  if (data_ == nullptr || offset >= size_) return;
+  if (data_ == nullptr || offset >= size_ || !hints_enabled()) return;
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t begin = offset / page * page;
   const std::size_t end = std::min(size_, offset + length);

@@ -30,6 +30,14 @@ class MappedFile {
 
   // Hints that [offset, offset+length) will be read soon (madvise WILLNEED). Never throws.
   void will_need(std::size_t offset, std::size_t length) const noexcept;
+  // Hints that the file is read at random (madvise RANDOM): a page fault then reads its
+  // own page instead of a read-around window (read_ahead_kb, 8 MiB on some virtual
+  // disks), so a shuffled epoch over a cold dataset reads what it uses. Never throws.
+  void advise_random() const noexcept;
+
+  // False when TOKENFEED_READ_AHEAD=0 is in the environment: will_need and advise_random
+  // then do nothing (a switch for measuring their effect, see perf/run.sh).
+  static bool hints_enabled() noexcept;
 
  private:
   void reset() noexcept;

@@ -1,6 +1,7 @@
 #include "token_stream_batch_source.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace tokenfeed {
 namespace {
@@ -50,32 +51,44 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
 void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
-  slot.step = plan.step;
-  slot.epoch = plan.epoch;
-  slot.batch_in_epoch = plan.batch_in_epoch;
-  slot.real_rows = sampler_.real_rows(plan);
+  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
   for (std::size_t r = 0; r < rows; ++r) {
     std::int64_t* x = slot.x.data() + r * T;
-    std::int64_t* y = slot.y.data() + r * T;
+    std::int64_t* y = slot.labels.data() + r * T;  // y is the labels here
+    float* weights = slot.token_weights.data() + r * T;
+    std::int32_t* positions = slot.position_ids.data() + r * T;
     const std::int64_t id = sampler_.row_episode(plan, r);
     if (id < 0) {
       // A fill row (epoch mode without drop_last): nothing to learn from.
       slot.episode_ids[r] = -1;
       std::fill(x, x + T, 0);
       std::fill(y, y + T, options_.ignore_index);
-      if (!slot.doc_ids.empty()) {
-        std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
-        std::fill(slot.position_ids.data() + r * T, slot.position_ids.data() + (r + 1) * T, 0);
-      }
+      std::fill(weights, weights + T, 0.0f);
+      std::iota(positions, positions + T, 0);
+      if (!slot.doc_ids.empty()) std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
+      slot.add_sequence(T);
       continue;
     }
     const Location loc = locate(static_cast<std::uint64_t>(id));
     slot.episode_ids[r] = loc.window_id;
     split_.read(loc.file, loc.offset, T, x);
     split_.read(loc.file, loc.offset + 1, T, y);
-    if (options_.eos_token_id) {
-      apply_document_boundaries(x, y, slot.doc_ids.data() + r * T, slot.position_ids.data() + r * T, T,
-                                *options_.eos_token_id, options_.ignore_index);
+    slot.real_positions += T;
+    if (!options_.eos_token_id) {
+      std::fill(weights, weights + T, 1.0f);
+      std::iota(positions, positions + T, 0);
+      slot.add_sequence(T);
+      continue;
+    }
+    std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
+    apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < T; ++i) {
+      weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
+      if (i + 1 == T || doc_ids[i + 1] != doc_ids[i]) {
+        slot.add_sequence(i + 1 - start);  // one sequence per document piece in the row
+        start = i + 1;
+      }
     }
   }
 }

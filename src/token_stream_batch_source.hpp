@@ -43,6 +43,8 @@ class TokenStreamBatchSource final : public BatchSource {
 
   BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
+  std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 
   // The file and in-file token offset where sample `id` starts, and the id recorded in
   // window_ids (the global window number in epoch mode, the global token offset in random

@@ -114,8 +114,34 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("inspect", data, "--block-size", "8", "--deep")
     check(r.returncode == 0, f"inspect: {r.stderr}")
     for needle in ("split train", "sharded, 1 shard", "episodes     42", "dtype uint16", "mask         uint8",
-                   "lengths      min 3", "episodes truncated", "verdict      ok", "all-zero mask"):
+                   "lengths      min 3", "episodes longer than block_size + 1", "truncation   right", "verdict      ok", "all-zero mask"):
         check(needle in r.stdout, f"inspect output lacks {needle!r}")
+
+    # sft_packed: the dump proves the packing from outside.
+    packed_config = os.path.join(tmp, "packed.xml")
+    with open(packed_config, "w") as f:
+        f.write("<training><dataset_dir>data</dataset_dir><dataset_mode>sft_packed</dataset_mode><batch_size>2</batch_size>"
+                "<block_size>32</block_size><use_loss_mask>true</use_loss_mask><epoch_drop_last>false</epoch_drop_last>"
+                "<audit_log_dir></audit_log_dir></training>")
+    out = os.path.join(tmp, "packed_out")
+    r = run("dump", "--config", packed_config, "--batches", "3", "--out", out)
+    check(r.returncode == 0, f"packed dump: {r.stderr}")
+    _, shape, seg = read_npy(os.path.join(out, "segments.npy"))
+    check(shape[1] == 5 and shape[0] >= 6, f"segments.npy shape {shape}")
+    segments = struct.unpack(f"<{shape[0] * 5}q", seg)
+    xs = struct.unpack(f"<{6 * 32}q", read_npy(os.path.join(out, "x.npy"))[2])
+    weights = struct.unpack(f"<{6 * 32}f", read_npy(os.path.join(out, "weights.npy"))[2])
+    for k in range(shape[0]):
+        batch, row, column, positions, episode = segments[5 * k:5 * k + 5]
+        base = (batch * 2 + row) * 32 + column
+        check(xs[base:base + positions] == tuple(1000 * episode + p + 1 for p in range(positions)),
+              f"segment {k} holds episode {episode}'s tokens")
+        check(weights[base:base + positions] == tuple(float(p % 2) for p in range(1, positions + 1)),
+              f"segment {k} weights are the shifted mask")
+    for name in ("y.npy", "position_ids.npy"):
+        check(os.path.exists(os.path.join(out, name)), f"packed dump wrote {name}")
+    r = run("inspect", data, "--block-size", "32", "--packed")
+    check("packing      sft_packed:" in r.stdout and "sft_episode:" in r.stdout, f"inspect --packed: {r.stdout}")
 
     # Bad input: one line on stderr, a status in 1..127, naming the file or key.
     expect_error(run("dump", "--config", os.path.join(tmp, "nope.xml"), "--out", tmp), "missing config", "nope.xml")

@@ -115,7 +115,7 @@ TEST_CASE("config: validation of ranges names the key") {
   CHECK(with([](Config& x) { x.dataset_dir.clear(); }).find("dataset_dir") != std::string::npos);
   CHECK(with([](Config& x) { x.episode_min_tokens = 1; }).find("episode_min_tokens") != std::string::npos);
   CHECK(with([](Config& x) { x.epoch_seed = 1LL << 32; }).find("epoch_seed") != std::string::npos);
-  CHECK(with([](Config& x) { x.prefetch_depth = 0; }).find("prefetch_depth") != std::string::npos);
+  CHECK(with([](Config& x) { x.prefetch_depth = -1; }).find("prefetch_depth") != std::string::npos);
   CHECK(with([](Config& x) { x.decode_threads = -1; }).find("decode_threads") != std::string::npos);
   CHECK(with([](Config& x) { x.world_size = 0; }).find("world_size") != std::string::npos);
   CHECK(with([](Config& x) { x.rank = 2; x.world_size = 2; }).find("'rank'") != std::string::npos);

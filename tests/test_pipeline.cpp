@@ -40,6 +40,8 @@ class FakeSource final : public BatchSource {
     std::fill(slot.x.begin(), slot.x.end(), static_cast<std::int64_t>(plan.step));
     slot.step = plan.step;
   }
+  std::uint64_t batches_in_epoch(std::uint64_t) const override { return 0; }
+  std::uint64_t samples_in_epoch(std::uint64_t) const override { return 0; }
 };
 
 std::shared_ptr<detail::BatchPool> make_pool(std::size_t depth) {

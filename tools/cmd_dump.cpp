@@ -44,6 +44,36 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) throw Error(ErrorKind::io, "cannot write state file '" + path + "'");
 }
 
+// sft_packed: tokens, labels, weights, positions, and where each episode landed.
+void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::uint64_t>& grid) {
+  const fs::path out(o.out);
+  NpyWriter x(out / "x.npy", "<i8", grid);
+  NpyWriter y(out / "y.npy", "<i8", grid);
+  NpyWriter weights(out / "weights.npy", "<f4", grid);
+  NpyWriter positions(out / "position_ids.npy", "<i4", grid);
+  std::vector<std::int64_t> segments;  // (batch, row, column, positions, episode_id) per episode
+  double efficiency = 0;
+  for (long i = 0; i < o.batches; ++i) {
+    Batch b = loader.get_batch(o.split);
+    x.append(b.tokens());
+    y.append(b.labels());
+    weights.append(b.token_weights());
+    positions.append(b.position_ids());
+    for (const PackedSegment& s : b.segments()) {
+      segments.insert(segments.end(), {static_cast<std::int64_t>(i), s.row, s.column, s.positions, s.episode});
+    }
+    efficiency += static_cast<double>(b.real_positions()) / static_cast<double>(b.rows() * b.cols());
+  }
+  NpyWriter seg(out / "segments.npy", "<i8", {segments.size() / 5, 5});
+  seg.append(std::span<const std::int64_t>(segments));
+  for (NpyWriter* w : {&x, &y, &weights, &positions, &seg}) w->finish();
+  if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
+  std::printf("wrote %ld packed batches of %s (%llu x %llu, %zu episodes, packing efficiency %.1f%%) to %s\n",
+              o.batches, o.split.c_str(), static_cast<unsigned long long>(grid[0] / static_cast<std::uint64_t>(o.batches)),
+              static_cast<unsigned long long>(grid[1]), segments.size() / 5, 100.0 * efficiency / static_cast<double>(o.batches),
+              o.out.c_str());
+}
+
 void dump(const DumpOptions& o) {
   Loader loader(load_config_file(o.config));
   if (!o.load_state.empty()) loader.load_state(read_file(o.load_state));
@@ -59,7 +89,12 @@ void dump(const DumpOptions& o) {
   const bool mask = loader.split_info(o.split).mask;
   const bool stream = c.dataset_mode == DatasetMode::token_stream;
   const bool documents = stream && c.document_aware;
+  const bool packed = c.dataset_mode == DatasetMode::sft_packed;
   const std::vector<std::uint64_t> grid{n * rows, cols};
+  if (packed) {
+    dump_packed(loader, o, grid);
+    return;
+  }
 
   NpyWriter x(fs::path(o.out) / "x.npy", "<i8", grid);
   NpyWriter y(fs::path(o.out) / "y.npy", "<i8", grid);
@@ -100,7 +135,8 @@ void add_dump_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "dump",
       "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy; token streams write "
-      "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware");
+      "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware; sft_packed writes x.npy (tokens), "
+      "y.npy (labels), weights.npy, position_ids.npy and segments.npy (batch, row, column, positions, episode_id)");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
   cmd->add_option("--batches", options->batches, "Number of batches")->check(CLI::PositiveNumber)->capture_default_str();

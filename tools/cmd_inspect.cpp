@@ -11,6 +11,9 @@
 #include "commands.hpp"
 #include "dataset_metadata.hpp"
 #include "episode_dataset.hpp"
+#include "episode_packer.hpp"
+#include "episode_window.hpp"
+#include "numpy_random.hpp"
 #include "token_stream.hpp"
 #include "token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
@@ -26,6 +29,8 @@ struct InspectOptions {
   bool deep = false;
   long eos_id = -1;  // overrides the metadata's end-of-text id for token streams
   bool print_config = false;
+  bool packed = false;
+  long pack_lookahead = 64;
 };
 
 // What the splits showed, for --print-config.
@@ -41,6 +46,74 @@ std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
   if (sorted.empty()) return 0;
   const auto index = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
   return sorted[std::min(index, sorted.size() - 1)];
+}
+
+// Trained (mask != 0) label positions of an episode's kept sequence: mask[1:] of it.
+std::uint64_t trained_positions(const EpisodeWindows& windows, std::uint64_t episode, const SftWindow& window,
+                                std::vector<float>& scratch) {
+  if (window.size() < 2) return 0;
+  scratch.resize(window.size() - 1);
+  windows.read_mask(episode, window, 1, scratch.size(), scratch.data());
+  return static_cast<std::uint64_t>(std::count_if(scratch.begin(), scratch.end(), [](float v) { return v != 0.0f; }));
+}
+
+// With --block-size T: what each truncation rule cuts, and (--packed) how full packed rows
+// are against padded ones.
+void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadata& meta, const EpisodeSplit& split) {
+  const auto S = static_cast<std::size_t>(o.block_size) + 1;
+  const std::vector<std::uint64_t> kept = kept_episodes(split, 2);
+  std::vector<float> scratch;
+  std::uint64_t truncated = 0, full_trained = 0;
+  for (const std::uint64_t e : kept) {
+    if (split.spans()[e].length > S) ++truncated;
+  }
+  std::printf("  block %-6ld %llu episodes longer than block_size + 1 (%.2f%%)\n", o.block_size,
+              static_cast<unsigned long long>(truncated),
+              kept.empty() ? 0.0 : 100.0 * static_cast<double>(truncated) / static_cast<double>(kept.size()));
+  std::vector<Truncation> rules = {Truncation::right};
+  if (meta.special_tokens) rules.push_back(Truncation::drop_oldest_turns);
+  for (const Truncation rule : rules) {
+    const EpisodeWindows windows(split, S, rule, meta.special_tokens);
+    std::uint64_t dropped_tokens = 0, lost_trained = 0;
+    for (const std::uint64_t e : kept) {
+      const std::uint64_t n = split.spans()[e].length;
+      if (n <= S) continue;
+      const SftWindow window = windows.window(e);
+      dropped_tokens += n - window.size();
+      if (split.has_mask()) {
+        SftWindow whole;
+        whole.head_end = static_cast<std::size_t>(n);
+        const std::uint64_t all = trained_positions(windows, e, whole, scratch);
+        lost_trained += all - trained_positions(windows, e, window, scratch);
+        if (rule == Truncation::right) full_trained += all;
+      }
+    }
+    std::printf("  truncation   %-17s %llu tokens dropped, %s trained tokens lost\n", to_string(rule),
+                static_cast<unsigned long long>(dropped_tokens),
+                split.has_mask() ? std::to_string(lost_trained).c_str() : "n/a (no mask)");
+  }
+  if (!meta.special_tokens) {
+    std::printf("  truncation   drop_oldest_turns n/a: dataset_metadata.json has no special_tokens\n");
+  }
+  if (!o.packed) return;
+  // Packing efficiency of epoch 0's order (seed 1337, the default) against one episode per row.
+  const EpisodeWindows windows(split, S, Truncation::right, std::nullopt);
+  std::vector<std::uint32_t> positions_of(split.num_episodes(), 0);
+  std::uint64_t padded_positions = 0;
+  for (const std::uint64_t e : kept) {
+    positions_of[e] = static_cast<std::uint32_t>(windows.window(e).size() - 1);
+    padded_positions += positions_of[e];
+  }
+  std::vector<std::uint64_t> order = numpy_permutation(1337, kept.size());
+  for (std::uint64_t& p : order) p = kept[p];
+  const PackedEpoch packed = pack_episodes(order, positions_of, static_cast<std::uint32_t>(o.block_size),
+                                           static_cast<std::size_t>(o.pack_lookahead));
+  const double T = static_cast<double>(o.block_size);
+  std::printf("  packing      sft_packed: %llu rows, %.1f%% of positions real (lookahead %ld); sft_episode: %zu rows, "
+              "%.1f%% real\n",
+              static_cast<unsigned long long>(packed.rows()),
+              100.0 * static_cast<double>(packed.positions) / (static_cast<double>(packed.rows()) * T), o.pack_lookahead,
+              kept.size(), 100.0 * static_cast<double>(padded_positions) / (static_cast<double>(kept.size()) * T));
 }
 
 // Returns false when the split fails validation (the message is printed as the verdict).
@@ -83,29 +156,7 @@ bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const s
                 static_cast<unsigned long long>(lengths.back()));
   }
 
-  if (o.block_size > 0) {
-    // An episode keeps its first L = block_size + 1 tokens; the trained positions it loses
-    // are the mask values from position L on.
-    const auto L = static_cast<std::uint64_t>(o.block_size) + 1;
-    std::uint64_t truncated = 0, dropped_tokens = 0, dropped_trained = 0;
-    std::vector<float> mask;
-    for (std::uint64_t e = 0; e < split.num_episodes(); ++e) {
-      const std::uint64_t n = split.spans()[e].length;
-      if (n <= L) continue;
-      ++truncated;
-      dropped_tokens += n - L;
-      if (split.has_mask()) {
-        mask.resize(static_cast<std::size_t>(n - L));
-        split.read_mask(e, L, mask.size(), mask.data());
-        dropped_trained += static_cast<std::uint64_t>(std::count_if(mask.begin(), mask.end(), [](float v) { return v != 0.0f; }));
-      }
-    }
-    std::printf("  block %-6ld %llu episodes truncated (%.2f%%), %llu tokens dropped, %s trained tokens dropped\n",
-                o.block_size, static_cast<unsigned long long>(truncated),
-                split.num_episodes() ? 100.0 * static_cast<double>(truncated) / static_cast<double>(split.num_episodes()) : 0.0,
-                static_cast<unsigned long long>(dropped_tokens),
-                split.has_mask() ? std::to_string(dropped_trained).c_str() : "n/a (no mask)");
-  }
+  if (o.block_size > 0) report_truncation_and_packing(o, meta, split);
 
   bool ok = true;
   if (o.deep) {
@@ -286,6 +337,11 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--eos-id", options->eos_id, "End-of-text id for counting documents in a token stream")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--print-config", options->print_config, "Print a ready-to-use <training> config for this dataset");
+  cmd->add_flag("--packed", options->packed,
+                "With --block-size: the packing efficiency of sft_packed against padded sft_episode rows");
+  cmd->add_option("--pack-lookahead", options->pack_lookahead, "The packer's lookahead for --packed")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   cmd->callback([options] { inspect(*options); });
 }
 

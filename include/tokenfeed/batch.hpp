@@ -5,15 +5,31 @@
 // return to the pool for reuse. Holding a batch keeps one pool buffer out of the prefetch
 // ring, so release batches promptly (a trainer typically holds one at a time).
 //
-// Shapes (row-major, rows() x cols() = batch_size x block_size):
-//   x, y    int64   inputs and next-token targets; y[i] = x[i+1] within an episode
-//   mask    float32 the loss mask aligned to y (0 on padding); empty when the mask is off
-//   episode_ids int64, one per row: the global episode id (sft_episode) or the window id
-//           (token_stream: the global window number in epoch mode, the global token
-//           offset of the window start in random mode); -1 for a fill row
-//   doc_ids, position_ids int32 (document-aware token streams; empty otherwise): the
-//           running document index of each input position, and positions restarting at 0
-//           at each document start
+// One batch contract for every mode (dataset_mode sft_episode, sft_packed, token_stream).
+// Every array is row-major, rows() x cols() = batch_size x block_size unless noted:
+//
+//   tokens        int64   the inputs
+//   labels        int64   the next-token targets, ignore_index where no loss applies
+//                         (padding, mask 0, a label across a document or episode boundary)
+//   token_weights float32 the loss weight of each position: the loss mask in SFT, 1
+//                         elsewhere, 0 on padding and wherever labels is ignore_index
+//   position_ids  int32   positions restarting at 0 at each sequence (episode, document,
+//                         or the padding at the end of a row)
+//   cu_seqlens    int32   num_sequences() + 1 boundaries over the flattened rows*cols
+//                         positions, for variable-length attention: sequence i covers
+//                         [cu_seqlens[i], cu_seqlens[i+1]); a row's trailing padding is a
+//                         sequence of its own (with weight 0), so the last entry is rows*cols
+//
+// The episode mode's own view is kept as it was: x (== tokens), y (the raw next tokens,
+// pad on padding), mask (float32 aligned to y; empty when off). In sft_packed, y is labels
+// and mask is token_weights (when the mask is on). Also:
+//
+//   episode_ids int64, one per row: the global episode id (sft_episode), the row's first
+//           episode (sft_packed), or the window id (token_stream: the global window number
+//           in epoch mode, the global token offset of the window start in random mode);
+//           -1 for a fill row
+//   doc_ids int32 (document-aware token streams; empty otherwise): the running document
+//           index of each input position
 //
 // Thread-safety: a Batch may be read from any thread; release/destruction must not race
 // with reads of the same Batch.
@@ -33,6 +49,14 @@ namespace detail {
 class BatchPool;
 struct BatchSlot;
 }  // namespace detail
+
+// One episode placed in a packed row (sft_packed), so the packing can be checked.
+struct PackedSegment {
+  std::uint32_t row = 0;
+  std::uint32_t column = 0;     // its first input position in the row
+  std::uint32_t positions = 0;  // input positions it occupies: its kept length - 1
+  std::int64_t episode = 0;     // global episode id
+};
 
 class TOKENFEED_API Batch {
  public:
@@ -64,8 +88,21 @@ class TOKENFEED_API Batch {
   bool has_mask() const noexcept;
   std::span<const std::int64_t> episode_ids() const noexcept;
   std::span<const std::int64_t> window_ids() const noexcept { return episode_ids(); }
-  std::span<const std::int32_t> doc_ids() const noexcept;       // empty unless document-aware
-  std::span<const std::int32_t> position_ids() const noexcept;  // empty unless document-aware
+  std::span<const std::int32_t> doc_ids() const noexcept;  // empty unless document-aware
+
+  // The batch contract (see above).
+  std::span<const std::int64_t> tokens() const noexcept;
+  std::span<const std::int64_t> labels() const noexcept;
+  std::span<const float> token_weights() const noexcept;
+  std::span<const std::int32_t> position_ids() const noexcept;
+  std::span<const std::int32_t> cu_seqlens() const noexcept;
+  std::size_t num_sequences() const noexcept;
+  std::size_t max_seqlen() const noexcept;
+  // Input positions holding episode or window tokens; over rows() * cols() it is the
+  // packing efficiency.
+  std::size_t real_positions() const noexcept;
+  // sft_packed: the episodes in row order; empty in the other modes.
+  std::span<const PackedSegment> segments() const noexcept;
 
   // How long get_batch waited for this batch on the caller's thread, in microseconds.
   double wait_us() const noexcept;

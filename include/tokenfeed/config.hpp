@@ -31,6 +31,15 @@ enum class DatasetMode {
   auto_detect,  // key absent: an episode-indexed train/ selects sft_episode
   sft_episode,  // one whole conversation per row, padded or truncated to block_size
   token_stream, // pretraining windows over a token stream
+  sft_packed,   // several whole episodes per row, attention kept inside each
+};
+
+// What an episode longer than block_size + 1 keeps (sft_episode and sft_packed).
+enum class Truncation {
+  right,              // its first block_size + 1 tokens
+  drop_oldest_turns,  // drop whole oldest user+assistant exchanges after the system turn,
+                      // never the final assistant turn; then cut from the left keeping the
+                      // final assistant end-of-turn (needs special_tokens in the metadata)
 };
 
 enum class SamplingMode {
@@ -70,8 +79,16 @@ struct Config {
   // Absent: dataset_metadata.json, else inferred from mask.bin's size.
   std::optional<MaskDtype> mask_dtype;
 
-  // Ready batches kept ahead of the trainer, per split. >= 1.
-  std::int64_t prefetch_depth = 8;
+  // Ready batches kept ahead of the trainer, per split: 1..4096, or 0 ("auto" in XML, the
+  // default). Auto starts at 16 (or decode_threads + 2) and grows while the
+  // trainer still finds no batch ready although production keeps up with it on average
+  // (jitter: long episodes, page faults, a busy machine), up to 64 and never past
+  // prefetch_memory_mb; the depth in use is in SplitStats::prefetch_depth and logged when
+  // it changes.
+  std::int64_t prefetch_depth = 0;
+  // With prefetch_depth auto: the most memory the batch buffers of one split may take
+  // (ready, in flight and held by the trainer), in MiB. >= 1. A fixed depth ignores it.
+  std::int64_t prefetch_memory_mb = 512;
   // Threads decoding batches in parallel; 0 means one per hardware thread but the
   // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
   std::int64_t decode_threads = 0;
@@ -79,6 +96,12 @@ struct Config {
   // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
   std::int64_t rank = 0;
   std::int64_t world_size = 1;
+
+  // sft_episode / sft_packed: how an episode longer than block_size + 1 is cut.
+  Truncation truncation = Truncation::right;
+  // sft_packed: how many upcoming episodes (in epoch order) the packer may pick from to
+  // fill a row's gap. Larger packs tighter and strays further from the epoch order.
+  std::int64_t pack_lookahead = 64;
 
   // token_stream: also return doc_ids and position_ids, and mask labels that cross a
   // document boundary with ignore_index. Needs an end-of-text id.
@@ -112,5 +135,6 @@ TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(co
 
 TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
 TOKENFEED_API const char* to_string(SamplingMode mode) noexcept;
+TOKENFEED_API const char* to_string(Truncation truncation) noexcept;
 
 }  // namespace tokenfeed

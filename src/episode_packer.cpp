@@ -1,0 +1,44 @@
+#include "episode_packer.hpp"
+
+#include <algorithm>
+
+namespace tokenfeed {
+
+PackedEpoch pack_episodes(const std::vector<std::uint64_t>& order, const std::vector<std::uint32_t>& positions_of,
+                          std::uint32_t capacity, std::size_t lookahead) {
+  PackedEpoch packed;
+  packed.episodes.reserve(order.size());
+  packed.row_begin.push_back(0);
+  std::vector<std::uint64_t> pending;  // unplaced episodes in epoch order, at most `lookahead`
+  pending.reserve(lookahead);
+  std::size_t next = 0;
+  const auto refill = [&] {
+    while (pending.size() < lookahead && next < order.size()) pending.push_back(order[next++]);
+  };
+  refill();
+  while (!pending.empty()) {
+    // The oldest unplaced episode opens the row.
+    std::uint32_t free = capacity - positions_of[pending.front()];
+    packed.positions += positions_of[pending.front()];
+    packed.episodes.push_back(pending.front());
+    pending.erase(pending.begin());
+    refill();
+    while (free > 0) {
+      std::size_t best = pending.size();
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        const std::uint32_t p = positions_of[pending[i]];
+        if (p <= free && (best == pending.size() || p > positions_of[pending[best]])) best = i;
+      }
+      if (best == pending.size()) break;
+      free -= positions_of[pending[best]];
+      packed.positions += positions_of[pending[best]];
+      packed.episodes.push_back(pending[best]);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(best));
+      refill();
+    }
+    packed.row_begin.push_back(packed.episodes.size());
+  }
+  return packed;
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,47 @@
+// EpisodeWindows: which tokens of an episode a row keeps, under the configured truncation
+// rule, and reading them (with their mask) from the memory-mapped split.
+//
+// A kept episode is at most S = block_size + 1 tokens: the whole episode when it fits;
+// otherwise its first S tokens (Truncation::right) or the chat template's turn-aware
+// window (Truncation::drop_oldest_turns: plan_sft_window from chat_format.hpp, which finds
+// turns from the role and end-of-turn ids only). A window is a head range followed by a
+// tail range of the episode's own positions.
+//
+// Thread-safety: immutable after construction; const members may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "episode_dataset.hpp"
+#include "tokenfeed/chat_format.hpp"
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed {
+
+class EpisodeWindows {
+ public:
+  // REQUIRES: split outlives this. Throws Error(config) for drop_oldest_turns without
+  // special token ids.
+  EpisodeWindows(const EpisodeSplit& split, std::size_t S, Truncation truncation,
+                 std::optional<SpecialTokenIds> special);
+
+  SftWindow window(std::uint64_t episode) const;
+  // Tokens / mask of the kept sequence, positions [first, first + count) of it.
+  // REQUIRES: first + count <= window.size(); read_mask needs split.has_mask().
+  void read_tokens(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
+                   std::int64_t* out) const noexcept;
+  void read_mask(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
+                 float* out) const noexcept;
+
+  std::size_t S() const noexcept { return S_; }
+  Truncation truncation() const noexcept { return truncation_; }
+
+ private:
+  const EpisodeSplit& split_;
+  std::size_t S_;
+  Truncation truncation_;
+  std::optional<SpecialTokenIds> special_;
+};
+
+}  // namespace tokenfeed
