@@ -12,5 +12,6 @@ void add_run_command(CLI::App& app);      // cmd_run.cpp: stream batches, print 
 void add_dump_command(CLI::App& app);     // cmd_dump.cpp: write the next N batches as .npy
 void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and validate a dataset
 void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
+void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
 
 }  // namespace tokenfeed::cli

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   tokenfeed::cli::add_dump_command(app);
   tokenfeed::cli::add_inspect_command(app);
   tokenfeed::cli::add_prepare_command(app);
+  tokenfeed::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,109 @@
+// Shared pieces of the perf drivers: a trainer stand-in that calls get_batch and spins for
+// a fixed step, latency percentiles, RssAnon, and config overrides.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/loader.hpp"
+
+namespace tokenfeed::perf {
+
+using Clock = std::chrono::steady_clock;
+
+// A step whose batch was not ready and get_batch waited longer than this for it (Batch::
+// wait_us) waited for data (as in `tokenfeed bench`).
+constexpr double kStallUs = 50.0;
+
+inline void spin_for(double us) {
+  if (us <= 0) return;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
+  while (Clock::now() < end) {
+  }
+}
+
+inline double rss_anon_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
+  }
+  return 0;
+}
+
+inline double percentile_of_sorted(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return percentile_of_sorted(v, 0.5);
+}
+
+struct ConsumerResult {
+  std::uint64_t batches = 0;
+  double seconds = 0;
+  double batches_per_s = 0;
+  double p50_us = 0, p99_us = 0, max_us = 0;
+  double stall_fraction = 0;
+  std::uint64_t depth_used = 0;
+  std::uint64_t real_positions = 0;
+};
+
+// The trainer stand-in: `warmup` batches, then batches until both `min_batches` and
+// `seconds` are reached (or `max_batches`), spinning `step_us` after each.
+inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t warmup, double seconds,
+                                   std::uint64_t min_batches, std::uint64_t max_batches) {
+  for (std::uint64_t i = 0; i < warmup; ++i) {
+    loader.get_batch("train").release();
+    spin_for(step_us);
+  }
+  std::vector<double> lat;
+  lat.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(max_batches, 1 << 22)));
+  ConsumerResult r;
+  std::uint64_t data_waits = 0;
+  const auto start = Clock::now();
+  while (true) {
+    const auto t0 = Clock::now();
+    Batch b = loader.get_batch("train");
+    const auto t1 = Clock::now();
+    lat.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (b.wait_us() > kStallUs) ++data_waits;
+    r.real_positions += b.real_positions();
+    b.release();
+    spin_for(step_us);
+    ++r.batches;
+    if (r.batches >= max_batches) break;
+    if (r.batches >= min_batches && std::chrono::duration<double>(Clock::now() - start).count() >= seconds) break;
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.batches_per_s = static_cast<double>(r.batches) / r.seconds;
+  r.stall_fraction = static_cast<double>(data_waits) / static_cast<double>(lat.size());
+  std::sort(lat.begin(), lat.end());
+  r.p50_us = percentile_of_sorted(lat, 0.5);
+  r.p99_us = percentile_of_sorted(lat, 0.99);
+  r.max_us = lat.back();
+  r.depth_used = loader.split_stats("train").prefetch_depth;
+  return r;
+}
+
+// Splits "a,b,c".
+inline std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    if (end > begin) out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace tokenfeed::perf

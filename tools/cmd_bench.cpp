@@ -1,0 +1,176 @@
+// `tokenfeed bench`: a trainer stand-in that calls get_batch in a loop, optionally spends
+// a fixed amount of CPU per step, and reports how fast batches came and how long the
+// trainer's thread waited for them.
+//
+// Figures: batches/s, tokens/s (batch_size x block_size positions per batch) and real
+// tokens/s (positions holding episode or window tokens), get_batch latency on the
+// consumer's thread (p50, p99, max, mean, in microseconds), the fraction of steps that
+// waited for data (get_batch found no batch ready and waited over 50 us: Batch::wait_us),
+// the fraction of get_batch calls that took over 50 us for any reason (waiting for data,
+// or the thread being descheduled), the time to open the dataset,
+// the prefetch depth and decode threads in effect at the end, and anonymous memory
+// (RssAnon: resident memory that is not file-backed, so the memory-mapped dataset does
+// not count). --json prints exactly one JSON object on stdout and nothing else.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A get_batch that took longer than this waited for data.
+constexpr double kStallUs = 50.0;
+
+struct BenchOptions {
+  std::string config;
+  std::string split = "train";
+  long batches = 2000;
+  long warmup = 200;
+  double consumer_us = 0;
+  bool json = false;
+};
+
+// Busy-waits `us` microseconds: a training step's CPU time on the trainer's thread.
+void spin_for(double us) {
+  if (us <= 0) return;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
+  while (Clock::now() < end) {
+  }
+}
+
+// RssAnon from /proc/self/status, in MiB (0 when unavailable).
+double rss_anon_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
+  }
+  return 0;
+}
+
+double percentile(std::vector<double> sorted, double q) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+void bench(const BenchOptions& o) {
+  if (o.json) set_log_handler(nullptr);  // stdout carries the JSON object only
+  const auto open_start = Clock::now();
+  Loader loader(load_config_file(o.config));
+  const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - open_start).count();
+  const Config& c = loader.config();
+  if (!loader.has_split(o.split)) throw Error(ErrorKind::usage, "split '" + o.split + "' is not in the dataset");
+
+  for (long i = 0; i < o.warmup; ++i) {
+    Batch b = loader.get_batch(o.split);
+    b.release();
+    spin_for(o.consumer_us);
+  }
+
+  std::vector<double> latency_us;
+  latency_us.reserve(static_cast<std::size_t>(o.batches));
+  long data_waits = 0;  // steps whose batch was not ready: get_batch waited > kStallUs for it
+  unsigned long long real_tokens = 0;
+  const auto start = Clock::now();
+  for (long i = 0; i < o.batches; ++i) {
+    const auto t0 = Clock::now();
+    Batch b = loader.get_batch(o.split);
+    const auto t1 = Clock::now();
+    latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (b.wait_us() > kStallUs) ++data_waits;
+    real_tokens += b.real_positions();
+    b.release();
+    spin_for(o.consumer_us);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const SplitStats stats = loader.split_stats(o.split);
+  const double rss = rss_anon_mb();
+
+  const double slow_calls =
+      static_cast<double>(std::count_if(latency_us.begin(), latency_us.end(), [](double us) { return us > kStallUs; }));
+  const double stalls = static_cast<double>(data_waits);
+  double mean_us = 0;
+  for (const double us : latency_us) mean_us += us;
+  mean_us /= static_cast<double>(std::max<std::size_t>(latency_us.size(), 1));
+  std::sort(latency_us.begin(), latency_us.end());
+  const double positions = static_cast<double>(c.batch_size * c.block_size);
+  const double n = static_cast<double>(o.batches);
+
+  nlohmann::json j;
+  j["config"] = o.config;
+  j["split"] = o.split;
+  j["dataset_mode"] = to_string(c.dataset_mode);
+  j["batch_size"] = c.batch_size;
+  j["block_size"] = c.block_size;
+  j["mask"] = loader.split_info(o.split).mask;
+  j["batches"] = o.batches;
+  j["warmup"] = o.warmup;
+  j["consumer_us"] = o.consumer_us;
+  j["seconds"] = seconds;
+  j["batches_per_s"] = n / seconds;
+  j["tokens_per_s"] = n * positions / seconds;
+  j["real_tokens_per_s"] = static_cast<double>(real_tokens) / seconds;
+  j["get_batch_us"] = {{"p50", percentile(latency_us, 0.50)},
+                       {"p99", percentile(latency_us, 0.99)},
+                       {"max", latency_us.empty() ? 0.0 : latency_us.back()},
+                       {"mean", mean_us}};
+  j["stall_fraction"] = stalls / n;
+  j["slow_call_fraction"] = slow_calls / n;
+  j["open_ms"] = open_ms;
+  j["prefetch_depth"] = stats.prefetch_depth;
+  j["prefetch_depth_setting"] = c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth);
+  j["decode_threads"] = stats.decode_threads;
+  j["rss_anon_mb"] = rss;
+
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench     %s split=%s %lld x %lld mask=%s, %ld batches after %ld warm-up, consumer step %.0f us\n",
+              o.config.c_str(), o.split.c_str(), static_cast<long long>(c.batch_size),
+              static_cast<long long>(c.block_size), j["mask"].get<bool>() ? "on" : "off", o.batches, o.warmup,
+              o.consumer_us);
+  std::printf("rate      %.0f batches/s, %.4g tokens/s, %.4g real tokens/s\n", n / seconds, n * positions / seconds,
+              static_cast<double>(real_tokens) / seconds);
+  std::printf("get_batch p50 %.2f us, p99 %.2f us, max %.1f us, mean %.2f us; %.2f%% of steps waited > %.0f us for "
+              "data, %.2f%% of calls took > %.0f us\n",
+              percentile(latency_us, 0.50), percentile(latency_us, 0.99), j["get_batch_us"]["max"].get<double>(),
+              mean_us, 100.0 * stalls / n, kStallUs, 100.0 * slow_calls / n, kStallUs);
+  std::printf("setup     opened in %.1f ms, prefetch_depth %llu (%s), decode_threads %llu, RssAnon %.1f MiB\n", open_ms,
+              static_cast<unsigned long long>(stats.prefetch_depth), j["prefetch_depth_setting"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(stats.decode_threads), rss);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Call get_batch in a loop like a trainer and report throughput, get_batch latency and memory");
+  cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
+  cmd->add_option("--batches", options->batches, "Measured batches")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "Batches taken before measuring")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--consumer-us", options->consumer_us, "CPU time spent per step on the consumer's thread, in microseconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object and nothing else on stdout");
+  cmd->callback([options] { bench(*options); });
+}
+
+}  // namespace tokenfeed::cli
