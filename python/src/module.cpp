@@ -1,0 +1,891 @@
+// tokenfeed._tokenfeed: the nanobind bindings behind `import tokenfeed` (python/tokenfeed/
+// re-exports them and adds the pure-Python helpers).
+//
+// What crosses the boundary, and how:
+//  - A Batch's arrays are numpy views of the loader's pooled buffers, never copies. One
+//    capsule owns the C++ tokenfeed::Batch; the Python Batch and every array made from it
+//    hold a reference to that capsule, so the buffers stay valid while any of them is
+//    alive (even after the Loader is gone) and go back to the pool as soon as the last one
+//    is released. Nothing here forms a reference cycle, so the release happens through
+//    reference counting at once, never later in the garbage collector (a trainer may hold
+//    at most Loader::kMaxHeldBatches batches of a split at a time).
+//  - The arrays are writable: DLPack consumers (torch.from_dlpack) refuse read-only numpy
+//    arrays, and a write only changes the caller's own batch (the pipeline refills every
+//    buffer before it reuses it).
+//  - Opening a dataset (Loader construction), get_batch, load_state and close run with the
+//    GIL released; one mutex per Loader keeps the C++ loader's one-trainer-thread rule
+//    when several Python threads share a loader.
+//  - tokenfeed::Error becomes the Python exception class of its kind (ConfigError, ...,
+//    all subclasses of tokenfeed.Error), with the C++ message unchanged.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "tokenfeed/batch.hpp"
+#include "tokenfeed/chat_format.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/dataset_writer.hpp"
+#include "tokenfeed/dtype.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+#include "tokenfeed/log.hpp"
+#include "tokenfeed/tokenizer.hpp"
+#include "tokenfeed/version.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tokenfeed::Error;
+using tokenfeed::ErrorKind;
+
+// ---------------------------------------------------------------------------------------
+// Exceptions
+
+constexpr std::size_t kErrorKinds = 6;  // tokenfeed::ErrorKind's enumerators
+
+// The Python class of each ErrorKind, created at import and kept for the process.
+std::array<PyObject*, kErrorKinds> g_error_classes{};
+
+std::size_t kind_index(ErrorKind kind) { return static_cast<std::size_t>(kind); }
+
+PyObject* new_error_class(nb::module_& m, const char* name, const char* doc, nb::handle bases, const char* kind) {
+  nb::dict attrs;
+  if (kind != nullptr) attrs["kind"] = kind;
+  const std::string qualified = std::string("tokenfeed.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), attrs.ptr());
+  if (cls == nullptr) throw nb::python_error();
+  m.attr(name) = nb::handle(cls);
+  return cls;
+}
+
+void register_errors(nb::module_& m) {
+  PyObject* base = new_error_class(m, "Error",
+                                   "Base class of every error tokenfeed raises; `kind` names the C++ ErrorKind.",
+                                   nb::handle(PyExc_Exception), nullptr);
+  const auto make = [&](ErrorKind kind, const char* name, PyObject* python_base, const char* doc) {
+    nb::tuple bases = nb::make_tuple(nb::handle(base), nb::handle(python_base));
+    g_error_classes[kind_index(kind)] = new_error_class(m, name, doc, bases, tokenfeed::to_string(kind));
+  };
+  make(ErrorKind::config, "ConfigError", PyExc_ValueError, "A bad configuration key or value, or malformed XML.");
+  make(ErrorKind::io, "IoError", PyExc_OSError, "A file or directory that cannot be opened, read or written.");
+  make(ErrorKind::format, "FormatError", PyExc_OSError,
+       "A file whose content is invalid (sizes, index records, headers), or an unusable conversation.");
+  make(ErrorKind::state, "StateError", PyExc_ValueError,
+       "A resume state that is malformed or belongs to another dataset or config.");
+  make(ErrorKind::usage, "UsageError", PyExc_ValueError, "A call made where it is not allowed.");
+  make(ErrorKind::pipeline, "PipelineError", PyExc_RuntimeError,
+       "A failure inside a background stage that is none of the other kinds.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      const std::size_t i = kind_index(e.kind());
+      PyErr_SetString(i < kErrorKinds && g_error_classes[i] ? g_error_classes[i] : g_error_classes[kind_index(ErrorKind::pipeline)],
+                      e.what());
+    }
+  });
+}
+
+[[noreturn]] void usage_error(const std::string& message) { throw Error(ErrorKind::usage, message); }
+
+// ---------------------------------------------------------------------------------------
+// Arrays
+
+// A numpy array of `shape` viewing `data`, kept alive by `owner`.
+template <typename T>
+nb::object numpy_view(const T* data, std::size_t ndim, const std::size_t* shape, nb::handle owner) {
+  static T empty_element{};  // a valid address for zero-size arrays
+  T* p = data != nullptr ? const_cast<T*>(data) : &empty_element;
+  nb::ndarray<nb::numpy, T, nb::c_contig> array(p, ndim, shape, owner);
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+// A numpy array that owns `values` (moved to the heap, no copy of the elements).
+template <typename T>
+nb::object numpy_owning(std::vector<T>&& values, std::initializer_list<std::size_t> shape = {}) {
+  auto* heap = new std::vector<T>(std::move(values));
+  if (heap->empty()) heap->reserve(1);  // a non-null data pointer even for zero size
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  std::vector<std::size_t> dims(shape);
+  if (dims.empty()) dims.push_back(heap->size());
+  return numpy_view<T>(heap->data(), dims.size(), dims.data(), owner);
+}
+
+using U32Array = nb::ndarray<const std::uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using U8Array = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using U64Array = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::span<const std::uint32_t> span_of(const U32Array& a) { return {a.data(), a.shape(0)}; }
+std::span<const std::uint8_t> span_of(const U8Array& a) { return {a.data(), a.shape(0)}; }
+std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.shape(0)}; }
+
+// ---------------------------------------------------------------------------------------
+// Batch
+
+enum Field : std::size_t {
+  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments, kFieldCount
+};
+
+// The Python Batch: the capsule that owns the C++ batch, and each field's array, made on
+// first access and then returned again (the same object, the same data pointer).
+class PyBatch {
+ public:
+  explicit PyBatch(std::unique_ptr<tokenfeed::Batch> batch) : batch_(batch.get()) {
+    owner_ = nb::capsule(batch.release(), [](void* p) noexcept { delete static_cast<tokenfeed::Batch*>(p); });
+  }
+
+  const tokenfeed::Batch& batch() const {
+    if (batch_ == nullptr) usage_error("the batch was released");
+    return *batch_;
+  }
+  bool valid() const noexcept { return batch_ != nullptr; }
+
+  // Drops this object's references; the buffers return to the pool once no array made
+  // from this batch is alive either.
+  void release() {
+    for (nb::object& a : cache_) a.reset();
+    owner_.reset();
+    batch_ = nullptr;
+  }
+
+  // A B x T field (or 1-D when it is not B x T, or empty).
+  template <typename T>
+  nb::object grid(Field f, std::span<const T> data) {
+    nb::object& slot = cache_[f];
+    if (!slot.is_valid()) {
+      const tokenfeed::Batch& b = batch();
+      const std::size_t shape2[2] = {b.rows(), b.cols()};
+      const std::size_t shape1[1] = {data.size()};
+      const bool is_grid = !data.empty() && data.size() == b.rows() * b.cols();
+      slot = is_grid ? numpy_view<T>(data.data(), 2, shape2, owner_) : numpy_view<T>(data.data(), 1, shape1, owner_);
+    }
+    return slot;
+  }
+  template <typename T>
+  nb::object vector(Field f, std::span<const T> data) {
+    nb::object& slot = cache_[f];
+    if (!slot.is_valid()) {
+      batch();
+      const std::size_t shape[1] = {data.size()};
+      slot = numpy_view<T>(data.data(), 1, shape, owner_);
+    }
+    return slot;
+  }
+
+  nb::object x() { return grid(kX, batch().x()); }
+  nb::object y() { return grid(kY, batch().y()); }
+  nb::object mask() { return grid(kMask, batch().mask()); }
+  nb::object labels() { return grid(kLabels, batch().labels()); }
+  nb::object token_weights() { return grid(kTokenWeights, batch().token_weights()); }
+  nb::object position_ids() { return grid(kPositionIds, batch().position_ids()); }
+  nb::object doc_ids() { return grid(kDocIds, batch().doc_ids()); }
+  nb::object cu_seqlens() { return vector(kCuSeqlens, batch().cu_seqlens()); }
+  nb::object episode_ids() { return vector(kEpisodeIds, batch().episode_ids()); }
+
+  // (n, 4) int64 rows (row, column, positions, episode): a copy, the C++ records being
+  // a struct of mixed widths.
+  nb::object segments() {
+    nb::object& slot = cache_[kSegments];
+    if (!slot.is_valid()) {
+      const auto segs = batch().segments();
+      std::vector<std::int64_t> rows;
+      rows.reserve(segs.size() * 4);
+      for (const tokenfeed::PackedSegment& s : segs) {
+        rows.insert(rows.end(), {static_cast<std::int64_t>(s.row), static_cast<std::int64_t>(s.column),
+                                 static_cast<std::int64_t>(s.positions), s.episode});
+      }
+      slot = numpy_owning(std::move(rows), {segs.size(), 4});
+    }
+    return slot;
+  }
+
+  // Every non-empty array field, by name (x and tokens, y and labels may share memory).
+  nb::dict arrays() {
+    nb::dict d;
+    const tokenfeed::Batch& b = batch();
+    d["x"] = x();
+    d["y"] = y();
+    if (b.has_mask()) d["mask"] = mask();
+    d["tokens"] = x();
+    d["labels"] = labels();
+    d["token_weights"] = token_weights();
+    d["position_ids"] = position_ids();
+    d["cu_seqlens"] = cu_seqlens();
+    d["episode_ids"] = episode_ids();
+    if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
+    return d;
+  }
+
+  std::string repr() const {
+    if (batch_ == nullptr) return "Batch(released)";
+    const tokenfeed::Batch& b = *batch_;
+    return "Batch(split='" + std::string(b.split()) + "', step=" + std::to_string(b.step()) +
+           ", epoch=" + std::to_string(b.epoch()) + ", batch_in_epoch=" + std::to_string(b.batch_in_epoch()) +
+           ", shape=(" + std::to_string(b.rows()) + ", " + std::to_string(b.cols()) +
+           "), real_rows=" + std::to_string(b.real_rows()) + ", mask=" + (b.has_mask() ? "True" : "False") + ")";
+  }
+
+ private:
+  tokenfeed::Batch* batch_ = nullptr;  // owned by owner_
+  nb::object owner_;                   // the capsule every array references
+  std::array<nb::object, kFieldCount> cache_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Config
+
+std::string value_text(std::string_view key, nb::handle value) {
+  PyObject* v = value.ptr();
+  if (PyBool_Check(v)) return v == Py_True ? "true" : "false";
+  if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
+  if (PyLong_Check(v) || PyIndex_Check(v)) {  // int, numpy integers
+    PyObject* index = PyNumber_Index(v);
+    if (index == nullptr) throw nb::python_error();
+    return nb::cast<std::string>(nb::str(nb::steal(index)));
+  }
+  if (PyFloat_Check(v) && nb::cast<bool>(value.attr("is_integer")())) {
+    return nb::cast<std::string>(nb::str(nb::int_(value)));
+  }
+  if (nb::hasattr(value, "__fspath__")) return nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(value));
+  throw Error(ErrorKind::config, "config key '" + std::string(key) + "': unsupported value " +
+                                     nb::cast<std::string>(nb::repr(value)) + " (give a str, int, bool or path)");
+}
+
+// Applies key/value pairs; a relative dataset_dir given from Python resolves against the
+// working directory (an XML file's own keys resolve against the file's directory).
+void apply_items(tokenfeed::Config& config, nb::handle mapping) {
+  for (auto [k, v] : nb::borrow<nb::dict>(mapping)) {
+    if (!PyUnicode_Check(k.ptr())) throw Error(ErrorKind::config, "config keys must be strings, got " + nb::cast<std::string>(nb::repr(k)));
+    const std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;  // absent: the default
+    tokenfeed::set_config_value(config, key, value_text(key, v));
+    if (key == "dataset_dir" && config.dataset_dir.is_relative()) {
+      config.dataset_dir = std::filesystem::absolute(config.dataset_dir).lexically_normal();
+    }
+  }
+}
+
+tokenfeed::Config make_config(nb::handle source, const nb::kwargs& overrides) {
+  tokenfeed::Config config;
+  if (PyDict_Check(source.ptr())) {
+    apply_items(config, source);
+  } else if (PyUnicode_Check(source.ptr()) || nb::hasattr(source, "__fspath__")) {
+    const std::string path = nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(source));
+    nb::gil_scoped_release release;
+    config = tokenfeed::load_config_file(path);
+  } else {
+    throw nb::type_error("Loader(config): config must be a path to an XML file or a dict of config keys");
+  }
+  apply_items(config, overrides);
+  return config;
+}
+
+nb::dict config_dict(const tokenfeed::Config& config) {
+  nb::dict d;
+  for (const auto& [key, value] : tokenfeed::config_entries(config)) d[key.c_str()] = value;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------
+// Loader
+
+double percentile(std::vector<float> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(i, values.size() - 1)];
+}
+
+// get_batch as the Python trainer sees it, per split: the C++ call's duration (with the GIL
+// released around it), over every call and over the last kWindow calls for percentiles.
+struct CallTiming {
+  static constexpr std::size_t kWindow = 8192;
+  static constexpr double kStallUs = 50.0;  // as `tokenfeed bench`: a call that waited for data
+  std::vector<float> recent_us;
+  std::size_t next = 0;
+  std::uint64_t calls = 0, stalls = 0;
+  double sum_us = 0, max_us = 0;
+  std::uint64_t positions = 0, real_positions = 0;
+  Clock::time_point first_return, last_return;
+
+  void record(double us, const tokenfeed::Batch& b) {
+    if (recent_us.size() < kWindow) {
+      recent_us.push_back(static_cast<float>(us));
+    } else {
+      recent_us[next] = static_cast<float>(us);
+      next = (next + 1) % kWindow;
+    }
+    if (calls == 0) first_return = Clock::now();
+    last_return = Clock::now();
+    ++calls;
+    if (us > kStallUs) ++stalls;
+    sum_us += us;
+    max_us = std::max(max_us, us);
+    positions += b.rows() * b.cols();
+    real_positions += b.real_positions();
+  }
+};
+
+double rss_anon_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
+  }
+  return 0;
+}
+
+class PyLoader {
+ public:
+  explicit PyLoader(tokenfeed::Config config) {  // called with the GIL released
+    const auto start = Clock::now();
+    loader_ = std::make_unique<tokenfeed::Loader>(std::move(config));
+    loader_ptr_.store(loader_.get(), std::memory_order_release);
+    open_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+
+  // Runs f with the GIL released and the loader's mutex held.
+  template <typename F>
+  auto locked(F&& f) {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    return f(loader());
+  }
+
+  nb::object get_batch(const std::string& split) {
+    auto batch = std::make_unique<tokenfeed::Batch>();
+    locked([&](tokenfeed::Loader& l) {
+      const auto start = Clock::now();
+      *batch = l.get_batch(split);
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      timing_[split].record(us, *batch);
+    });
+    return nb::cast(PyBatch(std::move(batch)), nb::rv_policy::move);
+  }
+
+  std::string save_state() {
+    return locked([](tokenfeed::Loader& l) { return l.save_state(); });
+  }
+  void load_state(const std::string& text) {
+    locked([&](tokenfeed::Loader& l) { l.load_state(text); });
+  }
+
+  // Wakes a get_batch blocked in another thread (which then raises UsageError). Takes no
+  // lock: that get_batch holds it.
+  void stop() noexcept {
+    if (tokenfeed::Loader* l = loader_ptr_.load(std::memory_order_acquire)) l->stop();
+  }
+
+  // Stops the pipelines and frees the loader now (batches already handed out stay valid).
+  void close() {
+    stop();
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    loader_ptr_.store(nullptr, std::memory_order_release);
+    loader_.reset();
+  }
+  bool closed() const noexcept { return loader_ptr_.load(std::memory_order_acquire) == nullptr; }
+
+  std::string repr() {
+    if (closed()) return "Loader(closed)";
+    const tokenfeed::Config c = locked([](tokenfeed::Loader& l) { return l.config(); });
+    return "Loader(dataset_dir='" + c.dataset_dir.string() + "', dataset_mode=" + tokenfeed::to_string(c.dataset_mode) +
+           ", batch_size=" + std::to_string(c.batch_size) + ", block_size=" + std::to_string(c.block_size) + ")";
+  }
+
+  nb::dict config() {
+    const tokenfeed::Config c = locked([](tokenfeed::Loader& l) { return l.config(); });
+    return config_dict(c);
+  }
+  std::string fingerprint() {
+    return locked([](tokenfeed::Loader& l) { return l.fingerprint(); });
+  }
+  std::vector<std::string> splits() {
+    return locked([](tokenfeed::Loader& l) {
+      std::vector<std::string> names;
+      for (const char* s : {"train", "val"}) {
+        if (l.has_split(s)) names.emplace_back(s);
+      }
+      return names;
+    });
+  }
+
+  tokenfeed::SplitInfo split_info(const std::string& split) {
+    return locked([&](tokenfeed::Loader& l) { return l.split_info(split); });
+  }
+
+  nb::dict info(const std::string& split) {
+    const tokenfeed::SplitInfo i = split_info(split);
+    const tokenfeed::Config c = locked([](tokenfeed::Loader& l) { return l.config(); });
+    nb::dict d;
+    d["split"] = i.name;
+    d["dataset_mode"] = tokenfeed::to_string(c.dataset_mode);
+    d["batch_sampling_mode"] = c.batch_sampling_mode ? tokenfeed::to_string(*c.batch_sampling_mode) : "";
+    d["batch_size"] = c.batch_size;
+    d["block_size"] = c.block_size;
+    d["episodes"] = i.episodes;
+    d["kept_episodes"] = i.kept_episodes;
+    d["windows"] = i.windows;
+    d["tokens"] = i.tokens;
+    d["shards"] = i.shards;
+    d["mask"] = i.mask;
+    d["batches_per_epoch"] = i.batches_per_epoch;
+    return d;
+  }
+
+  // The figures `tokenfeed bench` reports, as far as a running trainer has them.
+  nb::dict stats(const std::string& split) {
+    struct Snapshot {
+      tokenfeed::SplitStats stats;
+      tokenfeed::SplitInfo info;
+      CallTiming timing;
+      std::int64_t batch_size = 0, block_size = 0;
+      std::string dataset_mode;
+    };
+    const Snapshot s = locked([&](tokenfeed::Loader& l) {
+      Snapshot snap;
+      snap.stats = l.split_stats(split);
+      snap.info = l.split_info(split);
+      const auto it = timing_.find(split);
+      if (it != timing_.end()) snap.timing = it->second;
+      snap.batch_size = l.config().batch_size;
+      snap.block_size = l.config().block_size;
+      snap.dataset_mode = tokenfeed::to_string(l.config().dataset_mode);
+      return snap;
+    });
+    const CallTiming& t = s.timing;
+    const double seconds = t.calls > 1 ? std::chrono::duration<double>(t.last_return - t.first_return).count() : 0.0;
+    // Rates over the calls after the first (the first one includes the pipeline start).
+    const double after_first = t.calls > 1 ? static_cast<double>(t.calls - 1) : 0.0;
+    const double per_batch = static_cast<double>(s.batch_size * s.block_size);
+    const double real_after_first =
+        t.calls > 1 ? static_cast<double>(t.real_positions) * after_first / static_cast<double>(t.calls) : 0.0;
+    nb::dict d;
+    d["split"] = split;
+    d["dataset_mode"] = s.dataset_mode;
+    d["batch_size"] = s.batch_size;
+    d["block_size"] = s.block_size;
+    d["mask"] = s.info.mask;
+    d["batches"] = s.stats.batches;
+    d["waits"] = s.stats.waits;
+    d["total_wait_us"] = s.stats.total_wait_us;
+    d["max_wait_us"] = s.stats.max_wait_us;
+    d["seconds"] = seconds;
+    d["batches_per_s"] = seconds > 0 ? after_first / seconds : 0.0;
+    d["tokens_per_s"] = seconds > 0 ? after_first * per_batch / seconds : 0.0;
+    d["real_tokens_per_s"] = seconds > 0 ? real_after_first / seconds : 0.0;
+    d["packing_efficiency"] =
+        t.positions > 0 ? static_cast<double>(t.real_positions) / static_cast<double>(t.positions) : 0.0;
+    nb::dict latency;
+    latency["p50"] = percentile(t.recent_us, 0.50);
+    latency["p99"] = percentile(t.recent_us, 0.99);
+    latency["max"] = t.max_us;
+    latency["mean"] = t.calls > 0 ? t.sum_us / static_cast<double>(t.calls) : 0.0;
+    d["get_batch_us"] = latency;
+    d["stall_fraction"] = t.calls > 0 ? static_cast<double>(t.stalls) / static_cast<double>(t.calls) : 0.0;
+    d["open_ms"] = open_ms_;
+    d["prefetch_depth"] = s.stats.prefetch_depth;
+    d["decode_threads"] = s.stats.decode_threads;
+    d["rss_anon_mb"] = rss_anon_mb();
+    d["episodes"] = s.info.episodes;
+    d["kept_episodes"] = s.info.kept_episodes;
+    d["windows"] = s.info.windows;
+    d["tokens"] = s.info.tokens;
+    d["batches_per_epoch"] = s.info.batches_per_epoch;
+    return d;
+  }
+
+  nb::object state_dict() {
+    const std::string text = save_state();
+    return nb::module_::import_("json").attr("loads")(text);
+  }
+  void load_state_dict(nb::handle state) {
+    std::string text;
+    if (PyUnicode_Check(state.ptr())) {
+      text = nb::cast<std::string>(state);
+    } else if (PyBytes_Check(state.ptr())) {
+      text = nb::cast<std::string>(state.attr("decode")("utf-8"));
+    } else if (PyDict_Check(state.ptr())) {
+      text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
+    } else {
+      throw Error(ErrorKind::state, "load_state_dict: expected the dict state_dict() returned (or its JSON text), got " +
+                                        nb::cast<std::string>(nb::repr(state.type())));
+    }
+    load_state(text);
+  }
+
+ private:
+  tokenfeed::Loader& loader() {
+    if (!loader_) usage_error("the loader is closed");
+    return *loader_;
+  }
+
+  std::mutex mutex_;  // one caller of the C++ loader at a time (get_batch, states, stats)
+  std::unique_ptr<tokenfeed::Loader> loader_;  // GUARDED_BY(mutex_)
+  std::atomic<tokenfeed::Loader*> loader_ptr_{nullptr};  // for stop(), which takes no lock
+  std::map<std::string, CallTiming, std::less<>> timing_;  // GUARDED_BY(mutex_)
+  double open_ms_ = 0;
+};
+
+// `for batch in loader.iter("train", steps=N)`: N batches, or without end when steps is None.
+class BatchIterator {
+ public:
+  BatchIterator(nb::object loader, std::string split, std::optional<std::uint64_t> steps)
+      : loader_(std::move(loader)), split_(std::move(split)), remaining_(steps) {}
+
+  nb::object next() {
+    if (remaining_ && *remaining_ == 0) throw nb::stop_iteration();
+    nb::object batch = nb::cast<PyLoader&>(loader_).get_batch(split_);
+    if (remaining_) --*remaining_;
+    return batch;
+  }
+  std::size_t len() const {
+    if (!remaining_) throw nb::type_error("len() of an endless iterator (iter() without steps)");
+    return static_cast<std::size_t>(*remaining_);
+  }
+
+ private:
+  nb::object loader_;
+  std::string split_;
+  std::optional<std::uint64_t> remaining_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Dataset writer
+
+class PyDatasetWriter {
+ public:
+  PyDatasetWriter(const std::string& split_dir, const std::string& token_dtype, bool write_mask,
+                  std::uint64_t shard_tokens)
+      : write_mask_(write_mask) {
+    const auto dtype = tokenfeed::parse_token_dtype(token_dtype);
+    if (!dtype) throw Error(ErrorKind::config, "DatasetWriter: token_dtype must be 'uint16' or 'uint32', not '" + token_dtype + "'");
+    tokenfeed::EpisodeDatasetWriterOptions options;
+    options.token_dtype = *dtype;
+    options.write_mask = write_mask;
+    options.shard_tokens = shard_tokens;
+    writer_ = std::make_unique<tokenfeed::EpisodeDatasetWriter>(split_dir, options);
+  }
+
+  void add(const U32Array& tokens, const std::optional<U8Array>& mask) {
+    check_mask(tokens.shape(0), mask);
+    const auto t = span_of(tokens);
+    const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
+    nb::gil_scoped_release release;
+    writer().add(t, m);
+  }
+
+  // Many episodes at once: `tokens` concatenated, `lengths` per episode.
+  void add_many(const U32Array& tokens, const U64Array& lengths, const std::optional<U8Array>& mask) {
+    check_mask(tokens.shape(0), mask);
+    const auto t = span_of(tokens);
+    const auto n = span_of(lengths);
+    const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
+    std::uint64_t total = 0;
+    for (const std::uint64_t len : n) {
+      if (len > t.size() - std::min<std::uint64_t>(total, t.size())) {
+        usage_error("DatasetWriter.add_many: the lengths add up to more than the " + std::to_string(t.size()) + " tokens given");
+      }
+      total += len;
+    }
+    if (total != t.size()) {
+      usage_error("DatasetWriter.add_many: the lengths add up to " + std::to_string(total) + " but " +
+                  std::to_string(t.size()) + " tokens were given");
+    }
+    nb::gil_scoped_release release;
+    std::uint64_t at = 0;
+    for (const std::uint64_t len : n) {
+      writer().add(t.subspan(at, len), m.empty() ? m : m.subspan(at, len));
+      at += len;
+    }
+  }
+
+  nb::dict finish() {
+    if (!summary_) {
+      nb::gil_scoped_release release;
+      summary_ = writer().finish();
+      writer_.reset();
+    }
+    nb::dict d;
+    d["episodes"] = summary_->episodes;
+    d["tokens"] = summary_->tokens;
+    d["masked_tokens"] = summary_->masked_tokens;
+    d["shards"] = summary_->shards;
+    return d;
+  }
+  bool finished() const noexcept { return summary_.has_value(); }
+
+ private:
+  tokenfeed::EpisodeDatasetWriter& writer() {
+    if (!writer_) usage_error("DatasetWriter: add() after finish()");
+    return *writer_;
+  }
+  void check_mask(std::size_t tokens, const std::optional<U8Array>& mask) const {
+    if (write_mask_ && !mask) usage_error("DatasetWriter.add: a mask is required (the writer was made with write_mask=True)");
+    if (mask && mask->shape(0) != tokens) {
+      usage_error("DatasetWriter.add: the mask has " + std::to_string(mask->shape(0)) + " values for " +
+                  std::to_string(tokens) + " tokens");
+    }
+  }
+
+  bool write_mask_;
+  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_;
+  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Chat formatting
+
+std::vector<std::uint32_t> to_vector(const U32Array& a) {
+  const auto s = span_of(a);
+  return {s.begin(), s.end()};
+}
+
+nb::object serialize_tokenized(const std::vector<std::string>& roles, const std::vector<U32Array>& contents,
+                               const tokenfeed::SpecialTokenIds& special, const U32Array& default_system_ids,
+                               std::optional<std::uint32_t> vocab_size) {
+  if (roles.size() != contents.size()) usage_error("serialize_chat: roles and contents differ in length");
+  std::vector<tokenfeed::TokenizedChatMessage> messages(roles.size());
+  for (std::size_t i = 0; i < roles.size(); ++i) {
+    messages[i].role = roles[i];
+    messages[i].ids = to_vector(contents[i]);
+  }
+  std::vector<std::uint32_t> out;
+  const auto defect = tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
+  if (defect) throw Error(ErrorKind::format, defect->detail);
+  return numpy_owning(std::move(out));
+}
+
+nb::object serialize_text(const std::vector<std::string>& roles, const std::vector<std::string>& contents,
+                          const tokenfeed::Tokenizer& tokenizer, const std::string& default_system_text) {
+  if (roles.size() != contents.size()) usage_error("serialize_chat_text: roles and contents differ in length");
+  std::vector<tokenfeed::ChatMessage> messages(roles.size());
+  for (std::size_t i = 0; i < roles.size(); ++i) messages[i] = {roles[i], contents[i]};
+  std::vector<std::uint32_t> out;
+  const auto defect = tokenfeed::append_chat_ids(messages, tokenizer, default_system_text, out);
+  if (defect) throw Error(ErrorKind::format, defect->detail);
+  return numpy_owning(std::move(out));
+}
+
+nb::tuple pack_ids_and_mask(const U32Array& ids, const U8Array& mask, std::size_t S,
+                            const tokenfeed::SpecialTokenIds& special, std::uint32_t pad_id) {
+  tokenfeed::PackedSft packed = tokenfeed::pack_sft_ids_and_mask(span_of(ids), span_of(mask), S, special, pad_id);
+  return nb::make_tuple(numpy_owning(std::move(packed.ids)), numpy_owning(std::move(packed.mask)));
+}
+
+nb::tuple collate_batch(const std::vector<std::tuple<U32Array, U8Array>>& rows, std::size_t T, std::int64_t ignore_index) {
+  std::vector<tokenfeed::PackedSft> packed(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto ids = span_of(std::get<0>(rows[i]));
+    const auto mask = span_of(std::get<1>(rows[i]));
+    packed[i].ids.assign(ids.begin(), ids.end());
+    packed[i].mask.assign(mask.begin(), mask.end());
+  }
+  tokenfeed::SftBatch b = tokenfeed::collate_sft_batch(packed, T, ignore_index);
+  return nb::make_tuple(numpy_owning(std::move(b.x), {b.rows, b.T}), numpy_owning(std::move(b.y), {b.rows, b.T}),
+                        numpy_owning(std::move(b.loss_mask), {b.rows, b.T}));
+}
+
+std::string special_repr(const tokenfeed::SpecialTokenIds& s) {
+  return "SpecialTokenIds(system=" + std::to_string(s.system) + ", user=" + std::to_string(s.user) +
+         ", assistant=" + std::to_string(s.assistant) + ", eot=" + std::to_string(s.eot) +
+         ", tool=" + (s.tool ? std::to_string(*s.tool) : std::string("None")) + ")";
+}
+
+void write_log_line_to_stderr(tokenfeed::LogLevel, std::string_view line) {
+  std::string text(line);
+  text.push_back('\n');
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+}  // namespace
+
+NB_MODULE(_tokenfeed, m) {
+  m.doc() = "tokenfeed's C++ core; use the `tokenfeed` package, which re-exports it.";
+  m.attr("__version__") = tokenfeed::version();
+  m.attr("MAX_HELD_BATCHES") = tokenfeed::Loader::kMaxHeldBatches;
+  m.attr("IGNORE_INDEX") = tokenfeed::kIgnoreIndex;
+  m.attr("DEFAULT_SYSTEM_TEXT") = std::string(tokenfeed::kDefaultSystemText);
+  register_errors(m);
+
+  m.def(
+      "set_logging",
+      [](bool enabled) {
+        tokenfeed::set_log_handler(enabled ? tokenfeed::LogHandler(write_log_line_to_stderr) : tokenfeed::LogHandler());
+      },
+      "enabled"_a, "Turns tokenfeed's log lines (dataset open, epoch boundaries, warnings) on stderr on or off.");
+
+  nb::class_<PyBatch>(m, "Batch", "One ready batch: numpy views of the loader's buffers (see the package docs).")
+      .def_prop_ro("x", &PyBatch::x)
+      .def_prop_ro("y", &PyBatch::y)
+      .def_prop_ro("mask", &PyBatch::mask)
+      .def_prop_ro("tokens", &PyBatch::x)
+      .def_prop_ro("labels", &PyBatch::labels)
+      .def_prop_ro("token_weights", &PyBatch::token_weights)
+      .def_prop_ro("position_ids", &PyBatch::position_ids)
+      .def_prop_ro("cu_seqlens", &PyBatch::cu_seqlens)
+      .def_prop_ro("episode_ids", &PyBatch::episode_ids)
+      .def_prop_ro("window_ids", &PyBatch::episode_ids)
+      .def_prop_ro("doc_ids", &PyBatch::doc_ids)
+      .def_prop_ro("segments", &PyBatch::segments)
+      .def_prop_ro("split", [](const PyBatch& b) { return std::string(b.batch().split()); })
+      .def_prop_ro("step", [](const PyBatch& b) { return b.batch().step(); })
+      .def_prop_ro("epoch", [](const PyBatch& b) { return b.batch().epoch(); })
+      .def_prop_ro("batch_in_epoch", [](const PyBatch& b) { return b.batch().batch_in_epoch(); })
+      .def_prop_ro("rows", [](const PyBatch& b) { return b.batch().rows(); })
+      .def_prop_ro("cols", [](const PyBatch& b) { return b.batch().cols(); })
+      .def_prop_ro("shape", [](const PyBatch& b) { return std::make_tuple(b.batch().rows(), b.batch().cols()); })
+      .def_prop_ro("real_rows", [](const PyBatch& b) { return b.batch().real_rows(); })
+      .def_prop_ro("real_positions", [](const PyBatch& b) { return b.batch().real_positions(); })
+      .def_prop_ro("num_sequences", [](const PyBatch& b) { return b.batch().num_sequences(); })
+      .def_prop_ro("max_seqlen", [](const PyBatch& b) { return b.batch().max_seqlen(); })
+      .def_prop_ro("has_mask", [](const PyBatch& b) { return b.batch().has_mask(); })
+      .def_prop_ro("wait_us", [](const PyBatch& b) { return b.batch().wait_us(); })
+      .def_prop_ro("valid", &PyBatch::valid)
+      .def("arrays", &PyBatch::arrays, "Every non-empty array field by name (views, no copy).")
+      .def("release", &PyBatch::release,
+           "Drops this batch's hold on its buffers; they return to the pool once no array made from it is alive.")
+      .def("__repr__", &PyBatch::repr);
+
+  nb::class_<PyLoader>(m, "Loader")
+      .def(
+          "__init__",
+          [](PyLoader* self, nb::handle config, const nb::kwargs& overrides) {
+            tokenfeed::Config c = make_config(config, overrides);
+            nb::gil_scoped_release release;
+            new (self) PyLoader(std::move(c));
+          },
+          "config"_a, "overrides"_a)
+      .def("get_batch", &PyLoader::get_batch, "split"_a = "train")
+      .def(
+          "iter",
+          [](nb::handle self, const std::string& split, std::optional<std::uint64_t> steps) {
+            return BatchIterator(nb::borrow(self), split, steps);
+          },
+          "split"_a = "train", "steps"_a = nb::none())
+      .def("save_state", &PyLoader::save_state)
+      .def("load_state", &PyLoader::load_state, "state"_a)
+      .def("state_dict", &PyLoader::state_dict)
+      .def("load_state_dict", &PyLoader::load_state_dict, "state"_a)
+      .def("stats", &PyLoader::stats, "split"_a = "train")
+      .def("info", &PyLoader::info, "split"_a = "train")
+      .def("num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
+           "split"_a = "train")
+      .def("num_windows", [](PyLoader& l, const std::string& split) { return l.split_info(split).windows; },
+           "split"_a = "train")
+      .def("batches_per_epoch", [](PyLoader& l, const std::string& split) { return l.split_info(split).batches_per_epoch; },
+           "split"_a = "train")
+      .def_prop_ro("config", &PyLoader::config)
+      .def_prop_ro("fingerprint", &PyLoader::fingerprint)
+      .def_prop_ro("splits", &PyLoader::splits)
+      .def_prop_ro("closed", &PyLoader::closed)
+      .def("__repr__", &PyLoader::repr)
+      .def("stop", &PyLoader::stop)
+      .def("close", &PyLoader::close)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyLoader& l, nb::handle, nb::handle, nb::handle) { l.close(); }, "exc_type"_a.none(),
+           "exc"_a.none(), "traceback"_a.none());
+
+  nb::class_<BatchIterator>(m, "BatchIterator")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__next__", &BatchIterator::next)
+      .def("__len__", &BatchIterator::len);
+
+  nb::class_<PyDatasetWriter>(m, "_DatasetWriter")
+      .def(nb::init<const std::string&, const std::string&, bool, std::uint64_t>(), "split_dir"_a, "token_dtype"_a,
+           "write_mask"_a, "shard_tokens"_a)
+      .def("add", &PyDatasetWriter::add, "tokens"_a, "mask"_a.none())
+      .def("add_many", &PyDatasetWriter::add_many, "tokens"_a, "lengths"_a, "mask"_a.none())
+      .def("finish", &PyDatasetWriter::finish)
+      .def_prop_ro("finished", &PyDatasetWriter::finished);
+
+  nb::class_<tokenfeed::SpecialTokenIds>(m, "SpecialTokenIds")
+      .def(
+          "__init__",
+          [](tokenfeed::SpecialTokenIds* self, std::uint32_t system, std::uint32_t user, std::uint32_t assistant,
+             std::uint32_t eot, std::optional<std::uint32_t> tool) {
+            tokenfeed::SpecialTokenIds ids;
+            ids.system = system;
+            ids.user = user;
+            ids.assistant = assistant;
+            ids.eot = eot;
+            ids.tool = tool;
+            tokenfeed::check_special_token_ids(ids, "SpecialTokenIds");
+            new (self) tokenfeed::SpecialTokenIds(ids);
+          },
+          "system"_a, "user"_a, "assistant"_a, "eot"_a, "tool"_a = nb::none())
+      .def_ro("system", &tokenfeed::SpecialTokenIds::system)
+      .def_ro("user", &tokenfeed::SpecialTokenIds::user)
+      .def_ro("assistant", &tokenfeed::SpecialTokenIds::assistant)
+      .def_ro("eot", &tokenfeed::SpecialTokenIds::eot)
+      .def_ro("tool", &tokenfeed::SpecialTokenIds::tool)
+      .def("is_role_token", [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_role_token(s, id); })
+      .def("is_special_token",
+           [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_special_token(s, id); })
+      .def("__repr__", &special_repr);
+
+  nb::class_<tokenfeed::Tokenizer>(m, "Tokenizer", "A built-in tokenizer; make one with make_tokenizer().")
+      .def(
+          "encode",
+          [](const tokenfeed::Tokenizer& t, const std::string& text) {
+            std::vector<std::uint32_t> ids;
+            {
+              nb::gil_scoped_release release;
+              t.encode(text, ids);
+            }
+            return numpy_owning(std::move(ids));
+          },
+          "text"_a)
+      .def("decode", [](const tokenfeed::Tokenizer& t, const U32Array& ids) { return t.decode(span_of(ids)); }, "ids"_a)
+      .def_prop_ro("vocab_size", &tokenfeed::Tokenizer::vocab_size)
+      .def_prop_ro("special_ids", [](const tokenfeed::Tokenizer& t) { return t.special_ids(); })
+      .def_prop_ro("kind", [](const tokenfeed::Tokenizer& t) { return t.describe().kind; });
+  m.def(
+      "make_tokenizer", [](const std::string& spec) { return tokenfeed::make_tokenizer(spec); }, "spec"_a,
+      "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260) or 'sentencepiece:MODEL'.");
+
+  m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "special"_a,
+        "default_system_ids"_a, "vocab_size"_a.none());
+  m.def("_serialize_text_chat", &serialize_text, "roles"_a, "contents"_a, "tokenizer"_a, "default_system_text"_a);
+  m.def(
+      "_sft_loss_mask_for_ids",
+      [](const U32Array& ids, const tokenfeed::SpecialTokenIds& special) {
+        return numpy_owning(tokenfeed::sft_loss_mask_for_ids(span_of(ids), special));
+      },
+      "ids"_a, "special"_a);
+  m.def(
+      "_plan_sft_window",
+      [](const U32Array& ids, std::size_t S, const tokenfeed::SpecialTokenIds& special) {
+        const tokenfeed::SftWindow w = tokenfeed::plan_sft_window(span_of(ids), S, special);
+        return std::make_tuple(w.head_begin, w.head_end, w.tail_begin, w.tail_end);
+      },
+      "ids"_a, "S"_a, "special"_a);
+  m.def("_pack_sft_ids_and_mask", &pack_ids_and_mask, "ids"_a, "mask"_a, "S"_a, "special"_a, "pad_id"_a);
+  m.def("_collate_sft_batch", &collate_batch, "rows"_a, "T"_a, "ignore_index"_a);
+}

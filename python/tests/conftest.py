@@ -1,0 +1,136 @@
+"""Shared fixtures: test datasets written with tokenfeed's own DatasetWriter, configs, and
+the `tokenfeed` command for the equality tests."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenfeed
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The byte tokenizer's layout: ids 0..255 are bytes, then the template's special tokens.
+SPECIAL = dict(system=256, user=257, assistant=258, tool=259, eot=260)
+VOCAB = 261
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_logs():
+    tokenfeed.set_logging(False)
+    yield
+    tokenfeed.set_logging(True)
+
+
+def special_ids():
+    return tokenfeed.SpecialTokenIds(**SPECIAL)
+
+
+def random_conversation(rng, max_turns=4, max_len=120):
+    """A pre-tokenized conversation: (role, ids) pairs with content ids below 256."""
+    messages = []
+    if rng.random() < 0.4:
+        messages.append(("system", rng.integers(0, 256, rng.integers(1, 30))))
+    for _ in range(rng.integers(1, max_turns + 1)):
+        messages.append(("user", rng.integers(0, 256, rng.integers(1, max_len))))
+        messages.append(("assistant", rng.integers(0, 256, rng.integers(1, max_len))))
+    return messages
+
+
+def write_sft_dataset(root, episodes=300, seed=0, token_dtype="uint16", shard_tokens=0, val_episodes=40):
+    """An episode-indexed chat dataset, as `tokenfeed prepare` would write it, made from
+    pre-tokenized random conversations through the chat template functions and the
+    DatasetWriter binding. Returns the list of (ids, mask) of train/ in episode order."""
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    special = special_ids()
+    default_system = np.frombuffer(tokenfeed.DEFAULT_SYSTEM_TEXT.encode(), dtype=np.uint8)
+    written = {}
+    for split, count in (("train", episodes), ("val", val_episodes)):
+        if count == 0:
+            continue
+        rows = []
+        with tokenfeed.DatasetWriter(root / split, token_dtype=token_dtype, shard_tokens=shard_tokens) as w:
+            for _ in range(count):
+                ids = tokenfeed.serialize_chat(random_conversation(rng), special, default_system, vocab_size=VOCAB)
+                mask = tokenfeed.sft_loss_mask_for_ids(ids, special)
+                w.add(ids, mask)
+                rows.append((ids, mask))
+        written[split] = rows
+    tokenfeed.write_dataset_metadata(root, token_dtype=token_dtype, mask_dtype="uint8", vocab_size=VOCAB,
+                                     eot_token_id=SPECIAL["eot"], special_tokens=special)
+    return written
+
+
+def write_token_stream(root, tokens=200_000, seed=0, eos=0):
+    """nanoGPT-style train.bin/val.bin (uint16) with end-of-text tokens between documents."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", tokens), ("val", tokens // 10)):
+        t = rng.integers(1, 50000, n, dtype=np.uint16)
+        t[rng.random(n) < 0.01] = eos
+        t.tofile(root / f"{split}.bin")
+    tokenfeed.write_dataset_metadata(root, token_dtype="uint16", mask_dtype=None, eos_token_id=eos)
+
+
+def write_config(path, **keys):
+    """An XML config with these keys."""
+    body = "".join(f"  <{k}>{str(v).lower() if isinstance(v, bool) else v}</{k}>\n" for k, v in keys.items())
+    Path(path).write_text(f"<training>\n{body}</training>\n")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def sft_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sft")
+    write_sft_dataset(root, episodes=300, seed=1, shard_tokens=20_000)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sft_written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sft_small")
+    return root, write_sft_dataset(root, episodes=120, seed=2, token_dtype="uint32", val_episodes=0)
+
+
+@pytest.fixture(scope="session")
+def stream_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    write_token_stream(root)
+    return root
+
+
+def base_keys(dataset_dir, **extra):
+    keys = dict(dataset_dir=str(dataset_dir), batch_size=4, block_size=64, audit_log_dir="",
+                prefetch_depth=2, decode_threads=1)
+    keys.update(extra)
+    return keys
+
+
+def _find_cli():
+    env = os.environ.get("TOKENFEED_CLI")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    for candidate in (REPO / "build" / "tools" / "tokenfeed", REPO / "build" / "py-cli" / "tools" / "tokenfeed"):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("tokenfeed")
+
+
+@pytest.fixture(scope="session")
+def cli():
+    path = _find_cli()
+    if path is None:
+        pytest.skip("the tokenfeed command was not found: set TOKENFEED_CLI, or build it "
+                    "(python/run_tests.sh builds it into build/py-cli when build/tools/tokenfeed is absent)")
+    return path
+
+
+def run_cli(cli, *args):
+    result = subprocess.run([cli, *map(str, args)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{cli} {' '.join(map(str, args))} failed ({result.returncode}): {result.stderr}")
+    return result

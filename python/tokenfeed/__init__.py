@@ -1,0 +1,333 @@
+"""tokenfeed: fixed-shape LLM training batches from memory-mapped datasets, prepared ahead
+of time on background C++ threads, for Python and PyTorch training loops.
+
+    import tokenfeed
+
+    loader = tokenfeed.Loader("data/sample/sample.xml")      # or a dict of the same keys
+    for batch in loader.iter("train", steps=1000):
+        x = torch.from_dlpack(batch.x)                       # no copy
+        ...
+
+- ``Loader(config, **overrides)``: ``config`` is an XML file or a dict of its keys (a relative
+  ``dataset_dir`` in a dict resolves against the working directory); keyword arguments
+  override single keys. Opening the dataset releases the GIL.
+- ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits. Its
+  fields are numpy arrays that view the loader's own buffers (no copy); they stay valid while
+  the batch or any array from it is alive, even after the loader is gone, and the buffers go
+  back to the pool when the last of them is released. Hold at most ``MAX_HELD_BATCHES``
+  batches of a split at once (one more raises ``UsageError``).
+- ``torch.from_dlpack(batch.x)`` and ``batch.to_torch()`` give tensors over the same memory.
+- ``state_dict()`` / ``load_state_dict()``: a plain dict, safe to ``torch.save``.
+- Errors: ``tokenfeed.Error`` and its subclasses, which are also ``ValueError`` (config,
+  state, usage), ``OSError`` (io, format) or ``RuntimeError`` (pipeline).
+- Preparation: ``DatasetWriter`` writes an episode-indexed split from token ids made by any
+  tokenizer; the chat-template functions build them from pre-tokenized messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._tokenfeed import (  # noqa: F401  (re-exports)
+    DEFAULT_SYSTEM_TEXT,
+    IGNORE_INDEX,
+    MAX_HELD_BATCHES,
+    Batch,
+    BatchIterator,
+    ConfigError,
+    Error,
+    FormatError,
+    IoError,
+    Loader,
+    PipelineError,
+    SpecialTokenIds,
+    StateError,
+    Tokenizer,
+    UsageError,
+    __version__,
+    make_tokenizer,
+    set_logging,
+)
+from . import _tokenfeed as _core
+
+__all__ = [
+    "Batch",
+    "BatchIterator",
+    "ConfigError",
+    "DEFAULT_SYSTEM_TEXT",
+    "DatasetWriter",
+    "Error",
+    "FormatError",
+    "IGNORE_INDEX",
+    "IoError",
+    "Loader",
+    "MAX_HELD_BATCHES",
+    "PipelineError",
+    "SpecialTokenIds",
+    "StateError",
+    "Tokenizer",
+    "UsageError",
+    "__version__",
+    "collate_sft_batch",
+    "make_tokenizer",
+    "pack_sft_ids_and_mask",
+    "plan_sft_window",
+    "serialize_chat",
+    "serialize_chat_text",
+    "set_logging",
+    "sft_loss_mask_for_ids",
+    "special_token_ids_from_metadata",
+    "to_torch",
+    "write_dataset_metadata",
+]
+
+_UINT32_MAX = 2**32 - 1
+
+
+# ---------------------------------------------------------------------------------------
+# PyTorch
+
+
+def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None) -> Any:
+    """Tensors over the same memory as the batch (``torch.from_dlpack``, no copy).
+
+    Given a Batch: a dict of its non-empty array fields (``fields`` selects some), as torch
+    tensors. Given one array (``batch.x``): that tensor. Each tensor keeps the batch's buffers
+    alive as the numpy array does.
+    """
+    import torch
+
+    if isinstance(batch_or_array, Batch):
+        arrays = batch_or_array.arrays()
+        names = list(arrays) if fields is None else list(fields)
+        out = {}
+        for name in names:
+            if name not in arrays:
+                raise UsageError(f"to_torch: the batch has no non-empty field '{name}' (it has {sorted(arrays)})")
+            out[name] = torch.from_dlpack(arrays[name])
+        return out
+    return torch.from_dlpack(batch_or_array)
+
+
+def _batch_to_torch(self: Batch, fields: Optional[Iterable[str]] = None) -> Dict[str, Any]:
+    """``tokenfeed.to_torch(self, fields)``: the batch's arrays as torch tensors, no copy."""
+    return to_torch(self, fields)
+
+
+Batch.to_torch = _batch_to_torch  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------
+# Token ids and masks from Python values
+
+
+def _as_ids(values: Any, what: str = "ids") -> np.ndarray:
+    """A contiguous 1-D uint32 array of token ids, refusing negative or too large values."""
+    a = np.asarray(values)
+    if a.dtype == np.uint32 and a.ndim == 1:
+        return np.ascontiguousarray(a)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.uint32)
+    if a.ndim != 1:
+        raise UsageError(f"{what}: expected a 1-D sequence of token ids, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise UsageError(f"{what}: expected integer token ids, got dtype {a.dtype}")
+    if a.min() < 0 or a.max() > _UINT32_MAX:
+        raise UsageError(f"{what}: token ids must be in [0, 2**32), got values from {a.min()} to {a.max()}")
+    return a.astype(np.uint32)
+
+
+def _as_mask(values: Any, what: str = "mask") -> np.ndarray:
+    """A contiguous 1-D uint8 array of 0/1 values (bools or 0/1 integers)."""
+    a = np.asarray(values)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    if a.ndim != 1:
+        raise UsageError(f"{what}: expected a 1-D mask, got shape {a.shape}")
+    if a.dtype == np.bool_:
+        return a.astype(np.uint8)
+    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
+        raise UsageError(f"{what}: mask values must be 0/1 or bool")
+    return np.ascontiguousarray(a.astype(np.uint8))
+
+
+# ---------------------------------------------------------------------------------------
+# Writing datasets
+
+
+class DatasetWriter:
+    """Writes one split of an episode-indexed dataset (``tokens.bin``, ``mask.bin``,
+    ``episodes.idx``, in ``shard_00000/``, ...) from token ids made by any tokenizer.
+
+        with tokenfeed.DatasetWriter("out/train", token_dtype="uint16") as w:
+            for ids, mask in episodes:
+                w.add(ids, mask)
+        tokenfeed.write_dataset_metadata("out", token_dtype="uint16", eot_token_id=...)
+
+    Episodes are numbered in the order they are added. A new shard starts when an episode
+    would take the current one past ``shard_tokens`` tokens (0: one shard). With
+    ``write_mask`` (the default) every episode needs its loss mask, one 0/1 per token.
+    Not thread-safe; one writer per split directory.
+    """
+
+    def __init__(self, split_dir: Union[str, "os.PathLike[str]"], token_dtype: str = "uint32",
+                 write_mask: bool = True, shard_tokens: int = 0) -> None:
+        self.split_dir = os.fspath(split_dir)
+        self.token_dtype = token_dtype
+        self.write_mask = bool(write_mask)
+        self._writer = _core._DatasetWriter(self.split_dir, token_dtype, self.write_mask, int(shard_tokens))
+
+    def add(self, tokens: Any, mask: Any = None) -> None:
+        """Adds one episode: its token ids and, with ``write_mask``, its 0/1 loss mask."""
+        ids = _as_ids(tokens, "DatasetWriter.add tokens")
+        m = None if mask is None else _as_mask(mask, "DatasetWriter.add mask")
+        self._writer.add(ids, m)
+
+    def add_many(self, tokens: Any, lengths: Any, mask: Any = None) -> None:
+        """Adds ``len(lengths)`` episodes at once: ``tokens`` (and ``mask``) concatenated."""
+        ids = _as_ids(tokens, "DatasetWriter.add_many tokens")
+        n = np.asarray(lengths)
+        if n.size and (n.ndim != 1 or n.dtype.kind not in "iu" or n.min() < 0):
+            raise UsageError("DatasetWriter.add_many: lengths must be a 1-D sequence of non-negative integers")
+        m = None if mask is None else _as_mask(mask, "DatasetWriter.add_many mask")
+        self._writer.add_many(ids, np.ascontiguousarray(n, dtype=np.uint64), m)
+
+    def finish(self) -> Dict[str, int]:
+        """Flushes and closes the files; returns episodes, tokens, masked_tokens, shards."""
+        return self._writer.finish()
+
+    @property
+    def finished(self) -> bool:
+        return self._writer.finished
+
+    def __enter__(self) -> "DatasetWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._writer.finished:
+            self._writer.finish()
+
+
+def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token_dtype: str,
+                           mask_dtype: Optional[str] = "uint8", eot_token_id: Optional[int] = None,
+                           eos_token_id: Optional[int] = None, pad_token_id: Optional[int] = None,
+                           vocab_size: Optional[int] = None,
+                           special_tokens: Optional[Union[SpecialTokenIds, Mapping[str, int]]] = None,
+                           **extra: Any) -> str:
+    """Writes ``dataset_dir/dataset_metadata.json`` with the fields the loader reads
+    (``token_dtype``, ``mask_dtype``, ``eot_token_id``/``eos_token_id`` - the default pad and
+    end-of-text ids -, ``vocab_size``, ``special_tokens`` for turn-aware truncation) plus
+    any ``extra`` JSON-serializable fields. Returns the file's path."""
+    meta: Dict[str, Any] = {"format_version": 1, "token_dtype": token_dtype}
+    if mask_dtype is not None:
+        meta["mask_dtype"] = mask_dtype
+    for key, value in (("vocab_size", vocab_size), ("eot_token_id", eot_token_id),
+                       ("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+        if value is not None:
+            meta[key] = int(value)
+    if special_tokens is not None:
+        if isinstance(special_tokens, SpecialTokenIds):
+            s = special_tokens
+            special = {"system": s.system, "user": s.user, "assistant": s.assistant, "eot": s.eot}
+            if s.tool is not None:
+                special["tool"] = s.tool
+        else:
+            special = {k: int(v) for k, v in special_tokens.items()}
+        meta["special_tokens"] = special
+    meta.update(extra)
+    os.makedirs(dataset_dir, exist_ok=True)
+    path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# The chat template (token-native; see include/tokenfeed/chat_format.hpp)
+
+
+def special_token_ids_from_metadata(dataset_dir: Union[str, "os.PathLike[str]"]) -> SpecialTokenIds:
+    """The chat template's ids recorded in ``dataset_dir/dataset_metadata.json``."""
+    path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except OSError as e:
+        raise IoError(f"cannot read '{path}': {e.strerror}") from e
+    except ValueError as e:
+        raise FormatError(f"'{path}' is not valid JSON: {e}") from e
+    s = meta.get("special_tokens")
+    if not isinstance(s, dict) or not all(k in s for k in ("system", "user", "assistant", "eot")):
+        raise FormatError(f"'{path}' has no special_tokens with system, user, assistant and eot ids")
+    return SpecialTokenIds(system=s["system"], user=s["user"], assistant=s["assistant"], eot=s["eot"],
+                           tool=s.get("tool"))
+
+
+def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any]]:
+    roles, contents = [], []
+    for i, message in enumerate(messages):
+        if isinstance(message, Mapping):
+            if "role" not in message or content_key not in message:
+                raise UsageError(f"message {i} needs 'role' and '{content_key}'")
+            roles.append(str(message["role"]))
+            contents.append(message[content_key])
+        else:
+            role, content = message
+            roles.append(str(role))
+            contents.append(content)
+    return roles, contents
+
+
+def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_system_ids: Any = (),
+                   vocab_size: Optional[int] = None) -> np.ndarray:
+    """The template's token ids of a pre-tokenized conversation (uint32), system turn first.
+
+    ``messages``: ``{"role": ..., "ids": [...]}`` dicts or ``(role, ids)`` pairs, the ids made
+    by any tokenizer. ``default_system_ids`` is the content of the system turn injected when
+    the conversation has none. With ``vocab_size``, every content id must be below it.
+    Raises FormatError naming the problem for an unusable conversation.
+    """
+    roles, contents = _messages(messages, "ids")
+    ids = [_as_ids(c, f"serialize_chat message {i}") for i, c in enumerate(contents)]
+    return _core._serialize_tokenized_chat(roles, ids, special, _as_ids(default_system_ids, "default_system_ids"),
+                                           vocab_size)
+
+
+def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
+                        default_system_text: str = DEFAULT_SYSTEM_TEXT) -> np.ndarray:
+    """The template's token ids of a text conversation, encoded with a built-in tokenizer
+    (``make_tokenizer``). ``messages``: ``{"role": ..., "content": "..."}`` dicts or pairs."""
+    roles, contents = _messages(messages, "content")
+    return _core._serialize_text_chat(roles, [str(c) for c in contents], tokenizer, default_system_text)
+
+
+def sft_loss_mask_for_ids(ids: Any, special: SpecialTokenIds) -> np.ndarray:
+    """The assistant-only loss mask (uint8 0/1) of serialized ids: 1 on assistant content and
+    the end-of-turn closing an assistant turn, 0 elsewhere (role tokens included)."""
+    return _core._sft_loss_mask_for_ids(_as_ids(ids), special)
+
+
+def plan_sft_window(ids: Any, S: int, special: SpecialTokenIds) -> Tuple[int, int, int, int]:
+    """Which tokens a row of length S keeps (turn-aware truncation):
+    ``ids[head_begin:head_end]`` then ``ids[tail_begin:tail_end]``, as that 4-tuple."""
+    return _core._plan_sft_window(_as_ids(ids), int(S), special)
+
+
+def pack_sft_ids_and_mask(ids: Any, mask: Any, S: int, special: SpecialTokenIds,
+                          pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Truncates (turn-aware) and right-pads one episode to exactly S tokens:
+    ``(ids uint32 [S], mask uint8 [S])``, the mask 0 on padding."""
+    return _core._pack_sft_ids_and_mask(_as_ids(ids), _as_mask(mask), int(S), special, int(pad_id))
+
+
+def collate_sft_batch(rows: Sequence[Tuple[Any, Any]], T: int,
+                      ignore_index: int = IGNORE_INDEX) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Collates packed rows of T + 1 tokens (``pack_sft_ids_and_mask`` with S = T + 1) into
+    ``(x int64 [B, T], y int64 [B, T], loss_mask uint8 [B, T])``: ``x = ids[:-1]``,
+    ``y = ids[1:]`` where the mask is 1 and ``ignore_index`` elsewhere."""
+    packed = [(_as_ids(i, "collate_sft_batch ids"), _as_mask(m, "collate_sft_batch mask")) for i, m in rows]
+    return _core._collate_sft_batch(packed, int(T), int(ignore_index))
