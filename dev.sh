@@ -2,14 +2,15 @@
 # The developer entry point: installs what is missing (Debian packages), builds, and runs.
 #
 #   ./dev.sh sample            build, then stream batches from the shipped sample dataset
-#   ./dev.sh test              build (warnings as errors) and run the whole test suite
+#   ./dev.sh test              build (warnings as errors) and run the whole test suite:
+#                              the C++ suite (ctest), then the Python module's (pytest)
 #   ./dev.sh sanitize thread   the suite under ThreadSanitizer (build-tsan/)
 #   ./dev.sh sanitize address  the suite under AddressSanitizer + UBSan (build-asan/)
 #   ./dev.sh deps              only install the build dependencies
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(cmake g++ ninja-build pkg-config python3
+PACKAGES=(cmake g++ ninja-build pkg-config python3 python3-venv python3-dev
           libtbb-dev libpugixml-dev libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev
           libsentencepiece-dev sentencepiece zlib1g-dev)
 JOBS=${JOBS:-2}
@@ -50,7 +51,8 @@ case "${1:-}" in
   test)
     install_deps
     build build
-    run_tests build ;;
+    run_tests build
+    python/run_tests.sh ;;
   sanitize)
     install_deps
     case "${2:-}" in
