@@ -146,9 +146,18 @@ struct SplitPipeline::Impl {
   // Also acquires `built`, so that everything set up before the graph started
   // happens-before the body, visibly to TSan (TBB's own hand-off to a worker that was
   // already running is not).
+  // And acquires `bodies_done` on entry: a serial node (the sampler, the collator) runs
+  // its successive bodies on whichever threads TBB picks, ordered by TBB inside libtbb.
+  // Because every body ends with a release RMW on `bodies_done`, this acquire makes each
+  // body's accesses happen-before the next body's, visibly to TSan. That matters for the
+  // single-producer ring: the consumer acquires the write index from the latest push,
+  // and must thereby see the slots that earlier pushes, on other threads, wrote.
   struct BodyScope {
     Impl& impl;
-    explicit BodyScope(Impl& i) : impl(i) { (void)impl.built.load(std::memory_order_acquire); }
+    explicit BodyScope(Impl& i) : impl(i) {
+      (void)impl.built.load(std::memory_order_acquire);
+      (void)impl.bodies_done.load(std::memory_order_acquire);
+    }
     ~BodyScope() { impl.bodies_done.fetch_add(1, std::memory_order_release); }
   };
 
