@@ -10,10 +10,13 @@
 //   bench_compare --config base.xml --csv out.csv --json summary.json [--shape 8x1024]
 //                 [--repeats 5] [--seconds 1] [--variants threads=1:depth=auto,...]
 //
+// A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
+// only x, y and the mask are written).
+//
 // The copy bound is the bytes one batch must write (x and y as int64 and the mask as
 // float32: 20 bytes per position; 16 without the mask) divided by the memcpy bandwidth: no
 // loader can write its batches faster on one core. The summary also records the bytes the
-// library's pooled slot actually holds per batch (every field of the batch contract).
+// library's pooled slot actually holds per batch, with the contract fields and without.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -102,8 +105,9 @@ double measure_plain_loop(PlainLoop& loop, const std::vector<std::uint64_t>& per
 }
 
 ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int64_t cols, std::int64_t threads,
-                                 std::int64_t depth, double seconds) {
+                                 std::int64_t depth, bool contract_fields, double seconds) {
   Config c = base;
+  c.contract_fields = contract_fields;
   c.batch_size = rows;
   c.block_size = cols;
   c.decode_threads = threads;
@@ -180,8 +184,10 @@ int main(int argc, char** argv) {
     for (std::size_t v = 0; v < names.size(); ++v) {
       const std::string& name = names[v];
       const std::int64_t threads = std::stoll(name.substr(name.find("threads=") + 8));
-      const std::string d = name.substr(name.find("depth=") + 6);
-      const ConsumerResult r = measure_tokenfeed(base, rows, cols, threads, d == "auto" ? 0 : std::stoll(d), seconds);
+      const std::string d = name.substr(name.find("depth=") + 6, name.find(':', name.find("depth=")) - name.find("depth=") - 6);
+      const bool contract = name.find("contract=off") == std::string::npos;
+      const ConsumerResult r =
+          measure_tokenfeed(base, rows, cols, threads, d == "auto" ? 0 : std::stoll(d), contract, seconds);
       tf[v].push_back(r.batches_per_s);
       csv << rep << ",tokenfeed " << name << ',' << r.batches_per_s << ',' << r.p50_us << ',' << r.p99_us << ','
           << r.depth_used << '\n';
@@ -196,6 +202,10 @@ int main(int argc, char** argv) {
   slot_shape.rows = static_cast<std::size_t>(rows);
   slot_shape.cols = static_cast<std::size_t>(cols);
   slot_shape.with_mask = loop.mask;
+  slot_shape.mask_is_weights = loop.mask;  // as the Loader sets it for sft_episode
+  detail::BatchShape view_shape = slot_shape;
+  view_shape.contract_fields = false;
+  view_shape.mask_is_weights = false;
   const double positions = static_cast<double>(rows * cols);
   const double must_write = positions * (16.0 + (loop.mask ? 4.0 : 0.0));
   const double gbs = median(memcpy_gbs);
@@ -206,6 +216,7 @@ int main(int argc, char** argv) {
   j["memcpy_gbs"] = gbs;
   j["bytes_per_batch"] = must_write;
   j["slot_bytes"] = detail::BatchPool::bytes_per_slot(slot_shape);
+  j["slot_bytes_without_contract"] = detail::BatchPool::bytes_per_slot(view_shape);
   j["copy_bound_batches_per_s"] = gbs * 1e9 / must_write;
   j["plain_loop_batches_per_s"] = median(plain);
   for (std::size_t v = 0; v < names.size(); ++v) j["tokenfeed"][names[v]] = median(tf[v]);

@@ -141,7 +141,8 @@ log "prefetch sweep, token_stream"
 # --- the comparison: pure production at 8x1024, mask on ---------------------------------------------
 log "comparison: tokenfeed, plain C++ loop, memcpy bound"
 "$BUILD/perf/bench_compare" --config "$RAW/ep1x.xml" --csv "$RAW/compare.csv" --json "$RAW/compare.json" \
-  --variants "threads=1:depth=auto,threads=2:depth=auto" "${CMP[@]}" >"$RAW/compare.txt"
+  --variants "threads=1:depth=auto,threads=2:depth=auto,threads=1:depth=auto:contract=off,threads=2:depth=auto:contract=off" \
+  "${CMP[@]}" >"$RAW/compare.txt"
 log "comparison: numpy and torch DataLoader"
 "$TF" dump --config "$RAW/ep1x.xml" --batches 8 --out "$RAW/dump_ep1x" >/dev/null
 "${PY[@]}" "$ROOT/perf/py_loaders.py" --dataset "$DATA/ep1x" --out "$RAW/python.jsonl" --check-dir "$RAW/dump_ep1x" \

@@ -17,10 +17,10 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   slot->episode_ids.resize(shape.rows);
   if (shape.with_mask && !shape.mask_is_weights) slot->mask.resize(cells);
   if (shape.with_document_fields) slot->doc_ids.resize(cells);
-  slot->labels.resize(cells);
-  slot->token_weights.resize(cells);
-  slot->position_ids.resize(cells);
-  slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
+  if (shape.contract_fields || shape.y_is_labels) slot->labels.resize(cells);
+  if (shape.contract_fields) slot->token_weights.resize(cells);
+  if (shape.contract_fields || shape.with_document_fields) slot->position_ids.resize(cells);
+  if (shape.contract_fields) slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
   if (shape.packed) slot->segments.resize(cells);
   return slot;
 }
@@ -120,7 +120,7 @@ std::span<const float> Batch::token_weights() const noexcept {
   return slot_ ? std::span<const float>(slot_->token_weights) : std::span<const float>();
 }
 std::span<const std::int32_t> Batch::cu_seqlens() const noexcept {
-  return slot_ ? std::span<const std::int32_t>(slot_->cu_seqlens.data(), slot_->num_sequences + 1)
+  return slot_ && !slot_->cu_seqlens.empty() ? std::span<const std::int32_t>(slot_->cu_seqlens.data(), slot_->num_sequences + 1)
                : std::span<const std::int32_t>();
 }
 std::size_t Batch::num_sequences() const noexcept { return slot_ ? slot_->num_sequences : 0; }

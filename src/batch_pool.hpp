@@ -29,7 +29,10 @@ struct BatchShape {
   bool with_mask = false;              // the episode mode's mask (or, packed, weights as the mask)
   bool with_document_fields = false;   // doc_ids (document-aware token streams)
   bool y_is_labels = false;            // sft_packed and token_stream: y is a view of labels
-  bool mask_is_weights = false;        // sft_packed: the mask is a view of token_weights
+  bool mask_is_weights = false;        // the mask is a view of token_weights (sft_packed;
+                                       // sft_episode with the contract fields, where they agree)
+  bool contract_fields = true;         // labels (unless y), token_weights, position_ids (unless
+                                       // document fields), cu_seqlens; false leaves them empty
   bool packed = false;                 // sft_packed: segments are recorded
 };
 
@@ -41,7 +44,8 @@ struct BatchSlot {
   std::vector<float> mask;                       // empty when off or a view of token_weights
   std::vector<std::int32_t> doc_ids;             // empty unless document-aware
 
-  // The batch contract every mode fills (see include/tokenfeed/batch.hpp).
+  // The batch contract every mode fills (see include/tokenfeed/batch.hpp), unless the
+  // shape leaves it out (contract_fields false): then these are empty.
   std::vector<std::int64_t> labels;
   std::vector<float> token_weights;
   std::vector<std::int32_t> position_ids;
@@ -66,12 +70,14 @@ struct BatchSlot {
   }
 
   // Starts the sequence list; then one add_sequence per sequence, in position order.
+  // Both do nothing without the contract fields.
   void begin_sequences() noexcept {
-    cu_seqlens[0] = 0;
     num_sequences = 0;
     max_seqlen = 0;
+    if (!cu_seqlens.empty()) cu_seqlens[0] = 0;
   }
   void add_sequence(std::size_t length) noexcept {
+    if (cu_seqlens.empty()) return;
     cu_seqlens[num_sequences + 1] = cu_seqlens[num_sequences] + static_cast<std::int32_t>(length);
     ++num_sequences;
     max_seqlen = std::max(max_seqlen, static_cast<std::uint32_t>(length));

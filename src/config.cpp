@@ -134,6 +134,8 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(to_string(c.truncation)); }},
       {"pack_lookahead", [](Config& c, std::string_view v) { c.pack_lookahead = parse_int("pack_lookahead", v); },
        [](const Config& c) { return std::to_string(c.pack_lookahead); }},
+      {"contract_fields", [](Config& c, std::string_view v) { c.contract_fields = parse_bool("contract_fields", v); },
+       [](const Config& c) { return std::string(c.contract_fields ? "true" : "false"); }},
       {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
        [](const Config& c) { return std::string(c.document_aware ? "true" : "false"); }},
       {"eos_token_id", [](Config& c, std::string_view v) { c.eos_token_id = parse_int("eos_token_id", v); },
@@ -309,6 +311,10 @@ void validate_config(const Config& c) {
   if (c.document_aware && (c.dataset_mode == DatasetMode::sft_episode || c.dataset_mode == DatasetMode::sft_packed)) {
     config_error(std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
                  to_string(c.dataset_mode));
+  }
+  if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
+    config_error("config key 'contract_fields' cannot be false with dataset_mode=sft_packed: its batches are the "
+                 "contract fields (tokens, labels, token_weights, position_ids, cu_seqlens)");
   }
   if (c.pack_lookahead < 1 || c.pack_lookahead > 65536) {
     config_error("config key 'pack_lookahead' must be in [1, 65536], got " + std::to_string(c.pack_lookahead));

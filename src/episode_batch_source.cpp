@@ -21,13 +21,13 @@ void EpisodeBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) 
   const std::int64_t pad = options_.pad_token_id;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
 
+  const bool contract = options_.contract_fields;
   for (std::size_t r = 0; r < rows; ++r) {
     std::int64_t* x = slot.x.data() + r * T;
     std::int64_t* y = slot.y.data() + r * T;
-    std::int64_t* labels = slot.labels.data() + r * T;
-    float* weights = slot.token_weights.data() + r * T;
-    std::int32_t* positions = slot.position_ids.data() + r * T;
-    float* m = options_.with_mask ? slot.mask.data() + r * T : nullptr;
+    // With the contract the mask is written once, as the token weights it equals.
+    float* weights = contract ? slot.token_weights.data() + r * T : nullptr;
+    float* m = !options_.with_mask ? nullptr : contract ? weights : slot.mask.data() + r * T;
     const std::int64_t id = sampler_.row_episode(plan, r);
     slot.episode_ids[r] = id;
 
@@ -46,20 +46,25 @@ void EpisodeBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) 
     std::fill(x + x_count, x + T, pad);
     std::fill(y + y_count, y + T, pad);
     if (m != nullptr) std::fill(m + y_count, m + T, 0.0f);
+    slot.real_positions += y_count;
+    if (!contract) continue;
 
     // The contract's view of the row: one sequence of y_count positions, then padding.
+    // The weights already hold the mask when it is on (and 0 on padding).
+    std::int64_t* labels = slot.labels.data() + r * T;
+    std::int32_t* positions = slot.position_ids.data() + r * T;
+    if (m == nullptr) {
+      std::fill(weights, weights + y_count, 1.0f);
+      std::fill(weights + y_count, weights + T, 0.0f);
+    }
     for (std::size_t i = 0; i < y_count; ++i) {
-      const float w = m != nullptr ? m[i] : 1.0f;
-      weights[i] = w;
-      labels[i] = w != 0.0f ? y[i] : options_.ignore_index;
+      labels[i] = weights[i] != 0.0f ? y[i] : options_.ignore_index;
       positions[i] = static_cast<std::int32_t>(i);
     }
     if (y_count > 0) slot.add_sequence(y_count);
-    slot.real_positions += y_count;
     // x keeps its last real token (or pad) after the labelled positions, as the padding
     // rule says; the contract counts those positions as padding.
     std::fill(labels + y_count, labels + T, options_.ignore_index);
-    std::fill(weights + y_count, weights + T, 0.0f);
     std::iota(positions + y_count, positions + T, 0);
     if (y_count < T) slot.add_sequence(T - y_count);
   }

@@ -28,6 +28,9 @@ class EpisodeBatchSource final : public BatchSource {
     std::size_t block_size = 0;
     bool with_mask = false;
     std::int64_t ignore_index = -100;
+    // Fill labels, token_weights, position_ids and cu_seqlens; the slot's mask is then a
+    // view of its token_weights (they agree in this mode). Must match the pool's shape.
+    bool contract_fields = true;
   };
 
   // REQUIRES: split, sampler and windows outlive the source.

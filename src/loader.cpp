@@ -257,7 +257,8 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
     split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
     split.source = std::make_unique<EpisodeBatchSource>(
         data, *split.sampler, *split.windows,
-        EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index});
+        EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index,
+                                    config.contract_fields});
   }
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
@@ -289,6 +290,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   options.mode = *config.batch_sampling_mode;
   if (config.document_aware) options.eos_token_id = config.eos_token_id;
   options.ignore_index = config.ignore_index;
+  options.contract_fields = config.contract_fields;
   split.source = std::make_unique<TokenStreamBatchSource>(data, *split.sampler, options);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
@@ -387,7 +389,9 @@ Batch Loader::get_batch(std::string_view split_name) {
     shape.with_mask = split.mask;
     shape.with_document_fields = s.config.document_aware;
     shape.y_is_labels = !s.episode_mode() || s.packed_mode();
-    shape.mask_is_weights = s.packed_mode();
+    shape.contract_fields = s.config.contract_fields;
+    // sft_episode's mask equals its token weights, so with both only the weights are written.
+    shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
     shape.packed = s.packed_mode();
     split.source->seek(split.consumed, split.next_epoch, split.next_batch_in_epoch);
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);

@@ -52,19 +52,21 @@ void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& sl
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
+  const bool contract = options_.contract_fields;
   for (std::size_t r = 0; r < rows; ++r) {
     std::int64_t* x = slot.x.data() + r * T;
     std::int64_t* y = slot.labels.data() + r * T;  // y is the labels here
-    float* weights = slot.token_weights.data() + r * T;
-    std::int32_t* positions = slot.position_ids.data() + r * T;
+    // Empty (null) without the contract fields; positions stay with the document fields.
+    float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
+    std::int32_t* positions = slot.position_ids.empty() ? nullptr : slot.position_ids.data() + r * T;
     const std::int64_t id = sampler_.row_episode(plan, r);
     if (id < 0) {
       // A fill row (epoch mode without drop_last): nothing to learn from.
       slot.episode_ids[r] = -1;
       std::fill(x, x + T, 0);
       std::fill(y, y + T, options_.ignore_index);
-      std::fill(weights, weights + T, 0.0f);
-      std::iota(positions, positions + T, 0);
+      if (weights != nullptr) std::fill(weights, weights + T, 0.0f);
+      if (positions != nullptr) std::iota(positions, positions + T, 0);
       if (!slot.doc_ids.empty()) std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
       slot.add_sequence(T);
       continue;
@@ -75,6 +77,7 @@ void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& sl
     split_.read(loc.file, loc.offset + 1, T, y);
     slot.real_positions += T;
     if (!options_.eos_token_id) {
+      if (!contract) continue;
       std::fill(weights, weights + T, 1.0f);
       std::iota(positions, positions + T, 0);
       slot.add_sequence(T);
@@ -82,6 +85,7 @@ void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& sl
     }
     std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
     apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+    if (!contract) continue;
     std::size_t start = 0;
     for (std::size_t i = 0; i < T; ++i) {
       weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;

@@ -32,6 +32,9 @@ class TokenStreamBatchSource final : public BatchSource {
     SamplingMode mode = SamplingMode::random;
     std::optional<std::int64_t> eos_token_id;  // set: document-aware fields
     std::int64_t ignore_index = -100;
+    // Fill token_weights and cu_seqlens, and position_ids without the document fields.
+    // Must match the pool's shape.
+    bool contract_fields = true;
   };
 
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts

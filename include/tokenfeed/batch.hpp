@@ -20,9 +20,14 @@
 //                         [cu_seqlens[i], cu_seqlens[i+1]); a row's trailing padding is a
 //                         sequence of its own (with weight 0), so the last entry is rows*cols
 //
+// With Config::contract_fields false (sft_episode, token_stream), labels, token_weights,
+// cu_seqlens and position_ids (unless document-aware) are empty, and num_sequences() and
+// max_seqlen() are 0; the mode's own view below is unchanged.
+//
 // The episode mode's own view is kept as it was: x (== tokens), y (the raw next tokens,
-// pad on padding), mask (float32 aligned to y; empty when off). In sft_packed, y is labels
-// and mask is token_weights (when the mask is on). Also:
+// pad on padding), mask (float32 aligned to y; empty when off). In sft_packed and
+// token_stream, y is labels; with the mask on, mask is token_weights (the same memory).
+// Also:
 //
 //   episode_ids int64, one per row: the global episode id (sft_episode), the row's first
 //           episode (sft_packed), or the window id (token_stream: the global window number

@@ -233,10 +233,11 @@ class PyBatch {
     d["y"] = y();
     if (b.has_mask()) d["mask"] = mask();
     d["tokens"] = x();
-    d["labels"] = labels();
-    d["token_weights"] = token_weights();
-    d["position_ids"] = position_ids();
-    d["cu_seqlens"] = cu_seqlens();
+    // Empty with contract_fields=false.
+    if (!b.labels().empty()) d["labels"] = labels();
+    if (!b.token_weights().empty()) d["token_weights"] = token_weights();
+    if (!b.position_ids().empty()) d["position_ids"] = position_ids();
+    if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
     return d;

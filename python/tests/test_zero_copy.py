@@ -71,6 +71,19 @@ def test_empty_fields_are_empty_arrays(sft_dir):
     assert "mask" not in batch.arrays() and "doc_ids" not in batch.arrays()
 
 
+def test_without_contract_fields_only_the_episode_view_is_filled(sft_dir):
+    keys = dict(base_keys(sft_dir), use_loss_mask=True)
+    full = tokenfeed.Loader(keys).get_batch()
+    view = tokenfeed.Loader(dict(keys, contract_fields=False)).get_batch()
+    for name in ("x", "y", "mask", "episode_ids"):
+        np.testing.assert_array_equal(getattr(view, name), getattr(full, name))
+    for name in ("labels", "token_weights", "position_ids", "cu_seqlens"):
+        assert getattr(view, name).size == 0
+        assert name not in view.arrays()
+    assert view.num_sequences == 0
+    assert np.shares_memory(full.mask, full.token_weights)  # equal in sft_episode: written once
+
+
 def test_torch_from_dlpack_is_zero_copy(sft_dir):
     torch = pytest.importorskip("torch")
     loader = tokenfeed.Loader(base_keys(sft_dir, use_loss_mask=True))
