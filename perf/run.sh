@@ -121,6 +121,7 @@ if [ "$MODE" = quick ]; then
   SWEEP_STREAM=(--shapes 8x1024 --depths 1,4,auto --threads 1 --repeats 1 --seconds 0.2)
   CMP=(--repeats 3 --seconds 0.5)
   PYREP=(--repeats 3 --seconds 1.5)
+  PYGET=(--batches 500 --warmup 100 --repeats 1)
   REPEATS=3
   COLD_BATCHES=1000
 else
@@ -128,6 +129,7 @@ else
   SWEEP_STREAM=(--depths 1,2,4,8,16,64,auto --threads 1 --repeats 2 --seconds 0.3)
   CMP=(--repeats 5 --seconds 1)
   PYREP=(--repeats 5 --seconds 3)
+  PYGET=(--batches 2000 --warmup 200 --repeats 3)
   REPEATS=5
   COLD_BATCHES=2000
 fi
@@ -147,6 +149,15 @@ log "comparison: numpy and torch DataLoader"
 "$TF" dump --config "$RAW/ep1x.xml" --batches 8 --out "$RAW/dump_ep1x" >/dev/null
 "${PY[@]}" "$ROOT/perf/py_loaders.py" --dataset "$DATA/ep1x" --out "$RAW/python.jsonl" --check-dir "$RAW/dump_ep1x" \
   "${PYREP[@]}" >"$RAW/python.txt"
+
+# --- the Python trainer's thread: tokenfeed's module against the numpy loader ------------------------
+log "building the Python module into $VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
+CMAKE_BUILD_PARALLEL_LEVEL=2 "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  --force-reinstall --config-settings=build-dir="$BUILD/py-build" "$ROOT"
+log "get_batch on the Python trainer's thread"
+"${PY[@]}" "$ROOT/python/bench_get_batch.py" --config "$RAW/ep1x.xml" --step-us 0,2000 "${PYGET[@]}" \
+  --json "$RAW/python_get_batch.jsonl" >"$RAW/python_get_batch.txt"
 
 # --- tokenfeed bench runs: latency, dtypes, memory, open time ----------------------------------------
 bench() {  # bench TAG ARGS...: one JSON line per run into bench.jsonl
