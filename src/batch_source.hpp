@@ -25,6 +25,10 @@ class BatchSource {
   // kernel to read its pages ahead (madvise WILLNEED). Must not throw; the default does
   // nothing.
   virtual void will_need(const BatchPlan& plan) const noexcept { (void)plan; }
+  // Throws Error(io) naming a file that became shorter while mapped (MappedFile::damaged):
+  // a batch decoded since then may hold zeros in place of data. Called after decode once
+  // MappedFile::any_damaged(). The default has no files.
+  virtual void check_intact() const {}
   // Batches in epoch `epoch`; 0 when the mode has no epochs (random sampling).
   virtual std::uint64_t batches_in_epoch(std::uint64_t epoch) const = 0;
   // Episodes or windows an epoch delivers over all ranks (the drop_last remainder aside).

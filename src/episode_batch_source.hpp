@@ -42,6 +42,7 @@ class EpisodeBatchSource final : public BatchSource {
 
   BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
   void will_need(const BatchPlan& plan) const noexcept override;
   std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }

@@ -118,29 +118,40 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
   }
   split.mask_files_present_ = with_mask == raw.size();
 
-  // The token dtype: given, else the one width consistent with every shard.
+  // The token dtype: given, else the one width consistent with every shard. When no width
+  // is consistent, the files are damaged rather than ambiguous: validate with the width
+  // the file sizes allow (uint16 when both do, since it reads more tokens), so that the
+  // error below names the file and record at fault instead of asking for a dtype.
   if (options.token_dtype) {
     split.token_dtype_ = *options.token_dtype;
   } else {
     std::vector<TokenDtype> fitting;
+    std::vector<TokenDtype> size_fitting;
     for (const TokenDtype candidate : {TokenDtype::uint16, TokenDtype::uint32}) {
       const std::size_t width = size_of(candidate);
-      const bool fits = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) {
-        return r.tokens.size() % width == 0 && r.max_end <= r.tokens.size() / width;
+      const bool sizes = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) { return r.tokens.size() % width == 0; });
+      const bool records = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) {
+        return r.max_end <= r.tokens.size() / width;
       });
-      if (fits) fitting.push_back(candidate);
+      if (sizes) size_fitting.push_back(candidate);
+      if (sizes && records) fitting.push_back(candidate);
     }
-    if (fitting.size() != 1) {
-      throw Error(ErrorKind::config,
-                  "cannot infer the token dtype of '" + split_dir.string() + "': " +
-                      (fitting.empty() ? std::string("neither uint16 nor uint32 is consistent with tokens.bin's size and "
-                                                     "episodes.idx")
-                                       : std::string("both uint16 and uint32 are consistent with the files")) +
-                      "; set token_dtype in dataset_metadata.json or in the config");
+    if (fitting.size() > 1) {
+      throw Error(ErrorKind::config, "cannot infer the token dtype of '" + split_dir.string() +
+                                         "': both uint16 and uint32 are consistent with tokens.bin's size and "
+                                         "episodes.idx; set token_dtype in dataset_metadata.json or in the config");
     }
-    split.token_dtype_ = fitting.front();
-  }
-  const std::size_t token_width = size_of(split.token_dtype_);
+    if (fitting.size() == 1) {
+      split.token_dtype_ = fitting.front();
+    } else if (!size_fitting.empty()) {
+      split.token_dtype_ = size_fitting.front();
+    } else {
+      // Every even size fits uint16, so some tokens.bin has an odd size.
+      const auto odd = std::find_if(raw.begin(), raw.end(), [](const RawShard& r) { return r.tokens.size() % 2 != 0; });
+      format_error("'" + odd->tokens.path().string() + "': size " + std::to_string(odd->tokens.size()) +
+                   " bytes is not a multiple of 2 (uint16) or 4 (uint32)");
+    }
+  }  const std::size_t token_width = size_of(split.token_dtype_);
 
   Hasher hasher;
   hasher.add(std::string_view(to_string(split.token_dtype_)));
@@ -171,7 +182,8 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
       if (span.length > shard.token_count || span.start > shard.token_count - span.length) {
         format_error("'" + r.index.path().string() + "': record " + std::to_string(i) + " (start=" +
                      std::to_string(span.start) + ", length=" + std::to_string(span.length) +
-                     ") ends past the end of tokens.bin (" + std::to_string(shard.token_count) + " tokens)");
+                     ") ends past the end of tokens.bin (" + std::to_string(shard.token_count) + " tokens as " +
+                     to_string(split.token_dtype_) + ")");
       }
       hasher.add(span.start);
       hasher.add(span.length);
@@ -182,31 +194,40 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
     split.shards_.push_back(std::move(shard));
   }
 
-  // The mask: mapped only when asked for and present in every shard.
-  if (options.want_mask && split.mask_files_present_) {
+  // The mask: validated whenever present (a damaged mask.bin is reported even by a run
+  // that does not use it, so that turning the mask on later cannot be the first sign),
+  // mapped only when asked for.
+  if (split.mask_files_present_) {
     std::optional<MaskDtype> dtype = options.mask_dtype;
     for (EpisodeShard& shard : split.shards_) {
-      MappedFile mask(shard.dir / "mask.bin");
+      const fs::path path = shard.dir / "mask.bin";
+      const std::uint64_t size = fs::file_size(path, ec);
+      if (ec) throw Error(ErrorKind::io, "cannot read the size of '" + path.string() + "': " + ec.message());
       if (!dtype) {
-        if (mask.size() == shard.token_count && shard.token_count != 0) {
+        if (size == shard.token_count && shard.token_count != 0) {
           dtype = MaskDtype::uint8;
-        } else if (mask.size() == shard.token_count * 4 && shard.token_count != 0) {
+        } else if (size == shard.token_count * 4 && shard.token_count != 0) {
           dtype = MaskDtype::float32;
-        } else if (shard.token_count == 0 && mask.size() == 0) {
+        } else if (shard.token_count == 0 && size == 0) {
           continue;  // an empty shard says nothing about the dtype
         }
       }
       const std::uint64_t width = dtype ? size_of(*dtype) : 1;
-      if (!dtype || mask.size() != shard.token_count * width) {
-        format_error("'" + mask.path().string() + "': size " + std::to_string(mask.size()) +
-                     " bytes does not match tokens.bin's " + std::to_string(shard.token_count) + " tokens" +
+      if (!dtype || size != shard.token_count * width) {
+        format_error("'" + path.string() + "': size " + std::to_string(size) + " bytes does not match tokens.bin's " +
+                     std::to_string(shard.token_count) + " tokens" +
                      (dtype ? std::string(" at ") + to_string(*dtype) : std::string(" as uint8 or float32")));
       }
-      shard.mask = std::move(mask);
     }
-    split.mask_dtype_ = dtype.value_or(MaskDtype::uint8);
-    hasher.add(std::string_view(to_string(*split.mask_dtype_)));
+    split.mask_file_dtype_ = dtype.value_or(MaskDtype::uint8);
+    if (options.want_mask) {
+      for (EpisodeShard& shard : split.shards_) shard.mask = MappedFile(shard.dir / "mask.bin");
+      split.mask_dtype_ = split.mask_file_dtype_;
+    }
   }
+  // Whether masks exist is part of the data; whether this run maps them is not (a state
+  // saved with use_loss_mask on resumes with it off: the order is the same).
+  hasher.add(std::uint64_t{split.mask_files_present_});
   split.fingerprint_ = hasher.digest();
   return split;
 }
@@ -266,6 +287,13 @@ void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_token
   if (mask_dtype_) {
     const std::size_t mwidth = size_of(*mask_dtype_);
     shard.mask.will_need(static_cast<std::size_t>(span.start) * mwidth, n * mwidth);
+  }
+}
+
+void EpisodeSplit::check_intact() const {
+  for (const EpisodeShard& shard : shards_) {
+    shard.tokens.check_intact();
+    shard.mask.check_intact();
   }
 }
 

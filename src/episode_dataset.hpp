@@ -38,8 +38,8 @@ struct EpisodeShard {
 };
 
 struct EpisodeSplitOptions {
-  std::optional<TokenDtype> token_dtype;  // config, else metadata; absent: infer
-  std::optional<MaskDtype> mask_dtype;    // config, else metadata; absent: infer
+  std::optional<TokenDtype> token_dtype;  // metadata, else config; absent: infer
+  std::optional<MaskDtype> mask_dtype;    // metadata, else config; absent: infer
   bool want_mask = false;                 // map mask.bin (use_loss_mask)
 };
 
@@ -58,8 +58,9 @@ class EpisodeSplit {
   // The mask dtype when masks are mapped (want_mask and mask.bin in every shard).
   std::optional<MaskDtype> mask_dtype() const noexcept { return mask_dtype_; }
   bool has_mask() const noexcept { return mask_dtype_.has_value(); }
-  // mask.bin exists in the shards (whether or not it was mapped).
+  // mask.bin exists in the shards (whether or not it was mapped), and its validated dtype.
   bool mask_files_present() const noexcept { return mask_files_present_; }
+  std::optional<MaskDtype> mask_file_dtype() const noexcept { return mask_file_dtype_; }
 
   std::uint64_t num_episodes() const noexcept { return spans_.size(); }
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }
@@ -86,11 +87,15 @@ class EpisodeSplit {
   // in shuffled order): page faults stop reading around (MappedFile::advise_random), and
   // prefetch_episode brings in what upcoming batches need. Not for sequential scans.
   void advise_random_access() const noexcept;
+  // Throws Error(io) for a tokens.bin or mask.bin truncated while mapped
+  // (MappedFile::check_intact).
+  void check_intact() const;
 
  private:
   std::filesystem::path dir_;
   TokenDtype token_dtype_ = TokenDtype::uint32;
-  std::optional<MaskDtype> mask_dtype_;
+  std::optional<MaskDtype> mask_dtype_;       // when mapped
+  std::optional<MaskDtype> mask_file_dtype_;  // when present
   bool mask_files_present_ = false;
   std::vector<EpisodeShard> shards_;
   std::vector<EpisodeSpan> spans_;

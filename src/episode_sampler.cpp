@@ -20,12 +20,6 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
   const std::uint64_t n = count_;
   if (settings_.mode == SamplingMode::epoch) {
     batches_per_epoch_ = settings_.drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
-    if (batches_per_epoch_ == 0) {
-      throw Error(ErrorKind::config,
-                  "split '" + settings_.split + "' has " + std::to_string(n) +
-                      " samples (kept episodes or windows), fewer than one global batch (batch_size x world_size = " +
-                      std::to_string(global_batch) + ") with epoch_drop_last=true");
-    }
   }
   Hasher key;
   key.add(std::uint64_t{settings_.seed});
@@ -63,6 +57,10 @@ BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
   if (settings_.mode == SamplingMode::random) {
     p.batch_in_epoch = step;
     return p;
+  }
+  if (batches_per_epoch_ == 0) {
+    throw Error(ErrorKind::config, "split '" + settings_.split + "' has " + std::to_string(count_) +
+                                       " samples, fewer than one global batch, with epoch_drop_last=true");
   }
   p.epoch = step / batches_per_epoch_;
   p.batch_in_epoch = step % batches_per_epoch_;

@@ -56,8 +56,9 @@ class EpisodeSampler {
     std::string split;  // keys the random-mode generator
   };
 
-  // Samples from `kept` (ascending ids). Throws Error(config) when epoch mode cannot form
-  // one batch (fewer ids than one global batch with drop_last).
+  // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global
+  // batch and drop_last, batches_per_epoch() is 0 and plan() throws Error(config): the
+  // owner decides whether that is an error at open (train) or only when used (val).
   EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings);
   // Samples from the ids 0..count-1 without storing them (token-stream windows and
   // window starts, which can number in the billions).
@@ -71,7 +72,8 @@ class EpisodeSampler {
   std::uint64_t size() const noexcept { return count_; }
   std::uint64_t id_at(std::uint64_t i) const noexcept { return identity_ ? i : kept_[i]; }
 
-  // Batches per epoch (epoch mode); 0 in random mode, which has no epochs.
+  // Batches per epoch (epoch mode; 0 when not even one fits); 0 in random mode, which has
+  // no epochs.
   std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
   // Ids an epoch delivers over all ranks: all of them, or fewer when drop_last skips a
   // remainder. 0 in random mode.

@@ -65,6 +65,9 @@ struct Loader::Impl {
     bool mask = false;
     std::uint64_t fingerprint = 0;
     SplitStats stats;
+    // Why this split cannot form one batch in epoch mode (val only; train refuses to open):
+    // get_batch on it throws Error(config) with this text. Empty when usable.
+    std::string unusable;
   };
 
   Config config;
@@ -88,6 +91,7 @@ struct Loader::Impl {
   Split& find(std::string_view name);
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
+  void check_forms_a_batch(Split& split);
   void stop_pipelines();
 };
 
@@ -107,8 +111,22 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     throw Error(ErrorKind::config, "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "
                                    "batch_sampling_mode=epoch, not random");
   }
-  if (!config.token_dtype) config.token_dtype = metadata.token_dtype;  // may stay unset: inferred per split
-  if (!config.mask_dtype) config.mask_dtype = metadata.mask_dtype;
+  // The dataset's own record of its dtypes comes first; a config that names another one is
+  // describing some other dataset, so the disagreement is an error rather than a silent
+  // reinterpretation of the bytes.
+  const auto metadata_file = (config.dataset_dir / "dataset_metadata.json").string();
+  if (config.token_dtype && metadata.token_dtype && *config.token_dtype != *metadata.token_dtype) {
+    throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) +
+                                       " but '" + metadata_file + "' says " + to_string(*metadata.token_dtype) +
+                                       "; remove the key or fix the metadata");
+  }
+  if (config.mask_dtype && metadata.mask_dtype && *config.mask_dtype != *metadata.mask_dtype) {
+    throw Error(ErrorKind::config, "config key 'mask_dtype' is " + std::string(to_string(*config.mask_dtype)) +
+                                       " but '" + metadata_file + "' says " + to_string(*metadata.mask_dtype) +
+                                       "; remove the key or fix the metadata");
+  }
+  if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;  // else the config's, else inferred per split
+  if (metadata.mask_dtype) config.mask_dtype = metadata.mask_dtype;
   if (episode_mode() && !config.pad_token_id) {
     config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
     if (!config.pad_token_id) {
@@ -145,9 +163,24 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     for (const char* name : kSplitNames) {
       const fs::path dir = config.dataset_dir / name;
       if (fs::exists(dir, ec)) open_episode_split(name, dir);
+      // The dtype inferred for train is the dataset's: val is validated with it rather
+      // than inferred on its own, so the two can never be read at different widths.
+      if (!config.token_dtype && splits.count(name) != 0) config.token_dtype = splits.at(name).episodes->token_dtype();
     }
-    // The token dtype every split agreed on (or was given) is the effective one.
+    // The token dtype every split agreed on (or was given) is the effective one; the same
+    // for the mask's.
     if (!config.token_dtype) config.token_dtype = splits.at("train").episodes->token_dtype();
+    if (!config.mask_dtype) config.mask_dtype = splits.at("train").episodes->mask_file_dtype();
+    if (config.use_loss_mask) {
+      std::string without;
+      for (const auto& [name, split] : splits) {
+        if (!split.episodes->mask_files_present()) without += (without.empty() ? "" : ", ") + name;
+      }
+      if (!without.empty()) {
+        log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
+                                        without + "); returning x and y only");
+      }
+    }
   } else {
     for (const char* name : kSplitNames) {
       if (std::string_view(name) == "train" || TokenStreamSplit::has_split(config.dataset_dir, name)) {
@@ -228,10 +261,6 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   }
   split.mask = data.has_mask();
   split.fingerprint = data.fingerprint();
-  if (config.use_loss_mask && !data.mask_files_present()) {
-    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but split=" + name +
-                                    " has no mask.bin; returning x and y only");
-  }
   const auto block = static_cast<std::size_t>(config.block_size);
   split.windows = std::make_unique<EpisodeWindows>(data, block + 1, config.truncation, metadata.special_tokens);
   if (packed_mode()) {
@@ -260,6 +289,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
         EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index,
                                     config.contract_fields});
   }
+  check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
@@ -292,6 +322,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   options.ignore_index = config.ignore_index;
   options.contract_fields = config.contract_fields;
   split.source = std::make_unique<TokenStreamBatchSource>(data, *split.sampler, options);
+  check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   const auto dtype = data.common_dtype();
@@ -300,6 +331,26 @@ void Loader::Impl::open_stream_split(const std::string& name) {
                                " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
                                (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
                                std::to_string(samples) + " document_aware=" + bool_text(config.document_aware));
+}
+
+// In epoch mode with epoch_drop_last, a split smaller than one global batch yields no
+// batch. For train that is an error at open; a small val split only fails when it is used,
+// so that a trainer that never evaluates (or evaluates elsewhere) is not stopped by it.
+void Loader::Impl::check_forms_a_batch(Split& split) {
+  if (*config.batch_sampling_mode != SamplingMode::epoch || split.source->batches_in_epoch(0) > 0) return;
+  const std::uint64_t global = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  std::string what;
+  if (packed_mode()) {
+    what = std::to_string(split.sampler->size()) + " kept episodes that pack into " +
+           std::to_string(static_cast<const PackedBatchSource&>(*split.source).packing(0)->rows()) + " rows";
+  } else {
+    what = std::to_string(split.sampler->size()) + (episode_mode() ? " kept episodes" : " windows of block_size + 1");
+  }
+  split.unusable = "split '" + split.name + "' of '" + config.dataset_dir.string() + "' has " + what +
+                   ", fewer than one global batch (batch_size x world_size = " + std::to_string(global) +
+                   ") with epoch_drop_last=true; set epoch_drop_last=false or a smaller batch_size";
+  if (split.name == "train") throw Error(ErrorKind::config, split.unusable);
+  log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + split.name + "\") will fail");
 }
 
 Loader::Impl::Split& Loader::Impl::find(std::string_view name) {
@@ -341,7 +392,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                  {std::string("num_") + unit(), std::to_string(kept)},
                                  {"batches", std::to_string(batches)},
                                  {"rank", std::to_string(config.rank)},
-                                 {"first_episode_ids", format_id_list(first)}});
+                                 {episode_mode() ? "first_episode_ids" : "first_window_ids", format_id_list(first)}});
   }
   if (last) {
     const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
@@ -373,6 +424,7 @@ Loader::~Loader() {
 Batch Loader::get_batch(std::string_view split_name) {
   Impl& s = *impl_;
   Impl::Split& split = s.find(split_name);
+  if (!split.unusable.empty()) throw Error(ErrorKind::config, split.unusable);
   if (split.pool && split.pool->held() >= kMaxHeldBatches) {
     throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\"): the trainer already holds " +
                                       std::to_string(kMaxHeldBatches) +
@@ -452,6 +504,10 @@ void Loader::load_state(std::string_view text) {
     if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
       resolved.epoch = 0;
       resolved.batch_in_epoch = pos.step;
+    } else if (!it->second.unusable.empty()) {
+      if (pos.step != 0) throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".step=" +
+                                                           std::to_string(pos.step) + " but " + it->second.unusable);
+      resolved = SplitPosition{};
     } else if (!s.packed_mode()) {
       const std::uint64_t per_epoch = source.batches_in_epoch(0);
       resolved.epoch = pos.step / per_epoch;
@@ -496,7 +552,10 @@ SplitInfo Loader::split_info(std::string_view name) const {
     info.shards = split.stream->files().size();
   }
   info.mask = split.mask;
-  info.batches_per_epoch = split.sampler->batches_per_epoch();
+  // Packed epochs differ in length: the figure is that of the epoch the next batch is in.
+  info.batches_per_epoch = *impl_->config.batch_sampling_mode == SamplingMode::epoch
+                               ? split.source->batches_in_epoch(split.next_epoch)
+                               : 0;
   return info;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "bus_fault_guard.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -45,6 +46,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
       io_error(path, "memory-map", err);
     }
     data_ = static_cast<const std::byte*>(p);
+    guard_ = bus_fault_guard::register_mapping(data_, size_);
   }
   ::close(fd);
 }
@@ -54,7 +56,8 @@ MappedFile::~MappedFile() { reset(); }
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      guard_(std::exchange(other.guard_, bus_fault_guard::kUnguarded)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -62,14 +65,27 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    guard_ = std::exchange(other.guard_, bus_fault_guard::kUnguarded);
   }
   return *this;
 }
 
 void MappedFile::reset() noexcept {
+  bus_fault_guard::unregister_mapping(std::exchange(guard_, bus_fault_guard::kUnguarded));
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
+}
+
+bool MappedFile::damaged() const noexcept { return bus_fault_guard::damaged(guard_); }
+
+bool MappedFile::any_damaged() noexcept { return bus_fault_guard::fault_count() != 0; }
+
+void MappedFile::check_intact() const {
+  if (!damaged()) return;
+  throw Error(ErrorKind::io, "'" + path_.string() + "' became shorter than when it was opened (" +
+                                 std::to_string(size_) + " bytes) while the loader was reading it; rewriting a "
+                                 "dataset in place under a running loader is not supported: write a new directory");
 }
 
 bool MappedFile::hints_enabled() noexcept {

@@ -16,13 +16,6 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
     const std::size_t n = windows.window(id).size();
     positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
   }
-  if (batches_in_epoch(0) == 0) {
-    throw Error(ErrorKind::config, "split '" + split.dir().string() + "' packs into " +
-                                       std::to_string(packing(0)->rows()) +
-                                       " rows, fewer than one global batch (batch_size x world_size = " +
-                                       std::to_string(options.batch_size * options.world_size) +
-                                       ") with epoch_drop_last=true");
-  }
 }
 
 std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoch) const {
@@ -59,6 +52,18 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
     if (step != next_step_) {
       throw Error(ErrorKind::pipeline, "packed batches must be planned in order: expected step " +
                                            std::to_string(next_step_) + ", got " + std::to_string(step));
+    }
+    // An epoch that packs into fewer rows than one global batch (drop_last) has no batch:
+    // the stream goes on with the next one. Epochs pack the same episodes, so their row
+    // counts differ only slightly; a split where no epoch forms a batch is refused
+    // before any plan (Loader), and the bound below only guards against looping forever.
+    for (int skipped = 0; batches_in_epoch(next_epoch_) == 0; ++skipped) {
+      if (skipped == 64) {
+        throw Error(ErrorKind::config, "split '" + split_.dir().string() + "' packs into fewer rows than one global "
+                                       "batch in 64 consecutive epochs; set epoch_drop_last=false or a smaller batch_size");
+      }
+      ++next_epoch_;
+      next_batch_ = 0;
     }
     epoch = next_epoch_;
     batch = next_batch_;

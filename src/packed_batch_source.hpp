@@ -43,13 +43,15 @@ class PackedBatchSource final : public BatchSource {
   };
 
   // `order_sampler` gives each epoch's episode order (its batch settings are not used).
-  // Throws Error(config) when epoch 0 packs into fewer rows than one global batch with
-  // drop_last. REQUIRES: split, windows and order_sampler outlive the source.
+  // When epoch 0 packs into fewer rows than one global batch with drop_last,
+  // batches_in_epoch(0) is 0 (the owner reports it). REQUIRES: split, windows and
+  // order_sampler outlive the source.
   PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows, const EpisodeSampler& order_sampler,
                     Options options);
 
   BatchPlan plan(std::uint64_t step) const override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  void check_intact() const override { split_.check_intact(); }
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const override;
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const override;
   void seek(std::uint64_t step, std::uint64_t epoch, std::uint64_t batch_in_epoch) override;

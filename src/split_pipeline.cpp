@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/lockfree/spsc_queue.hpp>
@@ -63,6 +64,30 @@ long thread_major_faults() noexcept {
   if (::getrusage(RUSAGE_THREAD, &usage) != 0) return 0;
   return usage.ru_majflt;
 }
+
+// A flow-graph node body: calls `Member` on the pipeline. TBB copies a body into its node
+// on the thread that builds the graph and calls it on a worker that may already have been
+// running, a hand-off made inside libtbb, which ThreadSanitizer cannot see (Debian's
+// libtbb is not instrumented). The body therefore reaches the pipeline through an atomic
+// stored with release when the body is made (or copied) and loaded with acquire on every
+// call, so that the hand-off is visible to TSan through our own code and the suppressions
+// need not name it (tests/tsan.supp).
+template <class Owner, auto Member>
+class NodeBody {
+ public:
+  explicit NodeBody(Owner& owner) noexcept { owner_.store(&owner, std::memory_order_release); }
+  NodeBody(const NodeBody& other) noexcept { owner_.store(other.owner_.load(std::memory_order_acquire), std::memory_order_release); }
+  NodeBody& operator=(const NodeBody&) = delete;
+  ~NodeBody() = default;
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return (owner_.load(std::memory_order_acquire)->*Member)(std::forward<Args>(args)...);
+  }
+
+ private:
+  std::atomic<Owner*> owner_;
+};
 
 }  // namespace
 
@@ -209,6 +234,10 @@ struct SplitPipeline::Impl {
         // hand its functor to a worker instead (a hand-off TSan cannot see into).
         arena(static_cast<int>(o.threads) + 1, 1) {}
 
+  Error stopped_error() const {
+    return Error(ErrorKind::usage, "get_batch on split '" + pool->split() + "' after the loader was stopped");
+  }
+
   void push_plan(BatchPlan plan) {
     std::lock_guard lock(plans_mutex);
     if (plans_count == plans.size()) std::terminate();  // the limiter bounds it; see above
@@ -270,10 +299,16 @@ struct SplitPipeline::Impl {
     slot->sequence = plan.step - options.start_step;
     slot->step = plan.step;
     slot->error = plan.error;
-    if (!slot->error && !stopping.load(std::memory_order_acquire)) {
+    if (!slot->error && stopping.load(std::memory_order_acquire)) {
+      // Not decoded: such a slot must never reach the trainer as a batch (pop() also
+      // refuses to hand anything out after stop()).
+      slot->error = std::make_exception_ptr(stopped_error());
+    }
+    if (!slot->error) {
       const auto start = Clock::now();
       try {
         source.decode(plan, *slot);
+        if (MappedFile::any_damaged()) source.check_intact();
       } catch (...) {
         failed.store(true, std::memory_order_release);
         slot->error = std::current_exception();
@@ -375,22 +410,23 @@ struct SplitPipeline::Impl {
     return static_cast<std::size_t>(slot->sequence);
   }
 
-  // The node bodies are lambdas that only forward to the members above (the TSan
-  // suppressions rely on it: see tests/tsan.supp).
+  // The node bodies' entry points, in the shapes TBB calls them with.
+  BatchSlot* decode_body(const flow::continue_msg&) { return decode_one(); }
+  std::size_t sequence_body(BatchSlot* const& slot) { return sequence_of(slot); }
+  flow::continue_msg collate_body(BatchSlot* slot) {
+    collate(slot);
+    return {};
+  }
+
   void build() {
     graph = std::make_unique<flow::graph>();
-    sampler = std::make_unique<flow::input_node<flow::continue_msg>>(
-        *graph, [this](tbb::flow_control& fc) { return plan_next(fc); });
+    sampler = std::make_unique<flow::input_node<flow::continue_msg>>(*graph, NodeBody<Impl, &Impl::plan_next>(*this));
     limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth);
     decode = std::make_unique<flow::function_node<flow::continue_msg, BatchSlot*>>(
-        *graph, options.threads, [this](const flow::continue_msg&) { return decode_one(); });
-    sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(
-        *graph, [this](BatchSlot* const& slot) { return sequence_of(slot); });
+        *graph, options.threads, NodeBody<Impl, &Impl::decode_body>(*this));
+    sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(*graph, NodeBody<Impl, &Impl::sequence_body>(*this));
     collator = std::make_unique<flow::function_node<BatchSlot*, flow::continue_msg>>(
-        *graph, flow::serial, [this](BatchSlot* slot) {
-          collate(slot);
-          return flow::continue_msg();
-        });
+        *graph, flow::serial, NodeBody<Impl, &Impl::collate_body>(*this));
     flow::make_edge(*sampler, *limiter);
     flow::make_edge(*limiter, *decode);
     flow::make_edge(*decode, *sequencer);
@@ -405,6 +441,11 @@ struct SplitPipeline::Impl {
 
 SplitPipeline::SplitPipeline(const BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options)
     : impl_(std::make_unique<Impl>(source, std::move(pool), options)) {
+  if (impl_->auto_depth) {
+    log_line(LogLevel::info, "[tokenfeed] split=" + impl_->pool->split() + " prefetch_depth=" +
+                                 std::to_string(options.prefetch_depth) + " (auto start, max " +
+                                 std::to_string(impl_->max_depth) + ")");
+  }
   impl_->arena.execute([this] { impl_->build(); });
 }
 
@@ -431,15 +472,16 @@ BatchSlot* SplitPipeline::pop(double& waited_us) {
   waited_us = 0;
   if (s.delivered_error) std::rethrow_exception(s.delivered_error);
 
+  // After stop() nothing is handed out, not even batches already in the ring: stop() may
+  // have cut their decoding short.
+  if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
   const auto called = s.auto_depth ? Clock::now() : Clock::time_point{};
   BatchSlot* slot = nullptr;
   if (!s.ring.pop(slot)) {
     s.admit_pending();  // the decoders may be idle, waiting for admissions
     const auto start = Clock::now();
     while (true) {
-      if (s.stopping.load(std::memory_order_acquire)) {
-        throw Error(ErrorKind::usage, "get_batch on split '" + s.pool->split() + "' after the loader was stopped");
-      }
+      if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
       const std::uint32_t seen = s.signal.load(std::memory_order_acquire);
       if (s.ring.pop(slot)) break;
       if (Clock::now() - start < kSpinBeforeWait) {

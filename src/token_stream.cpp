@@ -88,6 +88,12 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     paths.push_back(flat);
     result.flat_ = true;
   } else if (fs::is_directory(dir, ec)) {
+    // An episode-indexed split's tokens.bin and mask.bin are *.bin files too; reading them
+    // as token streams would train on masks as if they were tokens.
+    if (fs::exists(dir / "episodes.idx", ec)) {
+      throw Error(ErrorKind::format, "'" + dir.string() + "' is an episode-indexed split (it holds episodes.idx), not "
+                                         "a token stream; use dataset_mode=sft_episode or sft_packed");
+    }
     for (const auto& entry : fs::directory_iterator(dir)) {
       if (is_shard_file(entry)) paths.push_back(entry.path());
     }
@@ -142,6 +148,10 @@ std::uint32_t TokenStreamSplit::token_at(std::size_t file, std::uint64_t offset)
   std::int64_t v = 0;
   read(file, offset, 1, &v);
   return static_cast<std::uint32_t>(v);
+}
+
+void TokenStreamSplit::check_intact() const {
+  for (const StreamFile& f : files_) f.map.check_intact();
 }
 
 void TokenStreamSplit::will_need(std::size_t file, std::uint64_t offset, std::size_t count) const noexcept {

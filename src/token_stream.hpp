@@ -50,6 +50,8 @@ class TokenStreamSplit {
   void read(std::size_t file, std::uint64_t offset, std::size_t count, std::int64_t* out) const noexcept;
   std::uint32_t token_at(std::size_t file, std::uint64_t offset) const noexcept;
   void will_need(std::size_t file, std::uint64_t offset, std::size_t count) const noexcept;
+  // Throws Error(io) for a file truncated while mapped (MappedFile::check_intact).
+  void check_intact() const;
 
  private:
   std::vector<StreamFile> files_;

@@ -46,6 +46,7 @@ class TokenStreamBatchSource final : public BatchSource {
 
   BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  void check_intact() const override { split_.check_intact(); }
   std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
   std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 

@@ -79,8 +79,15 @@ TEST_CASE("dataset: token dtype inference and its ambiguity") {
   CHECK(EpisodeSplit::open(dir / "a", {TokenDtype::uint32, {}, false}).token_dtype() == TokenDtype::uint32);
   write_index(dir / "a/episodes.idx", {0, 8});  // only uint16 has 8 tokens
   CHECK(EpisodeSplit::open(dir / "a").token_dtype() == TokenDtype::uint16);
-  write_index(dir / "a/episodes.idx", {0, 9});  // neither
-  CHECK(open_error(dir / "a").find("neither uint16 nor uint32") != std::string::npos);
+  // Neither: the files are damaged, not ambiguous; the error names the record at fault
+  // (checked at the width the sizes allow) rather than asking for a dtype.
+  write_index(dir / "a/episodes.idx", {0, 9});
+  CHECK(open_error(dir / "a").find("episodes.idx': record 0 (start=0, length=9) ends past the end of tokens.bin (8 "
+                                   "tokens as uint16)") != std::string::npos);
+  write_raw(dir / "a/tokens.bin", tokens32, 15);  // no width fits an odd size
+  write_index(dir / "a/episodes.idx", {0, 2});
+  CHECK(open_error(dir / "a").find("tokens.bin': size 15 bytes is not a multiple of 2 (uint16) or 4 (uint32)") !=
+        std::string::npos);
 }
 
 TEST_CASE("dataset: validation errors name the file and the record") {
@@ -117,7 +124,7 @@ TEST_CASE("dataset: validation errors name the file and the record") {
     write_raw(s / "tokens.bin", tokens, sizeof tokens);
     write_index(s / "episodes.idx", {0, 2, 5, 2});
     const std::string e = open_error(s, u16);
-    CHECK(e.find("episodes.idx': record 1 (start=5, length=2) ends past the end of tokens.bin (6 tokens)") !=
+    CHECK(e.find("episodes.idx': record 1 (start=5, length=2) ends past the end of tokens.bin (6 tokens as uint16)") !=
           std::string::npos);
   }
   SUBCASE("record whose start + length overflows") {
@@ -131,6 +138,10 @@ TEST_CASE("dataset: validation errors name the file and the record") {
     const std::uint8_t mask[5] = {};
     write_raw(s / "mask.bin", mask, sizeof mask);
     CHECK(open_error(s, u16).find("mask.bin': size 5 bytes does not match tokens.bin's 6 tokens") != std::string::npos);
+    // Also when the run does not use the mask: a damaged file is reported, not skipped.
+    EpisodeSplitOptions unused = u16;
+    unused.want_mask = false;
+    CHECK(open_error(s, unused).find("mask.bin': size 5 bytes does not match") != std::string::npos);
     EpisodeSplitOptions f32 = u16;
     f32.mask_dtype = MaskDtype::float32;
     const std::uint8_t mask6[6] = {};
@@ -145,7 +156,7 @@ TEST_CASE("dataset: validation errors name the file and the record") {
     CHECK(e.find("shard_00001") != std::string::npos);
   }
   SUBCASE("both layouts at once") {
-    write_split(dir.path(), "m", numbered_episodes(2, {4}), TokenDtype::uint16, true, 1);
+    write_split(dir.path(), "m", numbered_episodes(2, {4}), TokenDtype::uint16, true, 2);
     write_index(dir / "m/episodes.idx", {0, 1});
     CHECK(open_error(dir / "m", u16).find("both episodes.idx and shard_") != std::string::npos);
   }

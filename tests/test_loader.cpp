@@ -310,6 +310,10 @@ TEST_CASE("loader: dataset-level errors at open") {
     write_split(dir.path(), "train", numbered_episodes(4, {4}));
     Config c = make_config(dir.path(), 2, 4);
     c.dataset_mode = DatasetMode::token_stream;
+    CHECK(loader_error(c, ErrorKind::format).find("is an episode-indexed split") != std::string::npos);
+    TempDir sharded;
+    write_split(sharded.path(), "train", numbered_episodes(4, {4}), TokenDtype::uint16, true, 2);
+    c.dataset_dir = sharded.path();
     CHECK(loader_error(c, ErrorKind::format).find("no *.bin or *.npy shard files") != std::string::npos);
   }
   SUBCASE("an unknown split") {
@@ -323,6 +327,7 @@ TEST_CASE("loader: dataset-level errors at open") {
 TEST_CASE("loader: use_loss_mask without mask.bin gives x and y only, with one warning") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16, false);
+  write_split(dir.path(), "val", numbered_episodes(4, {4}), TokenDtype::uint16, false);
   Config c = make_config(dir.path(), 2, 4);
   c.use_loss_mask = true;
   LogCapture logs;
@@ -331,7 +336,7 @@ TEST_CASE("loader: use_loss_mask without mask.bin gives x and y only, with one w
   CHECK_FALSE(b.has_mask());
   CHECK(b.mask().empty());
   int warnings = 0;
-  for (const auto& line : logs.lines()) warnings += line.find("use_loss_mask=true but split=train has no mask.bin") != std::string::npos;
+  for (const auto& line : logs.lines()) warnings += line.find("use_loss_mask=true but the dataset has no mask.bin") != std::string::npos;
   CHECK(warnings == 1);
 }
 
@@ -414,4 +419,106 @@ TEST_CASE("loader: a batch outlives its loader") {
   }
   CHECK(std::vector<std::int64_t>(b.x().begin(), b.x().end()) == copy);
   CHECK(b.split() == "train");
+}
+
+TEST_CASE("loader: dataset_metadata.json's dtypes come first; a config naming another one is an error") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16, true);
+  write_text(dir / "dataset_metadata.json", R"({"eot_token_id": 7, "token_dtype": "uint16", "mask_dtype": "uint8"})");
+  Config c = make_config(dir.path(), 2, 4);
+  c.token_dtype = TokenDtype::uint16;  // agrees: fine
+  CHECK(Loader(c).config().token_dtype == TokenDtype::uint16);
+  c.token_dtype = TokenDtype::uint32;
+  const std::string e = loader_error(c, ErrorKind::config);
+  CHECK(e.find("config key 'token_dtype' is uint32 but") != std::string::npos);
+  CHECK(e.find("dataset_metadata.json' says uint16") != std::string::npos);
+  c.token_dtype.reset();
+  c.mask_dtype = MaskDtype::float32;
+  CHECK(loader_error(c, ErrorKind::config).find("config key 'mask_dtype' is float32") != std::string::npos);
+  // Without a metadata dtype, the config's is used, and the effective mask dtype is
+  // reported even when inferred.
+  write_text(dir / "dataset_metadata.json", R"({"eot_token_id": 7})");
+  c.mask_dtype.reset();
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(Loader(c).config().mask_dtype == MaskDtype::uint8);
+}
+
+TEST_CASE("loader: use_loss_mask does not change the resume fingerprint (the order is the same)") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(20, {4, 6}), TokenDtype::uint16, true);
+  Config c = make_config(dir.path(), 2, 4);
+  c.use_loss_mask = true;
+  Loader with_mask(c);
+  take(with_mask, 3);
+  c.use_loss_mask = false;
+  Loader without_mask(c);
+  CHECK(with_mask.fingerprint() == without_mask.fingerprint());
+  without_mask.load_state(with_mask.save_state());
+  CHECK(take(without_mask, 2).ids == take(with_mask, 2).ids);
+  // Removing the masks from the dataset does change it.
+  TempDir other;
+  write_split(other.path(), "train", numbered_episodes(20, {4, 6}), TokenDtype::uint16, false);
+  Config d = make_config(other.path(), 2, 4);
+  CHECK(Loader(d).fingerprint() != without_mask.fingerprint());
+}
+
+TEST_CASE("loader: a val split smaller than one batch fails only when used; a small train split fails at open") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(20, {4, 6}));
+  write_split(dir.path(), "val", numbered_episodes(3, {5}));
+  Config c = make_config(dir.path(), 4, 4);
+  LogCapture logs;
+  Loader loader(c);
+  CHECK(loader.get_batch("train").rows() == 4);
+  CHECK_THROWS_WITH_AS(loader.get_batch("val"), doctest::Contains("split 'val'"), Error);
+  try {
+    loader.get_batch("val");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::config);
+    CHECK(std::string(e.what()).find("has 3 kept episodes, fewer than one global batch") != std::string::npos);
+  }
+  bool warned = false;
+  for (const auto& line : logs.lines()) warned |= line.find("get_batch(\"val\") will fail") != std::string::npos;
+  CHECK(warned);
+  // A state saved now resumes (val never advanced); the same for sft_packed and epoch
+  // token windows (which compress or carve differently).
+  Loader again(c);
+  again.load_state(loader.save_state());
+  c.dataset_mode = DatasetMode::sft_packed;
+  Loader packed(c);
+  CHECK(packed.get_batch("train").rows() == 4);
+  CHECK_THROWS_AS(packed.get_batch("val"), Error);
+  // drop_last=false forms a batch with fill rows.
+  c.dataset_mode = DatasetMode::sft_episode;
+  c.epoch_drop_last = false;
+  CHECK(Loader(c).get_batch("val").real_rows() == 3);
+  // train too small: an error at open.
+  c.epoch_drop_last = true;
+  c.batch_size = 32;
+  CHECK(loader_error(c, ErrorKind::config).find("split 'train'") != std::string::npos);
+}
+
+TEST_CASE("loader: a dataset file truncated under a running loader is an io error from get_batch, not a crash" *
+          doctest::timeout(60)) {
+  TempDir dir;
+  // 64 episodes of 2048 uint16 tokens: each one's first tokens lie on their own page.
+  write_split(dir.path(), "train", numbered_episodes(64, {2048}), TokenDtype::uint16, true);
+  Config c = make_config(dir.path(), 2, 16);
+  c.use_loss_mask = true;
+  c.decode_threads = 1;
+  c.prefetch_depth = 1;
+  Loader loader(c);
+  loader.get_batch();
+  std::filesystem::resize_file(dir / "train/tokens.bin", 0);
+  std::string message;
+  for (int i = 0; i < 32 && message.empty(); ++i) {
+    try {
+      loader.get_batch();
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::io);
+      message = e.what();
+    }
+  }
+  CHECK(message.find("tokens.bin' became shorter than when it was opened") != std::string::npos);
+  CHECK_THROWS_AS(loader.get_batch(), Error);  // and again on every later call
 }

@@ -3,10 +3,13 @@
 // a start/stop stress test with random consumer delays (run under ThreadSanitizer in CI).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "split_pipeline.hpp"
 #include "test_support.hpp"
@@ -113,33 +116,74 @@ TEST_CASE("pipeline: get_batch records its wait; a waiting consumer sleeps rathe
   CHECK(cpu_seconds < 0.08);    // ~100 ms of waiting burned well under a core
 }
 
-TEST_CASE("loader stress: start and stop loaders many times with random consumer delays" * doctest::timeout(180)) {
+TEST_CASE("pipeline: nothing is handed out after stop(), not even batches already in the ring" * doctest::timeout(60)) {
+  FakeSource source;
+  auto pool = make_pool(8);
+  SplitPipeline pipeline(source, pool, {8, 2, 0});
+  double waited = 0;
+  pool->release(pipeline.pop(waited));
+  // Let the ring fill up (the source takes no time), then stop: the ready batches must
+  // not come out.
+  std::this_thread::sleep_for(100ms);
+  pipeline.stop();
+  for (int i = 0; i < 3; ++i) CHECK_THROWS_AS(pipeline.pop(waited), Error);
+}
+
+namespace {
+
+bool same_batch(const Batch& a, const Batch& b) {
+  const auto eq = [](auto x, auto y) { return std::equal(x.begin(), x.end(), y.begin(), y.end()); };
+  return a.step() == b.step() && eq(a.x(), b.x()) && eq(a.y(), b.y()) && eq(a.mask(), b.mask()) &&
+         eq(a.episode_ids(), b.episode_ids()) && eq(a.labels(), b.labels()) && eq(a.token_weights(), b.token_weights());
+}
+
+}  // namespace
+
+TEST_CASE("loader stress: start and stop loaders many times with random consumer delays" * doctest::timeout(240)) {
   test::TempDir dir;
   test::write_split(dir.path(), "train", test::numbered_episodes(64, {5, 40, 12, 70}), TokenDtype::uint16, true, 2);
   test::write_split(dir.path(), "val", test::numbered_episodes(16, {9, 33}));
   std::mt19937 rng(7);
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 60; ++round) {
     Config c = test::make_config(dir.path(), 1 + static_cast<std::int64_t>(rng() % 4), 32);
     c.use_loss_mask = true;
-    c.decode_threads = 1 + static_cast<std::int64_t>(rng() % 4);
-    c.prefetch_depth = 1 + static_cast<std::int64_t>(rng() % 8);
     c.batch_sampling_mode = rng() % 2 ? SamplingMode::epoch : SamplingMode::random;
-    Loader loader(c);
+    // The reference: the same stream from one thread at depth 1.
+    Config reference_config = c;
+    reference_config.decode_threads = 1;
+    reference_config.prefetch_depth = 1;
+    Loader reference(reference_config);
+    c.decode_threads = 1 + static_cast<std::int64_t>(rng() % 4);
+    c.prefetch_depth = rng() % 4 == 0 ? 0 : 1 + static_cast<std::int64_t>(rng() % 8);  // 0: auto
+    auto loader = std::make_unique<Loader>(c);
+    std::vector<std::pair<Batch, Batch>> held;  // (batch, its reference), kept across stop()
     const int batches = static_cast<int>(rng() % 12);
     for (int i = 0; i < batches; ++i) {
-      Batch b = loader.get_batch(rng() % 3 == 0 ? "val" : "train");
-      CHECK(b.rows() == static_cast<std::size_t>(c.batch_size));
+      const char* split = rng() % 3 == 0 ? "val" : "train";
+      Batch b = loader->get_batch(split);
+      Batch expected = reference.get_batch(split);
+      CHECK(same_batch(b, expected));
+      if (held.size() < 2 && rng() % 4 == 0) held.emplace_back(std::move(b), std::move(expected));
       if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
     }
     if (round % 3 == 0) {
-      // Stop from another thread while the trainer may be blocked.
-      std::thread stopper([&] { loader.stop(); });
-      try {
-        for (int i = 0; i < 4; ++i) loader.get_batch();
-      } catch (const Error& e) {
-        CHECK(e.kind() == ErrorKind::usage);
+      // Stop from another thread while the trainer may be blocked: every later get_batch
+      // throws Error(usage) and never hands out a batch.
+      std::thread stopper([&] { loader->stop(); });
+      for (int i = 0; i < 4; ++i) {
+        try {
+          Batch b = loader->get_batch();
+          CHECK(same_batch(b, reference.get_batch()));  // before the stop took effect
+        } catch (const Error& e) {
+          CHECK(e.kind() == ErrorKind::usage);
+        }
       }
       stopper.join();
+      CHECK_THROWS_AS(loader->get_batch(), Error);
+      CHECK_THROWS_AS(loader->get_batch("val"), Error);
     }
+    // Held batches stay valid, and unchanged, after stop() and after the loader is gone.
+    if (rng() % 2) loader.reset();
+    for (const auto& [b, expected] : held) CHECK(same_batch(b, expected));
   }
 }

@@ -162,23 +162,25 @@ TEST_CASE("prefetch auto: grows when the trainer waits on jitter that production
           doctest::timeout(60)) {
   LogCapture log;
   TimedSource source;
-  source.fast = 100us;
-  source.slow = 40ms;  // every 48th batch: longer than the starting depth covers
+  // Fast batches take no time (so a loaded machine, or a sanitizer, cannot make production
+  // look slower than the trainer); every 48th takes 40 ms: longer than the starting depth
+  // of ready batches covers at a 2 ms step (16 x 2 ms), shorter than twice that.
+  source.slow = 40ms;
   source.period = 48;
   AutoPipeline p(source, small_shape(), 512, 1);
   const std::size_t start = p.depths.initial;
   REQUIRE(start == SplitPipeline::kAutoStartDepth);
   CHECK(p.pipeline->prefetch_depth() == start);
-  // Mean production ~0.9 ms per batch against a 1.5 ms step: it keeps up on average, but
-  // a 40 ms batch drains the 8 to 16 ready batches (12 to 24 ms), so the trainer waits
-  // until the depth grows.
-  p.consume(0, 400, 1500us);
+  // Mean production ~0.8 ms per batch against a 2 ms step: it keeps up on average, but a
+  // 40 ms batch drains the 16 ready batches (32 ms), so the trainer waits until the depth
+  // grows.
+  p.consume(0, 400, 2ms);
   const std::size_t grown = p.pipeline->prefetch_depth();
   CHECK(grown > start);
   CHECK(grown <= p.depths.max);
   CHECK(p.pool->size() == grown + Loader::kMaxHeldBatches);
-  CHECK(log.count("split=train prefetch_depth=") >= 1);
-  CHECK(log.count("(auto, max ") >= 1);
+  CHECK(log.count("split=train prefetch_depth=" + std::to_string(start) + " (auto start, max ") == 1);
+  CHECK(log.count("(auto, max ") >= 1);  // each growth is logged too
 }
 
 TEST_CASE("prefetch auto: the growth rule doubles only when the waits come from jitter production absorbs") {
@@ -206,9 +208,8 @@ TEST_CASE("prefetch auto: stays at its start when the consumer is faster than pr
 
 TEST_CASE("prefetch auto: growth stops at the memory cap" * doctest::timeout(60)) {
   TimedSource source;
-  source.fast = 100us;
-  source.slow = 60ms;  // would ask for far more depth than fits
-  source.period = 24;  // mean ~2.6 ms per batch against a 3 ms step: jitter, so it grows
+  source.slow = 60ms;  // every 48th batch: more than 16 ready batches cover at a 3 ms step
+  source.period = 48;  // mean ~1.3 ms per batch against a 3 ms step: jitter, so it grows
   // 32 x 1024 slots hold about a MiB each: a 40 MiB cap leaves room for about 30.
   const detail::BatchShape shape{32, 1024, false};
   const std::size_t slot_bytes = detail::BatchPool::bytes_per_slot(shape);

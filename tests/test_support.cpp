@@ -28,7 +28,7 @@ void write_split(const std::filesystem::path& dataset_dir, const std::string& sp
   const std::size_t per_shard = (episodes.size() + shards - 1) / std::max<std::size_t>(shards, 1);
   std::size_t next = 0;
   for (std::size_t s = 0; s < shards; ++s) {
-    const std::filesystem::path dir = shards == 1 ? dataset_dir / split : dataset_dir / split;
+    const std::filesystem::path dir = dataset_dir / split;
     EpisodeDatasetWriterOptions options{dtype, with_mask, 0};
     // One writer per shard, each writing into its own shard_NNNNN directory.
     const std::filesystem::path tmp = dataset_dir / (".tmp_" + split + "_" + std::to_string(s));
@@ -42,10 +42,17 @@ void write_split(const std::filesystem::path& dataset_dir, const std::string& sp
       }
       writer.finish();
     }
-    char name[32];
-    std::snprintf(name, sizeof name, "shard_%05zu", s);
     std::filesystem::create_directories(dir);
-    std::filesystem::rename(tmp / "shard_00000", dir / name);
+    if (shards == 1) {
+      // The flat layout: the three files directly in the split directory.
+      for (const auto& file : std::filesystem::directory_iterator(tmp / "shard_00000")) {
+        std::filesystem::rename(file.path(), dir / file.path().filename());
+      }
+    } else {
+      char name[32];
+      std::snprintf(name, sizeof name, "shard_%05zu", s);
+      std::filesystem::rename(tmp / "shard_00000", dir / name);
+    }
     std::filesystem::remove_all(tmp);
   }
 }

@@ -30,8 +30,9 @@ struct TestEpisode {
   std::vector<std::uint8_t> mask;  // empty: all ones when the split has masks
 };
 
-// Writes `episodes` as a split under dataset_dir/split, in `shards` shards (episodes
-// spread evenly, in order), with mask.bin when `with_mask`.
+// Writes `episodes` as a split under dataset_dir/split, in `shards` shard directories
+// (episodes spread evenly, in order), or in the flat layout (the files directly in the
+// split directory) when `shards` is 1, with mask.bin when `with_mask`.
 void write_split(const std::filesystem::path& dataset_dir, const std::string& split,
                  const std::vector<TestEpisode>& episodes, TokenDtype dtype = TokenDtype::uint16,
                  bool with_mask = true, std::size_t shards = 1);

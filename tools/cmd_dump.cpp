@@ -90,6 +90,15 @@ void dump(const DumpOptions& o) {
   const bool stream = c.dataset_mode == DatasetMode::token_stream;
   const bool documents = stream && c.document_aware;
   const bool packed = c.dataset_mode == DatasetMode::sft_packed;
+  // Each int64 array holds n x rows x cols values: refuse what no disk holds before
+  // writing anything (and before the products could wrap around).
+  constexpr std::uint64_t kMaxArrayBytes = std::uint64_t{1} << 44;  // 16 TiB
+  std::uint64_t cells = 0;
+  if (__builtin_mul_overflow(n, rows, &cells) || __builtin_mul_overflow(cells, cols, &cells) ||
+      cells > kMaxArrayBytes / 8) {
+    throw Error(ErrorKind::usage, "--batches " + std::to_string(o.batches) + " of " + std::to_string(rows) + " x " +
+                                      std::to_string(cols) + " would make x.npy larger than 16 TiB; dump fewer batches");
+  }
   const std::vector<std::uint64_t> grid{n * rows, cols};
   if (packed) {
     dump_packed(loader, o, grid);

@@ -73,10 +73,11 @@ struct Config {
   // Episodes shorter than this are never sampled. >= 2 so that y has a token.
   std::int64_t episode_min_tokens = 2;
 
-  // Absent: dataset_metadata.json, else inferred from file sizes when unambiguous
-  // (sft_episode; token_stream .bin files need it given, .npy files carry their own).
+  // dataset_metadata.json's token_dtype when it has one (a config naming another dtype is
+  // then an error), else this, else inferred from file sizes when unambiguous (sft_episode;
+  // token_stream .bin files need it from here or the metadata, .npy files carry their own).
   std::optional<TokenDtype> token_dtype;
-  // Absent: dataset_metadata.json, else inferred from mask.bin's size.
+  // The same order: dataset_metadata.json, else this, else inferred from mask.bin's size.
   std::optional<MaskDtype> mask_dtype;
 
   // Ready batches kept ahead of the trainer, per split: 1..4096, or 0 ("auto" in XML, the

@@ -15,7 +15,8 @@
 //
 // Thread-safety: get_batch, save_state and load_state must not be called concurrently
 // with each other (one trainer thread). stop() may be called from any thread: it wakes a
-// get_batch blocked on an empty ring, which then throws Error(usage). The destructor
+// get_batch blocked on an empty ring, which then throws Error(usage), as does every
+// get_batch after it (batches already prefetched are not handed out). The destructor
 // returns promptly even while stages are busy or blocked.
 #pragma once
 
@@ -39,7 +40,7 @@ struct SplitInfo {
   std::uint64_t tokens = 0;
   std::uint64_t shards = 0;         // shard directories, or token-stream files
   bool mask = false;                // the loss mask is returned
-  std::uint64_t batches_per_epoch = 0;  // 0 in random mode
+  std::uint64_t batches_per_epoch = 0;  // 0 in random mode; sft_packed: the current epoch's
 };
 
 // Consumer-side counters for one split, since the loader was created.
