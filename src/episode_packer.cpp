@@ -9,7 +9,10 @@ PackedEpoch pack_episodes(const std::vector<std::uint64_t>& order, const std::ve
   PackedEpoch packed;
   packed.episodes.reserve(order.size());
   packed.row_begin.push_back(0);
-  std::vector<std::uint64_t> pending;  // unplaced episodes in epoch order, at most `lookahead`
+  // The window: after every refill, the min(lookahead, unplaced) oldest unplaced episodes,
+  // in epoch order (episodes enter from `order` in order, leave only when placed, and the
+  // erases keep the order). The bounds in the header rest on this invariant.
+  std::vector<std::uint64_t> pending;
   pending.reserve(lookahead);
   std::size_t next = 0;
   const auto refill = [&] {

@@ -3,9 +3,37 @@
 // Rows are filled from an epoch's episode order. A row starts with the oldest episode not
 // yet placed; its gap is then filled from a lookahead window over the next `lookahead`
 // unplaced episodes, taking the longest one that fits (the earliest on ties), until none
-// fits. Every episode is placed exactly once, and an episode never waits for more than the
-// lookahead, so the order stays close to the epoch order. The result is a pure function of
+// fits. Every episode is placed exactly once. The result is a pure function of
 // (order, lengths, row capacity, lookahead).
+//
+// How far an episode strays from the epoch order. With L = lookahead, let the episode at
+// epoch position i (order[i]) be placed at position k of `episodes`, in row r(k), and let
+// r(i) be the row holding position i of `episodes` (where it would be with no reordering):
+//
+//   early side, in places:  k >= i - (L - 1)
+//   late side, in rows:     r(k) <= r(i) + (L - 1)
+//
+// Both are attained. The late side cannot be stated in places: a long episode that fits
+// no gap waits while up to L - 1 rows are filled, and each of those rows may hold many
+// short episodes (a wait of several times L places is common at L = 64). In batches of
+// B*W rows that is at most ceil((L - 1) / (B*W)) global batches after the batch holding
+// position i.
+//
+// Why (from pack_episodes): the window always holds the min(L, unplaced) oldest unplaced
+// episodes, because it takes episodes from `order` in order, keeps their order, and is
+// refilled after every placement. So an episode is placed only from the window, and:
+//  - Early: when order[i] is placed, at most L - 1 older episodes are still unplaced (all
+//    in the window ahead of it), so at least i - (L - 1) were placed before it.
+//  - Late: while the window holds only older episodes, only older episodes are placed; so
+//    order[i] (i >= L) enters the window right after position i - L is placed, in row
+//    R = r(i - L), with L - 1 older episodes unplaced. Every later row opens with the oldest
+//    unplaced episode, which is older than order[i] while any older one is unplaced, so each
+//    row after R places at least one of them until order[i] itself opens a row: with u older
+//    ones left at the end of row R, r(k) <= R + u + 1. If position i - L ends row R, then
+//    u <= L - 1 and r(i) >= R + 1; otherwise position i - L + 1 is placed in row R from a
+//    window of L - 1 older episodes and order[i], so u <= L - 2 (or k is in row R) and
+//    r(i) >= R. Either way r(k) <= r(i) + L - 1. For i < L the episode is in the first
+//    window, and r(k) <= i <= L - 1.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +49,8 @@ struct PackedEpoch {
 };
 
 // `positions_of[id]` is the number of input positions episode `id` occupies (its kept
-// length - 1), in [1, capacity]. REQUIRES: every id in `order` indexes positions_of.
+// length - 1), in [1, capacity]. REQUIRES: every id in `order` indexes positions_of;
+// lookahead >= 1.
 PackedEpoch pack_episodes(const std::vector<std::uint64_t>& order, const std::vector<std::uint32_t>& positions_of,
                           std::uint32_t capacity, std::size_t lookahead);
 

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
 #include "episode_packer.hpp"
+#include "numpy_random.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -92,6 +94,38 @@ std::vector<std::int64_t> check_packed_batch(const Batch& b, const std::vector<T
   return seen;
 }
 
+// How far a packing moved each episode from its epoch position, against the bounds the
+// packer documents (episode_packer.hpp): with L the lookahead, the episode at epoch position
+// i placed at position k is at most L - 1 places early (i - k <= L - 1) and at most L - 1
+// rows late (row(k) <= row(i) + L - 1, row(i) being the row that holds position i).
+struct Displacement {
+  std::size_t max_early_places = 0;  // max of i - k
+  std::size_t max_late_rows = 0;     // max of row(k) - row(i)
+  std::size_t max_late_places = 0;   // max of k - i
+  bool bounds_held = true;
+};
+
+Displacement displacement(const std::vector<std::uint64_t>& order, const PackedEpoch& packed, std::size_t L) {
+  std::map<std::uint64_t, std::size_t> place;  // episode id -> k
+  std::vector<std::size_t> row_of(packed.episodes.size());
+  for (std::size_t r = 0; r < packed.rows(); ++r) {
+    for (std::uint64_t k = packed.row_begin[r]; k < packed.row_begin[r + 1]; ++k) row_of[k] = r;
+  }
+  for (std::size_t k = 0; k < packed.episodes.size(); ++k) place[packed.episodes[k]] = k;
+  Displacement d;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::size_t k = place.at(order[i]);
+    if (i > k) d.max_early_places = std::max(d.max_early_places, i - k);
+    if (k > i) d.max_late_places = std::max(d.max_late_places, k - i);
+    if (row_of[k] > row_of[i]) d.max_late_rows = std::max(d.max_late_rows, row_of[k] - row_of[i]);
+    if (i > k + (L - 1) || row_of[k] > row_of[i] + (L - 1)) {
+      if (d.bounds_held) MESSAGE("episode " << order[i] << " at epoch position " << i << " placed at " << k);
+      d.bounds_held = false;
+    }
+  }
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("packed: every episode exactly once per epoch, each segment its episode's tokens, no crossing") {
@@ -140,10 +174,80 @@ TEST_CASE("packed: reaches >= 95% of positions on log-normal lengths with median
   std::multiset<std::uint64_t> placed(packed.episodes.begin(), packed.episodes.end());
   CHECK(placed.size() == n);
   CHECK(std::set<std::uint64_t>(placed.begin(), placed.end()).size() == n);
-  // The lookahead bounds how far an episode strays from the epoch order.
-  for (std::size_t k = 0; k < packed.episodes.size(); ++k) {
-    const auto original = static_cast<std::size_t>(std::find(order.begin(), order.end(), packed.episodes[k]) - order.begin());
-    CHECK(original < k + 64 + 1);
+  // The lookahead bounds how far an episode strays from the epoch order (both sides).
+  const Displacement d = displacement(order, packed, 64);
+  CHECK(d.bounds_held);
+  CHECK(d.max_early_places <= 63);
+  CHECK(d.max_late_rows <= 63);
+}
+
+TEST_CASE("packed: an episode lands at most lookahead-1 places early and lookahead-1 rows late, and both are reached") {
+  // Lengths mixing short episodes with long ones that fit no gap (those wait the longest).
+  std::mt19937 rng(2024);
+  std::map<std::size_t, Displacement> worst;  // per lookahead, over every dataset
+  for (int trial = 0; trial < 240; ++trial) {
+    const std::uint32_t capacity = std::vector<std::uint32_t>{16, 64, 256}[rng() % 3];
+    const std::size_t n = 50 + rng() % 1200;
+    const std::size_t L = std::vector<std::size_t>{1, 2, 3, 5, 8, 64}[static_cast<std::size_t>(trial) % 6];
+    std::vector<std::uint32_t> positions(n);
+    for (auto& p : positions) {
+      p = rng() % 100 < 15 ? capacity / 2 + 1 + static_cast<std::uint32_t>(rng() % (capacity / 2))
+                           : 1 + static_cast<std::uint32_t>(rng() % std::max<std::uint32_t>(1, capacity / 10));
+    }
+    std::vector<std::uint64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    const PackedEpoch packed = pack_episodes(order, positions, capacity, L);
+    REQUIRE(packed.episodes.size() == n);
+    CHECK(std::set<std::uint64_t>(packed.episodes.begin(), packed.episodes.end()).size() == n);
+    const Displacement d = displacement(order, packed, L);
+    CAPTURE(trial);
+    CAPTURE(L);
+    CHECK(d.bounds_held);
+    Displacement& w = worst[L];
+    w.max_early_places = std::max(w.max_early_places, d.max_early_places);
+    w.max_late_rows = std::max(w.max_late_rows, d.max_late_rows);
+    w.max_late_places = std::max(w.max_late_places, d.max_late_places);
+  }
+  for (const auto& [L, w] : worst) {
+    CAPTURE(L);
+    MESSAGE("lookahead " << L << ": early " << w.max_early_places << " places, late " << w.max_late_rows << " rows ("
+                         << w.max_late_places << " places)");
+    CHECK(w.max_early_places == L - 1);
+    if (L <= 8) CHECK(w.max_late_rows == L - 1);  // the late bound is tight, not only an upper bound
+  }
+  // Late, in places, the wait is not bounded by the lookahead: why the bound is in rows.
+  CHECK(worst[64].max_late_places > 64);
+
+  // The loader's own packing, against the numpy epoch order it documents.
+  TempDir dir;
+  std::vector<TestEpisode> episodes = random_episodes(150, 12, 9);
+  for (std::size_t id = 0; id < episodes.size(); id += 6) {  // some long ones, cut to the block
+    for (std::size_t p = episodes[id].tokens.size(); p < 30; ++p) {
+      episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
+      episodes[id].mask.push_back(1);
+    }
+  }
+  write_split(dir.path(), "train", episodes, TokenDtype::uint32, true, 2);
+  for (const std::int64_t L : {1, 4, 16}) {
+    Config c = packed_config(dir.path(), 1, 24);
+    c.epoch_drop_last = false;
+    c.pack_lookahead = L;
+    c.epoch_seed = 77;
+    Loader loader(c);
+    PackedEpoch seen;
+    seen.row_begin.push_back(0);
+    for (Batch b = loader.get_batch(); b.epoch() == 0; b = loader.get_batch()) {
+      for (const PackedSegment& s : b.segments()) seen.episodes.push_back(static_cast<std::uint64_t>(s.episode));
+      seen.row_begin.push_back(seen.episodes.size());
+    }
+    const std::vector<std::uint64_t> order = numpy_permutation(77, episodes.size());
+    REQUIRE(seen.episodes.size() == order.size());
+    const Displacement d = displacement(order, seen, static_cast<std::size_t>(L));
+    CAPTURE(L);
+    CHECK(d.bounds_held);
+    CHECK(d.max_early_places <= static_cast<std::size_t>(L - 1));
+    CHECK(d.max_late_rows <= static_cast<std::size_t>(L - 1));
   }
 }
 
@@ -165,6 +269,18 @@ TEST_CASE("packed: identical across threads and depths, and resumed exactly acro
   Config c = packed_config(dir.path(), 2, 24);
   c.decode_threads = 1;
   c.prefetch_depth = 1;
+  {
+    // split_info reports the batches of the epoch the next batch is in.
+    Loader counter(c);
+    const std::uint64_t epoch0 = counter.split_info("train").batches_per_epoch;
+    std::uint64_t batches = 0;
+    while (counter.get_batch().epoch() == 0) ++batches;
+    CHECK(batches == epoch0);
+    const std::uint64_t epoch1 = counter.split_info("train").batches_per_epoch;
+    std::uint64_t more = 1;  // the first batch of epoch 1 was taken by the loop above
+    while (counter.get_batch().epoch() == 1) ++more;
+    CHECK(more == epoch1);
+  }
   Loader reference(c);
   const auto all = take(reference, 40);  // several epochs
   for (const int threads : {2, 4}) {

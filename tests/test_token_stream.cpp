@@ -286,6 +286,55 @@ TEST_CASE("token stream: the loader returns document fields with the metadata's 
   CHECK_THROWS_WITH_AS(Loader{no_eos}, doctest::Contains("needs an end-of-text id"), Error);
 }
 
+TEST_CASE("token stream: the positions carrying loss, with and without the contract fields") {
+  // What batch.hpp promises for token streams, and what `tokenfeed run` counts as trained:
+  // with the contract fields, the nonzero token_weights; without them, the labels (== y)
+  // that are not ignore_index. Both are every position of a real row but the end-of-text
+  // inputs (document-aware), and none of a fill row.
+  TempDir dir;
+  std::vector<std::uint16_t> tokens(17 * 11);  // 11 whole windows at block 16
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 7 == 3 ? 0 : 100 + i % 50);
+  write_bin(dir / "train.bin", tokens);
+  write_text(dir / "dataset_metadata.json", R"({"token_dtype": "uint16", "eos_token_id": 0})");
+  for (const bool documents : {false, true}) {
+    CAPTURE(documents);
+    std::vector<std::size_t> trained[2];
+    for (const bool contract : {true, false}) {
+      Config c = stream_config(dir.path(), 4, 16, SamplingMode::epoch);
+      c.epoch_shuffle = false;
+      c.epoch_drop_last = false;  // 11 windows: the third batch has one fill row
+      c.document_aware = documents;
+      c.contract_fields = contract;
+      Loader loader(c);
+      for (int k = 0; k < 3; ++k) {
+        Batch b = loader.get_batch();
+        CAPTURE(contract);
+        CAPTURE(k);
+        const std::size_t rows = k < 2 ? 4 : 3;
+        CHECK(b.real_rows() == rows);
+        CHECK(b.real_positions() == rows * 16);
+        REQUIRE(b.labels().data() == b.y().data());  // y is the labels in both cases
+        CHECK(b.cu_seqlens().empty() == !contract);
+        CHECK(b.token_weights().empty() == !contract);
+        CHECK(b.position_ids().empty() == (!contract && !documents));
+        if (!contract) CHECK(b.num_sequences() == 0);
+        std::size_t expected = 0;
+        for (std::size_t p = 0; p < rows * 16; ++p) expected += !documents || b.x()[p] != 0 ? 1 : 0;
+        std::size_t with_label = 0;
+        for (const std::int64_t l : b.labels()) with_label += l != c.ignore_index ? 1 : 0;
+        CHECK(with_label == expected);
+        if (contract) {
+          std::size_t weighted = 0;
+          for (const float w : b.token_weights()) weighted += w != 0.0f ? 1 : 0;
+          CHECK(weighted == expected);
+        }
+        trained[contract ? 0 : 1].push_back(with_label);
+      }
+    }
+    CHECK(trained[0] == trained[1]);
+  }
+}
+
 TEST_CASE("token stream: resume at arbitrary points, both modes" * doctest::timeout(120)) {
   TempDir dir;
   write_sharded(dir.path());

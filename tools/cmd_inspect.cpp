@@ -1,9 +1,17 @@
 // `tokenfeed inspect`: describes and validates a dataset directory, split by split.
+//
+// The verdicts follow the loader: a split the loader would refuse (a file it cannot open or
+// validate, no episode left after filtering, no window at the given block size), or a
+// dataset without train, is INVALID and the command exits with the status the loader's
+// error would give. --deep adds checks the loader does not make (token ids against
+// vocab_size), whose failure is also INVALID.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +20,9 @@
 #include "dataset_metadata.hpp"
 #include "episode_dataset.hpp"
 #include "episode_packer.hpp"
+#include "episode_sampler.hpp"
 #include "episode_window.hpp"
-#include "numpy_random.hpp"
+#include "packed_batch_source.hpp"
 #include "token_stream.hpp"
 #include "token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
@@ -23,29 +32,104 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What the loader does by default, and so what inspect assumes.
+constexpr std::uint64_t kMinEpisodeTokens = 2;  // episode_min_tokens: the default is also the least allowed
+constexpr long kSnippetBatchSize = 8;           // batch_size in the --print-config snippet
+constexpr long kSnippetBlockSize = 1024;        // block_size in the snippet when --block-size is absent
+constexpr std::size_t kListedIds = 8;           // episode ids listed by --deep
+
 struct InspectOptions {
   std::string dataset_dir;
   long block_size = 0;
   bool deep = false;
   long eos_id = -1;  // overrides the metadata's end-of-text id for token streams
   bool print_config = false;
+  std::string token_dtype;  // empty: not given
+  // --packed: how a run with dataset_mode=sft_packed and these settings packs epoch 0.
   bool packed = false;
   long pack_lookahead = 64;
+  Truncation truncation = Truncation::right;
+  long seed = 1337;
+  bool packing_option_given = false;  // --pack-lookahead, --truncation or --seed (they need --packed)
 };
 
-// What the splits showed, for --print-config.
+enum class Layout { none, episodes, stream };
+
+// The first reason the loader would refuse the dataset: its error kind and message.
+struct Refusal {
+  ErrorKind kind = ErrorKind::format;
+  std::string message;
+};
+
+// What the splits showed: the verdict, and what --print-config needs.
 struct Findings {
-  bool episodes = false;
-  bool stream = false;
+  std::optional<Refusal> refused;
+  bool bad_token_ids = false;                    // --deep: ids >= vocab_size
   bool mask = false;
-  std::optional<TokenDtype> dtype;
-  bool dtype_needed = false;  // a .bin token stream whose dtype had to be given
+  std::optional<TokenDtype> dtype;                // episodes: the split's token dtype
+  std::optional<TokenDtype> bin_dtype;            // streams: the --token-dtype their .bin files were read with
+  std::uint64_t train_kept = 0;                   // episodes: kept episodes of train
+  std::uint64_t train_packed_rows = 0;            // --packed: rows of train's epoch 0
+  std::vector<std::vector<std::uint64_t>> stream_files;  // token counts of each stream split's files
+
+  void refuse(ErrorKind kind, std::string message) {
+    if (!refused) refused = Refusal{kind, std::move(message)};
+  }
 };
 
 std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
   if (sorted.empty()) return 0;
   const auto index = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
   return sorted[std::min(index, sorted.size() - 1)];
+}
+
+std::string percent(std::uint64_t part, std::uint64_t whole) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return text;
+}
+
+std::string id_list(const std::vector<std::uint64_t>& ids, std::uint64_t total) {
+  std::string text;
+  for (const std::uint64_t id : ids) text += (text.empty() ? "" : ", ") + std::to_string(id);
+  if (total > ids.size()) text += ", ...";
+  return text;
+}
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// How the loader would read `split`: an episode-indexed directory, a token stream, or
+// absent. A directory that is neither is read as episodes, so that opening it names what
+// is missing.
+Layout layout_of(const fs::path& dataset_dir, const std::string& split) {
+  std::error_code ec;
+  if (EpisodeSplit::looks_like_episode_split(dataset_dir / split)) return Layout::episodes;
+  if (TokenStreamSplit::has_split(dataset_dir, split)) return Layout::stream;
+  if (fs::is_directory(dataset_dir / split, ec)) return Layout::episodes;
+  return Layout::none;
+}
+
+// The first .bin file the loader would open for a token-stream split (it needs a dtype).
+std::optional<fs::path> first_bin_file(const fs::path& dataset_dir, const std::string& split) {
+  std::error_code ec;
+  if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) return dataset_dir / (split + ".bin");
+  std::vector<fs::path> bins;
+  for (const auto& entry : fs::directory_iterator(dataset_dir / split, ec)) {
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".bin") bins.push_back(entry.path());
+  }
+  if (bins.empty()) return std::nullopt;
+  return *std::min_element(bins.begin(), bins.end());
 }
 
 // Trained (mask != 0) label positions of an episode's kept sequence: mask[1:] of it.
@@ -57,13 +141,49 @@ std::uint64_t trained_positions(const EpisodeWindows& windows, std::uint64_t epi
   return static_cast<std::uint64_t>(std::count_if(scratch.begin(), scratch.end(), [](float v) { return v != 0.0f; }));
 }
 
+// With --packed: what a run with dataset_mode=sft_packed and the options' truncation,
+// epoch_seed and pack_lookahead packs in epoch 0, through the loader's own classes (the
+// same kept windows, numpy-compatible order and packer), against one episode per row.
+void report_packing(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
+                    const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
+  const auto T = static_cast<std::size_t>(o.block_size);
+  const EpisodeWindows windows(split, T + 1, o.truncation, meta.special_tokens);
+  EpisodeSampler::Settings order;
+  order.mode = SamplingMode::epoch;
+  order.shuffle = true;
+  order.drop_last = false;
+  order.seed = static_cast<std::uint32_t>(o.seed);
+  order.split = name;
+  const EpisodeSampler sampler(kept, order);
+  PackedBatchSource::Options packing;
+  packing.block_size = T;
+  packing.drop_last = false;
+  packing.lookahead = static_cast<std::size_t>(o.pack_lookahead);
+  const PackedBatchSource source(split, windows, sampler, packing);
+  const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
+  // Padded sft_episode rows hold the same positions: each kept episode's kept length - 1.
+  std::uint64_t positions = 0;
+  for (const std::uint64_t e : kept) positions += windows.window(e).size() - 1;
+  const std::uint64_t packed_cells = packed->rows() * T, padded_cells = kept.size() * T;
+  std::printf("  packing      sft_packed: %llu rows, %llu of %llu positions real (%s); sft_episode: %zu rows, %llu of %llu "
+              "positions real (%s)\n",
+              static_cast<unsigned long long>(packed->rows()), static_cast<unsigned long long>(packed->positions),
+              static_cast<unsigned long long>(packed_cells), percent(packed->positions, packed_cells).c_str(),
+              kept.size(), static_cast<unsigned long long>(positions), static_cast<unsigned long long>(padded_cells),
+              percent(positions, padded_cells).c_str());
+  std::printf("  packing      assumed: truncation=%s, epoch_seed=%ld (epoch 0's order), pack_lookahead=%ld, "
+              "episode_min_tokens=%llu; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
+              to_string(o.truncation), o.seed, o.pack_lookahead, static_cast<unsigned long long>(kMinEpisodeTokens));
+  if (name == "train") found.train_packed_rows = packed->rows();
+}
+
 // With --block-size T: what each truncation rule cuts, and (--packed) how full packed rows
 // are against padded ones.
-void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadata& meta, const EpisodeSplit& split) {
+void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
+                                   const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
   const auto S = static_cast<std::size_t>(o.block_size) + 1;
-  const std::vector<std::uint64_t> kept = kept_episodes(split, 2);
   std::vector<float> scratch;
-  std::uint64_t truncated = 0, full_trained = 0;
+  std::uint64_t truncated = 0;
   for (const std::uint64_t e : kept) {
     if (split.spans()[e].length > S) ++truncated;
   }
@@ -85,7 +205,6 @@ void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadat
         whole.head_end = static_cast<std::size_t>(n);
         const std::uint64_t all = trained_positions(windows, e, whole, scratch);
         lost_trained += all - trained_positions(windows, e, window, scratch);
-        if (rule == Truncation::right) full_trained += all;
       }
     }
     std::printf("  truncation   %-17s %llu tokens dropped, %s trained tokens lost\n", to_string(rule),
@@ -95,33 +214,69 @@ void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadat
   if (!meta.special_tokens) {
     std::printf("  truncation   drop_oldest_turns n/a: dataset_metadata.json has no special_tokens\n");
   }
-  if (!o.packed) return;
-  // Packing efficiency of epoch 0's order (seed 1337, the default) against one episode per row.
-  const EpisodeWindows windows(split, S, Truncation::right, std::nullopt);
-  std::vector<std::uint32_t> positions_of(split.num_episodes(), 0);
-  std::uint64_t padded_positions = 0;
-  for (const std::uint64_t e : kept) {
-    positions_of[e] = static_cast<std::uint32_t>(windows.window(e).size() - 1);
-    padded_positions += positions_of[e];
-  }
-  std::vector<std::uint64_t> order = numpy_permutation(1337, kept.size());
-  for (std::uint64_t& p : order) p = kept[p];
-  const PackedEpoch packed = pack_episodes(order, positions_of, static_cast<std::uint32_t>(o.block_size),
-                                           static_cast<std::size_t>(o.pack_lookahead));
-  const double T = static_cast<double>(o.block_size);
-  std::printf("  packing      sft_packed: %llu rows, %.1f%% of positions real (lookahead %ld); sft_episode: %zu rows, "
-              "%.1f%% real\n",
-              static_cast<unsigned long long>(packed.rows()),
-              100.0 * static_cast<double>(packed.positions) / (static_cast<double>(packed.rows()) * T), o.pack_lookahead,
-              kept.size(), 100.0 * static_cast<double>(padded_positions) / (static_cast<double>(kept.size()) * T));
+  if (o.packed) report_packing(o, meta, name, split, kept, found);
 }
 
-// Returns false when the split fails validation (the message is printed as the verdict).
-bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name, Findings& found) {
+// --deep on an episode split: token ids against vocab_size (the first offender located by
+// file, offset and episode), and kept episodes with nothing to train on: an all-zero mask
+// over their label positions mask[1:n] (mask[0] aligns with no label).
+void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split, const std::vector<std::uint64_t>& kept,
+                         Findings& found) {
+  if (meta.vocab_size) {
+    const auto vocab = static_cast<std::uint64_t>(*meta.vocab_size);
+    std::uint64_t out_of_vocab = 0;
+    std::optional<std::pair<std::size_t, std::uint64_t>> first;  // (shard, token offset)
+    for (std::size_t s = 0; s < split.shards().size(); ++s) {
+      for (std::uint64_t i = 0; i < split.shards()[s].token_count; ++i) {
+        if (split.token_at(s, i) < vocab) continue;
+        ++out_of_vocab;
+        if (!first) first.emplace(s, i);
+      }
+    }
+    std::string where;
+    if (first) {
+      const auto [s, offset] = *first;
+      const EpisodeShard& shard = split.shards()[s];
+      where = " (first: token " + std::to_string(split.token_at(s, offset)) + " at token offset " +
+              std::to_string(offset) + " of '" + (shard.dir / "tokens.bin").string() + "'";
+      for (std::uint64_t e = shard.first_episode; e < shard.first_episode + shard.episodes; ++e) {
+        const EpisodeSpan span = split.spans()[e];
+        if (offset >= span.start && offset - span.start < span.length) {
+          where += ", episode " + std::to_string(e) + " position " + std::to_string(offset - span.start);
+          break;
+        }
+      }
+      where += ")";
+    }
+    std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
+                static_cast<long long>(*meta.vocab_size), where.c_str());
+    found.bad_token_ids = found.bad_token_ids || out_of_vocab > 0;
+  } else {
+    std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
+  }
+  if (!split.has_mask()) return;
+  std::vector<float> mask;
+  std::vector<std::uint64_t> listed;
+  std::uint64_t all_zero = 0;
+  for (const std::uint64_t e : kept) {
+    mask.resize(static_cast<std::size_t>(split.spans()[e].length - 1));
+    split.read_mask(e, 1, mask.size(), mask.data());
+    if (std::any_of(mask.begin(), mask.end(), [](float v) { return v != 0.0f; })) continue;
+    ++all_zero;
+    if (listed.size() < kListedIds) listed.push_back(e);
+  }
+  std::printf("  deep         %llu of %zu kept episodes with an all-zero mask on their labels, mask[1:n] (nothing to "
+              "train on)%s\n",
+              static_cast<unsigned long long>(all_zero), kept.size(),
+              all_zero > 0 ? (": episode ids " + id_list(listed, all_zero)).c_str() : "");
+}
+
+void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
+                   const std::string& name, Findings& found) {
   const fs::path dir = fs::path(o.dataset_dir) / name;
   std::printf("split %s (%s)\n", name.c_str(), dir.c_str());
   EpisodeSplitOptions options;
-  options.token_dtype = meta.token_dtype;
+  options.token_dtype = dtype;
   options.mask_dtype = meta.mask_dtype;
   options.want_mask = true;
   std::optional<EpisodeSplit> opened;
@@ -129,19 +284,22 @@ bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const s
     opened.emplace(EpisodeSplit::open(dir, options));
   } catch (const Error& e) {
     std::printf("  verdict      INVALID: %s\n", e.what());
-    throw;
+    found.refuse(e.kind(), e.what());
+    return;
   }
   const EpisodeSplit& split = *opened;
-  found.episodes = true;
+  const std::vector<std::uint64_t> kept = kept_episodes(split, kMinEpisodeTokens);
   found.mask = found.mask || split.has_mask();
   found.dtype = split.token_dtype();
+  if (name == "train") found.train_kept = kept.size();
   const bool flat = split.shards().size() == 1 && split.shards().front().dir == dir;
   std::printf("  layout       %s, %zu shard%s\n", flat ? "flat (files directly in the split)" : "sharded",
               split.shards().size(), split.shards().size() == 1 ? "" : "s");
-  std::printf("  episodes     %llu (%llu with >= 2 tokens)\n", static_cast<unsigned long long>(split.num_episodes()),
-              static_cast<unsigned long long>(kept_episodes(split, 2).size()));
+  std::printf("  episodes     %llu (%zu with >= %llu tokens)\n", static_cast<unsigned long long>(split.num_episodes()),
+              kept.size(), static_cast<unsigned long long>(kMinEpisodeTokens));
   std::printf("  tokens       %llu, dtype %s%s\n", static_cast<unsigned long long>(split.total_tokens()),
-              to_string(split.token_dtype()), meta.token_dtype ? " (from dataset_metadata.json)" : " (inferred)");
+              to_string(split.token_dtype()),
+              meta.token_dtype ? " (from dataset_metadata.json)" : dtype ? " (from --token-dtype)" : " (inferred)");
   std::printf("  mask         %s\n", split.has_mask() ? to_string(*split.mask_dtype()) : "absent");
 
   std::vector<std::uint64_t> lengths;
@@ -155,90 +313,78 @@ bool inspect_split(const InspectOptions& o, const DatasetMetadata& meta, const s
                 static_cast<unsigned long long>(percentile(lengths, 0.99)),
                 static_cast<unsigned long long>(lengths.back()));
   }
-
-  if (o.block_size > 0) report_truncation_and_packing(o, meta, split);
-
-  bool ok = true;
-  if (o.deep) {
-    std::uint64_t out_of_vocab = 0, all_zero_mask = 0;
-    std::optional<std::uint64_t> first_bad;
-    for (std::size_t s = 0; s < split.shards().size(); ++s) {
-      const EpisodeShard& shard = split.shards()[s];
-      if (meta.vocab_size) {
-        for (std::uint64_t i = 0; i < shard.token_count; ++i) {
-          if (split.token_at(s, i) >= static_cast<std::uint64_t>(*meta.vocab_size)) {
-            ++out_of_vocab;
-            if (!first_bad) first_bad = i;
-          }
-        }
-      }
-    }
-    if (split.has_mask()) {
-      std::vector<float> mask;
-      for (std::uint64_t e = 0; e < split.num_episodes(); ++e) {
-        mask.resize(static_cast<std::size_t>(split.spans()[e].length));
-        split.read_mask(e, 0, mask.size(), mask.data());
-        if (std::all_of(mask.begin(), mask.end(), [](float v) { return v == 0.0f; })) ++all_zero_mask;
-      }
-    }
-    if (meta.vocab_size) {
-      std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
-                  static_cast<long long>(*meta.vocab_size),
-                  first_bad ? (" (first at token offset " + std::to_string(*first_bad) + ")").c_str() : "");
-      ok = out_of_vocab == 0;
-    } else {
-      std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
-    }
-    if (split.has_mask()) {
-      std::printf("  deep         %llu episodes with an all-zero mask (nothing to train on)\n",
-                  static_cast<unsigned long long>(all_zero_mask));
-    }
+  if (kept.empty()) {
+    // The loader refuses a split it can sample nothing from, whatever the config.
+    const std::string why = "no episode left after filtering: none of its " + std::to_string(split.num_episodes()) +
+                            " episodes has >= " + std::to_string(kMinEpisodeTokens) +
+                            " tokens (episode_min_tokens is at least 2)";
+    std::printf("  verdict      INVALID: %s\n", why.c_str());
+    found.refuse(ErrorKind::format, "split '" + dir.string() + "' has " + why);
+    return;
   }
-  std::printf("  verdict      %s\n", ok ? "ok" : "INVALID: token ids out of vocabulary");
-  return ok;
+  if (o.block_size > 0) report_truncation_and_packing(o, meta, name, split, kept, found);
+  const bool bad_before = found.bad_token_ids;
+  if (o.deep) deep_check_episodes(meta, split, kept, found);
+  std::printf("  verdict      %s\n", found.bad_token_ids && !bad_before ? "INVALID: token ids out of vocabulary" : "ok");
 }
 
-bool inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
-                          Findings& found) {
+void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
+                          const std::string& name, Findings& found) {
   std::printf("split %s (token stream)\n", name.c_str());
   std::optional<TokenStreamSplit> opened;
   try {
-    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, meta.token_dtype));
+    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, dtype));
   } catch (const Error& e) {
     std::printf("  verdict      INVALID: %s\n", e.what());
-    throw;
+    found.refuse(e.kind(), e.what());
+    return;
   }
   const TokenStreamSplit& split = *opened;
-  found.stream = true;
-  found.dtype = split.common_dtype();
+  std::vector<std::uint64_t> file_tokens;
   for (const StreamFile& f : split.files()) {
-    if (f.map.path().extension() == ".bin") found.dtype_needed = true;
+    file_tokens.push_back(f.tokens);
+    if (f.map.path().extension() == ".bin" && !meta.token_dtype) found.bin_dtype = f.dtype;
   }
+  found.stream_files.push_back(file_tokens);
   std::printf("  layout       %s, %zu file%s\n", split.flat() ? ("flat (" + name + ".bin)").c_str() : "sharded",
               split.files().size(), split.files().size() == 1 ? "" : "s");
   for (const StreamFile& f : split.files()) {
-    std::printf("  file         %s: %llu tokens, %s\n", f.map.path().filename().c_str(),
-                static_cast<unsigned long long>(f.tokens), to_string(f.dtype));
+    const bool bin = f.map.path().extension() == ".bin";
+    std::printf("  file         %s: %llu tokens, %s%s\n", f.map.path().filename().c_str(),
+                static_cast<unsigned long long>(f.tokens), to_string(f.dtype),
+                !bin ? " (from its .npy header)" : meta.token_dtype ? " (from dataset_metadata.json)" : " (from --token-dtype)");
   }
   std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
+  const std::uint64_t largest = *std::max_element(file_tokens.begin(), file_tokens.end());
+  std::optional<std::string> refusal;  // why the loader would refuse this split
   if (o.block_size > 0) {
     const auto block = static_cast<std::size_t>(o.block_size);
+    const std::uint64_t starts = TokenStreamBatchSource::sample_count(split, block, SamplingMode::random);
     std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
                 static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
-                static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::random)));
+                static_cast<unsigned long long>(starts));
+    if (starts == 0) {
+      refusal = "no file holds one window of block_size + 1 = " + std::to_string(block + 1) +
+                " tokens (the largest holds " + std::to_string(largest) + ")";
+    }
+  } else if (largest < 2) {
+    refusal = "no file holds 2 tokens, the window of the smallest block_size (1)";
   }
   std::optional<std::int64_t> eos = o.eos_id >= 0 ? std::optional<std::int64_t>(o.eos_id)
                                                   : (meta.eos_token_id ? meta.eos_token_id : meta.eot_token_id);
-  bool ok = true;
-  std::uint64_t out_of_vocab = 0;
+  bool bad_ids = false;
   if (eos || (o.deep && meta.vocab_size)) {
     // One pass over every token: document lengths and, with --deep, the vocabulary check.
     std::vector<std::uint64_t> lengths;
-    std::uint64_t current = 0;
+    std::uint64_t current = 0, out_of_vocab = 0;
+    std::optional<std::pair<std::size_t, std::uint64_t>> first_bad;  // (file, token offset)
     for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
       for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
         const std::uint32_t t = split.token_at(fi, i);
-        if (o.deep && meta.vocab_size && t >= static_cast<std::uint64_t>(*meta.vocab_size)) ++out_of_vocab;
+        if (o.deep && meta.vocab_size && t >= static_cast<std::uint64_t>(*meta.vocab_size)) {
+          ++out_of_vocab;
+          if (!first_bad) first_bad.emplace(fi, i);
+        }
         ++current;
         if (eos && t == static_cast<std::uint64_t>(*eos)) {
           lengths.push_back(current);
@@ -260,69 +406,202 @@ bool inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
       }
     }
     if (o.deep && meta.vocab_size) {
-      std::printf("  deep         %llu tokens >= vocab_size %lld\n", static_cast<unsigned long long>(out_of_vocab),
-                  static_cast<long long>(*meta.vocab_size));
-      ok = out_of_vocab == 0;
+      std::string where;
+      if (first_bad) {
+        const auto [fi, offset] = *first_bad;
+        where = " (first: token " + std::to_string(split.token_at(fi, offset)) + " at token offset " +
+                std::to_string(offset) + " of '" + split.files()[fi].map.path().string() + "')";
+      }
+      std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
+                  static_cast<long long>(*meta.vocab_size), where.c_str());
+      bad_ids = out_of_vocab > 0;
     }
   } else {
     std::printf("  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
   }
   if (o.deep && !meta.vocab_size) std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
-  std::printf("  verdict      %s\n", ok ? "ok" : "INVALID: token ids out of vocabulary");
-  return ok;
+  found.bad_token_ids = found.bad_token_ids || bad_ids;
+  if (refusal) {
+    std::printf("  verdict      INVALID: %s%s\n", refusal->c_str(),
+                o.block_size > 0 ? "; the loader refuses this split at this block_size" : "");
+    found.refuse(ErrorKind::format, "split '" + name + "' of '" + o.dataset_dir + "': " + *refusal);
+    return;
+  }
+  std::printf("  verdict      %s\n", bad_ids ? "INVALID: token ids out of vocabulary" : "ok");
 }
 
-// A ready-to-use <training> element for what inspect found.
-void print_config(const InspectOptions& o, const DatasetMetadata& meta, const Findings& found) {
-  const long block = o.block_size > 0 ? o.block_size : 1024;
+// The block size of a token-stream snippet without --block-size: the largest power of two
+// up to 1024 that gives every split a batch's worth of whole (non-overlapping) windows, one
+// per row, so that epoch sampling forms a batch too; else the largest that leaves every
+// split one window start (enough for random sampling); 0 when not even block 1 fits.
+long stream_block_size(const Findings& found, std::string& why) {
+  const auto fits = [&](std::uint64_t block, bool per_batch) {
+    for (const std::vector<std::uint64_t>& files : found.stream_files) {
+      std::uint64_t windows = 0, starts = 0;
+      for (const std::uint64_t n : files) {
+        windows += n / (block + 1);
+        starts += n > block ? n - block : 0;
+      }
+      if (per_batch ? windows < static_cast<std::uint64_t>(kSnippetBatchSize) : starts == 0) return false;
+    }
+    return true;
+  };
+  for (const bool per_batch : {true, false}) {
+    for (long block = kSnippetBlockSize; block >= 1; block /= 2) {
+      if (!fits(static_cast<std::uint64_t>(block), per_batch)) continue;
+      if (block == kSnippetBlockSize && per_batch) {
+        why = "assumed, no --block-size given";
+      } else {
+        why = "chosen, no --block-size given: the largest power of two up to " + std::to_string(kSnippetBlockSize) +
+              (per_batch ? " with " + std::to_string(kSnippetBatchSize) + " whole windows (one per batch row) in every split"
+                         : " with one window in every split (too short for a batch of whole windows)");
+      }
+      return block;
+    }
+  }
+  return 0;
+}
+
+// A ready-to-use <training> element for what inspect found, checked against what the
+// loader needs: train forms one batch, and a token stream has a window in every split.
+void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout mode, const Findings& found) {
+  const bool episodes = mode == Layout::episodes;
+  long block = o.block_size;
+  std::string block_note;
+  if (block == 0 && episodes) {
+    block = kSnippetBlockSize;
+    block_note = "assumed, no --block-size given: longer episodes are truncated (see inspect --block-size)";
+  } else if (block == 0) {
+    block = stream_block_size(found, block_note);
+  }
+  // Epoch sampling with epoch_drop_last needs one whole batch in train.
+  long batch = kSnippetBatchSize;
+  std::string batch_note;
+  const std::uint64_t units = !episodes ? 0 : o.packed ? found.train_packed_rows : found.train_kept;
+  if (episodes && units < static_cast<std::uint64_t>(batch)) {
+    batch = static_cast<long>(units);
+    batch_note = "train has only " + std::to_string(units) + (o.packed ? " packed rows" : " kept episodes");
+  }
+  const auto note = [](const std::string& text) { return text.empty() ? std::string() : "  <!-- " + xml_escape(text) + " -->"; };
   std::printf("\n<training>\n");
-  std::printf("  <dataset_dir>%s</dataset_dir>\n", fs::absolute(o.dataset_dir).lexically_normal().c_str());
-  std::printf("  <dataset_mode>%s</dataset_mode>\n", found.episodes ? "sft_episode" : "token_stream");
-  std::printf("  <batch_size>8</batch_size>\n");
-  std::printf("  <block_size>%ld</block_size>\n", block);
-  if (found.episodes) {
+  std::printf("  <dataset_dir>%s</dataset_dir>\n", xml_escape(fs::absolute(o.dataset_dir).lexically_normal().string()).c_str());
+  std::printf("  <dataset_mode>%s</dataset_mode>\n", !episodes ? "token_stream" : o.packed ? "sft_packed" : "sft_episode");
+  std::printf("  <batch_size>%ld</batch_size>%s\n", batch, note(batch_note).c_str());
+  std::printf("  <block_size>%ld</block_size>%s\n", block, note(block_note).c_str());
+  if (episodes) {
     std::printf("  <batch_sampling_mode>epoch</batch_sampling_mode>\n");
     std::printf("  <use_loss_mask>%s</use_loss_mask>\n", found.mask ? "true" : "false");
     if (!meta.eot_token_id && !meta.eos_token_id) std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
+    if (o.packed) {
+      // The settings the packing efficiency above was measured with.
+      std::printf("  <truncation>%s</truncation>\n", to_string(o.truncation));
+      std::printf("  <pack_lookahead>%ld</pack_lookahead>\n", o.pack_lookahead);
+      std::printf("  <epoch_seed>%ld</epoch_seed>\n", o.seed);
+    }
   } else {
     std::printf("  <batch_sampling_mode>random</batch_sampling_mode>\n");
     const bool eos_known = o.eos_id >= 0 || meta.eos_token_id || meta.eot_token_id;
     std::printf("  <document_aware>%s</document_aware>\n", eos_known ? "true" : "false");
     if (o.eos_id >= 0) std::printf("  <eos_token_id>%ld</eos_token_id>\n", o.eos_id);
   }
-  if (found.dtype && !meta.token_dtype && (found.episodes || found.dtype_needed)) {
-    std::printf("  <token_dtype>%s</token_dtype>\n", to_string(*found.dtype));
-  }
+  // The dtype when the dataset does not record it: inferred from (or given for) episode
+  // files, or given with --token-dtype for .bin stream files (.npy files carry their own).
+  const std::optional<TokenDtype> unrecorded = meta.token_dtype ? std::nullopt : episodes ? found.dtype : found.bin_dtype;
+  if (unrecorded) std::printf("  <token_dtype>%s</token_dtype>\n", to_string(*unrecorded));
   std::printf("</training>\n");
 }
 
+// Combinations that make no sense whatever the dataset: refused before reading it.
+void check_options(const InspectOptions& o) {
+  if (o.packed && o.block_size == 0) {
+    throw Error(ErrorKind::usage, "inspect --packed needs --block-size T: packing fills rows of T positions");
+  }
+  if (o.packing_option_given && !o.packed) {
+    throw Error(ErrorKind::usage, "inspect --pack-lookahead, --truncation and --seed describe the packing that --packed "
+                                  "reports; add --packed --block-size T");
+  }
+}
+
 void inspect(const InspectOptions& o) {
+  check_options(o);
+  const fs::path root(o.dataset_dir);
   std::error_code ec;
-  if (!fs::is_directory(o.dataset_dir, ec)) {
+  if (!fs::is_directory(root, ec)) {
     throw Error(ErrorKind::io, "dataset directory '" + o.dataset_dir + "' does not exist");
   }
-  const DatasetMetadata meta = read_dataset_metadata(o.dataset_dir);
-  std::printf("dataset %s%s\n", o.dataset_dir.c_str(), meta.present ? "" : " (no dataset_metadata.json)");
-  bool any = false, ok = true;
-  Findings found;
-  for (const char* name : {"train", "val"}) {
-    const fs::path dir = fs::path(o.dataset_dir) / name;
-    if (EpisodeSplit::looks_like_episode_split(dir) ||
-        (fs::is_directory(dir, ec) && !TokenStreamSplit::has_split(o.dataset_dir, name))) {
-      any = true;
-      ok = inspect_split(o, meta, name, found) && ok;
-    } else if (TokenStreamSplit::has_split(o.dataset_dir, name)) {
-      any = true;
-      ok = inspect_stream_split(o, meta, name, found) && ok;
-    }
+  const DatasetMetadata meta = read_dataset_metadata(root);
+  const std::string metadata_file = (root / "dataset_metadata.json").string();
+
+  // The token dtype as the loader takes it: the metadata's, else the one given (which must
+  // not contradict the metadata), else inferred (episodes) or read from .npy headers.
+  const std::optional<TokenDtype> given = o.token_dtype.empty() ? std::nullopt : parse_token_dtype(o.token_dtype);
+  if (given && meta.token_dtype && *given != *meta.token_dtype) {
+    throw Error(ErrorKind::usage, "--token-dtype is " + o.token_dtype + " but '" + metadata_file + "' says " +
+                                      to_string(*meta.token_dtype) + "; drop the option or fix the metadata");
   }
-  if (!any) {
+  const std::optional<TokenDtype> dtype = meta.token_dtype ? meta.token_dtype : given;
+
+  // Which splits the loader reads, and how: the layout of train decides (as dataset_mode's
+  // auto-detection does), and val is read in the same layout when it has one. Without a
+  // train split, val is still described, but the dataset cannot be loaded.
+  const Layout train = layout_of(root, "train");
+  const Layout mode = train != Layout::none ? train : layout_of(root, "val");
+  if (mode == Layout::none) {
     throw Error(ErrorKind::io, "dataset directory '" + o.dataset_dir +
                                    "' has no train or val split (episode-indexed train/, or train.bin / train/*.bin / "
                                    "train/*.npy)");
   }
-  if (o.print_config) print_config(o, meta, found);
-  if (!ok) throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");
+  std::vector<std::string> splits;
+  if (train != Layout::none) splits.push_back("train");
+  const bool val = mode == Layout::episodes ? fs::exists(root / "val", ec) : TokenStreamSplit::has_split(root, "val");
+  if (val) splits.push_back("val");
+
+  if (o.packed && mode == Layout::stream) {
+    throw Error(ErrorKind::usage, "inspect --packed reports how sft_packed packs the episodes of an episode-indexed "
+                                  "dataset, but '" + o.dataset_dir + "' is a token stream");
+  }
+  if (o.packed && o.truncation == Truncation::drop_oldest_turns && !meta.special_tokens) {
+    throw Error(ErrorKind::usage, "inspect --truncation drop_oldest_turns finds turns from the chat template's ids, but '" +
+                                      metadata_file + "' has no special_tokens (tokenfeed prepare records them)");
+  }
+  if (mode == Layout::stream && !dtype) {
+    for (const std::string& name : splits) {
+      if (const auto bin = first_bin_file(root, name)) {
+        throw Error(ErrorKind::usage, "'" + bin->string() + "': a .bin token file does not record its dtype, and " +
+                                          (meta.present ? "'" + metadata_file + "' has no token_dtype"
+                                                        : "the dataset has no dataset_metadata.json") +
+                                          "; pass --token-dtype uint16 or uint32");
+      }
+    }
+  }
+
+  std::printf("dataset %s%s\n", o.dataset_dir.c_str(), meta.present ? "" : " (no dataset_metadata.json)");
+  Findings found;
+  for (const std::string& name : splits) {
+    if (mode == Layout::episodes) {
+      inspect_split(o, meta, dtype, name, found);
+    } else {
+      inspect_stream_split(o, meta, dtype, name, found);
+    }
+  }
+  if (mode == Layout::episodes && !val && TokenStreamSplit::has_split(root, "val")) {
+    std::printf("split val      ignored: val.bin is a token stream; an episode-indexed dataset reads val/ only\n");
+  }
+  if (mode == Layout::stream && !val && fs::exists(root / "val", ec)) {
+    std::printf("split val      ignored: val/ holds no *.bin or *.npy token files\n");
+  }
+  if (train == Layout::none) {
+    const std::string why = "no train split: the loader needs " +
+                            std::string(mode == Layout::episodes ? "train/" : "train.bin or train/ with *.bin / *.npy");
+    std::printf("dataset      INVALID: %s\n", why.c_str());
+    found.refuse(ErrorKind::io, "dataset '" + o.dataset_dir + "' has " + why);
+  }
+  // A snippet for a dataset the loader refuses would only fail later.
+  if (o.print_config && !found.refused) print_config(o, meta, mode, found);
+  if (found.refused) throw Error(found.refused->kind, found.refused->message);
+  if (found.bad_token_ids) {
+    throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");
+  }
 }
 
 }  // namespace
@@ -331,18 +610,34 @@ void add_inspect_command(CLI::App& app) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand("inspect", "Describe and validate a dataset (episode-indexed or token stream)");
   cmd->add_option("dataset_dir", options->dataset_dir, "Dataset directory (holding train/ and val/)")->required();
-  cmd->add_option("--block-size", options->block_size, "Report what truncation to this block size would drop")
+  cmd->add_option("--block-size", options->block_size,
+                  "Report what truncation to this block size would drop (episodes), or the windows it gives (token "
+                  "streams); also the snippet's block_size")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--deep", options->deep, "Also check every token against vocab_size and flag all-zero masks");
   cmd->add_option("--eos-id", options->eos_id, "End-of-text id for counting documents in a token stream")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--token-dtype", options->token_dtype,
+                  "Token dtype of .bin files when dataset_metadata.json does not record it (nanoGPT train.bin/val.bin)")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
   cmd->add_flag("--print-config", options->print_config, "Print a ready-to-use <training> config for this dataset");
   cmd->add_flag("--packed", options->packed,
                 "With --block-size: the packing efficiency of sft_packed against padded sft_episode rows");
-  cmd->add_option("--pack-lookahead", options->pack_lookahead, "The packer's lookahead for --packed")
-      ->check(CLI::Range(1, 65536))
-      ->capture_default_str();
-  cmd->callback([options] { inspect(*options); });
+  CLI::Option* lookahead = cmd->add_option("--pack-lookahead", options->pack_lookahead, "--packed: the packer's lookahead")
+                               ->check(CLI::Range(1, 65536))
+                               ->capture_default_str();
+  auto truncation_name = std::make_shared<std::string>("right");
+  CLI::Option* truncation = cmd->add_option("--truncation", *truncation_name, "--packed: how long episodes are cut")
+                                ->check(CLI::IsMember({"right", "drop_oldest_turns"}))
+                                ->capture_default_str();
+  CLI::Option* seed = cmd->add_option("--seed", options->seed, "--packed: epoch_seed (epoch 0's order)")
+                          ->check(CLI::Range(0L, 4294967295L))
+                          ->capture_default_str();
+  cmd->callback([options, truncation_name, lookahead, truncation, seed] {
+    options->truncation = *truncation_name == "right" ? Truncation::right : Truncation::drop_oldest_turns;
+    options->packing_option_given = lookahead->count() + truncation->count() + seed->count() > 0;
+    inspect(*options);
+  });
 }
 
 }  // namespace tokenfeed::cli

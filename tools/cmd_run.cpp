@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,24 @@
 
 namespace tokenfeed::cli {
 namespace {
+
+// Positions of a batch that carry loss, in every mode: the nonzero token weights when the
+// contract fields are there. Without them (contract_fields=false) the mode's own view says
+// it: the mask when on (0 on padding); else the labels that are not ignore_index (token
+// streams, where y is the labels); else every real position (sft_episode without a mask
+// trains on every label it has).
+std::size_t trained_positions(const Batch& b, std::int64_t ignore_index) {
+  const auto nonzero = [](std::span<const float> v) {
+    return static_cast<std::size_t>(std::count_if(v.begin(), v.end(), [](float w) { return w != 0.0f; }));
+  };
+  if (!b.token_weights().empty()) return nonzero(b.token_weights());
+  if (b.has_mask()) return nonzero(b.mask());
+  if (!b.labels().empty()) {
+    return static_cast<std::size_t>(
+        std::count_if(b.labels().begin(), b.labels().end(), [ignore_index](std::int64_t l) { return l != ignore_index; }));
+  }
+  return b.real_positions();
+}
 
 struct RunOptions {
   std::string config;
@@ -36,32 +55,30 @@ void run(const RunOptions& o) {
                 *c.batch_sampling_mode == SamplingMode::epoch ? "windows per epoch" : "window starts",
                 c.document_aware ? "true" : "false");
   } else {
-    std::printf("split     %s: %llu episodes (%llu kept), %llu tokens, %llu shards, mask=%s, %llu batches/epoch\n",
-                info.name.c_str(), static_cast<unsigned long long>(info.episodes),
-                static_cast<unsigned long long>(info.kept_episodes), static_cast<unsigned long long>(info.tokens),
-                static_cast<unsigned long long>(info.shards), info.mask ? "on" : "off",
-                static_cast<unsigned long long>(info.batches_per_epoch));
+    // Packed epochs differ in row count: the figure is the current epoch's.
+    const std::string per_epoch = std::to_string(info.batches_per_epoch) +
+                                  (c.dataset_mode == DatasetMode::sft_packed ? " batches in this epoch (packed epochs vary)"
+                                                                             : " batches/epoch");
+    std::printf("split     %s: %llu episodes (%llu kept), %llu tokens, %llu shards, mask=%s, %s\n", info.name.c_str(),
+                static_cast<unsigned long long>(info.episodes), static_cast<unsigned long long>(info.kept_episodes),
+                static_cast<unsigned long long>(info.tokens), static_cast<unsigned long long>(info.shards),
+                info.mask ? "on" : "off", per_epoch.c_str());
   }
-  std::printf("shape     %lld x %lld, sampling=%s, prefetch_depth=%lld, decode_threads=%lld, opened in %.1f ms\n",
+  const std::string depth = c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth);
+  std::printf("shape     %lld x %lld, sampling=%s, prefetch_depth=%s, decode_threads=%lld, opened in %.1f ms\n",
               static_cast<long long>(c.batch_size), static_cast<long long>(c.block_size),
-              to_string(*c.batch_sampling_mode), static_cast<long long>(c.prefetch_depth),
-              static_cast<long long>(c.decode_threads), open_ms);
+              to_string(*c.batch_sampling_mode), depth.c_str(), static_cast<long long>(c.decode_threads), open_ms);
 
-  unsigned long long real_tokens = 0, trained = 0, fill_rows = 0;
+  // Real positions hold an episode's or a window's tokens (the pad id can also be a real
+  // token, so x is not compared with it); trained ones carry loss.
+  unsigned long long real_positions = 0, trained = 0, fill_rows = 0;
   std::uint64_t last_epoch = 0;
   const auto start = Clock::now();
   for (long i = 0; i < o.batches; ++i) {
     Batch b = loader.get_batch(o.split);
-    const auto x = b.x();
-    const auto m = b.mask();
-    for (const std::int64_t id : b.episode_ids()) fill_rows += id < 0 ? 1 : 0;
-    if (stream) {
-      real_tokens += x.size();  // windows are never padded
-    } else {
-      const auto pad = *c.pad_token_id;
-      real_tokens += static_cast<unsigned long long>(std::count_if(x.begin(), x.end(), [pad](std::int64_t t) { return t != pad; }));
-    }
-    for (const float v : m) trained += v != 0.0f ? 1 : 0;
+    fill_rows += b.rows() - b.real_rows();
+    real_positions += b.real_positions();
+    trained += trained_positions(b, c.ignore_index);
     last_epoch = b.epoch();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -70,8 +87,8 @@ void run(const RunOptions& o) {
   std::printf("streamed  %ld batches (through epoch %llu) in %.3f s: %.0f batches/s, %.3g positions/s\n", o.batches,
               static_cast<unsigned long long>(last_epoch), seconds, static_cast<double>(o.batches) / seconds,
               positions / seconds);
-  std::printf("content   %.1f%% non-pad input positions, %llu trained (mask=1) positions, %llu fill rows\n",
-              100.0 * static_cast<double>(real_tokens) / positions, trained, fill_rows);
+  std::printf("content   %llu real positions (%.1f%%), %llu trained positions (nonzero loss weight), %llu fill rows\n",
+              real_positions, 100.0 * static_cast<double>(real_positions) / positions, trained, fill_rows);
   std::printf("waits     %llu of %llu get_batch calls waited; mean wait %.1f us, max %.1f us\n",
               static_cast<unsigned long long>(stats.waits), static_cast<unsigned long long>(stats.batches),
               stats.batches ? stats.total_wait_us / static_cast<double>(stats.batches) : 0.0, stats.max_wait_us);

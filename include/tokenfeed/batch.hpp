@@ -20,9 +20,13 @@
 //                         [cu_seqlens[i], cu_seqlens[i+1]); a row's trailing padding is a
 //                         sequence of its own (with weight 0), so the last entry is rows*cols
 //
-// With Config::contract_fields false (sft_episode, token_stream), labels, token_weights,
-// cu_seqlens and position_ids (unless document-aware) are empty, and num_sequences() and
-// max_seqlen() are 0; the mode's own view below is unchanged.
+// With Config::contract_fields false (not allowed for sft_packed), token_weights and
+// cu_seqlens are empty and num_sequences() and max_seqlen() are 0 in every mode; the mode's
+// own view below and real_positions() are unchanged. What differs by mode:
+//   sft_episode   labels and position_ids are empty too.
+//   token_stream  labels is still filled: it is y, the same memory (ignore_index where a
+//                 document-aware label crosses a document). position_ids is filled, with
+//                 doc_ids, when document-aware, and empty otherwise.
 //
 // The episode mode's own view is kept as it was: x (== tokens), y (the raw next tokens,
 // pad on padding), mask (float32 aligned to y; empty when off). In sft_packed and

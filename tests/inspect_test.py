@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `tokenfeed inspect` against what the loader really does, and of the
+content line of `tokenfeed run`:
+
+- the README's nanoGPT example: inspect --print-config on a plain train.bin/val.bin, the
+  snippet written to a config and dumped; the block size chosen without --block-size;
+- inspect --packed reproduces what a sft_packed run with the same truncation, seed and
+  lookahead packs (checked against the dump's segments), and its usage errors;
+- verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
+- --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
+  first out-of-vocabulary token located by file, offset and episode;
+- `run` reports trained positions from the loss weights in every mode.
+
+Usage: inspect_test.py PATH/TO/tokenfeed   (standard library only; run by ctest)"""
+import json
+import os
+import re
+import struct
+import tempfile
+
+from cli_support import check, finish, npy_values, run
+
+
+def write_npy_u16(path, tokens):
+    header = "{'descr': '<u2', 'fortran_order': False, 'shape': (%d,), }" % len(tokens)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1"))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def write_episodes(root, split, shards, with_mask=True):
+    """shards: a list of shards, each a list of (tokens, mask) episodes (uint16 / uint8)."""
+    for s, episodes in enumerate(shards):
+        d = os.path.join(root, split, f"shard_{s:05d}")
+        os.makedirs(d)
+        tokens, mask, index = bytearray(), bytearray(), bytearray()
+        for ep_tokens, ep_mask in episodes:
+            index += struct.pack("<QQ", len(tokens) // 2, len(ep_tokens))
+            tokens += struct.pack(f"<{len(ep_tokens)}H", *ep_tokens)
+            mask += bytes(ep_mask)
+        for name, content in (("tokens.bin", tokens), ("episodes.idx", index)) + ((("mask.bin", mask),) if with_mask else ()):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(content)
+
+
+def write_config(path, dataset_dir, **keys):
+    with open(path, "w") as f:
+        f.write(f"<training><dataset_dir>{dataset_dir}</dataset_dir><audit_log_dir></audit_log_dir>")
+        f.write("".join(f"<{k}>{v}</{k}>" for k, v in keys.items()))
+        f.write("</training>")
+
+
+def snippet(stdout):
+    """The <training> element of --print-config, as README's `sed -n '/^<training>/,/^<\\/training>/p'` keeps it."""
+    lines, inside = [], False
+    for line in stdout.splitlines():
+        inside = inside or line.startswith("<training>")
+        if inside:
+            lines.append(line)
+        if line.startswith("</training>"):
+            break
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def expect_usage_error(result, what, *needles, status=2):
+    lines = result.stderr.strip().splitlines()
+    check(result.returncode == status, f"{what}: exit status {result.returncode}, expected {status}: {result.stderr!r}")
+    check(len(lines) == 1, f"{what}: expected one line on stderr, got {lines!r}")
+    for needle in needles:
+        check(needle in result.stderr, f"{what}: stderr should name {needle!r}: {result.stderr!r}")
+
+
+def stream_tokens(n, seed):
+    """n uint16 tokens with an end-of-text 0 every 5..40 tokens."""
+    out, state = [], seed
+    while len(out) < n:
+        state = (state * 1103515245 + 12345) % 2**31
+        out += [1 + (state >> 8) % 400 for _ in range(5 + state % 36)] + [0]
+    return out[:n]
+
+
+def test_nanogpt_example(tmp):
+    data = os.path.join(tmp, "owt")
+    os.makedirs(data)
+    train, val = stream_tokens(5000, 1), stream_tokens(1000, 2)
+    for name, tokens in (("train.bin", train), ("val.bin", val)):
+        with open(os.path.join(data, name), "wb") as f:
+            f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+    # No metadata and no --token-dtype: a usage error that says what to pass.
+    r = run("inspect", data, "--block-size", "16", "--eos-id", "0", "--print-config")
+    expect_usage_error(r, "inspect .bin without a dtype", "train.bin", "--token-dtype")
+    check(r.stdout == "", f"nothing is reported before the usage error: {r.stdout!r}")
+
+    # README: inspect --print-config | keep the <training> element > owt.xml; dump it.
+    r = run("inspect", data, "--block-size", "16", "--eos-id", "0", "--token-dtype", "uint16", "--print-config")
+    check(r.returncode == 0, f"inspect --token-dtype: {r.stderr}")
+    for needle in ("file         train.bin: 5000 tokens, uint16 (from --token-dtype)", "verdict      ok"):
+        check(needle in r.stdout, f"nanoGPT inspect lacks {needle!r}: {r.stdout}")
+    xml = snippet(r.stdout)
+    for needle in ("<dataset_mode>token_stream</dataset_mode>", "<block_size>16</block_size>",
+                   "<document_aware>true</document_aware>", "<eos_token_id>0</eos_token_id>",
+                   "<token_dtype>uint16</token_dtype>"):
+        check(needle in xml, f"nanoGPT snippet lacks {needle!r}: {xml}")
+    config = os.path.join(tmp, "owt.xml")
+    with open(config, "w") as f:
+        f.write(xml)
+    out = os.path.join(tmp, "owt_batches")
+    r = run("dump", "--config", config, "--batches", "4", "--out", out, cwd=tmp)
+    check(r.returncode == 0, f"dump of the inspect snippet: {r.stderr}")
+    if r.returncode == 0:
+        _, shape, x = npy_values(os.path.join(out, "x.npy"))
+        _, _, starts = npy_values(os.path.join(out, "window_ids.npy"))
+        check(shape == (32, 16), f"snippet batches are 8 x 16: {shape}")
+        for row, start in enumerate(starts):
+            check(list(x[row * 16:(row + 1) * 16]) == train[start:start + 16], f"snippet row {row} is its window")
+
+    # A dtype the metadata contradicts is refused, as the loader refuses it.
+    with open(os.path.join(data, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16"}, f)
+    expect_usage_error(run("inspect", data, "--token-dtype", "uint32"), "--token-dtype against the metadata",
+                       "--token-dtype is uint32", "uint16")
+    r = run("inspect", data, "--print-config")
+    check(r.returncode == 0 and "<token_dtype>" not in snippet(r.stdout),
+          f"no <token_dtype> line when the metadata records it: {r.stdout}")
+    os.remove(os.path.join(data, "dataset_metadata.json"))
+
+    # Without --block-size: val's 1000 tokens hold no 1025-token window, so the snippet picks
+    # the largest power of two giving every split 8 whole windows (64: 1000 // 65 = 15,
+    # 1000 // 129 = 7), says so, and loads.
+    r = run("inspect", data, "--token-dtype", "uint16", "--print-config")
+    xml = snippet(r.stdout)
+    check(r.returncode == 0 and "<block_size>64</block_size>" in xml and "no --block-size given" in xml,
+          f"block size chosen to fit: {xml}")
+    with open(config, "w") as f:
+        f.write(xml)
+    r = run("dump", "--config", config, "--split", "val", "--batches", "1", "--out", os.path.join(tmp, "owt_val"), cwd=tmp)
+    check(r.returncode == 0, f"dump of the chosen block size (val): {r.stderr}")
+    # A block size that leaves val without a window is the loader's refusal, not "ok".
+    r = run("inspect", data, "--token-dtype", "uint16", "--block-size", "1024", "--print-config")
+    check(r.returncode == 4 and "INVALID: no file holds one window of block_size + 1 = 1025" in r.stdout,
+          f"val at block 1024 is refused: {r.returncode} {r.stdout}")
+    check("<training>" not in r.stdout, "no snippet for a block size the loader refuses")
+    write_config(config, data, batch_size=2, block_size=1024, token_dtype="uint16")
+    check(run("dump", "--config", config, "--out", os.path.join(tmp, "x")).returncode == 4,
+          "the loader refuses val at block 1024 too")
+
+    # .npy shards carry their dtype: no --token-dtype needed, no <token_dtype> line.
+    npy = os.path.join(tmp, "npy")
+    os.makedirs(os.path.join(npy, "train"))
+    long_stream = stream_tokens(20000, 3)  # 9 whole 1025-token windows in each file
+    write_npy_u16(os.path.join(npy, "train", "part_0.npy"), long_stream[:10000])
+    write_npy_u16(os.path.join(npy, "train", "part_1.npy"), long_stream[10000:])
+    r = run("inspect", npy, "--print-config")
+    xml = snippet(r.stdout)
+    check(r.returncode == 0 and "(from its .npy header)" in r.stdout and "<token_dtype>" not in xml
+          and "<block_size>1024</block_size>  <!-- assumed" in xml, f".npy shards: {r.stdout}")
+
+
+def chat_episode(exchanges, filler):
+    """[SYS x EOT] then `exchanges` of [USR . . EOT][AST . . . EOT], masked on the assistant."""
+    SYS, USR, AST, EOT = 90, 91, 92, 94
+    tokens, mask = [SYS, filler, EOT], [0, 0, 0]
+    for k in range(exchanges):
+        tokens += [USR, filler, k + 1, EOT, AST, filler, k + 2, k + 3, EOT]
+        mask += [0, 0, 0, 0, 0, 1, 1, 1, 1]
+    return tokens, mask
+
+
+def test_packed(tmp):
+    data = os.path.join(tmp, "chat")
+    episodes = [chat_episode(1 + (e * 7) % 6, 100 + e) for e in range(90)] + [([5, 6], [0, 1])] * 30
+    write_episodes(data, "train", [episodes])
+    with open(os.path.join(data, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 94,
+                   "special_tokens": {"system": 90, "user": 91, "assistant": 92, "tool": 93, "eot": 94}}, f)
+    T = 24
+    packing = re.compile(r"packing      sft_packed: (\d+) rows, (\d+) of (\d+) positions real")
+    rows_by_setting, positions_by_truncation = {}, {}
+    for truncation in ("right", "drop_oldest_turns"):
+        for lookahead in (2, 64):
+            for seed in (1, 2, 3, 1337):
+                what = f"--packed truncation={truncation} lookahead={lookahead} seed={seed}"
+                r = run("inspect", data, "--block-size", str(T), "--packed", "--truncation", truncation,
+                        "--pack-lookahead", str(lookahead), "--seed", str(seed))
+                m = packing.search(r.stdout)
+                check(r.returncode == 0 and m is not None, f"{what}: {r.returncode} {r.stdout} {r.stderr}")
+                if not m:
+                    continue
+                rows, positions = int(m.group(1)), int(m.group(2))
+                check(f"assumed: truncation={truncation}, epoch_seed={seed} (epoch 0's order), "
+                      f"pack_lookahead={lookahead}, episode_min_tokens=2" in r.stdout, f"{what}: assumptions: {r.stdout}")
+                rows_by_setting[(truncation, lookahead, seed)] = rows
+                positions_by_truncation.setdefault(truncation, set()).add(positions)
+                # The run: batch_size 1 and no drop_last, so epoch 0 is exactly `rows` batches.
+                config = os.path.join(tmp, "packed.xml")
+                write_config(config, data, dataset_mode="sft_packed", batch_size=1, block_size=T, use_loss_mask="true",
+                             epoch_drop_last="false", truncation=truncation, pack_lookahead=lookahead, epoch_seed=seed)
+                out = os.path.join(tmp, f"packed_{truncation}_{lookahead}_{seed}")
+                d = run("dump", "--config", config, "--batches", str(rows), "--out", out)
+                check(d.returncode == 0, f"{what}: dump: {d.stderr}")
+                if d.returncode != 0:
+                    continue
+                _, shape, seg = npy_values(os.path.join(out, "segments.npy"))
+                segments = [seg[5 * k:5 * k + 5] for k in range(shape[0])]
+                check(sorted(s[4] for s in segments) == list(range(len(episodes))),
+                      f"{what}: {rows} batches are exactly epoch 0 (every episode once)")
+                check(sum(s[3] for s in segments) == positions, f"{what}: the run packs {positions} real positions")
+    # The settings matter, so a report that ignored them could not match every run above.
+    check(len({tuple(v) for v in positions_by_truncation.values()}) == 2,
+          f"the truncation rules keep different positions: {positions_by_truncation}")
+    check(len({rows_by_setting[("right", 2, s)] for s in (1, 2, 3, 1337)}) > 1,
+          f"the seed changes the packing at lookahead 2: {rows_by_setting}")
+
+    # The snippet for --packed is the run the figure describes, and it loads.
+    r = run("inspect", data, "--block-size", str(T), "--packed", "--truncation", "drop_oldest_turns", "--seed", "7",
+            "--print-config")
+    xml = snippet(r.stdout)
+    for needle in ("<dataset_mode>sft_packed</dataset_mode>", "<truncation>drop_oldest_turns</truncation>",
+                   "<epoch_seed>7</epoch_seed>", "<pack_lookahead>64</pack_lookahead>", f"<block_size>{T}</block_size>"):
+        check(needle in xml, f"--packed snippet lacks {needle!r}: {xml}")
+    config = os.path.join(tmp, "packed_snippet.xml")
+    with open(config, "w") as f:
+        f.write(xml)
+    check(run("dump", "--config", config, "--batches", "2", "--out", os.path.join(tmp, "ps"), cwd=tmp).returncode == 0,
+          "the --packed snippet loads")
+
+    # Options that would be silently ignored are usage errors (exit 2).
+    expect_usage_error(run("inspect", data, "--packed"), "--packed without --block-size", "--block-size")
+    for option in (("--seed", "3"), ("--truncation", "drop_oldest_turns"), ("--pack-lookahead", "8")):
+        expect_usage_error(run("inspect", data, "--block-size", "8", *option), f"{option[0]} without --packed", "--packed")
+    stream = os.path.join(tmp, "owt")
+    expect_usage_error(run("inspect", stream, "--token-dtype", "uint16", "--block-size", "8", "--packed"),
+                       "--packed on a token stream", "token stream")
+    plain = os.path.join(tmp, "plain")
+    write_episodes(plain, "train", [episodes[:20]])
+    with open(os.path.join(plain, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 94}, f)
+    expect_usage_error(run("inspect", plain, "--block-size", "8", "--packed", "--truncation", "drop_oldest_turns"),
+                       "drop_oldest_turns without special_tokens", "special_tokens")
+
+
+def test_verdicts(tmp):
+    meta = {"token_dtype": "uint16", "eot_token_id": 0}
+    config = os.path.join(tmp, "verdict.xml")
+
+    def dataset(name, splits):
+        root = os.path.join(tmp, name)
+        for split, episodes in splits.items():
+            write_episodes(root, split, [episodes])
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+            json.dump(meta, f)
+        return root
+
+    good = [([1, 2, 3, 4], [0, 1, 1, 1])] * 10
+    for name, splits, status, needle in (
+            ("empty", {"train": []}, 4, "no episode left after filtering: none of its 0 episodes"),
+            ("one_token", {"train": [([7], [1])] * 5}, 4, "none of its 5 episodes has >= 2 tokens"),
+            ("empty_val", {"train": good, "val": []}, 4, "none of its 0 episodes"),
+            ("no_train", {"val": good}, 3, "no train split")):
+        root = dataset(name, splits)
+        r = run("inspect", root, "--print-config")
+        check(r.returncode == status, f"{name}: inspect exits {r.returncode}, expected {status}: {r.stdout} {r.stderr}")
+        check("INVALID" in r.stdout and needle in r.stdout, f"{name}: verdict: {r.stdout}")
+        check("<training>" not in r.stdout, f"{name}: no snippet for a dataset the loader refuses")
+        check(len(r.stderr.strip().splitlines()) == 1, f"{name}: one error line: {r.stderr!r}")
+        # The loader agrees: it refuses the same dataset.
+        write_config(config, root, batch_size=1, block_size=8)
+        check(run("dump", "--config", config, "--out", os.path.join(tmp, "v")).returncode != 0,
+              f"{name}: the loader refuses it too")
+    root = dataset("fine", {"train": good, "val": good[:3]})
+    r = run("inspect", root)
+    check(r.returncode == 0 and r.stdout.count("verdict      ok") == 2, f"a loadable dataset is ok: {r.stdout}")
+    # Fewer kept episodes than the snippet's batch: the snippet shrinks its batch to load.
+    r = run("inspect", root, "--print-config", "--block-size", "8")
+    xml = snippet(r.stdout)
+    check("<batch_size>8</batch_size>" in xml, f"10 kept episodes fit a batch of 8: {xml}")
+    small = dataset("small", {"train": good[:3]})
+    xml = snippet(run("inspect", small, "--print-config").stdout)
+    check("<batch_size>3</batch_size>" in xml and "<!-- assumed" in xml, f"3 kept episodes: batch 3: {xml}")
+    with open(config, "w") as f:
+        f.write(xml)
+    check(run("dump", "--config", config, "--out", os.path.join(tmp, "s"), cwd=tmp).returncode == 0,
+          "the small dataset's snippet loads")
+
+
+def test_deep(tmp):
+    root = os.path.join(tmp, "deep")
+    # Episodes 3 and 7 train on nothing although mask[0] is 1 (mask[0] aligns with no
+    # label); episode 5 is all zero; episode 9 trains on its last token only.
+    shard0 = [([1, 2, 3, 4, 5], [0, 1, 0, 1, 1]) for _ in range(10)]
+    for e in (3, 7):
+        shard0[e] = ([1, 2, 3, 4, 5], [1, 0, 0, 0, 0])
+    shard0[5] = ([1, 2, 3], [0, 0, 0])
+    shard0[9] = ([1, 2, 3], [0, 0, 1])
+    shard1 = [([10, 11, 12], [0, 1, 1]), ([20, 21, 60000, 23], [0, 1, 1, 1]), ([1], [1])]
+    write_episodes(root, "train", [shard0, shard1])
+    with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0, "vocab_size": 50000}, f)
+    r = run("inspect", root, "--deep")
+    check(r.returncode == 4, f"--deep with a bad id exits 4: {r.returncode}")
+    check("3 of 12 kept episodes with an all-zero mask on their labels, mask[1:n]" in r.stdout
+          and "episode ids 3, 5, 7\n" in r.stdout, f"all-zero masks on mask[1:n], by id: {r.stdout}")
+    where = os.path.join(root, "train", "shard_00001", "tokens.bin")
+    check(f"1 tokens >= vocab_size 50000 (first: token 60000 at token offset 5 of '{where}', episode 11 position 2)"
+          in r.stdout, f"the bad id is located by shard, offset and episode: {r.stdout}")
+
+
+def test_run_trained_positions(tmp):
+    trained = re.compile(r"content   (\d+) real positions \([\d.]+%\), (\d+) trained positions")
+
+    def content(config, batches):
+        r = run("run", "--config", config, "--batches", str(batches))
+        m = trained.search(r.stdout)
+        check(r.returncode == 0 and m is not None, f"run {config}: {r.stdout} {r.stderr}")
+        return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+
+    config = os.path.join(tmp, "run.xml")
+    # Token streams: every position is real; trained unless the label crosses a document.
+    data = os.path.join(tmp, "run_stream")
+    os.makedirs(data)
+    tokens = stream_tokens(3000, 5)
+    with open(os.path.join(data, "train.bin"), "wb") as f:
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+    B, T = 4, 16
+    windows = len(tokens) // (T + 1)
+    for contract in ("true", "false"):
+        write_config(config, data, batch_size=B, block_size=T, token_dtype="uint16", contract_fields=contract)
+        check(content(config, 10) == (10 * B * T, 10 * B * T), f"plain token stream, contract_fields={contract}")
+        # One shuffled epoch of document-aware windows: each end-of-text input loses its label.
+        write_config(config, data, batch_size=B, block_size=T, token_dtype="uint16", contract_fields=contract,
+                     document_aware="true", eos_token_id=0, batch_sampling_mode="epoch")
+        used = windows // B * B
+        eos_inputs = sum(tokens[w * (T + 1):w * (T + 1) + T].count(0) for w in range(windows))
+        real, got = content(config, windows // B)
+        check(real == used * T and eos_inputs > 0, f"document-aware: {real} real positions")
+        if used == windows:
+            check(got == used * T - eos_inputs, f"document-aware, contract_fields={contract}: {got} trained")
+        else:
+            check(used * T - eos_inputs <= got < used * T, f"document-aware, contract_fields={contract}: {got} trained")
+    # sft_episode over exactly one epoch (no shuffle): real = min(n - 1, T) per episode;
+    # trained = that without the mask, the mask's ones on those labels with it.
+    data = os.path.join(tmp, "run_sft")
+    episodes = [([1000 + p for p in range(3 + (e * 5) % 30)], [(p * e) % 3 == 0 for p in range(3 + (e * 5) % 30)])
+                for e in range(24)]
+    episodes = [(t, [int(v) for v in m]) for t, m in episodes]
+    write_episodes(data, "train", [episodes])
+    with open(os.path.join(data, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    real = sum(min(len(t) - 1, T) for t, _ in episodes)
+    masked = sum(sum(m[1:min(len(t), T + 1)]) for t, m in episodes)
+    for mask in ("false", "true"):
+        for contract in ("true", "false"):
+            write_config(config, data, batch_size=B, block_size=T, use_loss_mask=mask, contract_fields=contract,
+                         epoch_shuffle="false")
+            expected = (real, masked if mask == "true" else real)
+            check(content(config, len(episodes) // B) == expected,
+                  f"sft_episode mask={mask} contract_fields={contract}: expected {expected}")
+    # sft_packed without the mask trains on every real position.
+    write_config(config, data, dataset_mode="sft_packed", batch_size=2, block_size=T, use_loss_mask="false")
+    got = content(config, 3)
+    check(got[0] > 0 and got[0] == got[1], f"sft_packed without the mask: {got}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    test_nanogpt_example(tmp)
+    test_packed(tmp)
+    test_verdicts(tmp)
+    test_deep(tmp)
+    test_run_trained_positions(tmp)
+
+finish("inspect_test")
