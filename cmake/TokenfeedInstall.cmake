@@ -60,7 +60,12 @@ endforeach()
 list(REMOVE_DUPLICATES TOKENFEED_DEPENDENCY_PACKAGES)
 set(TOKENFEED_FIND_DEPENDENCIES "")
 foreach(_package IN LISTS TOKENFEED_DEPENDENCY_PACKAGES)
-  string(APPEND TOKENFEED_FIND_DEPENDENCIES "find_dependency(${_package})\n")
+  if(_package STREQUAL "OpenSSL")
+    # Only libcrypto (OpenSSL::Crypto) is linked: do not require libssl of the consumer.
+    string(APPEND TOKENFEED_FIND_DEPENDENCIES "find_dependency(OpenSSL COMPONENTS Crypto)\n")
+  else()
+    string(APPEND TOKENFEED_FIND_DEPENDENCIES "find_dependency(${_package})\n")
+  endif()
 endforeach()
 
 # The library and its headers (the include directory is in the target's
@@ -145,7 +150,7 @@ else()
 endif()
 # What a static tokenfeed needs at link time (pkg-config --static); a shared one resolves
 # these itself. The pkg-config names of the CMake packages found above.
-set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib)
+set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib OpenSSL=libcrypto)
 set(TOKENFEED_PC_REQUIRES_PRIVATE "")
 set(TOKENFEED_PC_LIBS_PRIVATE "")
 foreach(_package IN LISTS TOKENFEED_DEPENDENCY_PACKAGES)

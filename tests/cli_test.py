@@ -1,39 +1,20 @@
 #!/usr/bin/env python3
 """End-to-end checks of the `tokenfeed` command: dump, resume through state files, inspect,
-and a one-line error with an exit status in 1..127 for each kind of bad input.
+prepare (output, summary, bad lines, interruption), and a one-line error with the documented
+exit status for each kind of bad input.
 
 Usage: cli_test.py PATH/TO/tokenfeed   (standard library only; run by ctest)"""
+import hashlib
 import json
 import os
+import signal
 import struct
 import subprocess
-import sys
 import tempfile
+import threading
+import time
 
-TOKENFEED = sys.argv[1]
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(*args):
-    return subprocess.run([TOKENFEED, *args], capture_output=True, text=True, timeout=120)
-
-
-def read_npy(path):
-    """(descr, shape, data bytes) of a version 1.0 .npy file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    assert raw[:6] == b"\x93NUMPY" and raw[6] == 1, path
-    (header_len,) = struct.unpack("<H", raw[8:10])
-    header = eval(raw[10:10 + header_len].decode("latin1"))  # a Python dict literal, as numpy writes it
-    assert not header["fortran_order"]
-    assert (10 + header_len) % 64 == 0, "data must start 64-byte aligned"
-    return header["descr"], header["shape"], raw[10 + header_len:]
+from cli_support import TOKENFEED, check, finish, read_npy, run
 
 
 def write_split(root, split, episodes, with_mask=True):
@@ -56,12 +37,34 @@ def write_split(root, split, episodes, with_mask=True):
             f.write(mask)
 
 
-def expect_error(result, what, *needles):
+def expect_error(result, what, *needles, status=None):
+    """One line on stderr naming each needle, and a status in 1..127 (exactly `status` if given)."""
     lines = result.stderr.strip().splitlines()
     check(1 <= result.returncode <= 127, f"{what}: exit status {result.returncode} should be in 1..127")
+    if status is not None:
+        check(result.returncode == status, f"{what}: exit status {result.returncode}, expected {status}: {result.stderr!r}")
     check(len(lines) == 1, f"{what}: expected one line on stderr, got {lines!r}")
     for needle in needles:
         check(needle in result.stderr, f"{what}: stderr should name {needle!r}: {result.stderr!r}")
+
+
+def chat(*messages):
+    """One JSONL line of the chat format from (role, content) pairs."""
+    return json.dumps({"messages": [{"role": r, "content": c} for r, c in messages]})
+
+
+def split_point(messages, seed):
+    """The documented split rule (src/chat/prepare.hpp), with Python's hashlib."""
+    h = hashlib.sha256(b"tokenfeed-split-v1\0" + struct.pack("<Q", seed))
+    for role, content in messages:
+        data = content.encode()
+        h.update(role.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
+    return (int.from_bytes(h.digest()[:8], "big") >> 11) * 2.0 ** -53
+
+
+def staging_dirs(parent, name):
+    """The temporary directories of a prepare into parent/name."""
+    return sorted(e for e in os.listdir(parent) if e.startswith(f".{name}.tmp-"))
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -229,5 +232,215 @@ with tempfile.TemporaryDirectory() as tmp:
     os.remove(os.path.join(stream, "dataset_metadata.json"))
     expect_error(run("dump", "--config", stream_config, "--out", tmp), "document_aware without eos", "eos_token_id")
 
-print(f"cli_test: {len(failures)} failed")
-sys.exit(1 if failures else 0)
+# Exit statuses of bad command lines, for every subcommand: 2 for usage, 3 for a missing file,
+# 0 for --help and --version (CLI11's own codes, 105..109, must not leak out).
+with tempfile.TemporaryDirectory() as tmp:
+    config = os.path.join(tmp, "c.xml")
+    with open(config, "w") as f:
+        f.write("<training><dataset_dir>d</dataset_dir><batch_size>1</batch_size><block_size>4</block_size></training>")
+    expect_error(run(), "no subcommand", "subcommand", status=2)
+    expect_error(run("frobnicate"), "unknown subcommand", status=2)
+    for command in ("run", "dump", "bench"):
+        expect_error(run(command), f"{command} without --config", "--config", status=2)
+        expect_error(run(command, "--config", os.path.join(tmp, "nope.xml")), f"{command} missing config",
+                     "nope.xml", status=3)
+        expect_error(run(command, "--config", config, "--split", "test"), f"{command} bad --split", "--split", status=2)
+        expect_error(run(command, "--config", config, "--batches", "x"), f"{command} bad --batches", "--batches",
+                     status=2)
+    expect_error(run("dump", "--config", config, "--out", tmp, "--load-state", os.path.join(tmp, "nope.json")),
+                 "dump missing state", "nope.json", status=3)
+    expect_error(run("inspect"), "inspect without a directory", status=2)
+    expect_error(run("inspect", tmp, "--pack-lookahead", "0"), "inspect bad --pack-lookahead", "--pack-lookahead",
+                 status=2)
+    expect_error(run("inspect", tmp, "--no-such-option"), "inspect unknown option", "--no-such-option", status=2)
+    for command in ("run", "dump", "inspect", "prepare", "bench"):
+        r = run(command, "--help")
+        check(r.returncode == 0 and "--help" in r.stdout and not r.stderr, f"{command} --help: {r.returncode} {r.stderr!r}")
+    check(run("--help").returncode == 0, "--help exits 0")
+    check(run("--version").returncode == 0, "--version exits 0")
+
+# prepare: the help, the output and its summary, bad lines, exit statuses, interruption.
+with tempfile.TemporaryDirectory() as tmp:
+    r = run("prepare", "--help")
+    check(r.returncode == 0, f"prepare --help: {r.returncode}")
+    for needle in ('{"messages": [{"role": "system", "content": "You are terse."}', '"role": "tool"', '"ids"',
+                   "--special-tokens", "--special-token-strings", "--system-text", "--on-error", "--val-split",
+                   "dataset_mode=sft_episode", "Exit status", "SIGTERM"):
+        check(needle in r.stdout, f"prepare --help lacks {needle!r}")
+
+    conversations = [
+        (("user", "What is 2+2?"), ("assistant", "4.")),
+        (("system", "You are terse."), ("user", "Capital of France?"), ("assistant", "Paris.")),
+        (("user", "Weather in Oslo?"), ("assistant", "get_weather(\"Oslo\")"), ("tool", "{\"temp_c\": 3}"),
+         ("assistant", "It is 3 C in Oslo.")),
+        (("user", "Hi"), ("assistant", "Hello!"), ("user", "Bye"), ("assistant", "Goodbye.")),
+    ]
+    good = os.path.join(tmp, "chats.jsonl")
+    with open(good, "w") as f:
+        f.write("".join(chat(*c) + "\n" for c in conversations))
+
+    # A clean run: summary on stdout, nothing on stderr, a dataset that loads.
+    out = os.path.join(tmp, "ds")
+    r = run("prepare", "--input", good, "--output-dir", out, "--val-split", "0")
+    check(r.returncode == 0 and r.stderr == "", f"prepare: {r.returncode} {r.stderr!r}")
+    for needle in (f"tokenfeed prepare: wrote {out}", "4 lines", "train      4 conversations",
+                   "val        no conversations (not written)", "skipped    0 lines", "bytes, vocab 261",
+                   "token dtype uint16", "eot id 260"):
+        check(needle in r.stdout, f"prepare summary lacks {needle!r}: {r.stdout}")
+    meta = json.load(open(os.path.join(out, "dataset_metadata.json")))
+    check(meta["splits"]["train"]["episodes"] == 4 and meta["vocab_size"] == 261, f"metadata: {meta['splits']}")
+    check(meta["tokenfeed_version"] == run("--version").stdout.split()[1], "metadata records the tokenfeed version")
+    check(not os.path.exists(os.path.join(out, "val")) and staging_dirs(tmp, "ds") == [], "no val/, no temporary dir")
+    ds_config = os.path.join(tmp, "ds.xml")
+    with open(ds_config, "w") as f:
+        f.write("<training><dataset_dir>ds</dataset_dir><batch_size>4</batch_size><block_size>128</block_size>"
+                "<use_loss_mask>true</use_loss_mask><epoch_shuffle>false</epoch_shuffle>"
+                "<audit_log_dir></audit_log_dir></training>")
+    dumped = os.path.join(tmp, "dumped")
+    r = run("dump", "--config", ds_config, "--batches", "1", "--out", dumped)
+    check(r.returncode == 0, f"dump of the prepared dataset: {r.stderr}")
+    _, shape, xs = read_npy(os.path.join(dumped, "x.npy"))
+    _, _, ys = read_npy(os.path.join(dumped, "y.npy"))
+    _, _, ms = read_npy(os.path.join(dumped, "mask.npy"))
+    check(shape == (4, 128), f"x.npy shape {shape}")
+    x = struct.unpack(f"<{4 * 128}q", xs)
+    y = struct.unpack(f"<{4 * 128}q", ys)
+    mask = struct.unpack(f"<{4 * 128}f", ms)
+    for row, messages in enumerate(conversations):  # unshuffled: row i is conversation i
+        trained = bytes(v for v, m in zip(y[row * 128:(row + 1) * 128], mask[row * 128:(row + 1) * 128])
+                        if m != 0 and v < 256)
+        ends = sum(1 for v, m in zip(y[row * 128:(row + 1) * 128], mask[row * 128:(row + 1) * 128]) if m != 0 and v == 260)
+        replies = [c for r_, c in messages if r_ == "assistant"]
+        check(trained == "".join(replies).encode(), f"row {row} trains on the assistant replies: {trained!r}")
+        check(ends == len(replies), f"row {row} trains on each reply's end-of-turn")
+        check(x[row * 128] == 256, f"row {row} starts with the system token")
+
+    # Bad lines: fail (status 4, line number, nothing left) or skip (counted in the summary).
+    bad = os.path.join(tmp, "bad.jsonl")
+    with open(bad, "w") as f:
+        f.write(chat(*conversations[0]) + "\n" + chat(*conversations[1]) + "\n{not json\n" +
+                chat(("user", "no reply")) + "\n" + chat(*conversations[3]) + "\n")
+    r = run("prepare", "--input", bad, "--output-dir", os.path.join(tmp, "bad_out"), "--val-split", "0")
+    expect_error(r, "prepare bad line", "bad.jsonl:3: invalid_json", status=4)
+    check(not os.path.exists(os.path.join(tmp, "bad_out")) and staging_dirs(tmp, "bad_out") == [],
+          "a failed prepare leaves nothing")
+    r = run("prepare", "--input", bad, "--output-dir", os.path.join(tmp, "bad_out"), "--val-split", "0",
+            "--on-error", "skip")
+    check(r.returncode == 0, f"prepare --on-error skip: {r.stderr}")
+    for needle in ("train      3 conversations", "skipped    2 lines", "invalid_json: 1 (first at line 3",
+                   "no_assistant_turn: 1 (first at line 4"):
+        check(needle in r.stdout, f"prepare skip summary lacks {needle!r}: {r.stdout}")
+    meta = json.load(open(os.path.join(tmp, "bad_out", "dataset_metadata.json")))
+    check(meta["skipped"]["invalid_json"] == 1 and meta["skipped"]["no_assistant_turn"] == 1, "skips in the metadata")
+
+    # Exit statuses of bad options and inputs.
+    special = os.path.join(tmp, "special.json")
+    with open(special, "w") as f:
+        json.dump({"system": 1, "user": 2, "assistant": 3, "tol": 4, "eot": 0, "vocab_size": 100}, f)
+    ids_input = os.path.join(tmp, "ids.jsonl")
+    with open(ids_input, "w") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "ids": [10]}, {"role": "assistant", "ids": [11]}]}) + "\n")
+    o = os.path.join(tmp, "o")
+    expect_error(run("prepare", "--output-dir", o), "prepare without --input", "--input", status=2)
+    expect_error(run("prepare", "--input", good), "prepare without --output-dir", "--output-dir", status=2)
+    expect_error(run("prepare", "--input", os.path.join(tmp, "nope.jsonl"), "--output-dir", o),
+                 "prepare missing input", "nope.jsonl", status=3)
+    expect_error(run("prepare", "--input", tmp, "--output-dir", o), "prepare input is a directory", status=3)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--val-split", "2"), "--val-split 2",
+                 "--val-split", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--val-split", "1"), "--val-split 1",
+                 "[0, 1)", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--token-dtype", "int8"), "--token-dtype int8",
+                 "--token-dtype", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--tokenizer", "gpt2"), "--tokenizer gpt2",
+                 "gpt2", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--tokenizer", "sentencepiece:" +
+                     os.path.join(tmp, "nope.model")), "missing model", "nope.model", status=3)
+    expect_error(run("prepare", "--input", ids_input, "--output-dir", o, "--tokenizer", "bytes", "--special-tokens",
+                     special), "--tokenizer with --special-tokens", "excludes", status=2)
+    expect_error(run("prepare", "--input", ids_input, "--output-dir", o, "--system-text", "Be brief.",
+                     "--special-tokens", special), "--system-text with --special-tokens", "--system-text", status=2)
+    expect_error(run("prepare", "--input", ids_input, "--output-dir", o, "--special-tokens", special),
+                 "unknown key in --special-tokens", "special.json", '"tol"', status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", out), "non-empty output", "not empty", status=2)
+    check(not os.path.exists(o), "no output after the errors")
+
+    # The split rule is the documented one (checked with hashlib): a conversation lands in val
+    # exactly when its point is below --val-split, and train must not end up empty.
+    single = os.path.join(tmp, "single.jsonl")
+    with open(single, "w") as f:
+        f.write(chat(*conversations[0]) + "\n")
+    u = split_point(conversations[0], 0)
+    above, below = f"{(u + 1) / 2:.17g}", f"{u / 2:.17g}"  # u < above < 1, below < u
+    r = run("prepare", "--input", single, "--output-dir", os.path.join(tmp, "all_val"), "--val-split", above)
+    expect_error(r, "every conversation in val", "single.jsonl", "the only conversation landed in val", status=4)
+    check(not os.path.exists(os.path.join(tmp, "all_val")) and staging_dirs(tmp, "all_val") == [],
+          "an empty train split leaves nothing")
+    r = run("prepare", "--input", single, "--output-dir", os.path.join(tmp, "one_train"), "--val-split", below)
+    check(r.returncode == 0 and "train      1 conversation," in r.stdout, f"the conversation is train's: {r.stdout}")
+
+    # Interruption. A FIFO as input keeps the run going for as long as the test feeds it, so
+    # the signal always arrives mid-run, however fast or slow the machine is.
+    def feed(fifo, stop):
+        line = (chat(*conversations[2]) + "\n").encode() * 64
+        try:
+            with open(fifo, "wb") as f:  # blocks until prepare opens it
+                while not stop.is_set():
+                    f.write(line)
+        except (BrokenPipeError, OSError):
+            pass  # prepare is gone
+
+    def start_fed_prepare(name):
+        fifo = os.path.join(tmp, name + ".jsonl")
+        os.mkfifo(fifo)
+        stop = threading.Event()
+        feeder = threading.Thread(target=feed, args=(fifo, stop), daemon=True)
+        feeder.start()
+        p = subprocess.Popen([TOKENFEED, "prepare", "--input", fifo, "--output-dir", os.path.join(tmp, name)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:  # under way: its temporary dir is filling
+            dirs = staging_dirs(tmp, name)
+            if dirs and os.listdir(os.path.join(tmp, dirs[0])):
+                break
+            time.sleep(0.02)
+        check(p.poll() is None and staging_dirs(tmp, name), f"{name}: prepare is under way")
+        time.sleep(0.2)
+        return p, stop, feeder
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        name = f"interrupted_{sig.name}"
+        p, stop, feeder = start_fed_prepare(name)
+        p.send_signal(sig)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            check(False, f"{sig.name}: prepare did not stop")
+        stop.set()
+        feeder.join(timeout=10)
+        # Ended by the signal itself (a shell shows 128 + signal: 143, 130), one line on stderr.
+        check(p.returncode == -sig, f"{sig.name}: returncode {p.returncode}, expected {-sig}")
+        check(len(err.strip().splitlines()) == 1 and f"interrupted by {sig.name}" in err, f"{sig.name}: {err!r}")
+        check(staging_dirs(tmp, name) == [], f"{sig.name}: the temporary directory was removed")
+        check(not os.path.exists(os.path.join(tmp, name)), f"{sig.name}: no output directory")
+
+    # SIGKILL cannot be caught: the temporary directory stays until the next run into the same
+    # output, which removes it (its process is gone) and succeeds.
+    p, stop, feeder = start_fed_prepare("killed")
+    p.kill()
+    p.communicate()
+    stop.set()
+    feeder.join(timeout=10)
+    leftovers = staging_dirs(tmp, "killed")
+    check(len(leftovers) == 1 and not os.path.exists(os.path.join(tmp, "killed")),
+          f"SIGKILL leaves the temporary directory only: {leftovers}")
+    os.remove(os.path.join(tmp, "killed.jsonl"))
+    r = run("prepare", "--input", good, "--output-dir", os.path.join(tmp, "killed"), "--val-split", "0")
+    check(r.returncode == 0, f"prepare after a killed run: {r.stderr}")
+    check(leftovers and f"removed    {os.path.join(tmp, leftovers[0])} (left by an earlier run that was killed)"
+          in r.stdout, f"the summary reports the removed directory: {r.stdout}")
+    check(staging_dirs(tmp, "killed") == [], "the killed run's temporary directory is gone")
+
+finish("cli_test")

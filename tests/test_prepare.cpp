@@ -1,10 +1,16 @@
 // `tokenfeed prepare` (prepare_chat_dataset) and its parts: SHA-256, the line reader, the
-// JSONL parser, bad-line handling, split stability, and an end-to-end check that reads the
-// written shards back (tokens.bin, mask.bin, episodes.idx) and decodes them.
+// JSONL parser, bad-line handling, split stability, the temporary output directory (stale
+// ones, interruption), and an end-to-end check that reads the written shards back
+// (tokens.bin, mask.bin, episodes.idx) and decodes them.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +20,7 @@
 
 #include "chat/conversation_jsonl.hpp"
 #include "chat/line_reader.hpp"
+#include "chat/output_dir.hpp"
 #include "chat/prepare.hpp"
 #include "chat/sha256.hpp"
 #include "test_support.hpp"
@@ -23,6 +30,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/tokenizer.hpp"
+#include "tokenfeed/version.hpp"
 
 namespace {
 
@@ -148,6 +156,28 @@ void check_no_leftovers(const fs::path& dir, const std::set<std::string>& keep) 
   }
 }
 
+// A pid no process can have: above the kernel's limit (PID_MAX_LIMIT, 2^22), so kill() on it
+// reports ESRCH, like a run that was killed.
+constexpr pid_t kDeadPid = 0x7ffffff0;
+
+// A directory laid out as a killed run leaves its temporary output: a finished split, and one
+// the dataset writer was still writing in its hidden directory.
+void make_partial_output(const fs::path& dir) {
+  fs::create_directories(dir / "train" / "shard_00000");
+  test::write_text(dir / "train" / "shard_00000" / "tokens.bin", std::string(1000, 'x'));
+  fs::create_directories(dir / ".val.partial-123-1" / "shard_00000");
+  test::write_text(dir / ".val.partial-123-1" / "shard_00000" / "tokens.bin", std::string(10, 'x'));
+}
+
+// Tries to take the lock a live run holds on its temporary directory.
+bool lock_is_free(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const bool acquired = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return acquired;
+}
+
 }  // namespace
 
 TEST_CASE("prepare: sha256 matches the FIPS test vectors") {
@@ -166,6 +196,39 @@ TEST_CASE("prepare: sha256 matches the FIPS test vectors") {
     pieces.update(std::string_view(million).substr(i, 997));
   }
   CHECK(Sha256::hex(pieces.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Sha256 empty_updates;  // zero-length updates change nothing
+  empty_updates.update("", 0);
+  empty_updates.update("abc");
+  empty_updates.update(nullptr, 0);
+  CHECK(Sha256::hex(empty_updates.finish()) == hex("abc"));
+  Sha256 moved_from;
+  moved_from.update("a");
+  Sha256 moved = std::move(moved_from);
+  moved.update("bc");
+  CHECK(Sha256::hex(moved.finish()) == hex("abc"));
+
+  test::TempDir tmp;
+  test::write_text(tmp / "abc.txt", "abc");
+  CHECK(sha256_file_hex(tmp / "abc.txt") == hex("abc"));
+  CHECK_THROWS_WITH_AS(sha256_file_hex(tmp / "missing.txt"), doctest::Contains("missing.txt"), Error);
+}
+
+TEST_CASE("prepare: the split rule gives the values Python's hashlib computes") {
+  // Reference values from an independent implementation of the documented rule
+  // (prepare.hpp), Python's hashlib:
+  //   h = sha256(b"tokenfeed-split-v1\0" + struct.pack("<Q", seed))
+  //   per message: role, b"\0", struct.pack("<Q", len), the UTF-8 content (or each id "<I")
+  //   u = (int.from_bytes(h.digest()[:8], "big") >> 11) * 2**-53
+  // A change here would move conversations between train and val in existing datasets.
+  ParsedConversation text;
+  text.text = {{"user", "What is 2+2?"}, {"assistant", "4."}};
+  CHECK(split_point(text, 7) == 0.8588484230298579);
+  ParsedConversation unicode;
+  unicode.text = {{"system", "Be brief."}, {"user", "h\xC3\xA9llo"}, {"assistant", "hi"}};
+  CHECK(split_point(unicode, 12345678901234567890ULL) == 0.7706286696238575);
+  ParsedConversation ids;
+  ids.tokenized = {{"user", {100, 101}}, {"assistant", {69999}}};
+  CHECK(split_point(ids, 0) == 0.15392891767699435);
 }
 
 TEST_CASE("prepare: the line reader handles newlines, BOM, CRLF, gzip and long lines") {
@@ -718,4 +781,243 @@ TEST_CASE("prepare: special token strings come from a JSON file and reach tokeni
   CHECK_THROWS_WITH_AS(read_special_token_strings(tmp / "bad.json"), doctest::Contains("unknown key \"eos\""), Error);
   test::write_text(tmp / "bad.json", R"({"eot": 5})");
   CHECK_THROWS_WITH_AS(read_special_token_strings(tmp / "bad.json"), doctest::Contains("must be a string"), Error);
+}
+
+TEST_CASE("prepare: the temporary directory is named per run, locked while alive, and removed unless committed") {
+  test::TempDir tmp;
+  const fs::path out = tmp / "data";
+  fs::path first_path;
+  {
+    StagingDir first(out);
+    StagingDir second(out);  // the same process twice: distinct names
+    first_path = first.path();
+    CHECK(first.path().parent_path() == tmp.path());
+    const std::string name = first.path().filename().string();
+    const std::string prefix = ".data.tmp-" + std::to_string(::getpid()) + "-";
+    REQUIRE(name.starts_with(prefix));
+    CHECK(name.size() == prefix.size() + 16);
+    CHECK(first.path() != second.path());
+    CHECK(fs::is_directory(first.path()));
+    CHECK_FALSE(lock_is_free(first.path()));  // held by the live run
+    make_partial_output(first.path());
+  }
+  CHECK_FALSE(fs::exists(first_path));  // not committed: removed with its content
+  check_no_leftovers(tmp.path(), {});
+
+  SUBCASE("commit renames it into place with its content") {
+    StagingDir staging(out);
+    make_partial_output(staging.path());
+    staging.commit();
+    CHECK(fs::file_size(out / "train" / "shard_00000" / "tokens.bin") == 1000);
+    check_no_leftovers(tmp.path(), {"data"});
+  }
+  SUBCASE("an empty directory in the way is replaced; a non-empty one is an error") {
+    fs::create_directories(out);
+    {
+      StagingDir staging(out);
+      make_partial_output(staging.path());
+      staging.commit();
+    }
+    CHECK(fs::exists(out / "train"));
+    StagingDir again(out);
+    make_partial_output(again.path());
+    CHECK_THROWS_WITH_AS(again.commit(), doctest::Contains("cannot rename"), Error);
+  }
+}
+
+TEST_CASE("prepare: temporary directories of killed runs are removed, never a live run's or a stranger's") {
+  test::TempDir tmp;
+  const fs::path out = tmp / "data";
+  const std::string dead = std::to_string(kDeadPid);
+  const std::string self = std::to_string(::getpid());
+  // Left by runs that are gone: removed.
+  make_partial_output(tmp / (".data.tmp-" + dead + "-0123456789abcdef"));
+  make_partial_output(tmp / (".data.tmp-" + dead));  // the naming of earlier versions
+  fs::create_directories(tmp / (".data.tmp-" + self + "-00000000deadbeef"));  // this pid, unlocked: an
+                                                                              // earlier process's
+  test::write_text(tmp / (".data.tmp-" + self + "-00000000deadbeef") / "dataset_metadata.json", "{}");
+  // Kept: a live pid (init), a dead pid whose lock is held (a run elsewhere on a shared
+  // filesystem), a directory with files prepare never writes, a symlink, another output's.
+  make_partial_output(tmp / ".data.tmp-1-aaaaaaaaaaaaaaaa");
+  make_partial_output(tmp / (".data.tmp-" + dead + "-bbbbbbbbbbbbbbbb"));
+  const int held = ::open((tmp / (".data.tmp-" + dead + "-bbbbbbbbbbbbbbbb")).c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX | LOCK_NB) == 0);
+  make_partial_output(tmp / (".data.tmp-" + dead + "-cccccccccccccccc"));
+  test::write_text(tmp / (".data.tmp-" + dead + "-cccccccccccccccc") / "notes.txt", "mine");
+  fs::create_directory_symlink(tmp / (".data.tmp-" + dead + "-cccccccccccccccc"),
+                               tmp / (".data.tmp-" + dead + "-dddddddddddddddd"));
+  make_partial_output(tmp / (".other.tmp-" + dead + "-eeeeeeeeeeeeeeee"));
+  make_partial_output(tmp / (".data.tmp-x" + dead));  // not a pid
+  // A live run of this process, in the middle of writing.
+  StagingDir live(out);
+  make_partial_output(live.path());
+
+  std::vector<fs::path> removed;
+  SUBCASE("by remove_stale_staging_dirs") { removed = remove_stale_staging_dirs(out); }
+  SUBCASE("by the next prepare into the same output") {
+    test::write_text(tmp / "in.jsonl", join_lines(make_lines(0, 5)));
+    PrepareOptions o = options_for(tmp / "in.jsonl", out);
+    o.val_split = 0.0;
+    const PrepareSummary s = prepare_chat_dataset(o);
+    removed = s.removed_stale_dirs;
+    CHECK(fs::exists(out / "dataset_metadata.json"));
+  }
+  std::vector<fs::path> expected = {tmp / (".data.tmp-" + dead), tmp / (".data.tmp-" + dead + "-0123456789abcdef"),
+                                    tmp / (".data.tmp-" + self + "-00000000deadbeef")};
+  std::sort(removed.begin(), removed.end());
+  std::sort(expected.begin(), expected.end());
+  CHECK(removed == expected);
+  for (const fs::path& p : removed) CHECK_FALSE(fs::exists(p));
+  const std::vector<std::string> kept_names = {
+      ".data.tmp-1-aaaaaaaaaaaaaaaa", ".data.tmp-" + dead + "-bbbbbbbbbbbbbbbb", ".data.tmp-" + dead + "-cccccccccccccccc",
+      ".other.tmp-" + dead + "-eeeeeeeeeeeeeeee", ".data.tmp-x" + dead};
+  for (const std::string& kept : kept_names) {
+    CAPTURE(kept);
+    CHECK(fs::exists(tmp / kept / "train" / "shard_00000" / "tokens.bin"));
+  }
+  CHECK(fs::is_symlink(tmp / (".data.tmp-" + dead + "-dddddddddddddddd")));
+  CHECK(fs::exists(live.path() / "train" / "shard_00000" / "tokens.bin"));
+  CHECK_FALSE(lock_is_free(live.path()));
+  ::close(held);
+  // Once its holder is gone, the locked one is stale too.
+  CHECK(remove_stale_staging_dirs(out) == std::vector<fs::path>{tmp / (".data.tmp-" + dead + "-bbbbbbbbbbbbbbbb")});
+}
+
+TEST_CASE("prepare: a stop request interrupts the run and leaves nothing behind") {
+  test::TempDir tmp;
+  test::write_text(tmp / "in.jsonl", join_lines(make_lines(0, 3000)));
+  PrepareOptions o = options_for(tmp / "in.jsonl", tmp / "out");
+  std::atomic<bool> stop{false};
+  o.stop_requested = &stop;
+
+  SUBCASE("requested before the start") {
+    stop = true;
+    CHECK_THROWS_AS(prepare_chat_dataset(o), PrepareInterrupted);
+  }
+  SUBCASE("requested while lines are being written") {
+    o.batch_bytes = 1024;  // many batches, so the run is well under way when asked to stop
+    o.progress_interval_seconds = 0.0;
+    std::uint64_t lines_at_stop = 0;
+    o.on_progress = [&](const PrepareProgress& p) {
+      if (p.lines >= 200 && !stop) {
+        lines_at_stop = p.lines;
+        stop = true;
+      }
+    };
+    try {
+      prepare_chat_dataset(o);
+      FAIL("expected PrepareInterrupted");
+    } catch (const PrepareInterrupted& e) {
+      CHECK(e.kind() == ErrorKind::pipeline);
+      CHECK(std::string(e.what()).find("interrupted") != std::string::npos);
+    }
+    CHECK(lines_at_stop >= 200);
+    CHECK(lines_at_stop < 3000);
+  }
+  CHECK_FALSE(fs::exists(tmp / "out"));
+  check_no_leftovers(tmp.path(), {"in.jsonl"});
+  // The flag is only read: a later run without it completes.
+  o.stop_requested = nullptr;
+  o.on_progress = nullptr;
+  CHECK(prepare_chat_dataset(o).conversations == 3000);
+}
+
+TEST_CASE("prepare: an empty train split is an error, an empty val split is not") {
+  test::TempDir tmp;
+  const std::vector<std::string> lines = make_lines(0, 4);
+  test::write_text(tmp / "in.jsonl", join_lines(lines));
+  PrepareOptions o = options_for(tmp / "in.jsonl", tmp / "out");
+
+  SUBCASE("a val split of 1 is refused before any work") {
+    o.val_split = 1.0;
+    try {
+      prepare_chat_dataset(o);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::config);
+      CHECK(std::string(e.what()).find("[0, 1)") != std::string::npos);
+    }
+  }
+  SUBCASE("every conversation landing in val") {
+    double highest = 0;
+    for (const std::string& line : lines) {
+      ParsedConversation c;
+      REQUIRE_FALSE(parse_conversation_line(line, ConversationInput::text, c));
+      highest = std::max(highest, split_point(c, o.seed));
+    }
+    o.val_split = std::nextafter(highest, 1.0);  // just above every conversation's point
+    REQUIRE(o.val_split < 1.0);
+    try {
+      prepare_chat_dataset(o);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::format);
+      CHECK(std::string(e.what()).find("in.jsonl: all 4 conversations landed in val") != std::string::npos);
+    }
+    // Just below the highest point, that conversation is train's: the dataset is written.
+    o.val_split = highest;
+    const PrepareSummary s = prepare_chat_dataset(o);
+    CHECK(s.train.episodes == 1);
+    CHECK(s.val.episodes == 3);
+  }
+  SUBCASE("an input without any conversation") {
+    test::write_text(tmp / "in.jsonl", "\n   \nnot json\n");
+    o.on_error = OnBadLine::skip;
+    CHECK_THROWS_WITH_AS(prepare_chat_dataset(o),
+                         doctest::Contains("no conversation to write (3 lines: 1 skipped, 2 blank)"), Error);
+    test::write_text(tmp / "in.jsonl", "");
+    CHECK_THROWS_WITH_AS(prepare_chat_dataset(o), doctest::Contains("no conversation to write (0 lines"), Error);
+  }
+  if (!fs::exists(tmp / "out")) check_no_leftovers(tmp.path(), {"in.jsonl"});
+}
+
+TEST_CASE("prepare: misconfigurations of pre-tokenized input are errors, not silently ignored") {
+  test::TempDir tmp;
+  test::write_text(tmp / "in.jsonl",
+                   R"({"messages": [{"role": "user", "ids": [10]}, {"role": "assistant", "ids": [11]}]})"
+                   "\n");
+  PrepareOptions o = options_for(tmp / "in.jsonl", tmp / "out");
+  o.val_split = 0.0;
+  o.special_tokens_file = tmp / "special.json";
+
+  SUBCASE("a misspelt key in the special-tokens file names the file and the key") {
+    test::write_text(tmp / "special.json",
+                     R"({"system": 1, "user": 2, "assistant": 3, "tol": 4, "eot": 0, "vocab_size": 100})");
+    try {
+      prepare_chat_dataset(o);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::config);
+      CHECK(std::string(e.what()).find("special.json: unknown key \"tol\"") != std::string::npos);
+    }
+  }
+  SUBCASE("a system text does not apply to pre-tokenized input") {
+    test::write_text(tmp / "special.json", R"({"system": 1, "user": 2, "assistant": 3, "eot": 0, "vocab_size": 100})");
+    o.system_text = "Be brief.";
+    CHECK_THROWS_WITH_AS(prepare_chat_dataset(o), doctest::Contains("default_system_ids"), Error);
+    o.system_text.reset();
+    CHECK(prepare_chat_dataset(o).conversations == 1);
+  }
+  CHECK_FALSE(fs::exists(tmp / "out" / "val"));
+}
+
+TEST_CASE("prepare: the records name files by canonical path and the tokenfeed version") {
+  test::TempDir tmp;
+  test::write_text(tmp / "in.jsonl",
+                   R"({"messages": [{"role": "user", "ids": [10]}, {"role": "assistant", "ids": [11]}]})"
+                   "\n");
+  test::write_text(tmp / "conf" / "special.json",
+                   R"({"system": 1, "user": 2, "assistant": 3, "eot": 0, "vocab_size": 100})");
+  fs::create_directories(tmp / "elsewhere");
+  PrepareOptions o = options_for(tmp / "in.jsonl", tmp / "out");
+  o.val_split = 0.0;
+  o.special_tokens_file = tmp / "elsewhere" / ".." / "conf" / "special.json";
+  prepare_chat_dataset(o);
+  const json state = read_json(tmp / "out" / "tokenizer_state.json");
+  CHECK(state["special_tokens_file"]["path"] == fs::canonical(tmp / "conf" / "special.json").string());
+  CHECK(fs::path(state["special_tokens_file"]["path"].get<std::string>()).is_absolute());
+  const json meta = read_json(tmp / "out" / "dataset_metadata.json");
+  CHECK(meta["tokenfeed_version"] == std::string(version()));
+  CHECK(meta["created_by"] == "tokenfeed prepare");
 }

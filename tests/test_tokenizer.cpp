@@ -1,13 +1,19 @@
 // Tokenizers: the built-in bytes tokenizer, the factory, and a SentencePiece round trip on
-// a model trained here with Debian's spm_train from tests/data/spm_corpus.txt.
+// a model trained here with Debian's spm_train (the `sentencepiece` package, which dev.sh
+// installs) from tests/data/spm_corpus.txt.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "chat/prepare.hpp"
+#include "chat/sentencepiece_model.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/error.hpp"
@@ -35,8 +41,10 @@ fs::path find_spm_train() {
 }
 
 // Trains a small BPE model with byte fallback and identity normalization (so that decoding
-// gives back the exact text). `user_symbols` is passed as --user_defined_symbols.
-fs::path train_sentencepiece(const fs::path& spm_train, const fs::path& dir, const std::string& user_symbols) {
+// gives back the exact text). `user_symbols` is passed as --user_defined_symbols and
+// `control_symbols` as --control_symbols.
+fs::path train_sentencepiece(const fs::path& spm_train, const fs::path& dir, const std::string& user_symbols,
+                             const std::string& control_symbols = "") {
   const fs::path corpus = fs::path(TOKENFEED_TEST_DATA_DIR) / "spm_corpus.txt";
   REQUIRE(fs::exists(corpus));
   const fs::path prefix = dir / "model";
@@ -46,6 +54,7 @@ fs::path train_sentencepiece(const fs::path& spm_train, const fs::path& dir, con
                     " --normalization_rule_name=identity --add_dummy_prefix=false --remove_extra_whitespaces=false"
                     " --hard_vocab_limit=false --num_threads=1 --minloglevel=2";
   if (!user_symbols.empty()) cmd += " --user_defined_symbols='" + user_symbols + "'";
+  if (!control_symbols.empty()) cmd += " --control_symbols='" + control_symbols + "'";
   cmd += " > '" + (dir / "spm_train.log").string() + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   INFO("spm_train command: " << cmd);
@@ -127,12 +136,52 @@ TEST_CASE("tokenizer: the factory parses --tokenizer values and reports bad ones
   CHECK_THROWS_AS(make_tokenizer("sentencepiece:" + (tmp / "junk.model").string()), Error);
 }
 
+// A varint of the protobuf wire format.
+std::string varint(std::uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+  return out;
+}
+std::string length_field(std::uint64_t field, const std::string& bytes) {
+  return varint(field << 3 | 2) + varint(bytes.size()) + bytes;
+}
+
+TEST_CASE("tokenizer: SentencePiece piece types are read from the serialized model") {
+  using T = SentencePieceType;
+  // ModelProto { pieces = 1 { piece = 1; score = 2 (fixed32); type = 3 } ; trainer_spec = 2; ... }
+  const auto piece = [](const std::string& text, int type) {
+    std::string p = length_field(1, text) + varint(2 << 3 | 5) + std::string(4, '\0');
+    if (type != 0) p += varint(3 << 3 | 0) + varint(static_cast<std::uint64_t>(type));
+    return length_field(1, p);
+  };
+  const std::string model = length_field(2, "trainer spec bytes") + piece("<unk>", 2) + piece("<s>", 3) +
+                            piece("hello", 0) + piece("<|u|>", 4) + varint(99 << 3 | 0) + varint(300) +
+                            piece("<0x41>", 6) + piece("x", 5) + varint(98 << 3 | 1) + std::string(8, '\1');
+  CHECK(read_sentencepiece_piece_types(model, "m") ==
+        std::vector<T>{T::unknown, T::control, T::normal, T::user_defined, T::byte, T::unused});
+  CHECK(read_sentencepiece_piece_types("", "m").empty());
+  // Malformed data is a format error naming the model, never a crash or a silent guess.
+  const auto fails = [](const std::string& bytes) {
+    CHECK_THROWS_WITH_AS(read_sentencepiece_piece_types(bytes, "model 'm'"), doctest::Contains("model 'm'"), Error);
+  };
+  fails(model.substr(0, model.size() - 3));           // truncated
+  fails(piece("a", 0) + "\x0a\x80");                   // a truncated length
+  fails(length_field(1, varint(3 << 3 | 0) + varint(9)));  // an unknown type value
+  fails(varint(1 << 3 | 0) + varint(5));               // pieces that are not a message
+  fails(varint(7 << 3 | 3));                           // a group (wire type 3)
+  fails(std::string("\x00", 1));                       // field number 0
+}
+
 TEST_CASE("tokenizer: SentencePiece round trip on a model trained in the test") {
   const fs::path spm_train = find_spm_train();
-  if (spm_train.empty()) {
-    MESSAGE("SKIPPED: spm_train not found on PATH; install Debian's 'sentencepiece' package to run this test");
-    return;
-  }
+  // CI and dev.sh install Debian's `sentencepiece` package: a missing spm_train is a broken
+  // environment, not a reason to pass without testing anything.
+  REQUIRE_MESSAGE(!spm_train.empty(),
+                  "spm_train not found on PATH; install Debian's 'sentencepiece' package (dev.sh deps does)");
   test::TempDir tmp;
   const SpecialTokenStrings strings;
 
@@ -201,5 +250,84 @@ TEST_CASE("tokenizer: SentencePiece round trip on a model trained in the test") 
     for (const std::uint32_t id : tok->encode(strings.eot)) CHECK(id < d.base_vocab_size);
     CHECK(tok->decode(tok->encode(strings.eot)) == strings.eot);
     CHECK_THROWS_AS(tok->decode(Ids{tok->vocab_size()}), Error);
+  }
+
+  SUBCASE("an ordinary piece is never a special token: it is appended instead") {
+    const fs::path model = train_sentencepiece(spm_train, tmp.path(), "");
+    const auto plain = make_sentencepiece_tokenizer(model);
+    const std::uint32_t base = plain->describe().base_vocab_size;
+    // A multi-character word the model has as one ordinary piece.
+    std::string word;
+    for (const std::string candidate : {"the", "The", "and", "harbour", "in", "an", "th"}) {
+      if (plain->encode(candidate).size() == 1) {
+        word = candidate;
+        break;
+      }
+    }
+    REQUIRE_MESSAGE(!word.empty(), "the trained model has none of the candidate words as one piece");
+    const std::uint32_t piece_id = plain->encode(word)[0];
+    REQUIRE(piece_id < base);
+
+    SpecialTokenStrings strings_with_word;
+    strings_with_word.eot = word;
+    const auto tok = make_sentencepiece_tokenizer(model, strings_with_word);
+    const TokenizerDescription d = tok->describe();
+    CHECK(d.special_tokens[4].source == SpecialTokenSource::appended);
+    CHECK(tok->special_ids().eot == base + 4);  // after system, user, assistant, tool
+    CHECK(tok->special_ids().eot != piece_id);
+    // The word in content stays the model's piece, not a turn boundary.
+    CHECK(tok->encode(word) == Ids{piece_id});
+    Ids ids;
+    const auto defect = append_chat_ids(
+        std::vector<ChatMessage>{{"user", word}, {"assistant", word}}, *tok, "", ids);
+    REQUIRE_FALSE(defect);
+    const SpecialTokenIds& sp = tok->special_ids();
+    CHECK(ids == Ids{sp.system, sp.eot, sp.user, piece_id, sp.eot, sp.assistant, piece_id, sp.eot});
+    CHECK(sft_loss_mask_for_ids(ids, sp) == std::vector<std::uint8_t>{0, 0, 0, 0, 0, 0, 1, 1});
+  }
+
+  SUBCASE("control symbols qualify; the unknown and byte pieces do not") {
+    const fs::path model = train_sentencepiece(spm_train, tmp.path(), strings.system, strings.user);
+    SpecialTokenStrings with_model_pieces;
+    with_model_pieces.assistant = "<unk>";   // the model's unknown piece
+    with_model_pieces.tool = "<0x41>";       // a byte-fallback piece
+    with_model_pieces.eot = "</s>";          // a control symbol (the default end of sentence)
+    const auto tok = make_sentencepiece_tokenizer(model, with_model_pieces);
+    const TokenizerDescription d = tok->describe();
+    const std::uint32_t base = d.base_vocab_size;
+    CHECK(d.special_tokens[0].source == SpecialTokenSource::model);     // user-defined
+    CHECK(d.special_tokens[1].source == SpecialTokenSource::model);     // control, from --control_symbols
+    CHECK(d.special_tokens[2].source == SpecialTokenSource::appended);  // <unk>
+    CHECK(d.special_tokens[3].source == SpecialTokenSource::appended);  // <0x41>
+    CHECK(d.special_tokens[4].source == SpecialTokenSource::model);     // </s>
+    CHECK(tok->special_ids().system < base);
+    CHECK(tok->special_ids().user < base);
+    CHECK(tok->special_ids().eot < base);
+    CHECK(tok->special_ids().assistant == base);
+    CHECK(*tok->special_ids().tool == base + 1);
+    CHECK(tok->vocab_size() == base + 2);
+  }
+
+  SUBCASE("prepare records the model by its canonical path and the specials' sources") {
+    const fs::path model = train_sentencepiece(spm_train, tmp.path(), strings.eot);
+    fs::create_directories(tmp / "link");
+    fs::create_symlink(model, tmp / "link" / "tok.model");
+    test::write_text(tmp / "in.jsonl",
+                     R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})"
+                     "\n");
+    PrepareOptions o;
+    o.input = tmp / "in.jsonl";
+    o.output_dir = tmp / "out";
+    o.val_split = 0.0;
+    o.threads = 2;
+    o.tokenizer = "sentencepiece:" + (tmp / "link" / ".." / "link" / "tok.model").string();
+    prepare_chat_dataset(o);
+    std::ifstream in(tmp / "out" / "tokenizer_state.json");
+    const nlohmann::json state = nlohmann::json::parse(in);
+    CHECK(state["kind"] == "sentencepiece");
+    CHECK(state["model"]["path"] == fs::canonical(model).string());
+    CHECK(state["model"]["sha256"].get<std::string>().size() == 64);
+    CHECK(state["special_tokens"]["eot"]["source"] == "model");
+    CHECK(state["special_tokens"]["user"]["source"] == "appended");
   }
 }

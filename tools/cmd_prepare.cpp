@@ -1,8 +1,12 @@
 // `tokenfeed prepare`: JSONL conversations -> an episode-indexed SFT dataset.
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -45,10 +49,19 @@ Output (DIR is created; it must not exist or be empty):
 It loads with dataset_mode=sft_episode and use_loss_mask=true.
 
 A conversation's split depends only on its content and --seed: rerunning, or appending
-lines, never moves it. Bad lines (invalid JSON, missing fields, unknown roles, no assistant
-turn, ...) stop the run with the line number (--on-error fail) or are counted per reason
-(--on-error skip). Exit status: 0 on success; otherwise a one-line message on stderr and a
-status in 1..127 (4: a bad input line or corrupt gzip, 3: a file error, 2: a bad value).
+lines, never moves it; train must get at least one conversation (--val-split is below 1).
+Bad lines (invalid JSON, missing fields, unknown roles, no assistant turn, ...) stop the run
+with the line number (--on-error fail) or are counted per reason (--on-error skip).
+
+The output is written to a hidden temporary directory beside DIR, flushed to disk and
+renamed to DIR at the end. On SIGINT (Ctrl-C), SIGTERM or SIGHUP the run stops, removes it
+and ends by that signal (shell status 130, 143, 129; a second signal stops it at once).
+Temporary directories left by killed runs are removed by the next run into the same DIR.
+
+Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
+value, or a bad special-tokens file), 3 (a file that cannot be read or written, a missing
+input), 4 (a bad input line, corrupt gzip, or no conversation for train) or 6 (an internal
+failure).
 
 Example:
   tokenfeed prepare --input chats.jsonl.gz --output-dir data/chat_sft --val-split 0.05
@@ -60,7 +73,67 @@ struct PrepareArgs {
   std::string on_error = "fail";
   std::string special_tokens_file;
   std::string special_token_strings_file;
+  std::string system_text{kDefaultSystemText};
+  const CLI::Option* system_text_option = nullptr;  // to tell a given --system-text from the default
 };
+
+// Stopping on a signal. The handler only records the signal (lock-free atomics are
+// async-signal-safe); the run polls the flag, cleans up, and the command then ends by the
+// same signal, so that a calling shell or make sees an interrupted child. SA_RESETHAND: a
+// second signal takes the default action at once.
+constexpr std::array<int, 3> kStopSignals = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<bool> g_stop_requested{false};
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+void on_stop_signal(int signal_number) {
+  g_stop_signal.store(signal_number, std::memory_order_relaxed);
+  g_stop_requested.store(true, std::memory_order_relaxed);
+}
+
+// Installs the handler for the run's duration; a signal the process was started ignoring
+// (nohup, background jobs) stays ignored.
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    struct sigaction action{};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = static_cast<int>(SA_RESETHAND | SA_RESTART);  // SA_RESETHAND is 0x80000000u
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i) {
+      ::sigaction(kStopSignals[i], nullptr, &previous_[i]);
+      if (previous_[i].sa_handler == SIG_IGN) continue;
+      installed_[i] = ::sigaction(kStopSignals[i], &action, nullptr) == 0;
+    }
+  }
+  ~StopSignalScope() {
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i) {
+      if (installed_[i]) ::sigaction(kStopSignals[i], &previous_[i], nullptr);
+    }
+  }
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+
+ private:
+  std::array<struct sigaction, kStopSignals.size()> previous_{};
+  std::array<bool, kStopSignals.size()> installed_{};
+};
+
+// Ends the process by `signal_number` with its default action (after the caller cleaned up).
+[[noreturn]] void die_by_signal(int signal_number) {
+  std::cout.flush();
+  std::fflush(nullptr);
+  struct sigaction action{};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(signal_number, &action, nullptr);
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  sigaddset(&unblock, signal_number);
+  ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+  ::raise(signal_number);
+  std::_Exit(128 + signal_number);  // not reached: the default action of these signals ends the process
+}
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -126,6 +199,9 @@ void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
   };
   split("train", s.train);
   split("val  ", s.val);
+  for (const auto& dir : s.removed_stale_dirs) {
+    out << "  removed    " << dir.string() << " (left by an earlier run that was killed)\n";
+  }
   out << "  skipped    " << plural(s.skipped_total, "line");
   if (s.blank_lines > 0) out << " (and " << plural(s.blank_lines, "blank line") << " ignored)";
   out << "\n";
@@ -149,6 +225,7 @@ void run_prepare(PrepareArgs& args) {
   const auto clear_progress = [tty] {
     if (tty) std::fprintf(stderr, "\r\033[K");
   };
+  PrepareSummary summary;
   try {
     PrepareOptions& o = args.options;
     o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);
@@ -157,14 +234,26 @@ void run_prepare(PrepareArgs& args) {
     if (!args.special_token_strings_file.empty()) {
       o.special_strings = read_special_token_strings(args.special_token_strings_file);
     }
+    if (args.system_text_option != nullptr && args.system_text_option->count() > 0) o.system_text = args.system_text;
     if (tty) o.on_progress = draw_progress;
-    const PrepareSummary summary = prepare_chat_dataset(o);
+    o.stop_requested = &g_stop_requested;
+    const StopSignalScope signals;
+    summary = prepare_chat_dataset(o);
+  } catch (const PrepareInterrupted&) {
     clear_progress();
-    print_summary(args, summary);
+    const int signal_number = g_stop_signal.load(std::memory_order_relaxed);
+    if (signal_number == 0) throw;
+    const char* name = signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "SIGHUP";
+    std::fprintf(stderr,
+                 "tokenfeed: error: prepare interrupted by %s; removed its temporary output, '%s' was not written\n",
+                 name, args.options.output_dir.string().c_str());
+    die_by_signal(signal_number);
   } catch (...) {
     clear_progress();
     throw;
   }
+  clear_progress();
+  print_summary(args, summary);
 }
 
 }  // namespace
@@ -193,8 +282,19 @@ void add_prepare_command(CLI::App& app) {
                   "(keys system, user, assistant, tool, eot)")
       ->check(CLI::ExistingFile)
       ->excludes(special);
+  // [0, 1): the train split must keep conversations (a dataset without train cannot be loaded).
+  const CLI::Validator below_one(
+      [](const std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (end == value.c_str() || *end != '\0' || !(v >= 0.0 && v < 1.0)) {
+          return "Value " + value + " not in [0, 1) (train needs conversations)";
+        }
+        return {};
+      },
+      "FLOAT in [0, 1)");
   cmd->add_option("--val-split", o.val_split, "Fraction of conversations put in val/")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(below_one)
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the content-hash train/val split")->capture_default_str();
   cmd->add_option("--shard-tokens", o.shard_tokens, "Maximum tokens per shard (0: one shard per split)")
@@ -202,8 +302,11 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--token-dtype", args->token_dtype, "Token file dtype; auto picks uint16 when the vocabulary fits")
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}))
       ->capture_default_str();
-  cmd->add_option("--system-text", o.system_text, "System text injected when a conversation has no system message")
-      ->capture_default_str();
+  args->system_text_option =
+      cmd->add_option("--system-text", args->system_text,
+                      "System text injected when a conversation has no system message (text input only)")
+          ->capture_default_str()
+          ->excludes(special);
   cmd->add_option("--on-error", args->on_error, "What to do with a bad line: fail (stop) or skip (count it)")
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();

@@ -2,9 +2,13 @@
 //
 // Exit status: 0 on success; on bad input a one-line message on stderr and
 // 2 (usage or config), 3 (file access), 4 (invalid file content), 5 (resume state),
-// 6 (a pipeline failure), 1 (anything else).
+// 6 (a pipeline failure), 1 (anything else). A bad command line is 2 (3 when a file it
+// names does not exist), whatever CLI11's own codes are. `tokenfeed prepare` ends by the
+// signal that stopped it (cmd_prepare.cpp).
+#include <array>
 #include <cstdio>
 #include <exception>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +29,25 @@ int exit_code(tokenfeed::ErrorKind kind) {
     case tokenfeed::ErrorKind::pipeline: return 6;
   }
   return 1;
+}
+
+// The status of a command line CLI11 rejected. CLI11 has its own codes (105 for a failed
+// validator, 106 for a missing option, 108 for excluded options, ...); tokenfeed's are 2 for
+// usage, and 3 when an option names a file that does not exist, as for the files the
+// commands open themselves. CLI11's path validators (ExistingFile, ExistingDirectory,
+// ExistingPath) throw a plain ValidationError, so their messages tell them apart.
+int parse_error_status(const CLI::ParseError& e) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return 0;  // --help, --version
+  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr) {
+    static constexpr std::array<std::string_view, 5> kPathProblems = {
+        "File does not exist: ", "File is actually a directory: ", "Directory does not exist: ",
+        "Directory is actually a file: ", "Path does not exist: "};
+    const std::string_view what = e.what();
+    for (const std::string_view problem : kPathProblems) {
+      if (what.find(problem) != std::string_view::npos) return 3;
+    }
+  }
+  return 2;
 }
 
 }  // namespace
@@ -51,7 +74,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    app.exit(e);  // prints the help, the version or the one-line error
+    return parse_error_status(e);
   } catch (const tokenfeed::Error& e) {
     std::fprintf(stderr, "tokenfeed: error: %s\n", e.what());
     return exit_code(e.kind());

@@ -1,6 +1,8 @@
 #include "chat/conversation_jsonl.hpp"
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -145,6 +147,16 @@ PretokenizedSpecials read_pretokenized_specials(const std::filesystem::path& fil
   const json doc = read_json_file(file);
   const std::string name = file.string();
   if (!doc.is_object()) throw Error(ErrorKind::config, name + ": expected a JSON object");
+  // A misspelt key must not pass silently: a typo in "tool" would drop every tool turn.
+  static constexpr std::string_view kKeys[] = {"system", "user", "assistant", "tool", "eot", "default_system_ids",
+                                               "vocab_size"};
+  for (const auto& item : doc.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), item.key()) == std::end(kKeys)) {
+      throw Error(ErrorKind::config, name + ": unknown key \"" + item.key() +
+                                         "\" (expected system, user, assistant, tool, eot, default_system_ids, "
+                                         "vocab_size)");
+    }
+  }
   const auto required = [&](const char* key) -> std::uint32_t {
     const auto it = doc.find(key);
     if (it == doc.end()) throw Error(ErrorKind::config, name + ": missing \"" + key + "\"");

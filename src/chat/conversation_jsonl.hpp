@@ -57,7 +57,7 @@ struct PretokenizedSpecials {
 };
 
 // Throws Error(io) when the file cannot be read, Error(config) naming the file and key when
-// it is invalid (wrong types, ids not below vocab_size, equal special ids).
+// it is invalid (unknown keys, wrong types, ids not below vocab_size, equal special ids).
 PretokenizedSpecials read_pretokenized_specials(const std::filesystem::path& file);
 
 // Special token strings from a JSON object {"system": "...", "user": ..., "assistant": ...,

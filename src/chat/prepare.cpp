@@ -2,12 +2,12 @@
 
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "chat/line_reader.hpp"
+#include "chat/output_dir.hpp"
 #include "chat/sha256.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/version.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -163,17 +165,6 @@ class StageFence {
   StageFence& operator=(const StageFence&) = delete;
 };
 
-// Removes the temporary output directory unless released.
-struct TempDirGuard {
-  fs::path dir;
-  bool keep = false;
-  ~TempDirGuard() {
-    if (keep || dir.empty()) return;
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
 void put_u64_le(Sha256& sha, std::uint64_t v) {
   std::uint8_t bytes[8];
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(v >> (8 * i));
@@ -216,6 +207,21 @@ fs::path normalized_output(const fs::path& p) {
   fs::path out = fs::absolute(p).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
   return out;
+}
+
+// An existing file's canonical path (absolute, links resolved) for the records, so that they
+// name the file whatever the working directory was; the absolute path if that fails.
+std::string recorded_path(const fs::path& p) {
+  std::error_code ec;
+  const fs::path canonical = fs::canonical(p, ec);
+  return ec ? fs::absolute(p).lexically_normal().string() : canonical.string();
+}
+
+// Throws PrepareInterrupted when the caller asked the run to stop.
+void check_stop(const PrepareOptions& options) {
+  if (options.stop_requested != nullptr && options.stop_requested->load(std::memory_order_relaxed)) {
+    throw PrepareInterrupted();
+  }
 }
 
 void check_output_dir(const fs::path& out) {
@@ -263,8 +269,16 @@ double split_point(const ParsedConversation& conversation, std::uint64_t seed) {
 
 PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   const Clock::time_point started = Clock::now();
-  if (!(options.val_split >= 0.0 && options.val_split <= 1.0)) {
-    throw Error(ErrorKind::config, "val split must be in [0, 1], got " + std::to_string(options.val_split));
+  if (!(options.val_split >= 0.0 && options.val_split < 1.0)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", options.val_split);
+    throw Error(ErrorKind::config,
+                std::string("val split must be in [0, 1) (train needs conversations), got ") + value);
+  }
+  if (options.special_tokens_file && options.system_text) {
+    throw Error(ErrorKind::config,
+                "a system text applies to text input only; pre-tokenized input (a special-tokens file) takes "
+                "\"default_system_ids\" from that file");
   }
   if (options.max_line_bytes == 0 || options.batch_bytes == 0) {
     throw Error(ErrorKind::config, "max line bytes and batch bytes must be positive");
@@ -281,7 +295,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     formatter.special = formatter.pretokenized.ids;
     vocab_size = formatter.pretokenized.vocab_size;
     tokenizer_state["kind"] = "pretokenized";
-    tokenizer_state["special_tokens_file"] = {{"path", options.special_tokens_file->string()},
+    tokenizer_state["special_tokens_file"] = {{"path", recorded_path(*options.special_tokens_file)},
                                               {"sha256", sha256_file_hex(*options.special_tokens_file)}};
     tokenizer_state["vocab_size"] = vocab_size;
     ordered_json specials = special_ids_json(formatter.special);
@@ -299,7 +313,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     if (d.model_path.empty()) {
       tokenizer_state["model"] = nullptr;
     } else {
-      tokenizer_state["model"] = {{"path", d.model_path.string()}, {"sha256", d.model_sha256}};
+      tokenizer_state["model"] = {{"path", recorded_path(d.model_path)}, {"sha256", d.model_sha256}};
     }
     tokenizer_state["spec"] = options.tokenizer;
     tokenizer_state["base_vocab_size"] = d.base_vocab_size;
@@ -309,9 +323,9 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
       specials[s.role] = {{"id", s.id}, {"text", s.text}, {"source", to_string(s.source)}};
     }
     tokenizer_state["special_tokens"] = specials;
-    tokenizer_state["default_system_text"] = options.system_text;
+    tokenizer_state["default_system_text"] = options.system_text.value_or(std::string(kDefaultSystemText));
   }
-  formatter.system_text = options.system_text;
+  formatter.system_text = options.system_text.value_or(std::string(kDefaultSystemText));
   formatter.seed = options.seed;
   formatter.val_split = options.val_split;
   formatter.max_line_bytes = options.max_line_bytes;
@@ -325,24 +339,23 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     dtype = *options.token_dtype;
   }
 
-  // Output goes to a temporary sibling directory, renamed at the end.
+  // Output goes to a temporary sibling directory, renamed at the end; the ones earlier runs
+  // left behind when they were killed go first.
   const fs::path out_dir = normalized_output(options.output_dir);
   check_output_dir(out_dir);
   std::error_code ec;
   fs::create_directories(out_dir.parent_path(), ec);
   if (ec) throw Error(ErrorKind::io, "cannot create '" + out_dir.parent_path().string() + "': " + ec.message());
-  TempDirGuard temp;
-  temp.dir = out_dir.parent_path() / ("." + out_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(temp.dir, ec);  // a leftover of an earlier run with the same pid
-  fs::create_directories(temp.dir, ec);
-  if (ec) throw Error(ErrorKind::io, "cannot create '" + temp.dir.string() + "': " + ec.message());
+  PrepareSummary summary;
+  summary.removed_stale_dirs = remove_stale_staging_dirs(out_dir);
+  check_stop(options);
+  StagingDir staging(out_dir);
 
   LineReader reader(options.input, options.max_line_bytes);
   const EpisodeDatasetWriterOptions writer_options{dtype, true, options.shard_tokens};
-  EpisodeDatasetWriter train(temp.dir / "train", writer_options);
-  EpisodeDatasetWriter val(temp.dir / "val", writer_options);
+  EpisodeDatasetWriter train(staging.path() / "train", writer_options);
+  EpisodeDatasetWriter val(staging.path() / "val", writer_options);
 
-  PrepareSummary summary;
   summary.token_dtype = dtype;
   summary.vocab_size = vocab_size;
   summary.special = formatter.special;
@@ -365,12 +378,14 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   BatchPool pool;
   const auto read_batch = [&](tbb::flow_control& fc) -> Batch* {
     const StageFence fence;
+    check_stop(options);  // thrown from a stage, it cancels the pipeline
     Batch* batch = pool.acquire();
     batch->first_line = reader.line_number() + 1;
     std::size_t bytes = 0;
     std::string line;
     bool too_long = false;
     while (batch->lines.size() < kMaxLinesPerBatch && bytes < options.batch_bytes) {
+      check_stop(options);  // a slow input (a pipe) may take long to fill a batch
       if (!reader.next(line, too_long)) {
         input_done = true;
         break;
@@ -401,6 +416,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   // Stage 3 (serial, in input order): write episodes, count or fail on bad lines.
   const auto write_batch = [&](Batch* batch) {
     const StageFence fence;
+    check_stop(options);
     for (std::size_t i = 0; i < batch->outcomes.size(); ++i) {
       LineOutcome& o = batch->outcomes[i];
       const std::uint64_t line_no = batch->first_line + i;
@@ -458,14 +474,33 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
 
   summary.train = train.finish();
   summary.val = val.finish();
-  // A split without episodes is left out (the loader treats val/ as optional and refuses
-  // an empty split); the metadata records it with zero episodes.
-  for (auto* split : {&summary.train, &summary.val}) {
-    if (split->episodes != 0) continue;
-    fs::remove_all(temp.dir / (split == &summary.train ? "train" : "val"), ec);
-    if (ec)
-      throw Error(ErrorKind::io, "cannot remove an empty split under '" + temp.dir.string() + "': " + ec.message());
-    split->shards = 0;
+  // The loader refuses a dataset without train episodes: fail instead of writing one.
+  if (summary.train.episodes == 0) {
+    const std::string lines = std::to_string(summary.lines) + " line" + (summary.lines == 1 ? "" : "s");
+    if (summary.conversations == 0) {
+      throw Error(ErrorKind::format, input_name + ": no conversation to write (" + lines + ": " +
+                                         std::to_string(summary.skipped_total) + " skipped, " +
+                                         std::to_string(summary.blank_lines) +
+                                         " blank); the train split needs at least one");
+    }
+    char fraction[32];
+    std::snprintf(fraction, sizeof fraction, "%g", options.val_split);
+    const std::string which = summary.conversations == 1
+                                  ? std::string("the only conversation")
+                                  : "all " + std::to_string(summary.conversations) + " conversations";
+    throw Error(ErrorKind::format, input_name + ": " + which + " landed in val (val split " + fraction +
+                                       "); the train split needs at least one: lower the val split or add "
+                                       "conversations");
+  }
+  // An empty val split is left out (the loader treats val/ as optional and refuses an empty
+  // split); the metadata records it with zero episodes.
+  if (summary.val.episodes == 0) {
+    fs::remove_all(staging.path() / "val", ec);
+    if (ec) {
+      throw Error(ErrorKind::io,
+                  "cannot remove an empty split under '" + staging.path().string() + "': " + ec.message());
+    }
+    summary.val.shards = 0;
   }
   summary.input_bytes = reader.raw_bytes_read();
   summary.input_sha256 = reader.sha256_hex();
@@ -501,16 +536,13 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   }
   meta["skipped"] = skipped;
   meta["created_by"] = "tokenfeed prepare";
-  write_json_file(temp.dir / "dataset_metadata.json", meta);
-  write_json_file(temp.dir / "tokenizer_state.json", tokenizer_state);
+  meta["tokenfeed_version"] = version();
+  write_json_file(staging.path() / "dataset_metadata.json", meta);
+  write_json_file(staging.path() / "tokenizer_state.json", tokenizer_state);
 
   check_output_dir(out_dir);
-  fs::rename(temp.dir, out_dir, ec);
-  if (ec) {
-    throw Error(ErrorKind::io,
-                "cannot rename '" + temp.dir.string() + "' to '" + out_dir.string() + "': " + ec.message());
-  }
-  temp.keep = true;
+  check_stop(options);  // the last moment a stop request can still take effect
+  staging.commit();
   summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return summary;
 }

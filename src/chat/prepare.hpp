@@ -6,10 +6,15 @@
 //   val/shard_NNNNN/...
 //   (a split without episodes is not written: the loader treats val/ as optional)
 //   dataset_metadata.json   format version, dtypes, vocab size, special token ids, per-split
-//                           counts, source file name and SHA-256, skipped lines per reason
-//   tokenizer_state.json    tokenizer kind, model path and SHA-256, special tokens
-// Everything is written into a temporary sibling directory that is renamed to output_dir at
-// the end, so an interrupted or failed run never leaves output_dir looking complete.
+//                           counts, source file name and SHA-256, skipped lines per reason,
+//                           the tokenfeed version
+//   tokenizer_state.json    tokenizer kind, canonical model path and SHA-256, special tokens
+// The train split must hold at least one episode (else nothing is written: the loader could
+// not open the result); an empty val split is fine.
+// Everything is written into a temporary sibling directory that is flushed to disk and renamed
+// to output_dir at the end (StagingDir, output_dir.hpp), so an interrupted or failed run never
+// leaves output_dir looking complete; the temporary directories of earlier runs that were
+// killed are removed first.
 //
 // Each conversation becomes one episode: its serialized ids (chat_format.hpp) and the
 // assistant-only mask. Episodes keep the input order within each split. The split of a
@@ -20,17 +25,20 @@
 // parsed and tokenized on all cores (oneTBB) and written in input order.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chat/conversation_jsonl.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/dataset_writer.hpp"
 #include "tokenfeed/dtype.hpp"
+#include "tokenfeed/error.hpp"
 #include "tokenfeed/tokenizer.hpp"
 
 namespace tokenfeed {
@@ -57,11 +65,13 @@ struct PrepareOptions {
   // When set, the input is pre-tokenized ("ids" instead of "content") and this file gives the
   // special token ids, the default system ids and the vocabulary size.
   std::optional<std::filesystem::path> special_tokens_file;
-  double val_split = 0.1;                       // fraction of conversations in val, in [0, 1]
-  std::uint64_t seed = 0;                       // split seed
-  std::uint64_t shard_tokens = 100'000'000;     // max tokens per shard (0: one shard per split)
-  std::optional<TokenDtype> token_dtype;        // nullopt: uint16 when the vocabulary fits, else uint32
-  std::string system_text{kDefaultSystemText};  // content of the injected system turn (text input)
+  double val_split = 0.1;                    // fraction of conversations in val, in [0, 1)
+  std::uint64_t seed = 0;                    // split seed
+  std::uint64_t shard_tokens = 100'000'000;  // max tokens per shard (0: one shard per split)
+  std::optional<TokenDtype> token_dtype;     // nullopt: uint16 when the vocabulary fits, else uint32
+  // Content of the injected system turn for text input; nullopt: kDefaultSystemText. Setting it
+  // with special_tokens_file is an error (pre-tokenized input takes default_system_ids there).
+  std::optional<std::string> system_text;
   OnBadLine on_error = OnBadLine::fail;
   std::size_t max_line_bytes = std::size_t{64} << 20;  // longer lines are bad lines (line_too_long)
   std::size_t batch_bytes = std::size_t{1} << 20;      // input bytes per parallel work item
@@ -69,6 +79,17 @@ struct PrepareOptions {
   // Called from one thread at most every progress_interval_seconds, and once at the end.
   std::function<void(const PrepareProgress&)> on_progress;
   double progress_interval_seconds = 0.1;
+  // When set and it becomes true (e.g. from a signal handler: it is only loaded), the run stops
+  // within one batch of lines, removes its temporary directory and throws PrepareInterrupted.
+  // Once the output has been renamed into place the run counts as complete and returns.
+  const std::atomic<bool>* stop_requested = nullptr;
+};
+
+// Thrown by prepare_chat_dataset when options.stop_requested became true; nothing is left at
+// output_dir.
+class PrepareInterrupted : public Error {
+ public:
+  PrepareInterrupted() : Error(ErrorKind::pipeline, "prepare was interrupted; its temporary output was removed") {}
 };
 
 struct SkippedLines {
@@ -90,11 +111,13 @@ struct PrepareSummary {
   std::uint64_t input_bytes = 0;
   std::string input_sha256;
   double seconds = 0;
+  std::vector<std::filesystem::path> removed_stale_dirs;  // temporary dirs of killed earlier runs
 };
 
 // Runs the preparation. Throws Error(config) for bad options, Error(io) for files that cannot
-// be read or written, and Error(format) for the first bad line under OnBadLine::fail, with a
-// message "INPUT:LINE: REASON: DETAIL". Nothing is left at output_dir on failure.
+// be read or written, Error(format) for the first bad line under OnBadLine::fail, with a
+// message "INPUT:LINE: REASON: DETAIL", or when no conversation lands in train, and
+// PrepareInterrupted when stopped. Nothing is left at output_dir on failure.
 PrepareSummary prepare_chat_dataset(const PrepareOptions& options);
 
 // The split rule: SHA-256 over "tokenfeed-split-v1\0", the seed (8 bytes little-endian), then

@@ -1,8 +1,8 @@
 #include "chat/sha256.hpp"
 
-#include <algorithm>
-#include <bit>
-#include <cstring>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+
 #include <fstream>
 #include <vector>
 
@@ -11,97 +11,51 @@
 namespace tokenfeed {
 namespace {
 
-constexpr std::array<std::uint32_t, 64> kRoundConstants = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
+// OpenSSL's most recent error as text, for messages (the queue is per thread).
+std::string openssl_error() {
+  const unsigned long code = ERR_get_error();
+  if (code == 0) return "no details from OpenSSL";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
+
+// SHA-256, fetched from the default provider once per process: an implicit fetch on every
+// EVP_DigestInit_ex would repeat the provider lookup for each conversation's split hash.
+// Never freed, so that it outlives every Sha256 (OpenSSL releases its own state at exit).
+const EVP_MD* sha256_md() {
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  if (md == nullptr) throw Error(ErrorKind::pipeline, "OpenSSL provides no SHA-256: " + openssl_error());
+  return md;
+}
 
 }  // namespace
 
-Sha256::Sha256() noexcept
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+void Sha256::FreeContext::operator()(evp_md_ctx_st* ctx) const noexcept { EVP_MD_CTX_free(ctx); }
 
-void Sha256::compress(const std::uint8_t* block) noexcept {
-  std::array<std::uint32_t, 64> w{};
-  for (std::size_t i = 0; i < 16; ++i) {
-    w[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
-           (std::uint32_t{block[4 * i + 2]} << 8) | std::uint32_t{block[4 * i + 3]};
-  }
-  for (std::size_t i = 16; i < 64; ++i) {
-    const std::uint32_t s0 = std::rotr(w[i - 15], 7) ^ std::rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const std::uint32_t s1 = std::rotr(w[i - 2], 17) ^ std::rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (std::size_t i = 0; i < 64; ++i) {
-    const std::uint32_t s1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
-    const std::uint32_t ch = (e & f) ^ (~e & g);
-    const std::uint32_t t1 = h + s1 + ch + kRoundConstants[i] + w[i];
-    const std::uint32_t s0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
-    const std::uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
-    const std::uint32_t t2 = s0 + maj;
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
-}
-
-void Sha256::update(const void* data, std::size_t size) noexcept {
-  const auto* bytes = static_cast<const std::uint8_t*>(data);
-  total_bytes_ += size;
-  if (buffered_ > 0) {
-    const std::size_t take = std::min(size, buffer_.size() - buffered_);
-    std::memcpy(buffer_.data() + buffered_, bytes, take);
-    buffered_ += take;
-    bytes += take;
-    size -= take;
-    if (buffered_ < buffer_.size()) return;
-    compress(buffer_.data());
-    buffered_ = 0;
-  }
-  while (size >= 64) {
-    compress(bytes);
-    bytes += 64;
-    size -= 64;
-  }
-  if (size > 0) {
-    std::memcpy(buffer_.data(), bytes, size);
-    buffered_ = size;
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_) throw Error(ErrorKind::pipeline, "OpenSSL cannot allocate a digest context: " + openssl_error());
+  if (EVP_DigestInit_ex(ctx_.get(), sha256_md(), nullptr) != 1) {
+    throw Error(ErrorKind::pipeline, "OpenSSL cannot start a SHA-256 digest: " + openssl_error());
   }
 }
 
-Sha256::Digest Sha256::finish() noexcept {
-  const std::uint64_t bit_length = total_bytes_ * 8;
-  const std::uint8_t pad = 0x80;
-  update(&pad, 1);
-  const std::uint8_t zero = 0;
-  while (buffered_ != 56) update(&zero, 1);
-  std::array<std::uint8_t, 8> length{};
-  for (std::size_t i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(bit_length >> (56 - 8 * i));
-  update(length.data(), length.size());
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::update(const void* data, std::size_t size) {
+  if (size == 0) return;
+  if (EVP_DigestUpdate(ctx_.get(), data, size) != 1) {
+    throw Error(ErrorKind::pipeline, "OpenSSL SHA-256 update failed: " + openssl_error());
+  }
+}
+
+Sha256::Digest Sha256::finish() {
   Digest digest{};
-  for (std::size_t i = 0; i < 8; ++i) {
-    for (std::size_t j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<std::uint8_t>(state_[i] >> (24 - 8 * j));
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(ctx_.get(), digest.data(), &length) != 1 || length != digest.size()) {
+    throw Error(ErrorKind::pipeline, "OpenSSL SHA-256 finish failed: " + openssl_error());
   }
   return digest;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/sentencepiece_model.hpp"
 #include "chat/sha256.hpp"
 #include "chat/special_strings.hpp"
 #include "tokenfeed/error.hpp"
@@ -21,14 +22,43 @@ struct ResolvedSpecials {
   std::uint32_t vocab_size = 0;
 };
 
-// Takes each special token from the model when it is one of its pieces, else appends it.
-ResolvedSpecials resolve_specials(const sentencepiece::SentencePieceProcessor& sp, const SpecialTokenStrings& strings) {
+// The piece types read from the model file, checked against what the API says of each id, so
+// that a model the reader misunderstands is refused rather than misread.
+std::vector<SentencePieceType> checked_piece_types(const sentencepiece::SentencePieceProcessor& sp,
+                                                   std::string_view model_bytes, const std::string& what) {
+  std::vector<SentencePieceType> types = read_sentencepiece_piece_types(model_bytes, what);
+  if (types.size() != static_cast<std::size_t>(sp.GetPieceSize())) {
+    throw Error(ErrorKind::format, what + ": " + std::to_string(types.size()) + " pieces read from the file, but " +
+                                       std::to_string(sp.GetPieceSize()) + " loaded by SentencePiece");
+  }
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const int id = static_cast<int>(i);
+    const SentencePieceType t = types[i];
+    if (sp.IsControl(id) != (t == SentencePieceType::control) ||
+        sp.IsUnknown(id) != (t == SentencePieceType::unknown) || sp.IsUnused(id) != (t == SentencePieceType::unused) ||
+        sp.IsByte(id) != (t == SentencePieceType::byte)) {
+      throw Error(ErrorKind::format, what + ": the type of piece " + std::to_string(i) + " read from the file (" +
+                                         std::to_string(static_cast<int>(t)) + ") disagrees with SentencePiece's");
+    }
+  }
+  return types;
+}
+
+// Takes each special token from the model when the model defines it as a special symbol
+// (user-defined or control), else appends it after the vocabulary. An ordinary piece with the
+// same text does not qualify: it is what that text encodes to wherever it occurs, so taking it
+// would make the text a turn marker in any content. Unknown, byte and unused pieces do not
+// qualify either.
+ResolvedSpecials resolve_specials(const sentencepiece::SentencePieceProcessor& sp,
+                                  const std::vector<SentencePieceType>& types, const SpecialTokenStrings& strings) {
   ResolvedSpecials r;
   const auto base = static_cast<std::uint32_t>(sp.GetPieceSize());
   std::uint32_t next = base;
   const auto resolve = [&](const std::string& text, SpecialTokenSource& source) -> std::uint32_t {
     const int id = sp.PieceToId(text);
-    if (id >= 0 && sp.IdToPiece(id) == text) {
+    const auto type = id >= 0 ? types[static_cast<std::size_t>(id)] : SentencePieceType::unknown;
+    if (id >= 0 && sp.IdToPiece(id) == text &&
+        (type == SentencePieceType::control || type == SentencePieceType::user_defined)) {
       source = SpecialTokenSource::model;
       return static_cast<std::uint32_t>(id);
     }
@@ -139,7 +169,9 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::filesystem::p
     throw Error(ErrorKind::format, "SentencePiece model '" + model.string() + "' has an unusable vocabulary size " +
                                        std::to_string(sp->GetPieceSize()));
   }
-  const ResolvedSpecials specials = resolve_specials(*sp, strings);
+  const std::vector<SentencePieceType> types =
+      checked_piece_types(*sp, bytes, "SentencePiece model '" + model.string() + "'");
+  const ResolvedSpecials specials = resolve_specials(*sp, types, strings);
   Sha256 sha;
   sha.update(bytes);
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), strings, specials, model, Sha256::hex(sha.finish()));

@@ -1,0 +1,62 @@
+// StagingDir: the temporary sibling directory a dataset is written into before it is
+// published under its final name, so that a failed or interrupted run never leaves a
+// directory that looks complete.
+//
+// For the output PARENT/NAME the staging directory is PARENT/.NAME.tmp-PID-RANDOM (PID: the
+// writing process, RANDOM: 16 hex digits, so that runs of one process, or of processes
+// that reuse a pid, never share one). The writer holds an exclusive flock(2) on it from
+// creation until it is published or removed; the kernel releases that lock however the
+// process ends, SIGKILL included, which is how a later run tells a leftover from a live run.
+//
+// commit() makes the result durable before and after it appears: every file and directory
+// under the staging directory is fsync'ed, the directory is renamed to PARENT/NAME (which
+// must not exist, or be an empty directory), then PARENT is fsync'ed. A crash at any point
+// leaves either no PARENT/NAME or a complete one, never a renamed but truncated dataset.
+//
+// Thread-safety: a StagingDir is used by one thread. Creating one and
+// remove_stale_staging_dirs() may run concurrently from any threads and processes.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+namespace tokenfeed {
+
+class StagingDir {
+ public:
+  // Creates and locks the staging directory of `final_dir` (absolute, no trailing
+  // separator; its parent must exist). Throws Error(io) when it cannot be created.
+  explicit StagingDir(std::filesystem::path final_dir);
+  // Removes the staging directory and everything in it unless commit() succeeded.
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+  // fsync everything, rename to the final directory, fsync its parent. Throws Error(io)
+  // when a step fails (the staging directory is then still removed by the destructor).
+  void commit();
+
+ private:
+  std::filesystem::path final_dir_;
+  std::filesystem::path path_;
+  int lock_fd_ = -1;
+  bool committed_ = false;
+};
+
+// Removes the staging directories of `final_dir` left behind by runs that are gone (killed,
+// or crashed before they could clean up), and returns them. A directory is removed only when
+// all of these hold:
+//   - its name is .NAME.tmp-PID or .NAME.tmp-PID-SUFFIX, and it is a directory, not a link;
+//   - PID is not a live process on this host (kill(PID, 0) fails with ESRCH), or it is this
+//     process's own pid (then the lock below tells: this process's live runs hold theirs);
+//   - nobody holds its lock (flock LOCK_EX|LOCK_NB succeeds; the lock is kept while removing),
+//     which also protects the runs of other hosts or pid namespaces sharing the filesystem;
+//   - it holds nothing but what prepare writes (train/, val/, the dataset writer's hidden
+//     .train.* and .val.* directories, the two JSON files).
+// A directory that cannot be checked (a filesystem without flock, a permission error) is left
+// alone. Throws Error(io) only when a stale directory is found but cannot be removed.
+std::vector<std::filesystem::path> remove_stale_staging_dirs(const std::filesystem::path& final_dir);
+
+}  // namespace tokenfeed
