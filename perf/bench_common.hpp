@@ -54,6 +54,7 @@ struct ConsumerResult {
   double p50_us = 0, p99_us = 0, max_us = 0;
   double stall_fraction = 0;
   std::uint64_t depth_used = 0;
+  std::uint64_t threads_used = 0;  // decode threads in effect (decode_threads 0 resolved)
   std::uint64_t real_positions = 0;
 };
 
@@ -91,6 +92,7 @@ inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t
   r.p99_us = percentile_of_sorted(lat, 0.99);
   r.max_us = lat.back();
   r.depth_used = loader.split_stats("train").prefetch_depth;
+  r.threads_used = loader.split_stats("train").decode_threads;
   return r;
 }
 

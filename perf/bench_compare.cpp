@@ -11,12 +11,17 @@
 //                 [--repeats 5] [--seconds 1] [--variants threads=1:depth=auto,...]
 //
 // A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
-// only x, y and the mask are written).
+// only x, y and the mask are written). threads=default keeps the config's decode_threads
+// (0 in the harness's configs: one per hardware thread but the trainer's, so 1 on two
+// cores); the summary records the thread count each variant ran with.
 //
 // The copy bound is the bytes one batch must write (x and y as int64 and the mask as
 // float32: 20 bytes per position; 16 without the mask) divided by the memcpy bandwidth: no
 // loader can write its batches faster on one core. The summary also records the bytes the
-// library's pooled slot actually holds per batch, with the contract fields and without.
+// library's pooled slot actually holds per batch, with the contract fields and without,
+// and the bytes per position each writes (its buffers of one element per position), so
+// that perf/report.py computes every size it states; and every repeat's figures beside
+// the medians (the spread).
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -104,13 +109,38 @@ double measure_plain_loop(PlainLoop& loop, const std::vector<std::uint64_t>& per
   return static_cast<double>(k) / s;
 }
 
+// Bytes per position a slot of `shape` is written with: its buffers of one element per
+// position (x, y, mask, doc_ids, labels, token_weights, position_ids); cu_seqlens,
+// episode ids and packed segments are per row or per sequence.
+// Also names them (e.g. "x int64"), into `fields`.
+double written_bytes_per_position(const detail::BatchShape& shape, std::vector<std::string>* fields = nullptr) {
+  detail::BatchPool pool(1, shape, "train");
+  const detail::BatchSlot* s = pool.acquire();
+  const std::size_t cells = shape.rows * shape.cols;
+  double bytes = 0;
+  const auto add = [&](const auto& v, const char* name, const char* type) {
+    if (v.size() != cells) return;
+    bytes += static_cast<double>(sizeof(v[0]));
+    if (fields != nullptr) fields->push_back(std::string(name) + " " + type);
+  };
+  add(s->x, "x", "int64");
+  add(s->y, "y", "int64");
+  add(s->mask, "mask", "float32");
+  add(s->doc_ids, "doc_ids", "int32");
+  add(s->labels, "labels", "int64");
+  add(s->token_weights, "token_weights", "float32");
+  add(s->position_ids, "position_ids", "int32");
+  return bytes;
+}
+
+// threads < 0: the config's decode_threads.
 ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int64_t cols, std::int64_t threads,
                                  std::int64_t depth, bool contract_fields, double seconds) {
   Config c = base;
   c.contract_fields = contract_fields;
   c.batch_size = rows;
   c.block_size = cols;
-  c.decode_threads = threads;
+  if (threads >= 0) c.decode_threads = threads;
   c.prefetch_depth = depth;
   Loader loader(c);
   return run_consumer(loader, 0, 500, seconds, 1000, 10000000);
@@ -173,6 +203,7 @@ int main(int argc, char** argv) {
   std::vector<double> memcpy_gbs, plain;
   std::vector<std::string> names = split_list(variants);
   std::vector<std::vector<double>> tf(names.size());
+  std::vector<std::vector<std::uint64_t>> tf_threads(names.size()), tf_depth(names.size());
   for (int rep = 0; rep < repeats; ++rep) {
     const double gbs = measure_memcpy(memcpy_mb << 20);
     memcpy_gbs.push_back(gbs);
@@ -183,16 +214,19 @@ int main(int argc, char** argv) {
     std::printf("rep %d: memcpy %.2f GB/s, plain loop %.0f batches/s", rep, gbs, p);
     for (std::size_t v = 0; v < names.size(); ++v) {
       const std::string& name = names[v];
-      const std::int64_t threads = std::stoll(name.substr(name.find("threads=") + 8));
+      const std::string th = name.substr(name.find("threads=") + 8, name.find(':', name.find("threads=")) - name.find("threads=") - 8);
+      const std::int64_t threads = th == "default" ? -1 : std::stoll(th);
       const std::string d = name.substr(name.find("depth=") + 6, name.find(':', name.find("depth=")) - name.find("depth=") - 6);
       const bool contract = name.find("contract=off") == std::string::npos;
       const ConsumerResult r =
           measure_tokenfeed(base, rows, cols, threads, d == "auto" ? 0 : std::stoll(d), contract, seconds);
       tf[v].push_back(r.batches_per_s);
+      tf_threads[v].push_back(r.threads_used);
+      tf_depth[v].push_back(r.depth_used);
       csv << rep << ",tokenfeed " << name << ',' << r.batches_per_s << ',' << r.p50_us << ',' << r.p99_us << ','
           << r.depth_used << '\n';
-      std::printf(", tokenfeed %s %.0f batches/s (depth %llu)", name.c_str(), r.batches_per_s,
-                  static_cast<unsigned long long>(r.depth_used));
+      std::printf(", tokenfeed %s %.0f batches/s (depth %llu, %llu thread(s))", name.c_str(), r.batches_per_s,
+                  static_cast<unsigned long long>(r.depth_used), static_cast<unsigned long long>(r.threads_used));
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -217,9 +251,26 @@ int main(int argc, char** argv) {
   j["bytes_per_batch"] = must_write;
   j["slot_bytes"] = detail::BatchPool::bytes_per_slot(slot_shape);
   j["slot_bytes_without_contract"] = detail::BatchPool::bytes_per_slot(view_shape);
+  j["must_write_bytes_per_position"] = must_write / positions;
+  std::vector<std::string> fields, view_fields;
+  j["written_bytes_per_position"] = written_bytes_per_position(slot_shape, &fields);
+  j["written_fields"] = fields;
+  j["written_bytes_per_position_without_contract"] = written_bytes_per_position(view_shape, &view_fields);
+  j["written_fields_without_contract"] = view_fields;
   j["copy_bound_batches_per_s"] = gbs * 1e9 / must_write;
   j["plain_loop_batches_per_s"] = median(plain);
-  for (std::size_t v = 0; v < names.size(); ++v) j["tokenfeed"][names[v]] = median(tf[v]);
+  j["memcpy_gbs_repeats"] = memcpy_gbs;
+  std::vector<double> bound_repeats;
+  for (const double g : memcpy_gbs) bound_repeats.push_back(g * 1e9 / must_write);
+  j["copy_bound_repeats"] = bound_repeats;
+  j["plain_loop_repeats"] = plain;
+  for (std::size_t v = 0; v < names.size(); ++v) {
+    j["tokenfeed"][names[v]] = median(tf[v]);
+    j["variants"][names[v]] = {{"batches_per_s", median(tf[v])},
+                               {"repeats", tf[v]},
+                               {"decode_threads", tf_threads[v]},
+                               {"depth_used", tf_depth[v]}};
+  }
   std::ofstream(json_path) << j.dump(2) << "\n";
   std::printf("%s\n", j.dump(2).c_str());
   return 0;

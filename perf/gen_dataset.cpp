@@ -12,6 +12,12 @@
 //
 // Token streams (token_stream): train.bin and val.bin (nanoGPT layout), documents of
 // log-normal length separated by the end-of-text id.
+//
+// Stdout: one readable line, then `json: {...}`, the same statistics of what was written
+// (episodes, tokens, mean, median, over 8192 and its percentage, longest, assistant-token
+// share of the mask; for streams the tokens and documents) with the parameters that made
+// them. perf/run.sh keeps it as $TOKENFEED_PERF_DATA/NAME.txt, and perf/report.py takes the
+// dataset figures in perf/RESULTS.md from there.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tokenfeed/dataset_writer.hpp"
 
@@ -59,7 +66,17 @@ void write_metadata(const fs::path& dir, TokenDtype dtype, bool mask) {
 }
 
 struct Stats {
-  std::uint64_t episodes = 0, tokens = 0, over_8k = 0, max_len = 0;
+  std::uint64_t episodes = 0, tokens = 0, over_8k = 0, max_len = 0, masked = 0;
+  std::vector<std::uint32_t> lengths;  // for the median
+
+  double median() {
+    if (lengths.empty()) return 0;
+    const auto mid = lengths.begin() + static_cast<std::ptrdiff_t>(lengths.size() / 2);
+    std::nth_element(lengths.begin(), mid, lengths.end());
+    const double upper = *mid;
+    if (lengths.size() % 2 == 1) return upper;
+    return (upper + *std::max_element(lengths.begin(), mid)) / 2;
+  }
 };
 
 Stats write_episodes(const fs::path& split_dir, std::uint64_t count, std::uint64_t shards, TokenDtype dtype,
@@ -96,6 +113,8 @@ Stats write_episodes(const fs::path& split_dir, std::uint64_t count, std::uint64
     writer.add(tokens, mask);
     ++s.episodes;
     s.tokens += n;
+    s.lengths.push_back(static_cast<std::uint32_t>(n));
+    s.masked += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), std::uint8_t{1}));
     s.over_8k += n > 8192 ? 1 : 0;
     s.max_len = std::max(s.max_len, n);
   }
@@ -103,7 +122,10 @@ Stats write_episodes(const fs::path& split_dir, std::uint64_t count, std::uint64
   return s;
 }
 
-void write_stream(const fs::path& file, std::uint64_t count, TokenDtype dtype, const Options& o, std::mt19937_64& rng) {
+// Returns the number of documents started (end-of-text ids written).
+std::uint64_t write_stream(const fs::path& file, std::uint64_t count, TokenDtype dtype, const Options& o,
+                           std::mt19937_64& rng) {
+  std::uint64_t documents = 0;
   std::lognormal_distribution<double> doc(std::log(o.median), o.sigma);
   const Vocab v = vocab_for(dtype);
   std::ofstream out(file, std::ios::binary);
@@ -118,6 +140,7 @@ void write_stream(const fs::path& file, std::uint64_t count, TokenDtype dtype, c
       std::uint32_t t;
       if (left_in_doc == 0) {
         t = v.eot;
+        ++documents;
         left_in_doc = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(doc(rng)));
       } else {
         t = static_cast<std::uint32_t>(rng() % (v.size - 1));
@@ -132,6 +155,7 @@ void write_stream(const fs::path& file, std::uint64_t count, TokenDtype dtype, c
     }
     written += chunk;
   }
+  return documents;
 }
 
 }  // namespace
@@ -155,22 +179,40 @@ int main(int argc, char** argv) {
   const fs::path out(o.out);
   fs::create_directories(out);
   std::mt19937_64 rng(o.seed);
+  nlohmann::json params = {{"median_param", o.median}, {"sigma", o.sigma}, {"max_len", o.max_len},
+                           {"seed", o.seed},          {"dtype", o.dtype}, {"shards", o.shards}};
   if (o.stream_tokens > 0) {
-    write_stream(out / "train.bin", o.stream_tokens, dtype, o, rng);
+    const std::uint64_t documents = write_stream(out / "train.bin", o.stream_tokens, dtype, o, rng);
     write_stream(out / "val.bin", std::max<std::uint64_t>(o.stream_tokens / 100, 1 << 16), dtype, o, rng);
     write_metadata(out, dtype, false);
-    std::printf("token streams: %llu train tokens (%s) in %s\n", static_cast<unsigned long long>(o.stream_tokens),
-                o.dtype.c_str(), o.out.c_str());
+    std::printf("token streams: %llu train tokens (%s, %llu documents) in %s\n",
+                static_cast<unsigned long long>(o.stream_tokens), o.dtype.c_str(),
+                static_cast<unsigned long long>(documents), o.out.c_str());
+    nlohmann::json j = {{"kind", "token_stream"}, {"tokens", o.stream_tokens}, {"documents", documents},
+                        {"median_param", o.median},   {"sigma", o.sigma},          {"seed", o.seed},
+                        {"dtype", o.dtype}};
+    std::printf("json: %s\n", j.dump().c_str());
     return 0;
   }
-  const Stats train = write_episodes(out / "train", o.episodes, o.shards, dtype, o, rng);
+  Stats train = write_episodes(out / "train", o.episodes, o.shards, dtype, o, rng);
   if (o.val_episodes > 0) write_episodes(out / "val", o.val_episodes, 1, dtype, o, rng);
   write_metadata(out, dtype, true);
-  std::printf("episodes: %llu train (%llu tokens, mean %.0f, %llu over 8192, longest %llu), %llu val, %s, %llu shards, in %s\n",
-              static_cast<unsigned long long>(train.episodes), static_cast<unsigned long long>(train.tokens),
-              static_cast<double>(train.tokens) / static_cast<double>(std::max<std::uint64_t>(train.episodes, 1)),
-              static_cast<unsigned long long>(train.over_8k), static_cast<unsigned long long>(train.max_len),
-              static_cast<unsigned long long>(o.val_episodes), o.dtype.c_str(), static_cast<unsigned long long>(o.shards),
-              o.out.c_str());
+  const double episodes = static_cast<double>(std::max<std::uint64_t>(train.episodes, 1));
+  const double mean = static_cast<double>(train.tokens) / episodes;
+  const double median = train.median();
+  const double over_pct = 100.0 * static_cast<double>(train.over_8k) / episodes;
+  const double masked_pct = 100.0 * static_cast<double>(train.masked) / static_cast<double>(std::max<std::uint64_t>(train.tokens, 1));
+  std::printf("episodes: %llu train (%llu tokens, mean %.0f, median %.0f, %llu over 8192 (%.2f%%), longest %llu, "
+              "%.1f%% of tokens in assistant turns), %llu val, %s, %llu shards, in %s\n",
+              static_cast<unsigned long long>(train.episodes), static_cast<unsigned long long>(train.tokens), mean, median,
+              static_cast<unsigned long long>(train.over_8k), over_pct, static_cast<unsigned long long>(train.max_len),
+              masked_pct, static_cast<unsigned long long>(o.val_episodes), o.dtype.c_str(),
+              static_cast<unsigned long long>(o.shards), o.out.c_str());
+  nlohmann::json j = {{"kind", "episodes"},       {"episodes", train.episodes},   {"tokens", train.tokens},
+                      {"mean", mean},             {"median", median},             {"over_8192", train.over_8k},
+                      {"over_8192_pct", over_pct}, {"longest", train.max_len},     {"masked_pct", masked_pct},
+                      {"val_episodes", o.val_episodes}};
+  j.update(params);
+  std::printf("json: %s\n", j.dump().c_str());
   return 0;
 }

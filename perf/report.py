@@ -1,14 +1,19 @@
-"""Turns the raw outputs of perf/run.sh into perf/RESULTS.md, perf/prefetch_sweep.png and
-the CSVs beside them. Every figure is computed here from the raw files of one run:
-medians over the interleaved repeats, and ratios against baselines of the same run.
+"""Turns the raw outputs of perf/run.sh into RESULTS.md, the sweep plots and CSVs beside
+it, and a copy of the raw files every figure comes from (OUT/raw/). Every figure is
+computed here from the raw files of one run: medians over the interleaved repeats, with
+their spread (min..max over the repeats), and ratios against baselines of the same run.
+Nothing about the data or the machine is typed in here: the dataset figures come from
+perf/gen_dataset's output (or the dataset's index), the sizes from the shapes, the repeat
+counts from the raw files.
 
-  python report.py --raw RAW_DIR --out OUT_DIR --mode full|quick --command "perf/run.sh"
+  python report.py --raw RAW_DIR --out OUT_DIR --mode full|quick|smoke --command "perf/run.sh"
 """
 import argparse
 import csv
 import glob
 import json
 import os
+import shutil
 import statistics
 from collections import defaultdict
 
@@ -18,10 +23,38 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+MODES = ("sft_episode", "sft_packed", "token_stream")
+# The plot of each mode; sft_episode's keeps the name the README shows.
+PLOT_NAME = {"sft_episode": "prefetch_sweep.png", "sft_packed": "prefetch_sweep_sft_packed.png",
+             "token_stream": "prefetch_sweep_token_stream.png"}
+# Raw files copied beside RESULTS.md (small ones only; never the datasets).
+RAW_FILES = ("env.txt", "bench.jsonl", "compare.json", "compare.csv", "python.jsonl", "python_get_batch.jsonl",
+             "python_get_batch.txt")
+DATASETS = ("ep1x", "ep10x", "ep1x_u32", "ep10m", "stream")
+# What the targets say (issue 6).
+P50_TARGET_US, P99_TARGET_US = 2.0, 20.0
+FIRST_STEPS = 16  # `tokenfeed bench --waits-json`'s first_steps: auto depth's starting window
+
 
 def med(values):
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def spread(values, digits=0, unit=""):
+    """'min..max' of the repeats."""
+    values = list(values)
+    if not values:
+        return "n/a"
+    return f"{fmt(min(values), digits)}..{fmt(max(values), digits)}{unit}"
+
+
+def fmt(x, digits=0):
+    if x != x:  # nan
+        return "n/a"
+    if digits == 0:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
 
 
 def read_env(raw):
@@ -33,6 +66,84 @@ def read_env(raw):
     return env
 
 
+# --- datasets -------------------------------------------------------------------------------------
+
+def index_lengths(data_dir):
+    import numpy as np
+    parts = [np.fromfile(f, dtype=np.uint64).reshape(-1, 2)[:, 1]
+             for f in sorted(glob.glob(os.path.join(data_dir, "train", "*", "episodes.idx")))]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def dataset_stats(env, name):
+    """The figures of one generated dataset: from gen_dataset's `json:` line in
+    $DATA/NAME.txt, else (data made by an older gen_dataset) computed from the index."""
+    data = env.get("data", "")
+    txt = os.path.join(data, f"{name}.txt")
+    stamp = os.path.join(data, f"{name}.stamp")
+    stats = None
+    if os.path.exists(txt):
+        for line in open(txt):
+            if line.startswith("json: "):
+                stats = json.loads(line[len("json: "):])
+                stats["source"] = f"gen_dataset output ({name}.txt)"
+    meta_path = os.path.join(data, name, "dataset_metadata.json")
+    meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {}
+    if stats is None:
+        d = os.path.join(data, name)
+        if os.path.exists(os.path.join(d, "train.bin")):
+            width = 2 if meta.get("token_dtype", "uint16") == "uint16" else 4
+            stats = {"kind": "token_stream", "tokens": os.path.getsize(os.path.join(d, "train.bin")) // width}
+        else:
+            import numpy as np
+            lengths = index_lengths(d)
+            n = len(lengths)
+            stats = {"kind": "episodes", "episodes": int(n), "tokens": int(lengths.sum()),
+                     "mean": float(lengths.mean()) if n else 0.0,
+                     "median": float(np.median(lengths)) if n else 0.0,
+                     "over_8192": int((lengths > 8192).sum()),
+                     "over_8192_pct": 100.0 * float((lengths > 8192).sum()) / max(n, 1),
+                     "longest": int(lengths.max()) if n else 0}
+            masks = sorted(glob.glob(os.path.join(d, "train", "*", "mask.bin")))
+            if masks:
+                ones = sum(int(np.count_nonzero(np.memmap(m, dtype=np.uint8, mode="r"))) for m in masks)
+                stats["masked_pct"] = 100.0 * ones / max(stats["tokens"], 1)
+        # The generation parameters from the stamp (gen_dataset's defaults where not given).
+        args = open(stamp).read().split() if os.path.exists(stamp) else []
+        for flag, key, default in (("--median", "median_param", 400.0), ("--sigma", "sigma", 1.0)):
+            stats[key] = float(args[args.index(flag) + 1]) if flag in args else default
+        stats["source"] = f"computed from the dataset's files ({name}.txt predates gen_dataset's json line)"
+    stats["dtype"] = meta.get("token_dtype", stats.get("dtype", "?"))
+    stats["shards"] = len(glob.glob(os.path.join(data, name, "train", "shard_*"))) or stats.get("shards")
+    stats["generated_with"] = open(stamp).read().strip() if os.path.exists(stamp) else None
+    return stats
+
+
+def copy_raw(raw, out, env, datasets):
+    """OUT/raw: the small raw files of this run, so that RESULTS.md can be traced."""
+    dest = os.path.join(out, "raw")
+    if os.path.isdir(dest):
+        shutil.rmtree(dest)
+    os.makedirs(dest)
+    copied = []
+    for name in RAW_FILES + tuple(os.path.basename(p) for p in sorted(glob.glob(os.path.join(raw, "*.xml")))):
+        src = os.path.join(raw, name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(dest, name))
+            copied.append(name)
+    for name in DATASETS:
+        src = os.path.join(env.get("data", ""), f"{name}.txt")
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(dest, f"gen_{name}.txt"))
+            copied.append(f"gen_{name}.txt")
+    with open(os.path.join(dest, "datasets.json"), "w") as f:
+        json.dump(datasets, f, indent=2)
+    copied.append("datasets.json")
+    return copied
+
+
+# --- sweep ----------------------------------------------------------------------------------------
+
 def read_sweep(path):
     rows = list(csv.DictReader(open(path)))
     groups = defaultdict(list)
@@ -41,16 +152,22 @@ def read_sweep(path):
         groups[key].append(r)
     out = {}
     for key, rs in groups.items():
+        rates = [float(r["batches_per_s"]) for r in rs]
         out[key] = {
-            "batches_per_s": med(float(r["batches_per_s"]) for r in rs),
+            "batches_per_s": med(rates),
+            "rates": rates,
+            "by_repeat": {r["repeat"]: float(r["batches_per_s"]) for r in rs},
             "tokens_per_s": med(float(r["tokens_per_s"]) for r in rs),
             "p50_us": med(float(r["p50_us"]) for r in rs),
             "p99_us": med(float(r["p99_us"]) for r in rs),
             "stall": med(float(r["stall_fraction"]) for r in rs),
             "depth_used": med(float(r["depth_used"]) for r in rs),
+            "seconds": med(float(r["seconds"]) for r in rs),
             "n": len(rs),
         }
-    return out
+    meta = {"repeats": len({r["repeat"] for r in rows}), "seconds": med(float(r["seconds"]) for r in rows),
+            "shuffled": "position" in (rows[0] if rows else {})}
+    return out, meta
 
 
 def shape_key(s):
@@ -70,14 +187,14 @@ def plot_sweep(sweep, title, path):
             ax2 = ax.twinx()
             for th in threads:
                 fixed = sorted((int(k[3]), v) for k, v in sweep.items()
-                               if k[0] == shape and k[1] == step and k[2] == th and k[3] != "auto")
+                               if k[0] == shape and k[1] == step and k[2] == th and k[3].isdigit())
                 if not fixed:
                     continue
                 xs = [d for d, _ in fixed]
                 c = colors.get(th, "k")
                 ax.plot(xs, [v["batches_per_s"] for _, v in fixed], "-o", color=c, ms=3, label=f"batches/s, {th} thr")
                 ax2.plot(xs, [max(v["p99_us"], 0.1) for _, v in fixed], "--", color=c, alpha=0.6,
-                         label=f"p99 wait, {th} thr")
+                         label=f"get_batch p99 latency, {th} thr")
                 auto = sweep.get((shape, step, th, "auto"))
                 if auto:
                     ax.plot([max(auto["depth_used"], 1)], [auto["batches_per_s"]], "*", color=c, ms=12,
@@ -98,38 +215,45 @@ def plot_sweep(sweep, title, path):
             if j == 0:
                 ax.set_ylabel("batches/s (solid)", fontsize=8)
             if j == len(steps) - 1:
-                ax2.set_ylabel("get_batch p99 us (dashed)", fontsize=8)
+                ax2.set_ylabel("get_batch p99 latency, us (dashed)", fontsize=8)
             if i == 0 and j == 0:
                 h1, l1 = ax.get_legend_handles_labels()
                 h2, l2 = ax2.get_legend_handles_labels()
                 ax.legend(h1 + h2, l1 + l2, fontsize=6, loc="lower right")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def fmt(x, digits=0):
-    if x != x:  # nan
-        return "n/a"
-    if digits == 0:
-        return f"{x:,.0f}"
-    return f"{x:,.{digits}f}"
-
-
 def auto_vs_best(sweep):
-    """Per (shape, step, threads): the best fixed depth's throughput against auto's."""
+    """Per (shape, step, threads): the best fixed depth's throughput against auto's, and
+    auto against the fixed depth it ran at (paired by repeat) when the grid has it."""
     rows = []
     for key in sorted({k[:3] for k in sweep}, key=lambda k: (shape_key(k[0]), k[1], k[2])):
-        fixed = {int(k[3]): v for k, v in sweep.items() if k[:3] == key and k[3] != "auto"}
+        fixed = {int(k[3]): v for k, v in sweep.items() if k[:3] == key and k[3].isdigit()}
         auto = sweep.get(key + ("auto",))
         if not fixed or not auto:
             continue
         best_depth, best = max(fixed.items(), key=lambda kv: kv[1]["batches_per_s"])
         # The smallest depth within 3% of the best: the recommendation.
         enough = min(d for d, v in fixed.items() if v["batches_per_s"] >= 0.97 * best["batches_per_s"])
-        rows.append((key, best_depth, best, auto, enough, fixed))
+        same = fixed.get(int(round(auto["depth_used"])))
+        paired = []
+        if same:
+            paired = [auto["by_repeat"][r] / same["by_repeat"][r] for r in auto["by_repeat"] if r in same["by_repeat"]]
+        rows.append((key, best_depth, best, auto, enough, same, paired))
     return rows
+
+
+# --- bench.jsonl ----------------------------------------------------------------------------------
+
+def mean_us(r):
+    return r["get_batch_us"].get("mean", float("nan"))
+
+
+def waits_of(r):
+    return r["stall_fraction"] * r["batches"]
 
 
 def main():
@@ -142,200 +266,326 @@ def main():
     raw, out = a.raw, a.out
     os.makedirs(out, exist_ok=True)
     env = read_env(raw)
+    datasets = {name: dataset_stats(env, name) for name in DATASETS if os.path.isdir(os.path.join(env.get("data", ""), name))}
+    copied = copy_raw(raw, out, env, datasets)
 
-    sweeps = {}
-    for mode in ("sft_episode", "token_stream"):
+    sweeps, sweep_meta = {}, {}
+    for mode in MODES:
         path = os.path.join(raw, f"sweep_{mode}.csv")
         if os.path.exists(path):
-            sweeps[mode] = read_sweep(path)
-            with open(os.path.join(out, f"prefetch_sweep_{mode}.csv"), "w") as f:
-                f.write(open(path).read())
-    if "sft_episode" in sweeps:
-        plot_sweep(sweeps["sft_episode"], "prefetch-depth sweep, sft_episode, mask on: batches/s (solid), get_batch p99 (dashed), "
-                   "auto at the depth it chose (star), the trainer's ceiling 1/step (dotted)", os.path.join(out, "prefetch_sweep.png"))
-    if "token_stream" in sweeps:
-        plot_sweep(sweeps["token_stream"], "prefetch-depth sweep, token_stream",
-                   os.path.join(out, "prefetch_sweep_token_stream.png"))
+            sweeps[mode], sweep_meta[mode] = read_sweep(path)
+            shutil.copy(path, os.path.join(out, f"prefetch_sweep_{mode}.csv"))
+    for mode, sweep in sweeps.items():
+        m = sweep_meta[mode]
+        mask = "" if mode == "token_stream" else ", mask on"
+        plot_sweep(sweep, f"prefetch-depth sweep, {mode}{mask}; medians of {m['repeats']} repeats\n"
+                   "batches/s (solid), get_batch p99 latency (dashed), auto at the depth it chose (star), "
+                   "the trainer's ceiling 1/step (dotted)", os.path.join(out, PLOT_NAME[mode]))
 
     bench = defaultdict(list)
     for line in open(os.path.join(raw, "bench.jsonl")):
         j = json.loads(line)
+        if "waits" in j:  # `tokenfeed bench --waits-json`, kept beside the run's JSON object
+            j["result"]["waits"] = j["waits"]
         bench[j["tag"]].append(j["result"])
 
+    def bvals(tag, field, sub=None):
+        return [(r[field][sub] if sub else r[field]) for r in bench.get(tag, [])]
+
     def bmed(tag, field, sub=None):
-        vals = [(r[field][sub] if sub else r[field]) for r in bench.get(tag, [])]
-        return med(vals)
+        return med(bvals(tag, field, sub))
 
     cmp = json.load(open(os.path.join(raw, "compare.json")))
     py = [json.loads(l) for l in open(os.path.join(raw, "python.jsonl"))]
-    numpy_rate = med(r["batches_per_s"] for r in py if r["loader"] == "numpy")
-    torch_rate = med(r["batches_per_s"] for r in py if r["loader"] == "torch")
+    py_check = next((r for r in py if "check" in r), None)
+    py = [r for r in py if r.get("loader")]
+    numpy_rates = [r["batches_per_s"] for r in py if r["loader"] == "numpy"]
+    torch_rates = [r["batches_per_s"] for r in py if r["loader"] == "torch"]
+    numpy_rate, torch_rate = med(numpy_rates), med(torch_rates)
     torch_version = next((r.get("torch_version") for r in py if r["loader"] == "torch"), "none")
+    torch_workers = next((r.get("workers") for r in py if r["loader"] == "torch"), "?")
     bound = cmp["copy_bound_batches_per_s"]
-    positions = 8 * 1024
+    bound_reps = cmp.get("copy_bound_repeats", [bound])
+    rows_, cols_ = (int(x) for x in cmp["shape"].split("x"))
+    positions = rows_ * cols_
+    must_bpp = cmp.get("must_write_bytes_per_position", cmp["bytes_per_batch"] / positions)
+    wr_bpp = cmp.get("written_bytes_per_position", float("nan"))
+    wr_view_bpp = cmp.get("written_bytes_per_position_without_contract", float("nan"))
+    variants = cmp.get("variants") or {k: {"batches_per_s": v, "repeats": [v], "decode_threads": []}
+                                       for k, v in cmp["tokenfeed"].items()}
+    cmp_repeats = cmp.get("repeats", len(bound_reps))
 
-    comparison = [
-        ("copy bound: 160 KiB per batch (x, y int64 + mask float32) / single-core memcpy "
-         f"{cmp['memcpy_gbs']:.1f} GB/s", bound),
-        ("plain single-threaded C++ loop (same rows into one reused buffer; no pipeline)", cmp["plain_loop_batches_per_s"]),
-    ]
-    for name, rate in cmp["tokenfeed"].items():
+    def threads_of(name):
+        """(label, threads it ran with) of a variant."""
         th = name.split(":")[0].split("=")[1]
-        extra = ", contract_fields=false" if "contract=off" in name else ""
-        comparison.append((f"tokenfeed, decode_threads={th}, prefetch_depth=auto{extra}", rate))
-    comparison.append(("numpy loader (memmap slices, pad, stack), one process", numpy_rate))
-    comparison.append((f"PyTorch {torch_version} DataLoader, map-style Dataset, 2 workers", torch_rate))
-    with open(os.path.join(out, "comparison.csv"), "w") as f:
-        w = csv.writer(f)
-        w.writerow(["loader", "batches_per_s", "tokens_per_s", "x_numpy", "x_copy_bound"])
-        for name, rate in comparison:
-            w.writerow([name, f"{rate:.1f}", f"{rate * positions:.0f}", f"{rate / numpy_rate:.2f}", f"{rate / bound:.3f}"])
+        used = sorted(set(variants[name].get("decode_threads", [])))
+        used_s = "/".join(str(u) for u in used) if used else "?"
+        if th == "default":
+            return f"decode_threads default ({used_s} here)", used_s
+        return f"decode_threads={th}", th
+
+    def variant(th_default, contract):
+        """The comparison variant: the default thread count or 2, contract fields on or off."""
+        for name in variants:
+            is_default = name.startswith("threads=default") or name.startswith("threads=1:")  # older runs: 1
+            if is_default == th_default and (("contract=off" in name) != contract):
+                return name
+        return None
+
+    v_def, v_two = variant(True, True), variant(False, True)
+    v_def_view, v_two_view = variant(True, False), variant(False, False)
+
+    def vrate(name):
+        return variants[name]["batches_per_s"] if name else float("nan")
+
+    def vreps(name):
+        return variants[name].get("repeats", []) if name else []
+
+    def vs_bound(name):
+        """Per repeat, this variant against the bound of the same repeat (interleaved)."""
+        reps = vreps(name)
+        ratios = [r / b for r, b in zip(reps, bound_reps)]
+        return ratios, sum(x >= 1 for x in ratios)
 
     L = []
     L.append("# tokenfeed performance results")
     L.append("")
     L.append(f"Produced by `{a.command}` ({a.mode} run) on {env.get('date')} at commit {env.get('commit')} "
-             "plus the working tree; every number below comes from that one run, and the raw files "
-             "(CSV/JSONL) are beside this file or in the build directory's `raw-*` folder.")
+             f"(working tree: {env.get('dirty', 'unknown')}); every number below comes from that one run. "
+             "The raw files are committed beside this file: the sweep CSVs (`prefetch_sweep_<mode>.csv`), "
+             "`comparison.csv`, and in `raw/` " + ", ".join(f"`{c}`" for c in copied) + ".")
+    if a.mode != "full":
+        L.append("")
+        L.append(f"**A {a.mode} run: smaller grids, fewer repeats"
+                 + (", tiny datasets: its figures mean nothing" if a.mode == "smoke" else "") + ".**")
     L.append("")
-    L.append(f"- Machine: {env.get('nproc')} cores ({env.get('cpu')}), Debian bookworm; numpy {env.get('numpy')}, "
-             f"torch {env.get('torch')} (Debian's python3-torch, CPU).")
+    L.append(f"- Machine: {env.get('nproc')} cores ({env.get('cpu')}), {env.get('os', 'Debian')}; numpy "
+             f"{env.get('numpy')}, torch {env.get('torch')} (Debian's python3-torch, CPU).")
     L.append(f"- Load average before / after: {env.get('load_before')} / {env.get('load_after')}. "
              f"Other processes above 5% CPU at the start: {env.get('busy_before') or 'none'}; "
              f"at the end: {env.get('busy_after') or 'none'}.")
-    L.append(f"- Run time: {env.get('seconds')} s. Figures are medians over interleaved repeats; ratios are "
-             "against baselines measured in the same run.")
-    L.append("- Dataset (`perf/gen_dataset`): 50,000 conversations, log-normal lengths (median 400, sigma 1.0, "
-             "mean ~660 tokens, 0.13% past 8,192), uint16, 4 shards, assistant-only mask; 10x: 500,000; "
-             "10M-episode index: median 16 tokens; a 100M-token uint16 stream for pretraining.")
+    L.append(f"- Run time: {env.get('seconds')} s (`raw/env.txt`). Figures are medians over interleaved repeats, "
+             "with the spread (min..max over the repeats) beside them where it matters; ratios are against "
+             "baselines measured in the same run.")
+    ep1 = datasets.get("ep1x", {})
+    if ep1:
+        line = (f"- Datasets (`perf/gen_dataset`; `raw/datasets.json`, `raw/gen_*.txt`): ep1x {ep1['episodes']:,} "
+                f"conversations, log-normal lengths (median parameter {ep1.get('median_param', 400):g}, sigma "
+                f"{ep1.get('sigma', 1.0):g}; as written: median {ep1['median']:.0f}, mean {ep1['mean']:.0f} tokens, "
+                f"{ep1['over_8192_pct']:.2f}% past 8,192, longest {ep1['longest']:,})")
+        if "masked_pct" in ep1:
+            line += f", assistant-only mask ({ep1['masked_pct']:.0f}% of tokens)"
+        line += f", {ep1['dtype']}, {ep1['shards']} shards"
+        for name, what in (("ep10x", "10x"), ("ep1x_u32", "uint32 copy")):
+            if name in datasets:
+                line += f"; {what} ({name}): {datasets[name]['episodes']:,} episodes, {datasets[name]['dtype']}"
+        if "ep10m" in datasets:
+            line += f"; index test (ep10m): {datasets['ep10m']['episodes']:,} episodes, median {datasets['ep10m']['median']:.0f} tokens"
+        if "stream" in datasets:
+            line += f"; token_stream: a {datasets['stream']['tokens'] / 1e6:,.0f}M-token {datasets['stream']['dtype']} stream"
+        L.append(line + ".")
     L.append("")
 
-    # Targets.
+    # --- targets ---
     L.append("## Targets")
     L.append("")
-    s500 = "step500"
-    p50, p99 = bmed(s500, "get_batch_us", "p50"), bmed(s500, "get_batch_us", "p99")
-    stall500 = bmed(s500, "stall_fraction")
-    maxw = bmed(s500, "get_batch_us", "max")
-    tf1 = cmp["tokenfeed"].get("threads=1:depth=auto", float("nan"))
-    tf2 = cmp["tokenfeed"].get("threads=2:depth=auto", float("nan"))
-    vw1 = cmp["tokenfeed"].get("threads=1:depth=auto:contract=off", float("nan"))
-    vw2 = cmp["tokenfeed"].get("threads=2:depth=auto:contract=off", float("nan"))
-    best_tf = max(tf1, tf2)
-    best_view = max(vw1, vw2)
+    L.append("| target | figure | met |")
+    L.append("| --- | --- | --- |")
+    shape_s = cmp["shape"]
+    for tag, step_label in (("step500", "500 us"), ("step2000", "2 ms")):
+        if not bench.get(tag):
+            continue
+        p50s, p99s = bvals(tag, "get_batch_us", "p50"), bvals(tag, "get_batch_us", "p99")
+        waits = [waits_of(r) for r in bench[tag]]
+        p50, p99 = med(p50s), med(p99s)
+        ok50, ok99, okw = p50 < P50_TARGET_US, p99 < P99_TARGET_US, max(waits) == 0
+        parts = [f"p50 {'yes' if ok50 else 'no'}", f"p99 {'yes' if ok99 else 'no'}",
+                 f"no waits {'yes' if okw else 'no'}"]
+        verdict = "yes" if ok50 and ok99 and okw else "no: " + ", ".join(parts)
+        fragile = [f"{sum(x >= P99_TARGET_US for x in p99s)} of {len(p99s)} runs had p99 >= 20 us"] \
+            if ok99 and any(x >= P99_TARGET_US for x in p99s) else []
+        fragile += [f"{sum(x >= P50_TARGET_US for x in p50s)} of {len(p50s)} runs had p50 >= 2 us"] \
+            if ok50 and any(x >= P50_TARGET_US for x in p50s) else []
+        if fragile and verdict == "yes":
+            verdict = "yes (median; " + "; ".join(fragile) + ")"
+        L.append(f"| get_batch p50 < 2 us, p99 < 20 us, no waiting after warm-up; {shape_s}, {step_label} step, "
+                 f"defaults | p50 {p50:.2f} us ({spread(p50s, 2)}), p99 {p99:.2f} us ({spread(p99s, 2)}), max "
+                 f"{bmed(tag, 'get_batch_us', 'max'):.1f} us over {len(bench[tag])} runs of "
+                 f"{bench[tag][0]['batches']} steps after {bench[tag][0]['warmup']} of warm-up; steps that waited "
+                 f"> 50 us per run: {', '.join(f'{x:.0f}' for x in waits)} | {verdict} |")
+    n_ratio_def, n_ratio_two = vrate(v_def) / numpy_rate, vrate(v_two) / numpy_rate
+    def_label, def_threads = threads_of(v_def) if v_def else ("default", "?")
+    L.append(f"| pure production {shape_s} mask on >= 4x numpy | {def_label}: {fmt(vrate(v_def))} vs "
+             f"{fmt(numpy_rate)} batches/s = {n_ratio_def:.1f}x (per repeat {spread(vreps(v_def))} vs "
+             f"{spread(numpy_rates)}); decode_threads=2: {n_ratio_two:.1f}x | "
+             f"default: {'yes' if n_ratio_def >= 4 else 'no'}; decode_threads=2: {'yes' if n_ratio_two >= 4 else 'no'} |")
+    rd, kd = vs_bound(v_def)
+    r2, k2 = vs_bound(v_two)
+    rdv, kdv = vs_bound(v_def_view)
+    r2v, k2v = vs_bound(v_two_view)
+
+    def bound_verdict(name, ratios, k):
+        x = vrate(name) / bound
+        word = "yes" if x >= 1 else "no"
+        if x >= 1 and k < len(ratios):
+            word += f" (fragile: at or above the bound in {k} of {len(ratios)} repeats)"
+        elif x < 1 and k > 0:
+            word += f" (at or above it in {k} of {len(ratios)} repeats)"
+        return word
+
+    L.append(f"| ... and >= the single-core copy bound | bound {fmt(bound)} batches/s ({spread(bound_reps)}); "
+             f"contract fields on (the default): {def_label} {vrate(v_def) / bound:.2f}x of the bound "
+             f"(per repeat {spread(rd, 2)}), decode_threads=2 {vrate(v_two) / bound:.2f}x ({spread(r2, 2)}); "
+             f"contract_fields=false: {def_label} {vrate(v_def_view) / bound:.2f}x ({spread(rdv, 2)}), "
+             f"decode_threads=2 {vrate(v_two_view) / bound:.2f}x ({spread(r2v, 2)}) | "
+             f"default settings: {bound_verdict(v_def, rd, kd)}; decode_threads=2: {bound_verdict(v_two, r2, k2)}; "
+             f"contract_fields=false: {bound_verdict(v_def_view, rdv, kdv)} / {bound_verdict(v_two_view, r2v, k2v)} |")
+
     mem1, mem10 = bmed("mem_1x", "rss_anon_mb"), bmed("mem_10x", "rss_anon_mb")
 
     def episodes_of(name):
-        data = os.path.join(env.get("data", ""), name)
-        return sum(os.path.getsize(f) for f in glob.glob(os.path.join(data, "train", "*", "episodes.idx"))) // 16
+        return datasets.get(name, {}).get("episodes", 0)
 
     # Index: spans (16 B per episode), kept ids (8 B), up to two cached epoch orders (8 B each).
     index_growth_mb = (episodes_of("ep10x") - episodes_of("ep1x")) * 40 / 2 ** 20
+    if bench.get("mem_1x"):
+        L.append(f"| anonymous memory bounded by index + batch buffers | RssAnon {mem1:.1f} MiB at 1x "
+                 f"({spread(bvals('mem_1x', 'rss_anon_mb'), 1)}), {mem10:.1f} MiB at 10x "
+                 f"({spread(bvals('mem_10x', 'rss_anon_mb'), 1)}): +{mem10 - mem1:.1f} MiB for 10x the episodes and "
+                 f"tokens; the index grows by {index_growth_mb:.1f} MiB (memory table) | "
+                 + ("yes" if mem10 - mem1 <= index_growth_mb * 1.1 else "no") + " |")
     open_ms = bmed("open_10m", "open_ms")
-    L.append("| target | figure | met |")
-    L.append("| --- | --- | --- |")
-    stalls500 = [r["stall_fraction"] * r["batches"] for r in bench.get(s500, [])]
-    L.append(f"| get_batch p50 < 2 us, p99 < 20 us, no waiting after warm-up; 8x1024, 500 us step, defaults | "
-             f"p50 {p50:.2f} us, p99 {p99:.2f} us, max {maxw:.1f} us; steps that waited > 50 us per run of "
-             f"{bench[s500][0]['batches'] if bench.get(s500) else 0}: {', '.join(f'{x:.0f}' for x in stalls500)} | "
-             f"{'yes' if p50 < 2 and p99 < 20 and max(stalls500, default=1) == 0 else ('p50/p99 yes; waits: no' if p50 < 2 and p99 < 20 else 'no')} |")
-    L.append(f"| pure production 8x1024 mask on >= 4x numpy | {fmt(best_tf)} vs {fmt(numpy_rate)} batches/s = "
-             f"{best_tf / numpy_rate:.1f}x (decode_threads=1: {tf1 / numpy_rate:.1f}x) | "
-             f"{'yes' if best_tf >= 4 * numpy_rate else 'no'} |")
-    if best_tf >= bound:
-        bound_met = "yes"
-    elif best_view >= bound:
-        bound_met = "with contract_fields=false (see below)"
-    else:
-        bound_met = "no (see below)"
-    L.append(f"| ... and >= the single-core copy bound | contract fields on (default): {fmt(best_tf)} vs {fmt(bound)} "
-             f"batches/s = {best_tf / bound:.2f}x of the bound; contract_fields=false: {fmt(best_view)} = "
-             f"{best_view / bound:.2f}x (decode_threads=1: {vw1 / bound:.2f}x) | {bound_met} |")
-    L.append(f"| anonymous memory bounded by index + batch buffers | RssAnon {mem1:.1f} MiB at 1x, {mem10:.1f} MiB "
-             f"at 10x: +{mem10 - mem1:.1f} MiB for 10x the episodes and tokens, within the index's growth "
-             "(memory table) | " + ("yes" if mem10 - mem1 <= index_growth_mb * 1.1 else "no") + " |")
-    L.append(f"| open a 10M-episode dataset (validation included) < 2 s | {open_ms:.0f} ms (warm page cache)"
-             + (f", {bmed('open_10m_cold', 'open_ms'):.0f} ms cold" if bench.get("open_10m_cold") else "")
-             + f" | {'yes' if open_ms < 2000 else 'no'} |")
+    n10m = episodes_of("ep10m")
+    if bench.get("open_10m"):
+        judged = n10m >= 10_000_000
+        L.append(f"| open a 10M-episode dataset (validation included) < 2 s | {n10m:,} episodes: {open_ms:.0f} ms "
+                 f"({spread(bvals('open_10m', 'open_ms'))}) with the files in the page cache"
+                 + (f", {bmed('open_10m_cold', 'open_ms'):.0f} ms cold" if bench.get("open_10m_cold") else "")
+                 + " | " + (("yes" if open_ms < 2000 else "no") if judged else f"not judged: {n10m:,} episodes")
+                 + " |")
+    cold_summary = None
     if bench.get("cold_ra1"):
+        cold_summary = cold_analysis(bench)
         c1, w1, c0 = (bmed(t, "batches_per_s") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
         s1, sw, s0 = (100 * bmed(t, "stall_fraction") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
-        L.append(f"| cold start no worse than warm (read-ahead) | cold {fmt(c1)} batches/s, {s1:.2f}% of steps waited; "
-                 f"warm {fmt(w1)}, {sw:.2f}%; cold without read-ahead {fmt(c0)}, {s0:.2f}% | "
-                 + ("yes" if c1 >= 0.95 * w1 and s1 <= max(2 * sw, sw + 0.1)
-                    else "throughput yes; waits: no" if c1 >= 0.95 * w1 else "no") + " |")
+        cs = cold_summary
+        waits_ok = s1 <= max(2 * sw, sw + 0.1)
+        if c1 >= 0.95 * w1 and waits_ok:
+            verdict = "yes"
+        else:
+            verdict = ("throughput yes" if c1 >= 0.95 * w1 else "throughput no") + "; waits: " + \
+                ("yes" if waits_ok else f"no ({cs['where']})")
+        L.append(f"| cold start no worse than warm (read-ahead) | cold {fmt(c1)} batches/s, {s1:.2f}% of steps "
+                 f"waited; warm {fmt(w1)}, {sw:.2f}%; cold without read-ahead {fmt(c0)}, {s0:.2f}%. After the first "
+                 f"{FIRST_STEPS} steps: cold {cs['after_pct']['cold_ra1']:.2f}%, warm {cs['after_pct']['warm_ra1']:.2f}% "
+                 f"(cold start section) | {verdict} |")
     else:
         L.append(f"| cold start: read-ahead | {env.get('cold')} | not measured |")
     L.append("")
 
-    # Comparison.
-    L.append("## Comparison: pure production, 8x1024, mask on, same dataset and batch semantics")
+    # --- comparison ---
+    comparison = [
+        (f"copy bound: {cmp['bytes_per_batch'] / 1024:.0f} KiB per batch (x, y int64 + mask float32: "
+         f"{must_bpp:.0f} bytes per position) / single-core memcpy {cmp['memcpy_gbs']:.1f} GB/s "
+         f"({spread(cmp.get('memcpy_gbs_repeats', []), 1)})", bound, bound_reps),
+        ("plain single-threaded C++ loop (same rows into one reused buffer; no pipeline)",
+         cmp["plain_loop_batches_per_s"], cmp.get("plain_loop_repeats", [])),
+    ]
+    ordered = [v for v in (v_def, v_def_view, v_two, v_two_view) if v] + \
+        [v for v in variants if v not in (v_def, v_def_view, v_two, v_two_view)]
+    for name in ordered:
+        label, _ = threads_of(name)
+        extra = ", contract_fields=false" if "contract=off" in name else ""
+        comparison.append((f"tokenfeed, {label}, prefetch_depth=auto{extra}", vrate(name), vreps(name)))
+    comparison.append(("numpy loader (memmap slices, pad, stack), one process", numpy_rate, numpy_rates))
+    comparison.append((f"PyTorch {torch_version} DataLoader, map-style Dataset, {torch_workers} workers", torch_rate,
+                       torch_rates))
+    with open(os.path.join(out, "comparison.csv"), "w") as f:
+        w = csv.writer(f)
+        w.writerow(["loader", "batches_per_s", "min_batches_per_s", "max_batches_per_s", "repeats", "tokens_per_s",
+                    "x_numpy", "x_copy_bound"])
+        for name, rate, reps in comparison:
+            w.writerow([name, f"{rate:.1f}", f"{min(reps):.1f}" if reps else "", f"{max(reps):.1f}" if reps else "",
+                        len(reps), f"{rate * positions:.0f}", f"{rate / numpy_rate:.2f}", f"{rate / bound:.3f}"])
+
+    L.append(f"## Comparison: pure production, {shape_s}, mask on, same dataset and batch semantics")
     L.append("")
     L.append("The same batches (epoch order `RandomState(1337).permutation`, `x = t[:T]`, `y = t[1:T+1]`, "
              "`mask[1:T+1]`, padded with the pad id); the numpy loader was checked equal to `tokenfeed dump` "
-             "on the first 8 batches, and the plain C++ loop equal to the Loader's first batches. The consumer "
-             "does nothing but take batches.")
+             f"on the first {py_check['batches'] if py_check else '?'} batches (`raw/python.jsonl`, first line), and "
+             "the plain C++ loop equal to the Loader's first batches (bench_compare stops otherwise). The consumer "
+             f"does nothing but take batches. C++ rows: {cmp_repeats} interleaved repeats (`raw/compare.csv`, "
+             f"`raw/compare.json`); Python rows: {len(numpy_rates)} (`raw/python.jsonl`). Medians, and the spread "
+             "over the repeats.")
     L.append("")
-    L.append("| loader | batches/s | tokens/s | x numpy | x copy bound |")
-    L.append("| --- | ---: | ---: | ---: | ---: |")
-    for name, rate in comparison:
-        L.append(f"| {name} | {fmt(rate)} | {rate * positions / 1e6:,.0f} M | {rate / numpy_rate:.2f} | "
-                 f"{rate / bound:.2f} |")
+    L.append("| loader | batches/s | min..max | tokens/s | x numpy | x copy bound |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, rate, reps in comparison:
+        L.append(f"| {name} | {fmt(rate)} | {spread(reps)} | {rate * positions / 1e6:,.0f} M | "
+                 f"{rate / numpy_rate:.2f} | {rate / bound:.2f} |")
     L.append("")
     plain = cmp["plain_loop_batches_per_s"]
-    L.append("What limits tokenfeed here: the bytes it writes, not the pipeline. With the batch contract "
-             "(the default) a sft_episode batch also writes labels (int64) and position_ids (int32) beside x, y "
-             "and the mask, which is written once as the token weights: 32 bytes per position against the 20 "
-             "that x, y and the mask need (the pooled slot holds "
-             f"{cmp['slot_bytes'] / 1024:.0f} KiB with the cu_seqlens capacity, "
-             f"{cmp.get('slot_bytes_without_contract', 0) / 1024:.0f} KiB without the contract fields). With one "
-             f"decode thread the default makes {tf1 / plain:.2f}x the plain loop's batches per second while "
-             f"writing 1.6x the bytes per batch: {tf1 * 32 / (plain * 20):.2f}x the plain loop's write rate on the "
-             "same core. (Padding is written by fills, which need no read, so both can pass a bound computed "
-             "from memcpy, which reads as much as it writes.) `contract_fields=false` writes only x, y and the "
-             f"mask, the plain loop's 20 bytes: {vw1 / plain:.2f}x the plain loop with one decode thread "
-             f"({vw1 / bound:.2f}x the bound) and {vw2 / bound:.2f}x the bound with two. The second decode thread "
-             "only helps while no other process holds that core, so the default keeps one core for the trainer. "
-             "Further cuts (x and y sharing one (B, T+1) buffer as strided views, int32 outputs) would need a "
-             "new batch layout; they are not done.")
+    tf1, vw1, vw2 = vrate(v_def), vrate(v_def_view), vrate(v_two_view)
+    fields = ", ".join(cmp.get("written_fields", [])) or "see bench_compare"
+    view_fields = ", ".join(cmp.get("written_fields_without_contract", [])) or "x, y, mask"
+    L.append(f"What limits tokenfeed here: the bytes it writes. With the batch contract (the default) a sft_episode "
+             f"batch writes {wr_bpp:.0f} bytes per position ({fields}; the mask is written once, as the token "
+             f"weights) against the {must_bpp:.0f} that x, y and the mask "
+             f"need: {wr_bpp / must_bpp:.2f}x the bytes (the pooled slot holds {cmp['slot_bytes'] / 1024:.0f} KiB "
+             f"with the cu_seqlens capacity, {cmp.get('slot_bytes_without_contract', 0) / 1024:.0f} KiB without the "
+             f"contract fields). With the default settings it makes {tf1 / plain:.2f}x the plain loop's "
+             f"batches per second, which is {tf1 * wr_bpp / (plain * must_bpp):.2f}x the plain loop's write rate "
+             "on one core. (Padding is written by fills, which need no read, so both can pass a bound computed "
+             "from memcpy, which reads as much as it writes.) `contract_fields=false` writes "
+             f"{wr_view_bpp:.0f} bytes per position ({view_fields}), as the plain loop does: {vw1 / plain:.2f}x the plain loop "
+             f"with the default threads ({vw1 / bound:.2f}x the bound) and {vw2 / bound:.2f}x the bound with two "
+             "decode threads. The second decode thread only helps while no other process holds that core, so the "
+             "default keeps one core for the trainer. Further cuts (x and y sharing one (B, T+1) buffer as strided "
+             "views, int32 outputs) would need a new batch layout; they are not done.")
     L.append("")
 
-    # Latency.
-    L.append("## get_batch on the trainer's thread (default settings: prefetch_depth=auto, decode_threads=1)")
+    # --- latency ---
+    L.append("## get_batch on the trainer's thread (default settings: prefetch_depth=auto, decode_threads default)")
     L.append("")
-    L.append("`tokenfeed bench --config ep1x.xml --consumer-us X --batches N --warmup W --json`, median of the runs.")
+    L.append("`tokenfeed bench --config ep1x.xml --consumer-us X --batches N --warmup W --json` (`raw/bench.jsonl`, "
+             "tags step500, step2000, pure_*): medians of the runs, with min..max.")
     L.append("")
-    L.append("| consumer step | runs | batches/s | p50 us | p99 us | max us | steps waiting > 50 us | depth chosen |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| consumer step | runs | batches/s | p50 us | p99 us | max us | steps waiting > 50 us | depth chosen | "
+             "decode threads |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for tag, label in (("step500", "500 us"), ("step2000", "2 ms"), ("pure_u16", "0 (pure production)")):
         if bench.get(tag):
             L.append(f"| {label} | {len(bench[tag])} | {fmt(bmed(tag, 'batches_per_s'))} | "
-                     f"{bmed(tag, 'get_batch_us', 'p50'):.2f} | {bmed(tag, 'get_batch_us', 'p99'):.2f} | "
+                     f"{bmed(tag, 'get_batch_us', 'p50'):.2f} ({spread(bvals(tag, 'get_batch_us', 'p50'), 2)}) | "
+                     f"{bmed(tag, 'get_batch_us', 'p99'):.2f} ({spread(bvals(tag, 'get_batch_us', 'p99'), 2)}) | "
                      f"{bmed(tag, 'get_batch_us', 'max'):.1f} | {100 * bmed(tag, 'stall_fraction'):.2f}% | "
-                     f"{bmed(tag, 'prefetch_depth'):.0f} |")
+                     f"{bmed(tag, 'prefetch_depth'):.0f} | {bmed(tag, 'decode_threads'):.0f} |")
     L.append("")
-    L.append("| pure production, 8x1024 | batches/s | tokens/s | real tokens/s |")
-    L.append("| --- | ---: | ---: | ---: |")
+    L.append(f"| pure production, {shape_s} | batches/s | min..max | tokens/s | real tokens/s |")
+    L.append("| --- | ---: | ---: | ---: | ---: |")
     for tag, label in (("pure_u16", "sft_episode, uint16, mask on"), ("pure_u32", "sft_episode, uint32, mask on"),
+                       ("pure_packed", "sft_packed, uint16, mask on"),
                        ("pure_stream", "token_stream, uint16, random windows")):
         if bench.get(tag):
-            L.append(f"| {label} | {fmt(bmed(tag, 'batches_per_s'))} | {bmed(tag, 'tokens_per_s') / 1e6:,.0f} M | "
-                     f"{bmed(tag, 'real_tokens_per_s') / 1e6:,.0f} M |")
+            L.append(f"| {label} | {fmt(bmed(tag, 'batches_per_s'))} | {spread(bvals(tag, 'batches_per_s'))} | "
+                     f"{bmed(tag, 'tokens_per_s') / 1e6:,.0f} M | {bmed(tag, 'real_tokens_per_s') / 1e6:,.0f} M |")
     L.append("")
 
-    # The Python trainer's thread.
+    # --- the Python trainer's thread ---
     py_get_path = os.path.join(raw, "python_get_batch.jsonl")
     if os.path.exists(py_get_path):
         rows = [json.loads(l) for l in open(py_get_path)]
         first = rows[0]
         L.append("## get_batch on the Python trainer's thread")
         L.append("")
-        L.append(f"`python python/bench_get_batch.py --config ep1x.xml --step-us 0,2000 --batches {first['batches']} "
-                 f"--repeats {first['repeats']}`: what one {first['batch_size']}x{first['block_size']} batch (x, y, "
-                 "mask) costs the Python thread that trains, through the `tokenfeed` module (get_batch and the "
-                 "numpy views, no copy) and through the numpy loader a Python user writes (memmap slices, pad, "
-                 "stack) on that thread; both checked equal first. The trainer busy-waits the step between "
-                 "batches, holding the GIL. Medians over interleaved repeats, in microseconds.")
+        L.append(f"`python python/bench_get_batch.py --config ep1x.xml --step-us "
+                 f"{','.join(f'{s:g}' for s in sorted({r['step_us'] for r in rows}))} --batches {first['batches']} "
+                 f"--repeats {first['repeats']}` (`raw/python_get_batch.jsonl`, `raw/python_get_batch.txt`): what one "
+                 f"{first['batch_size']}x{first['block_size']} batch (x, y, mask) costs the Python thread that trains, "
+                 "through the `tokenfeed` module (get_batch and the numpy views, no copy) and through the numpy loader "
+                 "a Python user writes (memmap slices, pad, stack) on that thread; both checked equal first. The "
+                 "trainer busy-waits the step between batches, holding the GIL. Medians over "
+                 f"{first['repeats']} interleaved repeats, in microseconds (the script keeps no per-repeat figures).")
         L.append("")
         L.append("| trainer step | loader | p50 us | p99 us | mean us | numpy mean / this mean |")
         L.append("| --- | --- | ---: | ---: | ---: | ---: |")
@@ -349,103 +599,218 @@ def main():
                              f"{ratio:.2f} |")
         L.append("")
 
-    # Sweep.
-    if "sft_episode" in sweeps:
+    # --- sweep ---
+    if sweeps:
         L.append("## Prefetch-depth sweep")
         L.append("")
-        L.append("![prefetch sweep](prefetch_sweep.png)")
-        L.append("")
-        L.append("`bench_prefetch` (perf/bench_prefetch.cpp): a fresh Loader per point, the trainer stand-in spins "
-                 "the consumer step after each get_batch; solid lines are batches/s, dashed the get_batch p99, "
-                 "the star is auto at the depth it settled on. Raw: `prefetch_sweep_sft_episode.csv`, "
-                 "`prefetch_sweep_token_stream.csv` (and `prefetch_sweep_token_stream.png`).")
+        L.append("`bench_prefetch` (perf/bench_prefetch.cpp): a fresh Loader per point, warmed up (300 batches, 150 "
+                 "with a 2 ms step), then measured; the trainer stand-in spins the consumer step after each "
+                 "get_batch. In each plot, solid lines are batches/s, dashed the get_batch p99 latency on the "
+                 "trainer's thread, the star is auto at the depth it settled on, the dotted line the most a trainer "
+                 "with that step can take. Within each (shape, step, threads) group the depths run in a new shuffled "
+                 "order every repeat (the CSVs record each point's position and the depth measured before it), so "
+                 "that no depth is always measured first, last, or after the same other one.")
         L.append("")
         for mode, sweep in sweeps.items():
-            L.append(f"### auto against the best fixed depth, {mode}")
+            m = sweep_meta[mode]
+            L.append(f"### {mode}")
+            L.append("")
+            L.append(f"![prefetch sweep, {mode}]({PLOT_NAME[mode]})")
+            L.append("")
+            L.append(f"Medians of {m['repeats']} repeats of about {m['seconds']:.2f} s each per point; raw: "
+                     f"`prefetch_sweep_{mode}.csv`. auto against the best fixed depth, and against the fixed depth it "
+                     "ran at (paired by repeat; blank when the grid has no such depth):")
             L.append("")
             L.append("| shape | step us | threads | best fixed depth | its batches/s | auto batches/s (depth) | "
-                     "auto / best | auto p99 us | smallest depth within 3% of best |")
-            L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+                     "auto / best | auto / fixed at auto's depth, per repeat | auto p99 us | smallest depth within 3% "
+                     "of best |")
+            L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
             within = 0
             rows = auto_vs_best(sweep)
-            for key, best_depth, best, auto, enough, _ in rows:
+            trailing = []
+            for key, best_depth, best, auto, enough, same, paired in rows:
                 ratio = auto["batches_per_s"] / best["batches_per_s"]
                 within += ratio >= 0.9
+                same_s = (f"{med(paired):.2f} ({spread(paired, 2)})" if paired else "")
+                if ratio < 0.9:
+                    trailing.append((key, ratio, paired))
                 L.append(f"| {key[0]} | {key[1]:g} | {key[2]} | {best_depth} | {fmt(best['batches_per_s'])} | "
-                         f"{fmt(auto['batches_per_s'])} ({auto['depth_used']:.0f}) | {ratio:.2f} | "
+                         f"{fmt(auto['batches_per_s'])} ({auto['depth_used']:.0f}) | {ratio:.2f} | {same_s} | "
                          f"{auto['p99_us']:.1f} | {enough} |")
             L.append("")
-            L.append(f"auto within 10% of the best fixed depth's throughput in {within} of {len(rows)} cells. "
-                     "(The best fixed depth is the largest of several noisy medians, so it is biased upward on a "
-                     "busy machine; a cell where a fixed depth at auto's own depth also trails the best shows "
-                     "the noise.)")
+            L.append(f"auto within 10% of the best fixed depth's throughput in {within} of {len(rows)} cells. (The "
+                     "best fixed depth is the largest of several noisy medians, so it is biased upward on a busy "
+                     "machine; the paired column compares auto with the same depth fixed, measured in the same "
+                     "repeats.)")
+            for key, ratio, paired in trailing:
+                if paired and max(paired) < 1:
+                    L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto also trailed the fixed depth "
+                             f"it ran at in every repeat ({spread(paired, 2)}): settle it with `perf/ab_depth.py` "
+                             "(many interleaved pairs; see Reproduce).")
+                elif paired:
+                    L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto against the fixed depth it "
+                             f"ran at: {spread(paired, 2)} over the repeats, so the gap to the best is within the "
+                             "noise of the depths around it.")
             L.append("")
 
-    # Memory.
+    # --- memory ---
     if bench.get("mem_1x"):
         L.append("## Anonymous memory at 1x and 10x dataset size")
         L.append("")
-        L.append("`tokenfeed bench --batches 7000 --warmup 0` (crosses into epoch 1 at 1x, so two epoch orders are "
-                 "held), RssAnon from /proc/self/status at the end. The index estimate is 16 bytes per episode "
-                 "(spans) + 8 per kept episode + 8 per kept episode per cached epoch order (two); the buffers are "
-                 "the pool's slots (depth + 4 held) of the batch contract.")
+        mem_b = bench["mem_1x"][0]["batches"]
+        L.append(f"`tokenfeed bench --batches {mem_b} --warmup 0` (`raw/bench.jsonl`, tags mem_1x, mem_10x; "
+                 f"{mem_b} x {rows_} rows cross into epoch 1 at 1x, so two epoch orders are held), RssAnon from "
+                 "/proc/self/status at the end. The index estimate is 16 bytes per episode (spans) + 8 per kept "
+                 "episode + 8 per kept episode per cached epoch order (two); the buffers are the pool's slots "
+                 "(depth + 4 held) of the batch contract.")
         L.append("")
-        L.append("| dataset | episodes | tokens on disk | RssAnon MiB | index estimate MiB | batch buffers MiB |")
-        L.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        L.append("| dataset | episodes | tokens on disk | RssAnon MiB | min..max | index estimate MiB | batch buffers MiB |")
+        L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for tag, name in (("mem_1x", "ep1x"), ("mem_10x", "ep10x")):
-            data = os.path.join(env.get("data", ""), name)
-            eps = sum(os.path.getsize(f) for f in glob.glob(os.path.join(data, "train", "*", "episodes.idx"))) // 16
-            toks = sum(os.path.getsize(f) for f in glob.glob(os.path.join(data, "train", "*", "tokens.bin"))) // 2
+            ds = datasets.get(name, {})
+            eps, toks = ds.get("episodes", 0), ds.get("tokens", 0)
             index_mb = eps * (16 + 8 + 16) / 2 ** 20
             depth = bmed(tag, "prefetch_depth")
             buffers = cmp["slot_bytes"] * (depth + 4) / 2 ** 20
-            L.append(f"| {name} | {eps:,} | {toks / 1e6:,.0f} M | {bmed(tag, 'rss_anon_mb'):.1f} | {index_mb:.1f} | "
-                     f"{buffers:.1f} |")
+            L.append(f"| {name} | {eps:,} | {toks / 1e6:,.0f} M | {bmed(tag, 'rss_anon_mb'):.1f} | "
+                     f"{spread(bvals(tag, 'rss_anon_mb'), 1)} | {index_mb:.1f} | {buffers:.1f} |")
         L.append("")
 
-    # Open.
+    # --- open ---
     if bench.get("open_10m"):
-        eps = sum(os.path.getsize(f) for f in glob.glob(os.path.join(env.get("data", ""), "ep10m", "train", "*",
-                                                                     "episodes.idx"))) // 16
-        L.append("## Opening a 10M-episode dataset")
+        ds = datasets.get("ep10m", {})
+        L.append(f"## Opening a {n10m:,}-episode dataset")
         L.append("")
-        L.append(f"{eps:,} episodes in 8 shards: open_ms of `tokenfeed bench --config ep10m.xml` (map, validate every "
-                 "record, hash the index, keep the ids): median "
-                 f"{open_ms:.0f} ms over {len(bench['open_10m'])} runs with the files in the page cache"
-                 + (f"; {bmed('open_10m_cold', 'open_ms'):.0f} ms right after dropping the page cache." if
-                    bench.get("open_10m_cold") else ".") + f" RssAnon then: {bmed('open_10m', 'rss_anon_mb'):.0f} MiB.")
+        L.append(f"{n10m:,} episodes in {ds.get('shards', '?')} shards: open_ms of `tokenfeed bench --config ep10m.xml` "
+                 "(map, validate every record, hash the index, keep the ids; `raw/bench.jsonl`, tag open_10m): median "
+                 f"{open_ms:.0f} ms ({spread(bvals('open_10m', 'open_ms'))}) over {len(bench['open_10m'])} runs with "
+                 "the files in the page cache"
+                 + (f"; {bmed('open_10m_cold', 'open_ms'):.0f} ms right after dropping the page cache (open_10m_cold)."
+                    if bench.get("open_10m_cold") else ".") + f" RssAnon then: {bmed('open_10m', 'rss_anon_mb'):.0f} MiB.")
         L.append("")
 
-    # Cold start.
+    # --- cold start ---
     L.append("## Cold start and read-ahead")
     L.append("")
-    if bench.get("cold_ra1"):
-        L.append("The 10x dataset (~1 GB), a 500 us consumer step, the first batches of epoch 0 with no warm-up. "
-                 "`cold`: right after `echo 3 > /proc/sys/vm/drop_caches`; `warm`: the same batches again at once "
-                 "(same order, so the same pages). Read-ahead off is `TOKENFEED_READ_AHEAD=0`. Medians of 3.")
+    if cold_summary:
+        cs = cold_summary
+        n_cold = len(bench["cold_ra1"])
+        cb = bench["cold_ra1"][0]["batches"]
+        ds = datasets.get("ep10x", {})
+        L.append(f"The 10x dataset ({ds.get('episodes', 0):,} episodes, {ds.get('tokens', 0) / 1e6:,.0f} M tokens), a "
+                 f"500 us consumer step, the first {cb} batches of epoch 0 with no warm-up. `cold`: right after "
+                 "`echo 3 > /proc/sys/vm/drop_caches`; `warm`: the same batches again at once (same order, so the "
+                 f"same pages). Read-ahead off is `TOKENFEED_READ_AHEAD=0`. Medians of {n_cold} runs "
+                 "(`raw/bench.jsonl`, tags cold_ra1, cold_ra0, warm_ra1, warm_ra0; each line also holds "
+                 "`tokenfeed bench --waits-json`'s record of when that run's waits happened).")
         L.append("")
         L.append("| run | read-ahead | batches/s | mean get_batch us | p99 us | max us | steps waiting > 50 us | "
-                 "depth chosen |")
-        L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+                 f"waits in the first {FIRST_STEPS} steps / after (all runs) | major faults (all runs) | depth chosen |")
+        L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for tag, run, ra in (("cold_ra1", "cold", "on"), ("cold_ra0", "cold", "off"), ("warm_ra1", "warm", "on"),
                              ("warm_ra0", "warm", "off")):
-            L.append(f"| {run} | {ra} | {fmt(bmed(tag, 'batches_per_s'))} | {bmed(tag, 'get_batch_us', 'mean'):.0f} | "
+            if not bench.get(tag):
+                continue
+            L.append(f"| {run} | {ra} | {fmt(bmed(tag, 'batches_per_s'))} | {med(mean_us(r) for r in bench[tag]):.0f} | "
                      f"{bmed(tag, 'get_batch_us', 'p99'):.0f} | {bmed(tag, 'get_batch_us', 'max'):.0f} | "
-                     f"{100 * bmed(tag, 'stall_fraction'):.2f}% | {bmed(tag, 'prefetch_depth'):.0f} |")
+                     f"{100 * bmed(tag, 'stall_fraction'):.2f}% | "
+                     + (f"{cs['first'][tag]} / {cs['after'][tag]}" if tag in cs["first"] else "n/a") + " | "
+                     + (f"{cs['faults'][tag]:,}" if tag in cs["faults"] else "n/a")
+                     + f" | {bmed(tag, 'prefetch_depth'):.0f} |")
+        L.append("")
+        if cs["tenths"]:
+            L.append(f"When the waits happened: steps that waited > 50 us per tenth of the {cb} steps, summed over the "
+                     "runs (major page faults of the process in the same tenths in brackets):")
+            L.append("")
+            L.append("| run | " + " | ".join(f"{10 * i}-{10 * i + 10}%" for i in range(10)) + " |")
+            L.append("| --- |" + " ---: |" * 10)
+            for tag in ("cold_ra1", "cold_ra0", "warm_ra1", "warm_ra0"):
+                if tag in cs["tenths"]:
+                    L.append(f"| {tag} | " + " | ".join(f"{w} ({f:,})" for w, f in zip(cs["tenths"][tag],
+                                                                                    cs["fault_tenths"][tag])) + " |")
+            L.append("")
+            L.append(cs["text"])
+        else:
+            L.append("(This run's `tokenfeed bench` did not record when the waits happened.)")
     else:
-        L.append(f"Not measured: {env.get('cold')}.")
+        L.append(f"{env.get('cold', 'not measured').capitalize()}.")
     L.append("")
 
     L.append("## Reproduce")
     L.append("")
     L.append("```sh")
-    L.append(f"{a.command}            # installs what is missing, builds Release, generates data, runs everything")
+    L.append("perf/run.sh            # installs what is missing, builds Release, generates data, runs everything;")
+    L.append("                       # writes perf/RESULTS.md, the plots, CSVs and perf/raw/ (about 10 minutes once built)")
     L.append("perf/run.sh --quick    # a smaller grid and fewer repeats, written to build/perf/quick/")
+    L.append("TOKENFEED_PERF_COLD=0 perf/run.sh   # the same without dropping the page cache (no cold start figures)")
+    L.append("python3 perf/ab_depth.py --bench build/perf/perf/bench_prefetch --config build/perf/raw-full/ep1x.xml")
+    L.append("                       # auto against fixed depth 16 in one cell, many interleaved pairs (about 2 minutes)")
+    L.append("tokenfeed bench --config FILE --consumer-us 500 --json   # one config")
     L.append("```")
     L.append("")
     with open(os.path.join(out, "RESULTS.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print(os.path.join(out, "RESULTS.md"))
+
+
+def cold_analysis(bench):
+    """Where the cold start's waits are: in the first steps (no batch can be ready before
+    its data is read) or spread through the run. From `tokenfeed bench`'s `waits`."""
+    cs = {"first": {}, "after": {}, "after_pct": {}, "tenths": {}, "fault_tenths": {}, "faults": {}}
+    for tag in ("cold_ra1", "cold_ra0", "warm_ra1", "warm_ra0"):
+        runs = bench.get(tag, [])
+        with_waits = [r for r in runs if "waits" in r]
+        if not with_waits:
+            cs["after_pct"][tag] = 100 * med(r["stall_fraction"] for r in runs) if runs else float("nan")
+            continue
+        first = sum(r["waits"]["in_first_steps"] for r in with_waits)
+        count = sum(r["waits"]["count"] for r in with_waits)
+        after_steps = sum(r["batches"] - r["waits"]["first_steps"] for r in with_waits)
+        cs["first"][tag], cs["after"][tag] = first, count - first
+        cs["after_pct"][tag] = 100 * (count - first) / max(after_steps, 1)
+        cs["tenths"][tag] = [sum(r["waits"]["tenths"][i] for r in with_waits) for i in range(10)]
+        cs["fault_tenths"][tag] = [sum(r["waits"]["major_faults_tenths"][i] for r in with_waits) for i in range(10)]
+        cs["faults"][tag] = sum(cs["fault_tenths"][tag])
+    tag = "cold_ra1"
+    if tag in cs["tenths"]:
+        first, after = cs["first"][tag], cs["after"][tag]
+        tenths = cs["tenths"][tag]
+        busy_tenths = sum(1 for i, w in enumerate(tenths) if w > 0 and i > 0)
+        warm_after = cs["after_pct"].get("warm_ra1", float("nan"))
+        if after == 0:
+            cs["where"] = f"all in the first {FIRST_STEPS} steps: the first reads, which no loader can hide"
+        elif busy_tenths >= 5:
+            cs["where"] = f"spread through the run: {after} of {first + after} after the first {FIRST_STEPS} steps"
+        else:
+            cs["where"] = (f"{first} in the first {FIRST_STEPS} steps, {after} after them, in {busy_tenths} of the "
+                           "9 later tenths")
+        text = (f"Cold with read-ahead: {first + after} waits over the runs, {first} of them in the first "
+                f"{FIRST_STEPS} steps (the pipeline starts empty and no batch can be ready before its data is read; "
+                f"the warm runs wait there too: {cs['first'].get('warm_ra1', 'n/a')}) and {after} after them, "
+                f"{cs['after_pct'][tag]:.2f}% of those steps against {warm_after:.2f}% warm; later tenths with waits: "
+                f"{busy_tenths} of 9. ")
+        if after == 0:
+            text += "So the excess over the warm case is the first reads at the start only."
+        elif busy_tenths >= 5:
+            text += ("So the cold waits are not only the first reads: they are spread through the run, while every "
+                     "batch of a first epoch reads episodes that are not in the page cache, so read-ahead does not "
+                     "reach far enough ahead of the trainer.")
+        else:
+            text += "So most of the excess is near the start, with a few waits later."
+        faults, faults0 = cs["faults"].get(tag, 0), cs["faults"].get("cold_ra0", float("nan"))
+        later = sum(cs["fault_tenths"][tag][1:])
+        text += (f" Major page faults (reads that went to the disk on a decoder's thread, not ahead of it): {faults:,} "
+                 f"in the cold runs with read-ahead, {later:,} of them after the first tenth; "
+                 f"{fmt(faults0)} without read-ahead. Waits after the start with few such faults are waits on reads "
+                 "already issued but not finished (read-ahead not far enough ahead in time); with many, reads the "
+                 "read-ahead did not cover.")
+        cs["text"] = text
+    else:
+        cs["where"] = "this run did not record when"
+        cs["text"] = ""
+        cs["after_pct"].setdefault(tag, float("nan"))
+    cs["after_pct"].setdefault("warm_ra1", float("nan"))
+    return cs
 
 
 if __name__ == "__main__":
