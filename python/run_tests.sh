@@ -5,43 +5,127 @@
 #
 #   python/run_tests.sh [pytest arguments...]
 #
-# Environment:
-#   PYTHON          the interpreter the venv is made from (default: python3 on PATH)
-#   TOKENFEED_VENV  the venv, created when missing and reused after (default: build/py-venv)
-#   TOKENFEED_TORCH 0 to skip installing torch from PyPI (the tests that need it then skip)
-#   TOKENFEED_CLI   the `tokenfeed` command the dump-equality tests compare with; default:
-#                   build/tools/tokenfeed (brought up to date when build/ is configured),
-#                   else one built into build/py-cli
+# Torch (the tests of the DLPack/torch path, torch.save, and examples/train_tiny_gpt.py):
+#   TOKENFEED_TORCH=debian  (the default) Debian's python3-torch (1.13, CPU only, some
+#                           hundreds of MB with its libraries) and libopenblas0 (the BLAS
+#                           libtorch recommends), installed with apt-get when missing
+#                           (through sudo when not root). The venv is made from Debian's
+#                           /usr/bin/python3 with --system-site-packages, the only way it
+#                           sees Debian's dist-packages (a pyenv or other python3 cannot).
+#   TOKENFEED_TORCH=pypi    torch from PyPI, installed into the venv (its default wheel is
+#                           the CUDA build: several GB with nvidia-* and triton).
+#   TOKENFEED_TORCH=0       no torch: the tests that need it are skipped.
+# With debian or pypi, torch is required: when it cannot be installed or imported, the run
+# fails (and so do the tests that need it), it does not skip them.
 #
-# The C++ dependencies (oneTBB, pugixml, ...) must be installed: ./dev.sh deps. The module
-# builds incrementally in build/py-build (about 2-3 minutes on 2 cores the first time).
-# Offline once the venv has its packages: pip then finds every requirement installed, and
-# the package builds without build isolation from the venv's scikit-build-core and nanobind.
+# Other environment:
+#   TOKENFEED_VENV      the venv, created when missing and reused after (default:
+#                       build/py-venv-debian, or build/py-venv-pypi with TOKENFEED_TORCH=pypi);
+#                       a default venv made another way is recreated, a given one is an error
+#   PYTHON              the interpreter of a pypi venv (default /usr/bin/python3); a debian
+#                       venv is always made from /usr/bin/python3
+#   TOKENFEED_PY_BUILD  the module's CMake build dir (default build/py-build-debian or
+#                       build/py-build-pypi); it builds incrementally (2-3 minutes on 2 cores
+#                       the first time)
+#   TOKENFEED_CLI       the `tokenfeed` command the dump-equality tests compare with; default:
+#                       build/tools/tokenfeed (brought up to date when build/ is configured),
+#                       else one built into build/py-cli
+#   JOBS                build parallelism (default 2)
+#
+# The C++ dependencies (oneTBB, pugixml, ...) must be installed: ./dev.sh deps. Offline once
+# the venv has its packages: pip then finds every requirement installed, and the package
+# builds without build isolation from the venv's scikit-build-core and nanobind.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 JOBS=${JOBS:-2}
-VENV=${TOKENFEED_VENV:-$ROOT/build/py-venv}
+TORCH=${TOKENFEED_TORCH:-debian}
 start=$SECONDS
 log() { echo "[py-tests $((SECONDS - start))s] $*" >&2; }
+die() { log "error: $*"; exit 1; }
 
+case "$TORCH" in
+  debian | 0) flavour=debian ;;
+  pypi) flavour=pypi ;;
+  *) die "TOKENFEED_TORCH must be debian (the default), pypi or 0, not '$TORCH'" ;;
+esac
+DEFAULT_VENV=$ROOT/build/py-venv-$flavour
+VENV=${TOKENFEED_VENV:-$DEFAULT_VENV}
+BUILD_DIR=${TOKENFEED_PY_BUILD:-$ROOT/build/py-build-$flavour}
+DEBIAN_PYTHON=/usr/bin/python3
+
+# apt_install PACKAGE...: installs the Debian packages that are missing (as dev.sh does).
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null || die "${missing[*]} missing and no apt-get here to install them"
+  log "installing ${missing[*]} (apt-get)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+if [ "$flavour" = debian ]; then
+  PYTHON=$DEBIAN_PYTHON
+  packages=(python3-venv python3-dev)
+  # libopenblas0: what libtorch recommends; without it torch uses the reference BLAS, far slower.
+  [ "$TORCH" = debian ] && packages+=(python3-torch libopenblas0)
+  apt_install "${packages[@]}"
+else
+  PYTHON=${PYTHON:-$DEBIAN_PYTHON}
+fi
+
+# The venv must be the kind this mode needs: from Debian's python with its dist-packages
+# visible, or (pypi) without them, so that pip installs PyPI's torch instead of finding
+# Debian's.
+venv_matches() {
+  local cfg=$VENV/pyvenv.cfg want_system=false
+  [ "$flavour" = debian ] && want_system=true
+  [ -x "$VENV/bin/python" ] && [ -f "$cfg" ] || return 1
+  grep -Eq "^include-system-site-packages *= *$want_system\$" "$cfg" || return 1
+  if [ "$flavour" = debian ]; then
+    [ "$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)')" = /usr ] || return 1
+  fi
+}
+if [ -e "$VENV" ] && ! venv_matches; then
+  [ "$VENV" = "$DEFAULT_VENV" ] || die "$VENV is not a $flavour venv (see the top of $0); remove it or set TOKENFEED_VENV to another path"
+  log "recreating $VENV (it was not made for TOKENFEED_TORCH=$TORCH)"
+  rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV from ${PYTHON:-python3}"
-  "${PYTHON:-python3}" -m venv "$VENV"
+  venv_args=()
+  [ "$flavour" = debian ] && venv_args=(--system-site-packages)
+  log "creating $VENV from $PYTHON ${venv_args[*]:-}"
+  "$PYTHON" -m venv "${venv_args[@]}" "$VENV"
 fi
 PY="$VENV/bin/python"
 pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
 
 log "test and build requirements"
-pip_install numpy pytest "scikit-build-core>=0.10" "nanobind>=2.0"
-if [ "${TOKENFEED_TORCH:-1}" != 0 ] && ! "$PY" -c "import torch" 2>/dev/null; then
-  log "installing torch from PyPI (large; once per venv)"
-  pip_install torch || log "torch did not install: the tests that need it will skip"
+# numpy: Debian's python3-numpy when it is there (torch 1.13 is built against it; pip
+# leaves an installed numpy alone), else PyPI's.
+pip_install numpy pytest "scikit-build-core>=0.10,<2" "nanobind>=2.0,<4"
+case "$TORCH" in
+  pypi)
+    if ! "$PY" -c "import torch" 2>/dev/null; then
+      log "installing torch from PyPI (large; once per venv)"
+      pip_install torch || die "torch did not install from PyPI (TOKENFEED_TORCH=pypi); TOKENFEED_TORCH=0 skips the torch tests"
+    fi ;;
+esac
+if [ "$TORCH" != 0 ]; then
+  "$PY" -c "import torch" || die "torch does not import in $VENV (TOKENFEED_TORCH=$TORCH)"
+  export TOKENFEED_TEST_TORCH=required
+else
+  export TOKENFEED_TEST_TORCH=skip
 fi
 
-log "building and installing the tokenfeed package (build/py-build)"
+log "building and installing the tokenfeed package ($BUILD_DIR)"
 CMAKE_BUILD_PARALLEL_LEVEL=$JOBS pip_install --no-build-isolation --force-reinstall --no-deps \
-  --config-settings=build-dir="$ROOT/build/py-build" "$ROOT"
+  --config-settings=build-dir="$BUILD_DIR" "$ROOT"
 
 if [ -z "${TOKENFEED_CLI:-}" ]; then
   if [ -f build/CMakeCache.txt ]; then
@@ -58,6 +142,10 @@ if [ -z "${TOKENFEED_CLI:-}" ]; then
 fi
 export TOKENFEED_CLI
 
-log "pytest (torch: $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo absent))"
+if [ "$TORCH" = 0 ]; then
+  log "pytest (TOKENFEED_TORCH=0: the torch tests are skipped)"
+else
+  log "pytest (torch $("$PY" -c 'import torch, os; print(torch.__version__, "from", os.path.dirname(torch.__file__))'))"
+fi
 cd "$ROOT"
 exec "$PY" -m pytest -q -rs -p no:cacheprovider python/tests "$@"

@@ -1,10 +1,15 @@
 #include "tokenfeed/dataset_writer.hpp"
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tokenfeed/error.hpp"
 
@@ -59,19 +64,77 @@ std::string shard_name(std::uint64_t index) {
   return name;
 }
 
+// `split_dir` made absolute with its existing parts' symbolic links resolved, without a
+// trailing separator, so that its parent is where the temporary directory goes.
+fs::path target_path(const fs::path& split_dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(split_dir), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot resolve '" + split_dir.string() + "': " + ec.message());
+  if (!p.has_filename()) p = p.parent_path();
+  if (!p.has_filename() || p == p.root_path()) {
+    throw Error(ErrorKind::io, "cannot write a split at '" + split_dir.string() + "': give a directory below the root");
+  }
+  return p;
+}
+
+// Throws unless `dir` is absent, an empty directory, or (with overwrite) a directory.
+void check_target(const fs::path& dir, const fs::path& given, bool overwrite) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    throw Error(ErrorKind::io, "cannot inspect '" + given.string() + "': " + ec.message());
+  }
+  if (!fs::exists(st)) return;
+  if (!fs::is_directory(st)) throw Error(ErrorKind::io, "'" + given.string() + "' exists and is not a directory");
+  if (overwrite) return;
+  fs::directory_iterator it(dir, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot read '" + given.string() + "': " + ec.message());
+  if (it != fs::directory_iterator()) {
+    throw Error(ErrorKind::io, "'" + given.string() + "' is not empty (it holds '" + it->path().filename().string() +
+                                   "'): a split written over another one would mix their shards; write into a new "
+                                   "or empty directory, or pass overwrite=true to replace it");
+  }
+}
+
+// A new hidden directory beside `target`: parent/.NAME.KIND-PID-N.
+fs::path make_sibling_dir(const fs::path& target, const char* kind) {
+  static std::atomic<unsigned long> counter{0};
+  const fs::path parent = target.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create '" + parent.string() + "': " + ec.message());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on "." + std::string at -O3.
+    std::string name = ".";
+    name += target.filename().string();
+    name += '.';
+    name += kind;
+    name += '-';
+    name += std::to_string(::getpid());
+    name += '-';
+    name += std::to_string(counter.fetch_add(1));
+    const fs::path dir = parent / name;
+    if (fs::create_directory(dir, ec)) return dir;
+    if (ec) throw Error(ErrorKind::io, "cannot create '" + dir.string() + "': " + ec.message());
+  }
+  throw Error(ErrorKind::io, "cannot create a temporary directory in '" + parent.string() + "'");
+}
+
 }  // namespace
 
 struct EpisodeDatasetWriter::Impl {
-  fs::path split_dir;
+  fs::path given_dir;  // as the caller named it, for messages
+  fs::path split_dir;  // where finish() puts the split
+  fs::path temp_dir;   // where the shards are written until then
   EpisodeDatasetWriterOptions options;
   EpisodeDatasetWriterSummary summary;
   OutputFile tokens, mask, index;
   std::uint64_t shard_tokens_written = 0;
-  bool finished = false;
+  enum class State { writing, finished, discarded } state = State::writing;
   std::vector<std::uint16_t> narrow;  // reused conversion buffer for uint16 output
 
   void open_shard() {
-    const fs::path dir = split_dir / shard_name(summary.shards);
+    const fs::path dir = temp_dir / shard_name(summary.shards);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(ErrorKind::io, "cannot create '" + dir.string() + "': " + ec.message());
@@ -87,29 +150,77 @@ struct EpisodeDatasetWriter::Impl {
     index.close();
     mask.close();
   }
+
+  void discard() noexcept {
+    if (state != State::writing) return;
+    state = State::discarded;
+    tokens = OutputFile();
+    index = OutputFile();
+    mask = OutputFile();
+    std::error_code ec;
+    fs::remove_all(temp_dir, ec);
+  }
+
+  // Moves temp_dir to split_dir: a rename, which replaces an absent or empty split_dir
+  // atomically; with overwrite, a non-empty one is first moved aside, then removed.
+  void commit() {
+    std::error_code ec;
+    fs::rename(temp_dir, split_dir, ec);
+    if (!ec) return;
+    const bool occupied = ec == std::errc::directory_not_empty || ec == std::errc::file_exists;
+    if (!occupied) {
+      throw Error(ErrorKind::io, "cannot move the new split into '" + given_dir.string() + "': " + ec.message());
+    }
+    check_target(split_dir, given_dir, options.overwrite);  // throws the message for a non-empty split_dir
+    const fs::path old = make_sibling_dir(split_dir, "replaced");
+    fs::rename(split_dir, old, ec);  // `old` is an empty directory: the rename replaces it
+    if (ec) {
+      fs::remove(old, ec);
+      throw Error(ErrorKind::io, "cannot move '" + given_dir.string() + "' aside to replace it: " + ec.message());
+    }
+    fs::rename(temp_dir, split_dir, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      fs::rename(old, split_dir, ec);  // put the old split back
+      throw Error(ErrorKind::io, "cannot move the new split into '" + given_dir.string() + "': " + why);
+    }
+    fs::remove_all(old, ec);  // the new split is in place; a leftover here is only a hidden directory
+  }
 };
 
 EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWriterOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->split_dir = std::move(split_dir);
-  impl_->options = options;
-  impl_->open_shard();
-}
-
-EpisodeDatasetWriter::~EpisodeDatasetWriter() {
+  Impl& s = *impl_;
+  s.given_dir = split_dir;
+  s.options = options;
+  s.split_dir = target_path(split_dir);
+  check_target(s.split_dir, s.given_dir, options.overwrite);
+  s.temp_dir = make_sibling_dir(s.split_dir, "partial");
   try {
-    finish();
+    s.open_shard();
   } catch (...) {
-    // Destructors must not throw; call finish() to see write errors.
+    s.discard();
+    throw;
   }
 }
 
+EpisodeDatasetWriter::~EpisodeDatasetWriter() { impl_->discard(); }
+
 void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<const std::uint8_t> mask) {
   Impl& s = *impl_;
-  if (s.finished) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add after finish()");
+  if (s.state == Impl::State::finished) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add after finish()");
+  if (s.state == Impl::State::discarded) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add after discard()");
   if (s.options.write_mask && mask.size() != tokens.size()) {
     throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add: mask has " + std::to_string(mask.size()) +
                                       " values for " + std::to_string(tokens.size()) + " tokens");
+  }
+  if (s.options.token_dtype == TokenDtype::uint16) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] > 0xffff) {
+        throw Error(ErrorKind::format, "token id " + std::to_string(tokens[i]) + " of episode " +
+                                           std::to_string(s.summary.episodes) + " does not fit uint16");
+      }
+    }
   }
   if (s.options.shard_tokens != 0 && s.shard_tokens_written != 0 &&
       s.shard_tokens_written + tokens.size() > s.options.shard_tokens) {
@@ -119,13 +230,7 @@ void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<
   const std::uint64_t record[2] = {s.shard_tokens_written, tokens.size()};
   if (s.options.token_dtype == TokenDtype::uint16) {
     s.narrow.resize(tokens.size());
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] > 0xffff) {
-        throw Error(ErrorKind::format, "token id " + std::to_string(tokens[i]) + " of episode " +
-                                           std::to_string(s.summary.episodes) + " does not fit uint16");
-      }
-      s.narrow[i] = static_cast<std::uint16_t>(tokens[i]);
-    }
+    for (std::size_t i = 0; i < tokens.size(); ++i) s.narrow[i] = static_cast<std::uint16_t>(tokens[i]);  // fits: checked
     s.tokens.write(s.narrow.data(), s.narrow.size() * sizeof(std::uint16_t));
   } else {
     s.tokens.write(tokens.data(), tokens.size_bytes());
@@ -141,11 +246,22 @@ void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<
 }
 
 EpisodeDatasetWriterSummary EpisodeDatasetWriter::finish() {
-  if (!impl_->finished) {
-    impl_->finished = true;
-    impl_->close_shard();
+  Impl& s = *impl_;
+  if (s.state == Impl::State::finished) return s.summary;
+  if (s.state == Impl::State::discarded) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::finish after discard()");
+  try {
+    s.close_shard();
+    s.commit();
+  } catch (...) {
+    s.discard();
+    throw;
   }
-  return impl_->summary;
+  s.state = Impl::State::finished;
+  return s.summary;
 }
+
+void EpisodeDatasetWriter::discard() noexcept { impl_->discard(); }
+
+bool EpisodeDatasetWriter::finished() const noexcept { return impl_->state == Impl::State::finished; }
 
 }  // namespace tokenfeed

@@ -5,6 +5,17 @@
 // A new shard starts when adding an episode would take the current shard past
 // `shard_tokens` tokens (an episode is never split across shards).
 //
+// All or nothing: the shards are written into a hidden temporary directory beside
+// `split_dir` (`.NAME.partial-PID-N` in its parent) and renamed to `split_dir` by
+// finish(). Until then `split_dir` is untouched, so a loader never sees a half-written
+// split, and a writer that is discarded (discard(), or destroyed without finish())
+// removes what it wrote and leaves nothing behind.
+//
+// An existing `split_dir` must be empty: a split written over an older one would keep
+// the old shards the new one does not replace, and the loader would read both. With
+// `overwrite`, finish() replaces a non-empty `split_dir` instead (the old files are
+// removed only once the new split is complete and in place).
+//
 // Thread-safety: not thread-safe; one writer per split directory, used by one thread.
 #pragma once
 
@@ -22,6 +33,7 @@ struct EpisodeDatasetWriterOptions {
   TokenDtype token_dtype = TokenDtype::uint32;
   bool write_mask = true;               // write mask.bin (uint8 0/1) beside tokens.bin
   std::uint64_t shard_tokens = 0;       // max tokens per shard; 0 means one shard
+  bool overwrite = false;               // finish() replaces a non-empty split_dir instead of refusing it
 };
 
 struct EpisodeDatasetWriterSummary {
@@ -33,18 +45,32 @@ struct EpisodeDatasetWriterSummary {
 
 class TOKENFEED_API EpisodeDatasetWriter {
  public:
-  // Creates `split_dir` (and parents) if needed. Throws Error(io) if it cannot.
+  // Creates the parent of `split_dir` (and its parents) and the temporary directory.
+  // Throws Error(io) if it cannot, or if `split_dir` exists and is not an empty
+  // directory (unless options.overwrite, when it must still be a directory).
   EpisodeDatasetWriter(std::filesystem::path split_dir, EpisodeDatasetWriterOptions options);
-  ~EpisodeDatasetWriter();  // finishes if finish() was not called; errors are swallowed there
+  ~EpisodeDatasetWriter();  // discard() unless finish() succeeded; never throws
   EpisodeDatasetWriter(const EpisodeDatasetWriter&) = delete;
   EpisodeDatasetWriter& operator=(const EpisodeDatasetWriter&) = delete;
 
   // REQUIRES: mask.size() == tokens.size() when write_mask, else mask is ignored.
-  // Throws Error(format) when a token does not fit token_dtype, Error(io) on write failure.
+  // Throws Error(format) when a token does not fit token_dtype, Error(io) on write failure,
+  // Error(usage) after finish() or discard().
   void add(std::span<const std::uint32_t> tokens, std::span<const std::uint8_t> mask);
 
-  // Flushes and closes the files; returns what was written. Idempotent.
+  // Flushes and closes the files and moves the split into `split_dir`; returns what was
+  // written. Idempotent once it succeeded. On failure (a write error, or `split_dir`
+  // having become non-empty meanwhile without overwrite) it throws Error(io), the
+  // temporary directory is removed and the writer is discarded.
   EpisodeDatasetWriterSummary finish();
+
+  // Abandons the split: removes the temporary directory and everything written into it;
+  // `split_dir` stays as it was. Does nothing after finish() succeeded (the split is then
+  // in place) or a previous discard(). Never throws.
+  void discard() noexcept;
+
+  // True once finish() succeeded.
+  bool finished() const noexcept;
 
  private:
   struct Impl;

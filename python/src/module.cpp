@@ -14,13 +14,18 @@
 //    buffer before it reuses it).
 //  - Opening a dataset (Loader construction), get_batch, load_state and close run with the
 //    GIL released; one mutex per Loader keeps the C++ loader's one-trainer-thread rule
-//    when several Python threads share a loader.
+//    when several Python threads share a loader. stop() takes only a shared reference to
+//    the C++ loader (never that mutex, which a blocked get_batch holds), so it can wake
+//    that get_batch while close() in another thread waits to free the loader. The
+//    DatasetWriter's calls, GIL-free too, are serialized by a mutex of their own.
 //  - tokenfeed::Error becomes the Python exception class of its kind (ConfigError, ...,
-//    all subclasses of tokenfeed.Error), with the C++ message unchanged.
+//    all subclasses of tokenfeed.Error), with the C++ message unchanged; the one exception
+//    is an unusable in-memory conversation given to the chat template functions, which is
+//    a ConversationError (a ValueError, not the OSError that FormatError is for files).
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +37,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -70,6 +76,9 @@ constexpr std::size_t kErrorKinds = 6;  // tokenfeed::ErrorKind's enumerators
 
 // The Python class of each ErrorKind, created at import and kept for the process.
 std::array<PyObject*, kErrorKinds> g_error_classes{};
+// tokenfeed.ConversationError: what the chat template functions raise for a conversation
+// they cannot serialize (an argument's content, so a ValueError; kind "format").
+PyObject* g_conversation_error = nullptr;
 
 std::size_t kind_index(ErrorKind kind) { return static_cast<std::size_t>(kind); }
 
@@ -100,6 +109,11 @@ void register_errors(nb::module_& m) {
   make(ErrorKind::usage, "UsageError", PyExc_ValueError, "A call made where it is not allowed.");
   make(ErrorKind::pipeline, "PipelineError", PyExc_RuntimeError,
        "A failure inside a background stage that is none of the other kinds.");
+  g_conversation_error = new_error_class(
+      m, "ConversationError",
+      "A conversation the chat template cannot serialize (no assistant turn, a special id in the content, an id "
+      "past vocab_size, an unknown role): a ValueError, as the problem is in the argument, not in a file.",
+      nb::make_tuple(nb::handle(base), nb::handle(PyExc_ValueError)), tokenfeed::to_string(ErrorKind::format));
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -113,6 +127,11 @@ void register_errors(nb::module_& m) {
 }
 
 [[noreturn]] void usage_error(const std::string& message) { throw Error(ErrorKind::usage, message); }
+
+[[noreturn]] void conversation_error(const std::string& message) {
+  PyErr_SetString(g_conversation_error, message.c_str());
+  throw nb::python_error();
+}
 
 // ---------------------------------------------------------------------------------------
 // Arrays
@@ -208,21 +227,37 @@ class PyBatch {
   nb::object cu_seqlens() { return vector(kCuSeqlens, batch().cu_seqlens()); }
   nb::object episode_ids() { return vector(kEpisodeIds, batch().episode_ids()); }
 
-  // (n, 4) int64 rows (row, column, positions, episode): a copy, the C++ records being
-  // a struct of mixed widths.
+  // The PackedSegment records themselves, no copy: a 1-D numpy structured array (fields
+  // row, column, positions, episode; segment_dtype()) over the batch's buffer.
   nb::object segments() {
     nb::object& slot = cache_[kSegments];
     if (!slot.is_valid()) {
       const auto segs = batch().segments();
-      std::vector<std::int64_t> rows;
-      rows.reserve(segs.size() * 4);
-      for (const tokenfeed::PackedSegment& s : segs) {
-        rows.insert(rows.end(), {static_cast<std::int64_t>(s.row), static_cast<std::int64_t>(s.column),
-                                 static_cast<std::int64_t>(s.positions), s.episode});
-      }
-      slot = numpy_owning(std::move(rows), {segs.size(), 4});
+      const std::size_t bytes[1] = {segs.size_bytes()};
+      nb::object raw = numpy_view<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(segs.data()), 1, bytes, owner_);
+      slot = raw.attr("view")(segment_dtype());
     }
     return slot;
+  }
+
+  // numpy's dtype of tokenfeed::PackedSegment, made from the struct's own layout.
+  static nb::handle segment_dtype() {
+    static PyObject* dtype = nullptr;  // kept for the process, as the error classes
+    if (dtype == nullptr) {
+      using tokenfeed::PackedSegment;
+      static_assert(std::is_standard_layout_v<PackedSegment>);
+      static_assert(sizeof(PackedSegment::row) == 4 && sizeof(PackedSegment::column) == 4 &&
+                    sizeof(PackedSegment::positions) == 4 && sizeof(PackedSegment::episode) == 8);
+      static_assert(std::is_unsigned_v<decltype(PackedSegment::row)> && std::is_signed_v<decltype(PackedSegment::episode)>);
+      nb::dict spec;
+      spec["names"] = nb::make_tuple("row", "column", "positions", "episode");
+      spec["formats"] = nb::make_tuple("<u4", "<u4", "<u4", "<i8");
+      spec["offsets"] = nb::make_tuple(offsetof(PackedSegment, row), offsetof(PackedSegment, column),
+                                       offsetof(PackedSegment, positions), offsetof(PackedSegment, episode));
+      spec["itemsize"] = sizeof(PackedSegment);
+      dtype = nb::module_::import_("numpy").attr("dtype")(spec).release().ptr();
+    }
+    return dtype;
   }
 
   // Every non-empty array field, by name (x and tokens, y and labels may share memory).
@@ -240,6 +275,7 @@ class PyBatch {
     if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
+    if (!b.segments().empty()) d["segments"] = segments();  // sft_packed
     return d;
   }
 
@@ -261,9 +297,18 @@ class PyBatch {
 // ---------------------------------------------------------------------------------------
 // Config
 
+bool is_instance(nb::handle value, const char* module, const char* type) {
+  const int r = PyObject_IsInstance(value.ptr(), nb::module_::import_(module).attr(type).ptr());
+  if (r < 0) throw nb::python_error();
+  return r == 1;
+}
+
+// A config value as its XML text: str, int (numpy integers too), bool (numpy's too), an
+// integer-valued float, or a path.
 std::string value_text(std::string_view key, nb::handle value) {
   PyObject* v = value.ptr();
   if (PyBool_Check(v)) return v == Py_True ? "true" : "false";
+  if (is_instance(value, "numpy", "bool_")) return PyObject_IsTrue(v) == 1 ? "true" : "false";
   if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
   if (PyLong_Check(v) || PyIndex_Check(v)) {  // int, numpy integers
     PyObject* index = PyNumber_Index(v);
@@ -275,7 +320,8 @@ std::string value_text(std::string_view key, nb::handle value) {
   }
   if (nb::hasattr(value, "__fspath__")) return nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(value));
   throw Error(ErrorKind::config, "config key '" + std::string(key) + "': unsupported value " +
-                                     nb::cast<std::string>(nb::repr(value)) + " (give a str, int, bool or path)");
+                                     nb::cast<std::string>(nb::repr(value)) +
+                                     " (give a str, int, bool or path; a float only when it is a whole number)");
 }
 
 // Applies key/value pairs; a relative dataset_dir given from Python resolves against the
@@ -300,8 +346,10 @@ tokenfeed::Config make_config(nb::handle source, const nb::kwargs& overrides) {
     const std::string path = nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(source));
     nb::gil_scoped_release release;
     config = tokenfeed::load_config_file(path);
+  } else if (is_instance(source, "collections.abc", "Mapping")) {
+    apply_items(config, nb::handle(reinterpret_cast<PyObject*>(&PyDict_Type))(source));  // dict(source)
   } else {
-    throw nb::type_error("Loader(config): config must be a path to an XML file or a dict of config keys");
+    throw nb::type_error("Loader(config): config must be a path to an XML file or a mapping (dict) of config keys");
   }
   apply_items(config, overrides);
   return config;
@@ -323,33 +371,55 @@ double percentile(std::vector<float> values, double q) {
   return values[std::min(i, values.size() - 1)];
 }
 
-// get_batch as the Python trainer sees it, per split: the C++ call's duration (with the GIL
-// released around it), over every call and over the last kWindow calls for percentiles.
+// get_batch as the Python trainer sees it, per split, with the definitions of
+// `tokenfeed bench` (tools/cmd_bench.cpp): a call's duration runs from the method's entry
+// to its return with the GIL held again (so it includes waiting for the loader's mutex and
+// for the GIL); a step "waited for data" when its batch's wait_us() is over 50 us; a call
+// is "slow" when it took over 50 us for any reason. The measurement starts with the first
+// call after the loader opened or after reset_stats(), whose calls count as warm-up.
 struct CallTiming {
-  static constexpr std::size_t kWindow = 8192;
-  static constexpr double kStallUs = 50.0;  // as `tokenfeed bench`: a call that waited for data
-  std::vector<float> recent_us;
+  static constexpr std::size_t kWindow = 8192;  // calls kept for the percentiles
+  static constexpr double kStallUs = 50.0;      // tokenfeed bench's kStallUs
+  std::vector<float> recent_us;  // the last kWindow durations (a ring once full)
   std::size_t next = 0;
-  std::uint64_t calls = 0, stalls = 0;
+  std::uint64_t warmup = 0;      // calls made before the last reset_stats()
+  std::uint64_t calls = 0;
+  std::uint64_t data_waits = 0;  // batches whose wait_us() > kStallUs
+  std::uint64_t slow_calls = 0;  // calls that took > kStallUs
+  std::uint64_t waits = 0;       // batches that found the ring empty (wait_us() > 0)
+  double total_wait_us = 0, max_wait_us = 0;
   double sum_us = 0, max_us = 0;
   std::uint64_t positions = 0, real_positions = 0;
-  Clock::time_point first_return, last_return;
+  Clock::time_point start, last_return;  // the first measured call's start, the last one's return
 
-  void record(double us, const tokenfeed::Batch& b) {
+  void record(Clock::time_point call_start, Clock::time_point call_return, const tokenfeed::Batch& b) {
+    const double us = std::chrono::duration<double, std::micro>(call_return - call_start).count();
     if (recent_us.size() < kWindow) {
       recent_us.push_back(static_cast<float>(us));
     } else {
       recent_us[next] = static_cast<float>(us);
       next = (next + 1) % kWindow;
     }
-    if (calls == 0) first_return = Clock::now();
-    last_return = Clock::now();
+    if (calls == 0) start = call_start;
+    last_return = call_return;
     ++calls;
-    if (us > kStallUs) ++stalls;
+    const double wait = b.wait_us();
+    if (wait > kStallUs) ++data_waits;
+    if (us > kStallUs) ++slow_calls;
+    if (wait > 0) ++waits;
+    total_wait_us += wait;
+    max_wait_us = std::max(max_wait_us, wait);
     sum_us += us;
     max_us = std::max(max_us, us);
     positions += b.rows() * b.cols();
     real_positions += b.real_positions();
+  }
+
+  // Starts a new measurement; the calls so far become warm-up.
+  void reset() {
+    const std::uint64_t done = warmup + calls;
+    *this = CallTiming();
+    warmup = done;
   }
 };
 
@@ -366,9 +436,10 @@ class PyLoader {
  public:
   explicit PyLoader(tokenfeed::Config config) {  // called with the GIL released
     const auto start = Clock::now();
-    loader_ = std::make_unique<tokenfeed::Loader>(std::move(config));
-    loader_ptr_.store(loader_.get(), std::memory_order_release);
+    auto loader = std::make_shared<tokenfeed::Loader>(std::move(config));
     open_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    std::lock_guard ptr_lock(ptr_mutex_);
+    loader_ = std::move(loader);
   }
 
   // Runs f with the GIL released and the loader's mutex held.
@@ -381,12 +452,13 @@ class PyLoader {
 
   nb::object get_batch(const std::string& split) {
     auto batch = std::make_unique<tokenfeed::Batch>();
-    locked([&](tokenfeed::Loader& l) {
-      const auto start = Clock::now();
-      *batch = l.get_batch(split);
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-      timing_[split].record(us, *batch);
-    });
+    const auto start = Clock::now();
+    locked([&](tokenfeed::Loader& l) { *batch = l.get_batch(split); });
+    const auto end = Clock::now();  // the GIL is held again: the call as the trainer sees it
+    {
+      std::lock_guard timing_lock(timing_mutex_);
+      timing_[split].record(start, end, *batch);
+    }
     return nb::cast(PyBatch(std::move(batch)), nb::rv_policy::move);
   }
 
@@ -397,21 +469,39 @@ class PyLoader {
     locked([&](tokenfeed::Loader& l) { l.load_state(text); });
   }
 
-  // Wakes a get_batch blocked in another thread (which then raises UsageError). Takes no
-  // lock: that get_batch holds it.
-  void stop() noexcept {
-    if (tokenfeed::Loader* l = loader_ptr_.load(std::memory_order_acquire)) l->stop();
+  // Wakes a get_batch blocked in another thread (which then raises UsageError). It cannot
+  // take mutex_, which that get_batch holds: it takes a reference to the loader under
+  // ptr_mutex_ instead, so a close() in a third thread cannot free the loader under it
+  // (the last reference, wherever it is dropped, frees it).
+  void stop() {
+    std::shared_ptr<tokenfeed::Loader> loader;
+    {
+      std::lock_guard ptr_lock(ptr_mutex_);
+      loader = loader_;
+    }
+    if (loader) {
+      nb::gil_scoped_release release;
+      loader->stop();
+      loader.reset();
+    }
   }
 
   // Stops the pipelines and frees the loader now (batches already handed out stay valid).
   void close() {
     stop();
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
-    loader_ptr_.store(nullptr, std::memory_order_release);
-    loader_.reset();
+    std::lock_guard lock(mutex_);  // after the get_batch that stop() woke has returned
+    std::shared_ptr<tokenfeed::Loader> loader;
+    {
+      std::lock_guard ptr_lock(ptr_mutex_);
+      loader = std::move(loader_);
+    }
+    loader.reset();
   }
-  bool closed() const noexcept { return loader_ptr_.load(std::memory_order_acquire) == nullptr; }
+  bool closed() {
+    std::lock_guard ptr_lock(ptr_mutex_);
+    return loader_ == nullptr;
+  }
 
   std::string repr() {
     if (closed()) return "Loader(closed)";
@@ -460,66 +550,85 @@ class PyLoader {
     return d;
   }
 
-  // The figures `tokenfeed bench` reports, as far as a running trainer has them.
+  // The figures of `tokenfeed bench --json`, under its names and with its meanings, over
+  // the calls measured so far (see CallTiming), plus the split's facts. Not reported:
+  // bench's `config` and `consumer_us` (its own run's parameters).
   nb::dict stats(const std::string& split) {
     struct Snapshot {
       tokenfeed::SplitStats stats;
       tokenfeed::SplitInfo info;
-      CallTiming timing;
       std::int64_t batch_size = 0, block_size = 0;
+      std::int64_t prefetch_depth_setting = 0;  // 0: auto
       std::string dataset_mode;
     };
     const Snapshot s = locked([&](tokenfeed::Loader& l) {
       Snapshot snap;
       snap.stats = l.split_stats(split);
       snap.info = l.split_info(split);
-      const auto it = timing_.find(split);
-      if (it != timing_.end()) snap.timing = it->second;
       snap.batch_size = l.config().batch_size;
       snap.block_size = l.config().block_size;
+      snap.prefetch_depth_setting = l.config().prefetch_depth;
       snap.dataset_mode = tokenfeed::to_string(l.config().dataset_mode);
       return snap;
     });
-    const CallTiming& t = s.timing;
-    const double seconds = t.calls > 1 ? std::chrono::duration<double>(t.last_return - t.first_return).count() : 0.0;
-    // Rates over the calls after the first (the first one includes the pipeline start).
-    const double after_first = t.calls > 1 ? static_cast<double>(t.calls - 1) : 0.0;
+    CallTiming t;
+    {
+      std::lock_guard timing_lock(timing_mutex_);
+      const auto it = timing_.find(split);
+      if (it != timing_.end()) t = it->second;
+    }
+    const double seconds = t.calls > 0 ? std::chrono::duration<double>(t.last_return - t.start).count() : 0.0;
+    const double n = static_cast<double>(t.calls);
     const double per_batch = static_cast<double>(s.batch_size * s.block_size);
-    const double real_after_first =
-        t.calls > 1 ? static_cast<double>(t.real_positions) * after_first / static_cast<double>(t.calls) : 0.0;
+    const auto fraction = [&](std::uint64_t count) { return t.calls > 0 ? static_cast<double>(count) / n : 0.0; };
     nb::dict d;
     d["split"] = split;
     d["dataset_mode"] = s.dataset_mode;
     d["batch_size"] = s.batch_size;
     d["block_size"] = s.block_size;
     d["mask"] = s.info.mask;
-    d["batches"] = s.stats.batches;
-    d["waits"] = s.stats.waits;
-    d["total_wait_us"] = s.stats.total_wait_us;
-    d["max_wait_us"] = s.stats.max_wait_us;
+    d["batches"] = t.calls;
+    d["warmup"] = t.warmup;
     d["seconds"] = seconds;
-    d["batches_per_s"] = seconds > 0 ? after_first / seconds : 0.0;
-    d["tokens_per_s"] = seconds > 0 ? after_first * per_batch / seconds : 0.0;
-    d["real_tokens_per_s"] = seconds > 0 ? real_after_first / seconds : 0.0;
-    d["packing_efficiency"] =
-        t.positions > 0 ? static_cast<double>(t.real_positions) / static_cast<double>(t.positions) : 0.0;
+    d["batches_per_s"] = seconds > 0 ? n / seconds : 0.0;
+    d["tokens_per_s"] = seconds > 0 ? n * per_batch / seconds : 0.0;
+    d["real_tokens_per_s"] = seconds > 0 ? static_cast<double>(t.real_positions) / seconds : 0.0;
     nb::dict latency;
     latency["p50"] = percentile(t.recent_us, 0.50);
     latency["p99"] = percentile(t.recent_us, 0.99);
     latency["max"] = t.max_us;
-    latency["mean"] = t.calls > 0 ? t.sum_us / static_cast<double>(t.calls) : 0.0;
+    latency["mean"] = t.calls > 0 ? t.sum_us / n : 0.0;
     d["get_batch_us"] = latency;
-    d["stall_fraction"] = t.calls > 0 ? static_cast<double>(t.stalls) / static_cast<double>(t.calls) : 0.0;
+    d["stall_fraction"] = fraction(t.data_waits);
+    d["slow_call_fraction"] = fraction(t.slow_calls);
     d["open_ms"] = open_ms_;
     d["prefetch_depth"] = s.stats.prefetch_depth;
+    d["prefetch_depth_setting"] =
+        s.prefetch_depth_setting == 0 ? std::string("auto") : std::to_string(s.prefetch_depth_setting);
     d["decode_threads"] = s.stats.decode_threads;
     d["rss_anon_mb"] = rss_anon_mb();
+    // Beyond bench: the waits behind stall_fraction, the packing, and the split's facts.
+    d["waits"] = t.waits;
+    d["total_wait_us"] = t.total_wait_us;
+    d["max_wait_us"] = t.max_wait_us;
+    d["packing_efficiency"] =
+        t.positions > 0 ? static_cast<double>(t.real_positions) / static_cast<double>(t.positions) : 0.0;
     d["episodes"] = s.info.episodes;
     d["kept_episodes"] = s.info.kept_episodes;
     d["windows"] = s.info.windows;
     d["tokens"] = s.info.tokens;
     d["batches_per_epoch"] = s.info.batches_per_epoch;
     return d;
+  }
+
+  // Starts a new measurement for `split` (every split when None): what stats() reports
+  // from then on, as `tokenfeed bench --warmup` does after its warm-up batches.
+  void reset_stats(const std::optional<std::string>& split) {
+    if (split) split_info(*split);  // raises for an unknown split
+    std::lock_guard timing_lock(timing_mutex_);
+    for (auto& [name, timing] : timing_) {
+      if (!split || name == *split) timing.reset();
+    }
   }
 
   nb::object state_dict() {
@@ -532,8 +641,15 @@ class PyLoader {
       text = nb::cast<std::string>(state);
     } else if (PyBytes_Check(state.ptr())) {
       text = nb::cast<std::string>(state.attr("decode")("utf-8"));
-    } else if (PyDict_Check(state.ptr())) {
-      text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state));
+    } else if (PyDict_Check(state.ptr()) || is_instance(state, "collections.abc", "Mapping")) {
+      // Any mapping, nested ones too (json.dumps takes dicts only: default= turns the
+      // others into dicts).
+      const nb::object as_dict = nb::cpp_function([](nb::handle o) -> nb::object {
+        if (is_instance(o, "collections.abc", "Mapping")) return nb::handle(reinterpret_cast<PyObject*>(&PyDict_Type))(o);
+        throw Error(ErrorKind::state, "load_state_dict: the state holds a " + nb::cast<std::string>(nb::repr(o.type())) +
+                                          ", which a saved state never does");
+      });
+      text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state, "default"_a = as_dict));
     } else {
       throw Error(ErrorKind::state, "load_state_dict: expected the dict state_dict() returned (or its JSON text), got " +
                                         nb::cast<std::string>(nb::repr(state.type())));
@@ -542,15 +658,17 @@ class PyLoader {
   }
 
  private:
-  tokenfeed::Loader& loader() {
+  tokenfeed::Loader& loader() {  // REQUIRES: mutex_ held
     if (!loader_) usage_error("the loader is closed");
     return *loader_;
   }
 
   std::mutex mutex_;  // one caller of the C++ loader at a time (get_batch, states, stats)
-  std::unique_ptr<tokenfeed::Loader> loader_;  // GUARDED_BY(mutex_)
-  std::atomic<tokenfeed::Loader*> loader_ptr_{nullptr};  // for stop(), which takes no lock
-  std::map<std::string, CallTiming, std::less<>> timing_;  // GUARDED_BY(mutex_)
+  std::mutex ptr_mutex_;  // guards loader_ itself; held only to copy or reset the pointer
+  // Written under both mutexes (open, close), so either one is enough to read it.
+  std::shared_ptr<tokenfeed::Loader> loader_;
+  std::mutex timing_mutex_;  // guards timing_; taken with the GIL held, never held while waiting for it
+  std::map<std::string, CallTiming, std::less<>> timing_;
   double open_ms_ = 0;
 };
 
@@ -580,10 +698,15 @@ class BatchIterator {
 // ---------------------------------------------------------------------------------------
 // Dataset writer
 
+// The C++ writer (see dataset_writer.hpp: all or nothing, a non-empty split_dir refused
+// unless overwrite) behind tokenfeed.DatasetWriter. Its calls run with the GIL released and
+// one at a time under mutex_, so several Python threads may share a writer (the episodes
+// are numbered in the order their add calls take the mutex) and finish() or discard()
+// cannot free the C++ writer while another thread's add is using it.
 class PyDatasetWriter {
  public:
   PyDatasetWriter(const std::string& split_dir, const std::string& token_dtype, bool write_mask,
-                  std::uint64_t shard_tokens)
+                  std::uint64_t shard_tokens, bool overwrite)
       : write_mask_(write_mask) {
     const auto dtype = tokenfeed::parse_token_dtype(token_dtype);
     if (!dtype) throw Error(ErrorKind::config, "DatasetWriter: token_dtype must be 'uint16' or 'uint32', not '" + token_dtype + "'");
@@ -591,6 +714,8 @@ class PyDatasetWriter {
     options.token_dtype = *dtype;
     options.write_mask = write_mask;
     options.shard_tokens = shard_tokens;
+    options.overwrite = overwrite;
+    nb::gil_scoped_release release;
     writer_ = std::make_unique<tokenfeed::EpisodeDatasetWriter>(split_dir, options);
   }
 
@@ -599,6 +724,7 @@ class PyDatasetWriter {
     const auto t = span_of(tokens);
     const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
     nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     writer().add(t, m);
   }
 
@@ -620,31 +746,59 @@ class PyDatasetWriter {
                   std::to_string(t.size()) + " tokens were given");
     }
     nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    tokenfeed::EpisodeDatasetWriter& w = writer();
     std::uint64_t at = 0;
     for (const std::uint64_t len : n) {
-      writer().add(t.subspan(at, len), m.empty() ? m : m.subspan(at, len));
+      w.add(t.subspan(at, len), m.empty() ? m : m.subspan(at, len));
       at += len;
     }
   }
 
   nb::dict finish() {
-    if (!summary_) {
+    tokenfeed::EpisodeDatasetWriterSummary summary;
+    {
       nb::gil_scoped_release release;
-      summary_ = writer().finish();
-      writer_.reset();
+      std::lock_guard lock(mutex_);
+      if (!summary_) {
+        tokenfeed::EpisodeDatasetWriter& w = writer();
+        try {
+          summary_ = w.finish();
+        } catch (...) {
+          writer_.reset();  // the C++ writer discarded what it wrote
+          throw;
+        }
+        writer_.reset();
+      }
+      summary = *summary_;
     }
     nb::dict d;
-    d["episodes"] = summary_->episodes;
-    d["tokens"] = summary_->tokens;
-    d["masked_tokens"] = summary_->masked_tokens;
-    d["shards"] = summary_->shards;
+    d["episodes"] = summary.episodes;
+    d["tokens"] = summary.tokens;
+    d["masked_tokens"] = summary.masked_tokens;
+    d["shards"] = summary.shards;
     return d;
   }
-  bool finished() const noexcept { return summary_.has_value(); }
+
+  // Removes what was written (nothing after finish()).
+  void discard() {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    writer_.reset();  // the C++ writer's destructor discards unless it finished
+  }
+
+  bool finished() {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    return summary_.has_value();
+  }
 
  private:
-  tokenfeed::EpisodeDatasetWriter& writer() {
-    if (!writer_) usage_error("DatasetWriter: add() after finish()");
+  tokenfeed::EpisodeDatasetWriter& writer() {  // REQUIRES: mutex_ held
+    if (!writer_) {
+      usage_error(summary_ ? "DatasetWriter: add() after finish()"
+                           : "DatasetWriter: the writer was discarded (discard(), or a failed finish())");
+    }
     return *writer_;
   }
   void check_mask(std::size_t tokens, const std::optional<U8Array>& mask) const {
@@ -655,9 +809,10 @@ class PyDatasetWriter {
     }
   }
 
-  bool write_mask_;
-  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_;
-  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_;
+  const bool write_mask_;
+  std::mutex mutex_;
+  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_;        // GUARDED_BY(mutex_)
+  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_;  // GUARDED_BY(mutex_)
 };
 
 // ---------------------------------------------------------------------------------------
@@ -679,7 +834,7 @@ nb::object serialize_tokenized(const std::vector<std::string>& roles, const std:
   }
   std::vector<std::uint32_t> out;
   const auto defect = tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
-  if (defect) throw Error(ErrorKind::format, defect->detail);
+  if (defect) conversation_error(defect->detail);
   return numpy_owning(std::move(out));
 }
 
@@ -690,7 +845,7 @@ nb::object serialize_text(const std::vector<std::string>& roles, const std::vect
   for (std::size_t i = 0; i < roles.size(); ++i) messages[i] = {roles[i], contents[i]};
   std::vector<std::uint32_t> out;
   const auto defect = tokenfeed::append_chat_ids(messages, tokenizer, default_system_text, out);
-  if (defect) throw Error(ErrorKind::format, defect->detail);
+  if (defect) conversation_error(defect->detail);
   return numpy_owning(std::move(out));
 }
 
@@ -769,12 +924,22 @@ NB_MODULE(_tokenfeed, m) {
       .def_prop_ro("has_mask", [](const PyBatch& b) { return b.batch().has_mask(); })
       .def_prop_ro("wait_us", [](const PyBatch& b) { return b.batch().wait_us(); })
       .def_prop_ro("valid", &PyBatch::valid)
-      .def("arrays", &PyBatch::arrays, "Every non-empty array field by name (views, no copy).")
+      .def("arrays", &PyBatch::arrays, "Every non-empty array field by name (views, no copy), segments included.")
       .def("release", &PyBatch::release,
            "Drops this batch's hold on its buffers; they return to the pool once no array made from it is alive.")
       .def("__repr__", &PyBatch::repr);
 
-  nb::class_<PyLoader>(m, "Loader")
+  nb::class_<PyLoader>(m, "Loader",
+                      "Loader(config, **overrides): batches of an XML config's dataset (or a mapping of its keys), "
+                      "prepared on background threads.\n\n"
+                      "get_batch(split) returns a Batch whose arrays view the loader's pooled buffers. A batch stays "
+                      "held while it, or any array or tensor made from it without a copy, is alive; holding "
+                      "MAX_HELD_BATCHES (4) batches of a split, the next get_batch raises UsageError. Gradient "
+                      "accumulation reaches that limit: autograd keeps each micro-batch's input tensors until "
+                      "backward(), so over more than 4 micro-batches take batch.to_torch(copy=True).\n\n"
+                      "stats(split) reports `tokenfeed bench`'s figures under its names (stall_fraction: steps whose "
+                      "batch waited > 50 us for data; slow_call_fraction: calls that took > 50 us); reset_stats() "
+                      "after a warm-up, as bench's --warmup.")
       .def(
           "__init__",
           [](PyLoader* self, nb::handle config, const nb::kwargs& overrides) {
@@ -795,6 +960,7 @@ NB_MODULE(_tokenfeed, m) {
       .def("state_dict", &PyLoader::state_dict)
       .def("load_state_dict", &PyLoader::load_state_dict, "state"_a)
       .def("stats", &PyLoader::stats, "split"_a = "train")
+      .def("reset_stats", &PyLoader::reset_stats, "split"_a = nb::none())
       .def("info", &PyLoader::info, "split"_a = "train")
       .def("num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
            "split"_a = "train")
@@ -819,11 +985,12 @@ NB_MODULE(_tokenfeed, m) {
       .def("__len__", &BatchIterator::len);
 
   nb::class_<PyDatasetWriter>(m, "_DatasetWriter")
-      .def(nb::init<const std::string&, const std::string&, bool, std::uint64_t>(), "split_dir"_a, "token_dtype"_a,
-           "write_mask"_a, "shard_tokens"_a)
+      .def(nb::init<const std::string&, const std::string&, bool, std::uint64_t, bool>(), "split_dir"_a,
+           "token_dtype"_a, "write_mask"_a, "shard_tokens"_a, "overwrite"_a)
       .def("add", &PyDatasetWriter::add, "tokens"_a, "mask"_a.none())
       .def("add_many", &PyDatasetWriter::add_many, "tokens"_a, "lengths"_a, "mask"_a.none())
       .def("finish", &PyDatasetWriter::finish)
+      .def("discard", &PyDatasetWriter::discard)
       .def_prop_ro("finished", &PyDatasetWriter::finished);
 
   nb::class_<tokenfeed::SpecialTokenIds>(m, "SpecialTokenIds")
@@ -846,9 +1013,12 @@ NB_MODULE(_tokenfeed, m) {
       .def_ro("assistant", &tokenfeed::SpecialTokenIds::assistant)
       .def_ro("eot", &tokenfeed::SpecialTokenIds::eot)
       .def_ro("tool", &tokenfeed::SpecialTokenIds::tool)
-      .def("is_role_token", [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_role_token(s, id); })
-      .def("is_special_token",
-           [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_special_token(s, id); })
+      .def(
+          "is_role_token", [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_role_token(s, id); },
+          "id"_a)
+      .def(
+          "is_special_token",
+          [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_special_token(s, id); }, "id"_a)
       .def("__repr__", &special_repr);
 
   nb::class_<tokenfeed::Tokenizer>(m, "Tokenizer", "A built-in tokenizer; make one with make_tokenizer().")

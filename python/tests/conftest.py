@@ -24,6 +24,23 @@ def _quiet_logs():
     tokenfeed.set_logging(True)
 
 
+def require_torch():
+    """torch, else this test's skip or failure. python/run_tests.sh sets TOKENFEED_TEST_TORCH:
+    `required` (TOKENFEED_TORCH=debian or pypi: the run is meant to test torch, so its absence
+    fails the test) or `skip` (TOKENFEED_TORCH=0). Unset (pytest run by hand): skip when torch
+    is not installed."""
+    mode = os.environ.get("TOKENFEED_TEST_TORCH", "")
+    if mode == "skip":
+        pytest.skip("TOKENFEED_TORCH=0: the torch tests are skipped")
+    try:
+        import torch
+    except ImportError as e:
+        if mode == "required":
+            pytest.fail(f"torch is required in this run (TOKENFEED_TEST_TORCH=required) but does not import: {e}")
+        pytest.skip(f"torch is not installed: {e}")
+    return torch
+
+
 def special_ids():
     return tokenfeed.SpecialTokenIds(**SPECIAL)
 

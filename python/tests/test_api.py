@@ -1,11 +1,18 @@
-"""Iteration, the len-like facts, stats, and the type stubs against the real module."""
+"""Iteration, the len-like facts, stats (against `tokenfeed bench`), config values, and the
+type stubs against the real module."""
 import ast
+import collections.abc
+import inspect
+import json
+import re
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tokenfeed
-from conftest import base_keys
+from conftest import SPECIAL, base_keys, run_cli, special_ids, write_config
 
 
 def test_iter(sft_dir):
@@ -34,20 +41,222 @@ def test_facts_and_stats(sft_dir):
     assert epochs == {0, 1}
     s = loader.stats("train")
     assert s["batches"] == 76 and s["batches_per_epoch"] == 75
-    for key in ("batches_per_s", "tokens_per_s", "real_tokens_per_s", "stall_fraction", "open_ms",
-                "prefetch_depth", "decode_threads", "rss_anon_mb", "waits", "total_wait_us", "max_wait_us"):
+    for key in ("batches_per_s", "tokens_per_s", "real_tokens_per_s", "stall_fraction", "slow_call_fraction",
+                "open_ms", "prefetch_depth", "prefetch_depth_setting", "decode_threads", "rss_anon_mb", "waits",
+                "total_wait_us", "max_wait_us", "warmup"):
         assert key in s, key
     assert set(s["get_batch_us"]) == {"p50", "p99", "max", "mean"}
     assert 0 < s["get_batch_us"]["p50"] <= s["get_batch_us"]["p99"] <= s["get_batch_us"]["max"]
     assert s["tokens_per_s"] > s["real_tokens_per_s"] > 0 and s["batches_per_s"] > 0
-    assert s["decode_threads"] == 1 and s["prefetch_depth"] == 2
+    assert s["decode_threads"] == 1 and s["prefetch_depth"] == 2 and s["prefetch_depth_setting"] == "2"
+    assert s["warmup"] == 0 and s["batches_per_s"] * s["seconds"] == pytest.approx(76)
     assert loader.stats("val")["batches"] == 0
     assert loader.config["batch_size"] == "4" and loader.config["dataset_mode"] == "sft_episode"
     assert len(loader.fingerprint) > 0
 
 
+def test_stats_use_the_names_of_tokenfeed_bench(sft_dir, tmp_path, cli):
+    xml = write_config(tmp_path / "c.xml", **base_keys(sft_dir, use_loss_mask=True))
+    bench = json.loads(run_cli(cli, "bench", "--config", xml, "--batches", 5, "--warmup", 2, "--json").stdout)
+    loader = tokenfeed.Loader(xml)
+    for _ in range(5):
+        loader.get_batch()
+    s = loader.stats()
+    # Every figure of bench's JSON but its own run parameters, with the same type.
+    assert set(bench) - set(s) == {"config", "consumer_us"}, set(bench) - set(s)
+    for key in set(bench) & set(s):
+        assert type(s[key]) is type(bench[key]) or {type(s[key]), type(bench[key])} <= {int, float}, key
+    assert set(s["get_batch_us"]) == set(bench["get_batch_us"])
+    for key in ("split", "dataset_mode", "batch_size", "block_size", "mask", "prefetch_depth", "prefetch_depth_setting",
+                "decode_threads"):
+        assert s[key] == bench[key], key
+    assert s["batches"] == 5 and bench["batches"] == 5
+
+
+def test_reset_stats_starts_a_measurement_after_a_warm_up(sft_dir):
+    loader = tokenfeed.Loader(base_keys(sft_dir))
+    for _ in range(7):
+        loader.get_batch()
+    loader.get_batch("val")
+    loader.reset_stats("train")
+    s = loader.stats()
+    assert (s["batches"], s["warmup"], s["seconds"], s["batches_per_s"]) == (0, 7, 0, 0)
+    assert s["get_batch_us"] == {"p50": 0, "p99": 0, "max": 0, "mean": 0}
+    assert loader.stats("val")["batches"] == 1  # another split's measurement goes on
+    for _ in range(3):
+        loader.get_batch()
+    s = loader.stats()
+    assert (s["batches"], s["warmup"]) == (3, 7) and s["seconds"] > 0
+    assert s["tokens_per_s"] == pytest.approx(s["batches_per_s"] * 4 * 64)
+    loader.reset_stats()
+    assert loader.stats()["warmup"] == 10 and loader.stats("val")["warmup"] == 1
+    with pytest.raises(tokenfeed.UsageError):
+        loader.reset_stats("test")
+
+
+def test_config_from_any_mapping_and_numpy_scalars(sft_dir):
+    keys = base_keys(sft_dir, batch_size=np.int32(4))
+
+    class Keys(collections.abc.Mapping):  # a mapping that is no dict
+        def __init__(self, d):
+            self._d = dict(d)
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+
+    for config in (types.MappingProxyType(keys), Keys(keys)):
+        loader = tokenfeed.Loader(config, use_loss_mask=np.bool_(True))
+        assert loader.config["use_loss_mask"] == "true" and loader.get_batch().mask.shape == (4, 64)
+    assert tokenfeed.Loader(keys, use_loss_mask=np.False_).config["use_loss_mask"] == "false"
+    assert tokenfeed.Loader(keys, epoch_seed=7.0).config["epoch_seed"] == "7"
+    with pytest.raises(tokenfeed.ConfigError, match="whole number"):
+        tokenfeed.Loader(keys, epoch_seed=2.5)
+
+    # load_state_dict takes any mapping too, nested ones included.
+    loader = tokenfeed.Loader(keys)
+    for _ in range(3):
+        loader.get_batch()
+    state = loader.state_dict()
+
+    def frozen(v):
+        return types.MappingProxyType({k: frozen(x) for k, x in v.items()}) if isinstance(v, dict) else v
+
+    other = tokenfeed.Loader(keys)
+    other.load_state_dict(frozen(state))
+    assert other.state_dict() == state
+    other.load_state_dict(Keys(state))
+    assert other.state_dict() == state
+    with pytest.raises(tokenfeed.StateError):
+        other.load_state_dict(dict(state, splits=object()))
+
+
+def test_special_token_ids_take_keywords():
+    s = special_ids()
+    assert s.is_role_token(id=SPECIAL["user"]) and not s.is_role_token(id=65)
+    assert s.is_special_token(id=SPECIAL["eot"]) and not s.is_special_token(65)
+
+
 def _stub():
     return ast.parse((Path(tokenfeed.__file__).parent / "__init__.pyi").read_text())
+
+
+# Parameters as (name, kind, has a default), the kinds of inspect.Parameter.
+P = inspect.Parameter
+
+
+def _split_top_level(text, sep):
+    """`text` split at `sep` outside brackets and quotes."""
+    parts, depth, quote, current = [], 0, None, ""
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+def _nanobind_parameters(func):
+    """A nanobind function's parameters, from its __nb_signature__ ('def f(a: T = \\0, *, b) -> R')."""
+    (text, _doc, _defaults), = func.__nb_signature__  # one overload
+    open_at = text.index("(")
+    depth = 0
+    for close_at in range(open_at, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[close_at], 0)
+        if depth == 0:
+            break
+    params, kind = [], P.POSITIONAL_OR_KEYWORD
+    for p in _split_top_level(text[open_at + 1:close_at], ","):
+        if p == "/":
+            params = [(n, P.POSITIONAL_ONLY, d) for n, _, d in params]
+        elif p == "*":
+            kind = P.KEYWORD_ONLY
+        elif p.startswith("**"):
+            params.append((re.match(r"\*\*(\w+)", p).group(1), P.VAR_KEYWORD, False))
+        elif p.startswith("*"):
+            params.append((re.match(r"\*(\w+)", p).group(1), P.VAR_POSITIONAL, False))
+            kind = P.KEYWORD_ONLY
+        else:
+            params.append((re.match(r"\w+", p).group(0), kind, len(_split_top_level(p, "=")) > 1))
+    return params
+
+
+def _runtime_parameters(func):
+    if hasattr(func, "__nb_signature__"):
+        return _nanobind_parameters(func)
+    return [(p.name, p.kind, p.default is not P.empty) for p in inspect.signature(func).parameters.values()]
+
+
+def _stub_parameters(fn):
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    first_default = len(positional) - len(a.defaults)
+    out = [(arg.arg, P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD, i >= first_default)
+           for i, arg in enumerate(positional)]
+    if a.vararg:
+        out.append((a.vararg.arg, P.VAR_POSITIONAL, False))
+    out += [(arg.arg, P.KEYWORD_ONLY, d is not None) for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        out.append((a.kwarg.arg, P.VAR_KEYWORD, False))
+    return out
+
+
+def _is_property(fn):
+    return any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
+
+
+_DUNDERS = {"__init__", "__iter__", "__next__", "__len__", "__enter__", "__exit__"}
+
+
+def _stub_mismatches(tree):
+    """Every difference between the stub's functions, classes and methods and the runtime's."""
+    problems = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            stub, runtime = _stub_parameters(node), _runtime_parameters(getattr(tokenfeed, node.name))
+            if stub != runtime:
+                problems.append(f"{node.name}: stub {stub} != runtime {runtime}")
+        elif isinstance(node, ast.ClassDef):
+            cls = getattr(tokenfeed, node.name)
+            if issubclass(cls, BaseException):
+                continue
+            declared = set()
+            for member in node.body:
+                if not isinstance(member, ast.FunctionDef):
+                    continue
+                declared.add(member.name)
+                attr = inspect.getattr_static(cls, member.name)
+                if _is_property(member):
+                    if not hasattr(attr, "fget"):
+                        problems.append(f"{node.name}.{member.name}: a property in the stub only")
+                    continue
+                stub, runtime = _stub_parameters(member), _runtime_parameters(getattr(cls, member.name))
+                if stub != runtime:
+                    problems.append(f"{node.name}.{member.name}: stub {stub} != runtime {runtime}")
+            public = {n for n, v in vars(cls).items() if (not n.startswith("_") or n in _DUNDERS)
+                      and (callable(v) or hasattr(v, "fget"))}
+            if not hasattr(vars(cls).get("__init__"), "__nb_signature__") and "__init__" not in declared:
+                public.discard("__init__")  # a Python class's inherited one, or nanobind's for a class
+                # Python cannot construct (Batch, Tokenizer), which raises TypeError
+            if public - declared:
+                problems.append(f"{node.name}: not in the stub: {sorted(public - declared)}")
+    return problems
 
 
 def test_stubs_match_the_module():
@@ -69,3 +278,22 @@ def test_stubs_match_the_module():
     for name in tokenfeed.__all__:
         assert hasattr(tokenfeed, name), name
     assert (Path(tokenfeed.__file__).parent / "py.typed").exists()
+    # Parameter names, kinds and which have defaults, for every function and method; and no
+    # public method or property of a class missing from the stub.
+    assert _stub_mismatches(tree) == []
+
+
+def test_the_signature_check_sees_a_drift():
+    # The check above, on a stub whose is_role_token names its parameter differently and whose
+    # Loader lacks reset_stats: both are reported.
+    tree = _stub()
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    for member in classes["SpecialTokenIds"].body:
+        if isinstance(member, ast.FunctionDef) and member.name == "is_role_token":
+            member.args.args[1].arg = "token"
+    loader = classes["Loader"]
+    loader.body = [m for m in loader.body if not (isinstance(m, ast.FunctionDef) and m.name == "reset_stats")]
+    problems = _stub_mismatches(tree)
+    assert any(p.startswith("SpecialTokenIds.is_role_token") for p in problems), problems
+    assert "Loader: not in the stub: ['reset_stats']" in problems, problems
+    assert len(problems) == 2, problems

@@ -9,6 +9,7 @@ import tokenfeed
 from conftest import base_keys, run_cli, write_config
 
 BATCHES = 12
+SEGMENT_FIELDS = ("row", "column", "positions", "episode")
 
 MODES = {
     "sft_episode": lambda sft, stream: base_keys(sft, use_loss_mask=True, epoch_drop_last=False),
@@ -50,8 +51,10 @@ def test_matches_dump(mode, sft_dir, stream_dir, tmp_path, cli):
         if mode == "sft_packed":
             np.testing.assert_array_equal(cat(got, "token_weights"), dumped["weights"])
             np.testing.assert_array_equal(cat(got, "position_ids"), dumped["position_ids"])
-            segments = np.concatenate([np.column_stack([np.full(len(b["segments"]), i), b["segments"]])
-                                       for i, b in enumerate(got)])
+            # The structured PackedSegment records, as the dump's int64 rows
+            # (batch, row, column, positions, episode).
+            segments = np.concatenate([np.column_stack([np.full(len(s), i)] + [s[f].astype(np.int64) for f in SEGMENT_FIELDS])
+                                       for i, s in enumerate(b["segments"] for b in got)])
             np.testing.assert_array_equal(segments, dumped["segments"])
             continue
         ids = "window_ids" if mode.startswith("token_stream") else "episode_ids"

@@ -115,3 +115,22 @@ def test_writer_errors(tmp_path):
     w.finish()
     with pytest.raises(tokenfeed.UsageError, match="after finish"):
         w.add([1, 2], [0, 1])
+
+
+def test_a_worker_stage_error_raises_from_get_batch(sft_dir, tmp_path):
+    """A dataset file cut short under a running loader: the decode stage's error (not a crash
+    from SIGBUS) reaches get_batch as an IoError carrying the C++ message, and again after."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(sft_dir, data)
+    loader = tokenfeed.Loader(base_keys(data, prefetch_depth=1, decode_threads=1))
+    loader.get_batch()
+    for tokens in (data / "train").rglob("tokens.bin"):
+        os.truncate(tokens, 0)
+    with pytest.raises(tokenfeed.IoError, match="tokens.bin' became shorter than when it was opened") as e:
+        for _ in range(200):
+            loader.get_batch()
+    assert isinstance(e.value, OSError)
+    with pytest.raises(tokenfeed.IoError):
+        loader.get_batch()

@@ -7,6 +7,7 @@ bytecode, so hardly a timestamp falls inside that call (only from the switches j
 and after it); with the GIL released, the probe stamps through it as densely as while the
 main thread sleeps.
 """
+import re
 import threading
 import time
 
@@ -126,3 +127,80 @@ def test_stop_wakes_a_blocked_get_batch(big_stream):
         for _ in range(10_000):  # each call waits for a decode; stop() lands during one
             loader.get_batch()
     stopper.join()
+
+
+def test_stop_and_close_from_other_threads(big_stream, sft_dir):
+    # stop() takes no lock that a blocked get_batch holds, yet must not use a loader that
+    # close() in another thread is freeing: a trainer thread waits in get_batch, a second
+    # thread calls stop() in a loop, and the main thread closes the loader. close() returns,
+    # the trainer gets UsageError, nothing crashes. (Repeated on a small dataset to give the
+    # race between stop() and close() its chances.)
+    configs = [slow_config(big_stream)] + [dict(dataset_dir=str(sft_dir), batch_size=4, block_size=64,
+                                                 audit_log_dir="", prefetch_depth=1, decode_threads=1)] * 20
+    for config in configs:
+        loader = tokenfeed.Loader(config)
+        loader.get_batch()
+        errors, done = [], threading.Event()
+
+        def trainer():
+            try:
+                for _ in range(100_000):
+                    loader.get_batch()
+            except tokenfeed.UsageError as e:
+                errors.append(str(e))
+
+        def stopper():
+            while not done.is_set():
+                loader.stop()
+
+        threads = [threading.Thread(target=trainer), threading.Thread(target=stopper)]
+        for t in threads:
+            t.start()
+        time.sleep(0.01)
+        loader.close()
+        done.set()
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive()
+        assert loader.closed and len(errors) == 1 and re.search("stopped|closed", errors[0]), errors
+        loader.stop()  # after close: nothing to stop
+
+
+def test_stall_fraction_counts_data_waits_and_slow_call_fraction_slow_calls(big_stream):
+    # As in `tokenfeed bench`: stall_fraction is the fraction of steps whose batch waited
+    # > 50 us for data (Batch.wait_us), slow_call_fraction that of calls that took > 50 us
+    # for any reason. Here another thread keeps the loader busy with val batches that are
+    # never ready, so every train call first waits for the loader's lock: slow, whether or
+    # not its batch then waited for data (the trainer sleeps between calls, so it often did
+    # not). Counting slow calls as stalls would make the two fractions equal.
+    config = dict(slow_config(big_stream), batch_size=4)
+    loader = tokenfeed.Loader(config)
+    done = threading.Event()
+
+    def val_reader():
+        while not done.is_set():
+            loader.get_batch("val")
+
+    waits, durations = [], []
+    thread = threading.Thread(target=val_reader)
+    thread.start()
+    try:
+        for _ in range(20):
+            time.sleep(0.1)
+            start = time.perf_counter()
+            batch = loader.get_batch("train")
+            durations.append((time.perf_counter() - start) * 1e6)
+            waits.append(batch.wait_us)
+            del batch
+    finally:
+        done.set()
+        thread.join()
+    s = loader.stats("train")
+    assert s["batches"] == 20
+    assert s["stall_fraction"] == sum(w > 50 for w in waits) / 20
+    assert s["waits"] == sum(w > 0 for w in waits) and s["total_wait_us"] == pytest.approx(sum(waits))
+    # A call is at least as long as its batch's wait, and at most as long as Python saw it.
+    assert sum(w > 50 for w in waits) / 20 <= s["slow_call_fraction"] <= sum(d > 50 for d in durations) / 20
+    assert s["slow_call_fraction"] >= 0.8, (s["slow_call_fraction"], waits)
+    assert s["slow_call_fraction"] > s["stall_fraction"], (s["stall_fraction"], waits)
+    assert loader.stats("val")["stall_fraction"] > 0.5  # the val reader did wait for data

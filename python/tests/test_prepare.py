@@ -30,12 +30,18 @@ def test_template_by_hand():
     assert y[0].tolist() == [i if m else -100 for i, m in zip(packed_ids[1:], packed_mask[1:])]
     assert loss[1].tolist() == packed_mask[1:].tolist()
 
-    with pytest.raises(tokenfeed.FormatError, match="no_assistant|assistant"):
+    # An unusable conversation is a ValueError (ConversationError), not the OSError that
+    # FormatError is for files.
+    with pytest.raises(tokenfeed.ConversationError, match="no_assistant|assistant") as e:
         tokenfeed.serialize_chat([("user", [1])], s)
-    with pytest.raises(tokenfeed.FormatError):
+    assert isinstance(e.value, ValueError) and isinstance(e.value, tokenfeed.Error)
+    assert not isinstance(e.value, OSError) and e.value.kind == "format"
+    with pytest.raises(tokenfeed.ConversationError):
         tokenfeed.serialize_chat([("user", [1]), ("assistant", [U])], s)  # a special id in content
-    with pytest.raises(tokenfeed.FormatError):
+    with pytest.raises(tokenfeed.ConversationError):
         tokenfeed.serialize_chat([("user", [1]), ("assistant", [300])], s, vocab_size=261)
+    with pytest.raises(tokenfeed.ConversationError):
+        tokenfeed.serialize_chat_text([("user", "hi")], tokenfeed.make_tokenizer("bytes"))  # no assistant turn
     with pytest.raises(tokenfeed.ConfigError):
         tokenfeed.SpecialTokenIds(system=1, user=1, assistant=2, eot=3)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tokenfeed
-from conftest import base_keys
+from conftest import base_keys, require_torch
 
 
 def take(loader, n, split="train"):
@@ -47,7 +47,7 @@ def test_round_trip(sft_dir, extra):
 
 
 def test_survives_torch_save(sft_dir, tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     keys = base_keys(sft_dir)
     a = tokenfeed.Loader(keys)
     take(a, 5)

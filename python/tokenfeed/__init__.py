@@ -12,16 +12,25 @@ of time on background C++ threads, for Python and PyTorch training loops.
   ``dataset_dir`` in a dict resolves against the working directory); keyword arguments
   override single keys. Opening the dataset releases the GIL.
 - ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits. Its
-  fields are numpy arrays that view the loader's own buffers (no copy); they stay valid while
-  the batch or any array from it is alive, even after the loader is gone, and the buffers go
-  back to the pool when the last of them is released. Hold at most ``MAX_HELD_BATCHES``
-  batches of a split at once (one more raises ``UsageError``).
-- ``torch.from_dlpack(batch.x)`` and ``batch.to_torch()`` give tensors over the same memory.
+  fields are numpy arrays that view the loader's own buffers (no copy; ``segments`` too, as
+  a structured array of PackedSegment records); they stay valid while the batch or any
+  array from it is alive, even after the loader is gone, and the buffers go back to the
+  pool when the last of them is released. Hold at most ``MAX_HELD_BATCHES`` batches of a
+  split at once (one more raises ``UsageError``).
+- ``torch.from_dlpack(batch.x)`` and ``batch.to_torch()`` give tensors over the same memory,
+  which keep the batch held as long as they live. Autograd keeps the input tensors of every
+  micro-batch until ``backward()``: to accumulate gradients over more than
+  ``MAX_HELD_BATCHES`` micro-batches, take copies with ``batch.to_torch(copy=True)``.
 - ``state_dict()`` / ``load_state_dict()``: a plain dict, safe to ``torch.save``.
+- ``stats(split)``: the figures of ``tokenfeed bench``, with its names and meanings;
+  ``reset_stats()`` after a warm-up, as bench's ``--warmup``.
 - Errors: ``tokenfeed.Error`` and its subclasses, which are also ``ValueError`` (config,
-  state, usage), ``OSError`` (io, format) or ``RuntimeError`` (pipeline).
+  state, usage), ``OSError`` (io, format) or ``RuntimeError`` (pipeline); the chat template
+  functions raise ``ConversationError`` (a ``ValueError``) for a conversation they cannot
+  serialize.
 - Preparation: ``DatasetWriter`` writes an episode-indexed split from token ids made by any
-  tokenizer; the chat-template functions build them from pre-tokenized messages.
+  tokenizer, all or nothing; the chat-template functions build them from pre-tokenized
+  messages.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from ._tokenfeed import (  # noqa: F401  (re-exports)
     Batch,
     BatchIterator,
     ConfigError,
+    ConversationError,
     Error,
     FormatError,
     IoError,
@@ -57,6 +67,7 @@ __all__ = [
     "Batch",
     "BatchIterator",
     "ConfigError",
+    "ConversationError",
     "DEFAULT_SYSTEM_TEXT",
     "DatasetWriter",
     "Error",
@@ -91,30 +102,47 @@ _UINT32_MAX = 2**32 - 1
 # PyTorch
 
 
-def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None) -> Any:
-    """Tensors over the same memory as the batch (``torch.from_dlpack``, no copy).
+def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Any:
+    """Torch tensors of a batch's arrays: over the same memory (``torch.from_dlpack``, no
+    copy), or with ``copy=True`` tensors that own a copy of it.
 
-    Given a Batch: a dict of its non-empty array fields (``fields`` selects some), as torch
-    tensors. Given one array (``batch.x``): that tensor. Each tensor keeps the batch's buffers
-    alive as the numpy array does.
+    Given a Batch: a dict of its non-empty numeric array fields (``fields`` selects some), as
+    torch tensors; ``segments``, a numpy structured array, has no tensor form and stays in
+    numpy. Given one array (``batch.x``): that tensor.
+
+    Without ``copy``, each tensor keeps the batch's buffers held as the numpy array does, so
+    at most ``MAX_HELD_BATCHES`` batches' tensors can be alive at once; the next
+    ``get_batch`` raises ``UsageError``. That limit is reached by gradient accumulation:
+    autograd keeps every micro-batch's input tensors until ``backward()``. Accumulating over
+    more micro-batches than that, take ``copy=True`` tensors (a memcpy of the batch; the batch
+    can then be released at once).
     """
     import torch
 
+    def tensor(a: Any) -> Any:
+        t = torch.from_dlpack(a)
+        return t.clone() if copy else t
+
     if isinstance(batch_or_array, Batch):
         arrays = batch_or_array.arrays()
+        arrays.pop("segments", None)
         names = list(arrays) if fields is None else list(fields)
         out = {}
         for name in names:
+            if name == "segments":
+                raise UsageError("to_torch: segments is a numpy structured array (row, column, positions, episode), "
+                                 "which has no tensor form; use batch.segments['positions'] etc.")
             if name not in arrays:
                 raise UsageError(f"to_torch: the batch has no non-empty field '{name}' (it has {sorted(arrays)})")
-            out[name] = torch.from_dlpack(arrays[name])
+            out[name] = tensor(arrays[name])
         return out
-    return torch.from_dlpack(batch_or_array)
+    return tensor(batch_or_array)
 
 
-def _batch_to_torch(self: Batch, fields: Optional[Iterable[str]] = None) -> Dict[str, Any]:
-    """``tokenfeed.to_torch(self, fields)``: the batch's arrays as torch tensors, no copy."""
-    return to_torch(self, fields)
+def _batch_to_torch(self: Batch, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Dict[str, Any]:
+    """``tokenfeed.to_torch(self, fields, copy)``: the batch's arrays as torch tensors, over
+    the batch's memory, or copies with ``copy=True`` (see ``tokenfeed.to_torch``)."""
+    return to_torch(self, fields, copy)
 
 
 Batch.to_torch = _batch_to_torch  # type: ignore[attr-defined]
@@ -170,15 +198,29 @@ class DatasetWriter:
     Episodes are numbered in the order they are added. A new shard starts when an episode
     would take the current one past ``shard_tokens`` tokens (0: one shard). With
     ``write_mask`` (the default) every episode needs its loss mask, one 0/1 per token.
-    Not thread-safe; one writer per split directory.
+
+    All or nothing: the shards go to a hidden temporary directory beside ``split_dir``
+    (``.NAME.partial-*``), which ``finish()`` renames to ``split_dir``. Until then
+    ``split_dir`` is untouched; ``discard()``, a ``with`` block left by an exception, or a
+    writer dropped without ``finish()`` removes what was written, so a failed run never
+    leaves a split that looks complete.
+
+    ``split_dir`` must not exist or be empty: writing a split over another would keep the
+    old shards the new one does not replace, and the loader would read both (``IoError``).
+    ``overwrite=True`` replaces it instead, when ``finish()`` succeeds (the old split stays
+    as it was until the new one is complete).
+
+    Calls release the GIL and are serialized by a lock, so threads may share a writer (the
+    episodes are numbered in the order the calls take it); one writer per split directory.
     """
 
     def __init__(self, split_dir: Union[str, "os.PathLike[str]"], token_dtype: str = "uint32",
-                 write_mask: bool = True, shard_tokens: int = 0) -> None:
+                 write_mask: bool = True, shard_tokens: int = 0, overwrite: bool = False) -> None:
         self.split_dir = os.fspath(split_dir)
         self.token_dtype = token_dtype
         self.write_mask = bool(write_mask)
-        self._writer = _core._DatasetWriter(self.split_dir, token_dtype, self.write_mask, int(shard_tokens))
+        self._writer = _core._DatasetWriter(self.split_dir, token_dtype, self.write_mask, int(shard_tokens),
+                                            bool(overwrite))
 
     def add(self, tokens: Any, mask: Any = None) -> None:
         """Adds one episode: its token ids and, with ``write_mask``, its 0/1 loss mask."""
@@ -196,8 +238,15 @@ class DatasetWriter:
         self._writer.add_many(ids, np.ascontiguousarray(n, dtype=np.uint64), m)
 
     def finish(self) -> Dict[str, int]:
-        """Flushes and closes the files; returns episodes, tokens, masked_tokens, shards."""
+        """Flushes and closes the files and moves the split into ``split_dir``; returns
+        episodes, tokens, masked_tokens, shards. Idempotent once it succeeded; if it fails,
+        what was written is removed and the writer cannot be used again."""
         return self._writer.finish()
+
+    def discard(self) -> None:
+        """Removes everything written so far; ``split_dir`` stays as it was. Does nothing
+        after ``finish()``."""
+        self._writer.discard()
 
     @property
     def finished(self) -> bool:
@@ -207,7 +256,9 @@ class DatasetWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if not self._writer.finished:
+        if exc_type is not None:
+            self._writer.discard()  # an incomplete split must not look complete
+        elif not self._writer.finished:
             self._writer.finish()
 
 
@@ -289,7 +340,7 @@ def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_sy
     ``messages``: ``{"role": ..., "ids": [...]}`` dicts or ``(role, ids)`` pairs, the ids made
     by any tokenizer. ``default_system_ids`` is the content of the system turn injected when
     the conversation has none. With ``vocab_size``, every content id must be below it.
-    Raises FormatError naming the problem for an unusable conversation.
+    Raises ConversationError (a ValueError) naming the problem for an unusable conversation.
     """
     roles, contents = _messages(messages, "ids")
     ids = [_as_ids(c, f"serialize_chat message {i}") for i, c in enumerate(contents)]
@@ -300,7 +351,8 @@ def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_sy
 def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
                         default_system_text: str = DEFAULT_SYSTEM_TEXT) -> np.ndarray:
     """The template's token ids of a text conversation, encoded with a built-in tokenizer
-    (``make_tokenizer``). ``messages``: ``{"role": ..., "content": "..."}`` dicts or pairs."""
+    (``make_tokenizer``). ``messages``: ``{"role": ..., "content": "..."}`` dicts or pairs.
+    Raises ConversationError (a ValueError) for an unusable conversation."""
     roles, contents = _messages(messages, "content")
     return _core._serialize_text_chat(roles, [str(c) for c in contents], tokenizer, default_system_text)
 
