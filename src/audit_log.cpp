@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <cerrno>
 #include <ctime>
 
 #include "tokenfeed/error.hpp"
@@ -56,11 +57,15 @@ AuditLog::AuditLog(const std::filesystem::path& dir, long rank) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::io, "cannot create audit_log_dir '" + dir.string() + "': " + ec.message());
-  path_ = dir / ("audit_" + utc_timestamp(true) + "_rank" + std::to_string(rank) + "_" + std::to_string(::getpid()) +
-                 ".log");
-  file_ = std::fopen(path_.c_str(), "a");
-  if (file_ == nullptr) {
-    throw Error(ErrorKind::io, "cannot create audit log '" + path_.string() + "': " + std::strerror(errno));
+  // A new file per loader: created exclusively ("x"), so that two loaders of one process
+  // opened within the same millisecond never share one (the second gets a suffix).
+  const std::string stem = "audit_" + utc_timestamp(true) + "_rank" + std::to_string(rank) + "_" + std::to_string(::getpid());
+  for (int n = 0; file_ == nullptr; ++n) {
+    path_ = dir / (stem + (n == 0 ? std::string() : "_" + std::to_string(n)) + ".log");
+    file_ = std::fopen(path_.c_str(), "wx");
+    if (file_ == nullptr && (errno != EEXIST || n == 999)) {
+      throw Error(ErrorKind::io, "cannot create audit log '" + path_.string() + "': " + std::strerror(errno));
+    }
   }
 }
 

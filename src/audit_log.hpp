@@ -22,7 +22,8 @@ class AuditLog {
   using Fields = std::vector<std::pair<std::string, std::string>>;
 
   // A disabled log when `dir` is empty. Otherwise creates `dir` and a new file
-  // audit_<UTC time>_rank<r>_<pid>.log in it; throws Error(io) when it cannot.
+  // audit_<UTC time>_rank<r>_<pid>.log in it (with a _<n> suffix before .log when another
+  // loader of this process made that name already); throws Error(io) when it cannot.
   AuditLog(const std::filesystem::path& dir, long rank);
   ~AuditLog();
   AuditLog(const AuditLog&) = delete;

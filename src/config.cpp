@@ -33,6 +33,15 @@ std::int64_t parse_int(std::string_view key, std::string_view text) {
   return value;
 }
 
+// Sizes that are absent until set: a value given must be positive (0 would read as "absent").
+std::int64_t parse_positive(std::string_view key, std::string_view text) {
+  const std::int64_t value = parse_int(key, text);
+  if (value <= 0) {
+    config_error("config key '" + std::string(key) + "' must be > 0, got " + std::to_string(value));
+  }
+  return value;
+}
+
 bool parse_bool(std::string_view key, std::string_view text) {
   const std::string_view t = trim(text);
   if (t == "true" || t == "1") return true;
@@ -75,10 +84,10 @@ const std::vector<KeyHandler>& key_handlers() {
                                                    {"token_stream", DatasetMode::token_stream}});
        },
        [](const Config& c) { return std::string(to_string(c.dataset_mode)); }},
-      {"batch_size", [](Config& c, std::string_view v) { c.batch_size = parse_int("batch_size", v); },
-       [](const Config& c) { return std::to_string(c.batch_size); }},
-      {"block_size", [](Config& c, std::string_view v) { c.block_size = parse_int("block_size", v); },
-       [](const Config& c) { return std::to_string(c.block_size); }},
+      {"batch_size", [](Config& c, std::string_view v) { c.batch_size = parse_positive("batch_size", v); },
+       [](const Config& c) { return c.batch_size == 0 ? std::string() : std::to_string(c.batch_size); }},
+      {"block_size", [](Config& c, std::string_view v) { c.block_size = parse_positive("block_size", v); },
+       [](const Config& c) { return c.block_size == 0 ? std::string() : std::to_string(c.block_size); }},
       {"use_loss_mask", [](Config& c, std::string_view v) { c.use_loss_mask = parse_bool("use_loss_mask", v); },
        [](const Config& c) { return std::string(c.use_loss_mask ? "true" : "false"); }},
       {"batch_sampling_mode",
@@ -218,9 +227,8 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin,
     if (child.find_child([](pugi::xml_node n) { return n.type() == pugi::node_element; })) {
       config_error(origin + ": config key '" + key + "' must hold a value, not elements");
     }
-    const KeyHandler& handler = find_key(key);
     try {
-      handler.set(config, child.text().get());
+      find_key(key).set(config, child.text().get());
     } catch (const Error& e) {
       config_error(origin + ": " + e.what());
     }
@@ -319,9 +327,16 @@ void validate_config(const Config& c) {
   if (c.pack_lookahead < 1 || c.pack_lookahead > 65536) {
     config_error("config key 'pack_lookahead' must be in [1, 65536], got " + std::to_string(c.pack_lookahead));
   }
-  if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size > (1LL << 31)) {
+  // cu_seqlens holds offsets up to batch_size * block_size as int32.
+  if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size >= (1LL << 31)) {
     config_error("config keys 'batch_size' x 'block_size' (" + std::to_string(c.batch_size) + " x " +
-                 std::to_string(c.block_size) + ") exceed the supported batch size of 2^31 positions");
+                 std::to_string(c.block_size) + ") exceed the supported batch size of 2^31 - 1 positions");
+  }
+  // Labels equal to ignore_index mean "no loss": a value a token id can take would silently
+  // drop the loss on that token.
+  if (c.ignore_index >= 0) {
+    config_error("config key 'ignore_index' must be negative (token ids are >= 0, so that a label can never be "
+                 "mistaken for it), got " + std::to_string(c.ignore_index));
   }
 }
 

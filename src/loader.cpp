@@ -62,6 +62,9 @@ struct Loader::Impl {
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
     std::uint64_t next_epoch = 0;             // the next batch's place in its epoch
     std::uint64_t next_batch_in_epoch = 0;
+    // The epoch whose start (or resumption) was last logged; a run that starts or resumes
+    // mid-epoch logs epoch_resume for it, so that every epoch_complete has an opening line.
+    std::optional<std::uint64_t> announced_epoch;
     bool mask = false;
     std::uint64_t fingerprint = 0;
     SplitStats stats;
@@ -374,25 +377,31 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   const bool last = slot.batch_in_epoch + 1 >= batches;
   split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
   split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
-  if (slot.batch_in_epoch == 0) {
+  if (split.announced_epoch != slot.epoch) {
+    split.announced_epoch = slot.epoch;
+    const bool resumed = slot.batch_in_epoch != 0;
     log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
+                                 (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
                                  " " + unit() + "=" + std::to_string(kept) +
                                  " batches=" + std::to_string(batches) +
                                  " shuffle=" + bool_text(config.epoch_shuffle) +
                                  " drop_last=" + bool_text(config.epoch_drop_last) +
-                                 (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) : std::string()) +
-                                 " mask=" + bool_text(split.mask));
+                                 (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) +
+                                                       " mask=" + bool_text(split.mask)
+                                                 : std::string(" document_aware=") + bool_text(config.document_aware)));
     const auto order = sampler.epoch_order(slot.epoch);
     const std::vector<std::uint64_t> first(order->begin(),
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
-    audit->write("epoch_start", {{"split", split.name},
-                                 {"epoch", std::to_string(slot.epoch)},
-                                 {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
-                                 {"shuffle", bool_text(config.epoch_shuffle)},
-                                 {std::string("num_") + unit(), std::to_string(kept)},
-                                 {"batches", std::to_string(batches)},
-                                 {"rank", std::to_string(config.rank)},
-                                 {episode_mode() ? "first_episode_ids" : "first_window_ids", format_id_list(first)}});
+    AuditLog::Fields fields{{"split", split.name},
+                            {"epoch", std::to_string(slot.epoch)},
+                            {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                            {"shuffle", bool_text(config.epoch_shuffle)},
+                            {std::string("num_") + unit(), std::to_string(kept)},
+                            {"batches", std::to_string(batches)},
+                            {"rank", std::to_string(config.rank)},
+                            {episode_mode() ? "first_episode_ids" : "first_window_ids", format_id_list(first)}};
+    if (resumed) fields.emplace_back("resumed_at_batch", std::to_string(slot.batch_in_epoch));
+    audit->write(resumed ? "epoch_resume" : "epoch_start", fields);
   }
   if (last) {
     const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
@@ -528,6 +537,7 @@ void Loader::load_state(std::string_view text) {
     split.consumed = pos.step;
     split.next_epoch = pos.epoch;
     split.next_batch_in_epoch = pos.batch_in_epoch;
+    split.announced_epoch.reset();
   }
 }
 

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -64,6 +63,34 @@ long thread_major_faults() noexcept {
   if (::getrusage(RUSAGE_THREAD, &usage) != 0) return 0;
   return usage.ru_majflt;
 }
+
+// A first-in first-out queue of plans with a capacity fixed at construction, so that the
+// steady state allocates nothing (std::deque allocates a block every few batches).
+// Overflow and underflow are bugs in the bounds argued where the queues are used: they end
+// the process rather than lose or invent a step the sequencer would wait for forever.
+// Not thread-safe.
+class PlanQueue {
+ public:
+  explicit PlanQueue(std::size_t capacity) : items_(capacity) {}
+  std::size_t size() const noexcept { return count_; }
+  void push_back(BatchPlan plan) {
+    if (count_ == items_.size()) std::terminate();
+    items_[(head_ + count_) % items_.size()] = std::move(plan);
+    ++count_;
+  }
+  BatchPlan pop_front() {
+    if (count_ == 0) std::terminate();
+    BatchPlan plan = std::move(items_[head_]);
+    head_ = (head_ + 1) % items_.size();
+    --count_;
+    return plan;
+  }
+
+ private:
+  std::vector<BatchPlan> items_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+};
 
 // A flow-graph node body: calls `Member` on the pipeline. TBB copies a body into its node
 // on the thread that builds the graph and calls it on a worker that may already have been
@@ -134,9 +161,7 @@ struct SplitPipeline::Impl {
   // Bounded: at most max_depth plans are in flight, plus one the sampler made while the
   // limiter was full.
   std::mutex plans_mutex;
-  std::vector<BatchPlan> plans;      // GUARDED_BY(plans_mutex); a circular buffer
-  std::size_t plans_head = 0;        // GUARDED_BY(plans_mutex)
-  std::size_t plans_count = 0;       // GUARDED_BY(plans_mutex)
+  PlanQueue plans;  // GUARDED_BY(plans_mutex)
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
@@ -149,7 +174,7 @@ struct SplitPipeline::Impl {
   std::atomic<bool> built{false};
 
   // Sampler-only state (the input_node body is never called concurrently).
-  std::deque<BatchPlan> ahead;  // planned, not yet admitted
+  PlanQueue ahead;  // planned, not yet admitted
   bool planning_failed = false;
 
   // Read-ahead switch: on while decodes take major page faults (never when disabled).
@@ -224,6 +249,7 @@ struct SplitPipeline::Impl {
         ring(std::max(pool->capacity(), pool->size())),
         plans(max_depth + 2),
         next_step(o.start_step),
+        ahead(kReadAheadBatches + 1),
         read_ahead_allowed(MappedFile::hints_enabled()),
         read_ahead(read_ahead_allowed),
         depth(o.prefetch_depth),
@@ -240,18 +266,12 @@ struct SplitPipeline::Impl {
 
   void push_plan(BatchPlan plan) {
     std::lock_guard lock(plans_mutex);
-    if (plans_count == plans.size()) std::terminate();  // the limiter bounds it; see above
-    plans[(plans_head + plans_count) % plans.size()] = std::move(plan);
-    ++plans_count;
+    plans.push_back(std::move(plan));  // the limiter bounds it; see above
   }
 
   BatchPlan pop_plan() {
     std::lock_guard lock(plans_mutex);
-    if (plans_count == 0) std::terminate();  // every token is preceded by its plan
-    BatchPlan plan = std::move(plans[plans_head]);
-    plans_head = (plans_head + 1) % plans.size();
-    --plans_count;
-    return plan;
+    return plans.pop_front();  // every token is preceded by its plan
   }
 
   // Plans the next batch (and, for read-ahead, a few beyond it), in step order.
@@ -279,8 +299,7 @@ struct SplitPipeline::Impl {
       return {};
     }
     plan_ahead(read_ahead.load(std::memory_order_relaxed) ? kReadAheadBatches + 1 : 1);
-    BatchPlan plan = std::move(ahead.front());
-    ahead.pop_front();
+    BatchPlan plan = ahead.pop_front();
     if (plan.error) failed.store(true, std::memory_order_release);  // this one goes out, then stop
     push_plan(std::move(plan));
     return {};

@@ -120,6 +120,13 @@ TEST_CASE("config: validation of ranges names the key") {
   CHECK(with([](Config& x) { x.world_size = 0; }).find("world_size") != std::string::npos);
   CHECK(with([](Config& x) { x.rank = 2; x.world_size = 2; }).find("'rank'") != std::string::npos);
   CHECK(with([](Config& x) { x.pad_token_id = -1; }).find("pad_token_id") != std::string::npos);
+  CHECK(with([](Config& x) { x.ignore_index = 0; }).find("'ignore_index' must be negative") != std::string::npos);
+  CHECK(with([](Config& x) { x.batch_size = 1 << 16; x.block_size = 1 << 15; }).find("2^31 - 1 positions") !=
+        std::string::npos);
+  // A size given as 0 is a bad value, not a missing key.
+  Config parsed = c;
+  CHECK(error_of([&] { set_config_value(parsed, "batch_size", "0"); }).find("'batch_size' must be > 0, got 0") !=
+        std::string::npos);
 }
 
 TEST_CASE("config: inherits overrides base keys, resolves paths per file, rejects cycles and missing files") {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "episode_dataset.hpp"
+#include "tokenfeed/dataset_writer.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -174,4 +175,54 @@ TEST_CASE("dataset: float32 masks are read as they are, uint8 masks as 0/1") {
   std::vector<float> out(4);
   split.read_mask(0, 0, 4, out.data());
   CHECK(out == std::vector<float>{0.0f, 0.5f, 1.0f, 2.0f});
+}
+
+TEST_CASE("writer: all or nothing, and never over an older split") {
+  TempDir dir;
+  const auto split_dir = dir / "train";
+  const std::vector<std::uint32_t> tokens = {5, 6, 7};
+  const std::vector<std::uint8_t> mask = {0, 1, 1};
+  const auto count = [](const std::filesystem::path& d) {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d)) ++n;
+    return n;
+  };
+  {
+    // Nothing is visible until finish(); a writer destroyed without it leaves nothing.
+    EpisodeDatasetWriter writer(split_dir, {TokenDtype::uint16, true, 0});
+    writer.add(tokens, mask);
+    CHECK_FALSE(std::filesystem::exists(split_dir));
+  }
+  CHECK_FALSE(std::filesystem::exists(split_dir));
+  CHECK(count(dir.path()) == 0);  // no temporary directory left behind either
+
+  // Ten shards, then five episodes into the same directory: refused, not mixed.
+  {
+    EpisodeDatasetWriter writer(split_dir, {TokenDtype::uint16, true, 3});
+    for (int i = 0; i < 10; ++i) writer.add(tokens, mask);
+    CHECK(writer.finish().shards == 10);
+    CHECK(writer.finished());
+  }
+  CHECK_THROWS_WITH_AS(EpisodeDatasetWriter(split_dir, {TokenDtype::uint16, true, 3}), doctest::Contains("overwrite"),
+                       Error);
+  {
+    EpisodeDatasetWriterOptions options{TokenDtype::uint16, true, 3};
+    options.overwrite = true;
+    EpisodeDatasetWriter writer(split_dir, options);
+    for (int i = 0; i < 5; ++i) writer.add(tokens, mask);
+    writer.finish();
+  }
+  const EpisodeSplit replaced = EpisodeSplit::open(split_dir, {TokenDtype::uint16, {}, false});
+  CHECK(replaced.num_episodes() == 5);
+  CHECK(replaced.shards().size() == 5);
+
+  // A split directory filled by someone else while writing: finish() refuses to mix.
+  const auto other = dir / "val";
+  EpisodeDatasetWriter late(other, {TokenDtype::uint16, true, 0});
+  late.add(tokens, mask);
+  std::filesystem::create_directories(other);
+  write_raw(other / "stray.bin", tokens.data(), 4);
+  CHECK_THROWS_AS(late.finish(), Error);
+  CHECK(count(other) == 1);
+  CHECK_THROWS_AS(late.add(tokens, mask), Error);  // discarded
 }

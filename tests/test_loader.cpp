@@ -522,3 +522,48 @@ TEST_CASE("loader: a dataset file truncated under a running loader is an io erro
   CHECK(message.find("tokens.bin' became shorter than when it was opened") != std::string::npos);
   CHECK_THROWS_AS(loader.get_batch(), Error);  // and again on every later call
 }
+
+TEST_CASE("loader: a run resumed mid-epoch logs epoch_resume; loaders opened together get their own audit files") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(8, {4}));
+  Config c = make_config(dir.path(), 2, 4);
+  c.audit_log_dir = dir / "audit";
+  std::string state;
+  {
+    Loader first(c);
+    take(first, 2);
+    state = first.save_state();
+  }
+  LogCapture logs;
+  {
+    Loader resumed(c);
+    resumed.load_state(state);
+    take(resumed, 3);  // batches 2 and 3 of epoch 0, then epoch 1
+  }
+  bool logged = false;
+  for (const auto& line : logs.lines()) logged |= line.find("split=train epoch=0 resumed_at_batch=2 episodes=8") != std::string::npos;
+  CHECK(logged);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "audit")) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() == 2);
+  std::vector<std::string> actions;
+  std::ifstream in(files[1]);
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("action=");
+    actions.push_back(line.substr(at, line.find(" |", at) - at));
+  }
+  CHECK(actions == std::vector<std::string>{"action=dataset_load", "action=epoch_resume", "action=epoch_complete",
+                                            "action=epoch_start"});
+
+  // Several loaders in one process, opened within the same millisecond: one file each.
+  TempDir many;
+  c.audit_log_dir = many.path();
+  {
+    std::vector<std::unique_ptr<Loader>> loaders;
+    for (int i = 0; i < 4; ++i) loaders.push_back(std::make_unique<Loader>(c));
+  }
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(many.path())) ++count;
+  CHECK(count == 4);
+}

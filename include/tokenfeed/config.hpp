@@ -137,7 +137,7 @@ TOKENFEED_API void set_config_value(Config& config, std::string_view key, std::s
 // Checks ranges and combinations (sizes > 0, rank < world_size, ...). Throws Error(config).
 TOKENFEED_API void validate_config(const Config& config);
 
-// Every key with its effective text value (defaults included; "" for absent optionals),
+// Every key with its effective text value (defaults included; "" for absent optionals and unset sizes),
 // in a fixed order: for the audit log and for printing.
 TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 
