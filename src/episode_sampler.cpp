@@ -29,26 +29,32 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
 }
 
 std::shared_ptr<const EpochOrder> EpisodeSampler::epoch_order(std::uint64_t epoch) const {
-  return orders_.get(epoch, [&] {
-    EpochOrder order;
-    if (settings_.shuffle) {
-      const std::uint64_t seed = settings_.seed + epoch;
-      if (seed > 0xffffffffULL) {
-        throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
-                                           " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
-      }
-      order = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
-      if (!identity_) {
-        for (std::uint64_t& p : order) p = kept_[p];
-      }
-    } else if (identity_) {
-      order.resize(count_);
-      for (std::uint64_t i = 0; i < count_; ++i) order[i] = i;
-    } else {
-      order = kept_;
+  return orders_.get(epoch, [this, epoch] { return make_order(epoch); });
+}
+
+void EpisodeSampler::prefetch_epoch_order(std::uint64_t epoch) const {
+  orders_.prefetch(epoch, [this, epoch] { return make_order(epoch); });
+}
+
+EpochOrder EpisodeSampler::make_order(std::uint64_t epoch) const {
+  EpochOrder order;
+  if (settings_.shuffle) {
+    const std::uint64_t seed = settings_.seed + epoch;
+    if (seed > 0xffffffffULL) {
+      throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
+                                         " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
     }
-    return order;
-  });
+    order = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
+    if (!identity_) {
+      for (std::uint64_t& p : order) p = kept_[p];
+    }
+  } else if (identity_) {
+    order.resize(count_);
+    for (std::uint64_t i = 0; i < count_; ++i) order[i] = i;
+  } else {
+    order = kept_;
+  }
+  return order;
 }
 
 BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
@@ -65,6 +71,7 @@ BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
   p.epoch = step / batches_per_epoch_;
   p.batch_in_epoch = step % batches_per_epoch_;
   p.order = epoch_order(p.epoch);
+  prefetch_epoch_order(p.epoch + 1);  // ready before the sampler reaches it
   return p;
 }
 

@@ -92,9 +92,13 @@ class EpisodeSampler {
 
   // Epoch e's order (kept ids). Epoch mode only.
   std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const;
+  // Starts making epoch e's order in the background (see RecentCache), so that the
+  // sampler does not stall at the epoch boundary. plan() does it for the next epoch.
+  void prefetch_epoch_order(std::uint64_t epoch) const;
 
  private:
   EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings);
+  EpochOrder make_order(std::uint64_t epoch) const;
 
   std::vector<std::uint64_t> kept_;  // empty when identity_
   std::uint64_t count_ = 0;
@@ -104,7 +108,8 @@ class EpisodeSampler {
   std::uint64_t random_key_ = 0;
 
   // The epoch orders in use: a trainer reads at most two at a time (the epoch being
-  // consumed and the next one being prefetched).
+  // consumed and the next one, planned or made ahead). Declared last: its destructor waits
+  // for a background make, which reads the members above.
   RecentCache<EpochOrder> orders_{2};
 };
 

@@ -19,10 +19,12 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
 }
 
 std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoch) const {
-  return packings_.get(epoch, [&] {
-    return pack_episodes(*order_sampler_.epoch_order(epoch), positions_of_,
-                         static_cast<std::uint32_t>(options_.block_size), options_.lookahead);
-  });
+  return packings_.get(epoch, [this, epoch] { return make_packing(epoch); });
+}
+
+PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
+  return pack_episodes(*order_sampler_.epoch_order(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
+                       options_.lookahead);
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
@@ -73,6 +75,9 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
   p.epoch = epoch;
   p.batch_in_epoch = batch;
   p.packing = packing(epoch);
+  // The next epoch's order and packing are made in the background, ready before the
+  // sampler reaches them (an epoch boundary would otherwise stall the trainer).
+  packings_.prefetch(epoch + 1, [this, next = epoch + 1] { return make_packing(next); });
   const std::uint64_t per_epoch = batches_in_epoch(epoch);
   std::lock_guard lock(mutex_);
   ++next_step_;

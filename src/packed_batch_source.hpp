@@ -66,7 +66,11 @@ class PackedBatchSource final : public BatchSource {
   Options options_;
   std::vector<std::uint32_t> positions_of_;  // per global episode id: kept length - 1 (0: not kept)
 
-  RecentCache<PackedEpoch> packings_{2};  // the epoch being consumed and the next one
+  PackedEpoch make_packing(std::uint64_t epoch) const;
+
+  // The epoch being consumed and the next one. Declared after what make_packing reads:
+  // its destructor waits for a background make.
+  RecentCache<PackedEpoch> packings_{2};
 
   mutable std::mutex mutex_;
   mutable std::uint64_t next_step_ = 0, next_epoch_ = 0, next_batch_ = 0;  // GUARDED_BY(mutex_)

@@ -3,14 +3,19 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <thread>
 
 #include "episode_sampler.hpp"
 #include "numpy_random.hpp"
+#include "recent_cache.hpp"
 #include "tokenfeed/error.hpp"
 
 using namespace tokenfeed;
@@ -182,4 +187,47 @@ TEST_CASE("random mode: batch k is a pure function of (seed, split, rank, k), in
     chi2 += (count - 2000.0) * (count - 2000.0) / 2000.0;
   }
   CHECK(chi2 < 27.9);  // chi-square, 9 degrees of freedom, p = 0.001
+}
+
+TEST_CASE("recent cache: a value made ahead in the background is not made again; a failed one is" *
+          doctest::timeout(60)) {
+  RecentCache<int> cache(2);
+  std::atomic<int> makes{0};
+  std::atomic<bool> release{false};
+  // A slow make in the background: get() of that key waits for it instead of making it.
+  cache.prefetch(7, [&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ++makes;
+    return 70;
+  });
+  cache.prefetch(8, [&] { ++makes; return 80; });  // ignored: one background make at a time
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  CHECK(*cache.get(7, [&] { ++makes; return -1; }) == 70);
+  releaser.join();
+  CHECK(makes == 1);
+  CHECK(*cache.get(8, [&] { ++makes; return 81; }) == 81);  // made in the foreground
+  CHECK(makes == 2);
+  // A background make that throws stores nothing; get() makes it again and throws itself.
+  cache.prefetch(9, []() -> int { throw std::runtime_error("seed out of range"); });
+  CHECK_THROWS_WITH_AS(cache.get(9, []() -> int { throw std::runtime_error("seed out of range"); }), "seed out of range",
+                       std::runtime_error);
+  // Capacity 2: the oldest goes.
+  cache.prefetch(10, [] { return 100; });
+  CHECK(*cache.get(10, [] { return -1; }) == 100);
+  CHECK(*cache.get(7, [] { return 71; }) == 71);  // 7 was evicted by 8 and 10
+}
+
+TEST_CASE("the next epoch's order is made ahead; plans are the same as without it") {
+  std::vector<std::uint64_t> kept(1000);
+  std::iota(kept.begin(), kept.end(), 0);
+  const EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 10, true));
+  // Planning epoch 0 starts epoch 1's order in the background; its orders are numpy's.
+  const BatchPlan first = sampler.plan(0);
+  const auto expected = numpy_permutation(43, 1000);
+  CHECK(*sampler.epoch_order(1) == expected);
+  CHECK(*sampler.plan(100).order == expected);  // batch 0 of epoch 1
+  CHECK(first.order->size() == 1000);
 }
