@@ -12,9 +12,11 @@
 //   ring: boost::lockfree::spsc_queue of slots, popped by get_batch on the trainer's thread.
 //
 // The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
-// ring is down to half the depth (or empty), because each decrement may wake a sleeping
-// decoder, which costs the trainer's thread several microseconds. A failure in any stage
-// travels in order, inside its slot, and is rethrown by pop().
+// ring is down to half the depth, through a small admitter thread (a decrement may wake a
+// sleeping decoder, which costs TBB tens of microseconds on the calling thread; handing
+// it off costs the trainer at most a futex wake), and directly when the ring is empty
+// (the trainer waits then in any case). A failure in any stage travels in order, inside
+// its slot, and is rethrown by pop().
 //
 // Auto depth (Options::max_prefetch_depth > prefetch_depth): pop() measures the trainer's
 // step (the time between one pop returning and the next being called) and the decode
@@ -39,9 +41,9 @@
 // effect (perf/run.sh).
 //
 // Thread-safety: pop() and prefetch_depth() must be called by one thread at a time (the
-// trainer); stop() may be called from any thread and wakes a blocked pop(). The destructor
-// stops and waits for the stages to finish, which they do promptly: queued work is
-// cancelled.
+// trainer); stop() may be called from any thread and wakes a blocked pop() and the
+// admitter. The destructor stops, joins the admitter and waits for the stages to finish,
+// which they do promptly: queued work is cancelled.
 #pragma once
 
 #include <cstdint>
