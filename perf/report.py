@@ -256,6 +256,12 @@ def waits_of(r):
     return r["stall_fraction"] * r["batches"]
 
 
+
+def busy(listing):
+    """The busy-process list of env.txt without ps, which sees itself busy while it samples."""
+    entries = [e for e in (listing or "").split() if not e.startswith("ps(")]
+    return " ".join(entries) or "none"
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--raw", required=True)
@@ -264,6 +270,10 @@ def main():
     p.add_argument("--command", default="perf/run.sh")
     a = p.parse_args()
     raw, out = a.raw, a.out
+    if os.path.realpath(raw) == os.path.realpath(os.path.join(out, "raw")):
+        # OUT/raw is replaced by a copy of RAW: reading from it would delete the input.
+        p.error(f"--raw {raw} is OUT/raw, which the report replaces; pass the run's own raw "
+                f"directory (perf/run.sh keeps it in $TOKENFEED_PERF_BUILD/raw-<mode>)")
     os.makedirs(out, exist_ok=True)
     env = read_env(raw)
     datasets = {name: dataset_stats(env, name) for name in DATASETS if os.path.isdir(os.path.join(env.get("data", ""), name))}
@@ -362,8 +372,8 @@ def main():
     L.append(f"- Machine: {env.get('nproc')} cores ({env.get('cpu')}), {env.get('os', 'Debian')}; numpy "
              f"{env.get('numpy')}, torch {env.get('torch')} (Debian's python3-torch, CPU).")
     L.append(f"- Load average before / after: {env.get('load_before')} / {env.get('load_after')}. "
-             f"Other processes above 5% CPU at the start: {env.get('busy_before') or 'none'}; "
-             f"at the end: {env.get('busy_after') or 'none'}.")
+             f"Other processes above 5% CPU at the start: {busy(env.get('busy_before'))}; "
+             f"at the end: {busy(env.get('busy_after'))}.")
     L.append(f"- Run time: {env.get('seconds')} s (`raw/env.txt`). Figures are medians over interleaved repeats, "
              "with the spread (min..max over the repeats) beside them where it matters; ratios are against "
              "baselines measured in the same run.")

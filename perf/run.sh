@@ -158,7 +158,7 @@ config stream stream
   echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "os=$(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown}")"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "busy_before=$(ps -eo pcpu,comm --sort=-pcpu --no-headers | awk '$1 > 5 {printf "%s(%s%%) ", $2, $1}')"
+  echo "busy_before=$(ps -eo pcpu,comm --sort=-pcpu --no-headers | awk '$1 > 5 && $2 != "ps" {printf "%s(%s%%) ", $2, $1}')"
   echo "torch=$("${PY[@]}" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
   echo "numpy=$("${PY[@]}" -c 'import numpy; print(numpy.__version__)')"
 } >"$RAW/env.txt"
@@ -321,7 +321,7 @@ fi
 
 {
   echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "busy_after=$(ps -eo pcpu,comm --sort=-pcpu --no-headers | awk '$1 > 5 {printf "%s(%s%%) ", $2, $1}')"
+  echo "busy_after=$(ps -eo pcpu,comm --sort=-pcpu --no-headers | awk '$1 > 5 && $2 != "ps" {printf "%s(%s%%) ", $2, $1}')"
   echo "seconds=$(( $(date +%s) - START ))"
 } >>"$RAW/env.txt"
 
