@@ -750,7 +750,7 @@ def main():
     L.append("")
     L.append("```sh")
     L.append("perf/run.sh            # installs what is missing, builds Release, generates data, runs everything;")
-    L.append("                       # writes perf/RESULTS.md, the plots, CSVs and perf/raw/ (about 10 minutes once built)")
+    L.append("                       # writes perf/RESULTS.md, the plots, CSVs and perf/raw/ (about 11 minutes once built)")
     L.append("perf/run.sh --quick    # a smaller grid and fewer repeats, written to build/perf/quick/")
     L.append("TOKENFEED_PERF_COLD=0 perf/run.sh   # the same without dropping the page cache (no cold start figures)")
     L.append("python3 perf/ab_depth.py --bench build/perf/perf/bench_prefetch --config build/perf/raw-full/ep1x.xml")

@@ -3,9 +3,8 @@
 # datasets, runs every benchmark and writes perf/RESULTS.md, the sweep plots and CSVs
 # beside it, and the raw files every figure comes from in perf/raw/.
 #
-#   perf/run.sh            the full run. About 10 minutes on 2 cores once built and with the
-#                          data generated (the run of 2026-11-22 took 429 s, with a smaller
-#                          sweep: one mode less, no token_stream thread sweep). The first run
+#   perf/run.sh            the full run. About 11 minutes on 2 cores once built and with the
+#                          data generated (the run of 2026-11-23 took 646 s). The first run
 #                          also builds (the C++ drivers in Release, then the Python module:
 #                          several minutes each on 2 cores) and generates ~2 GB of datasets
 #                          (a few minutes); later runs reuse both.
