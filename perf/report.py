@@ -256,11 +256,11 @@ def waits_of(r):
     return r["stall_fraction"] * r["batches"]
 
 
-
 def busy(listing):
     """The busy-process list of env.txt without ps, which sees itself busy while it samples."""
     entries = [e for e in (listing or "").split() if not e.startswith("ps(")]
     return " ".join(entries) or "none"
+
 
 def main():
     p = argparse.ArgumentParser()
