@@ -1,6 +1,6 @@
 """What the end-to-end tests of the `tokenfeed` command share: the command under test (the
-first argument), a failure list that every check adds to, running the command, and reading
-the .npy files it writes. Standard library only."""
+first argument), a failure list that every check adds to, running the command, writing its
+configs, and reading the .npy files it writes. Standard library only."""
 import struct
 import subprocess
 import sys
@@ -17,6 +17,16 @@ def check(condition, what):
 
 def run(*args, cwd=None):
     return subprocess.run([TOKENFEED, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def write_config(path, dataset_dir, audit_log_dir="", **keys):
+    """Writes a <training> config: dataset_dir, audit_log_dir (empty: no audit log, so tests
+    leave no logs/ behind), then the other keys in their order (booleans as true/false)."""
+    def text(value):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    keys = {"dataset_dir": dataset_dir, "audit_log_dir": audit_log_dir, **keys}
+    with open(path, "w") as f:
+        f.write("<training>" + "".join(f"<{k}>{text(v)}</{k}>" for k, v in keys.items()) + "</training>")
 
 
 def read_npy(path):

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from cli_support import TOKENFEED, check, finish, read_npy, run
+from cli_support import TOKENFEED, check, finish, read_npy, run, write_config
 
 
 def write_split(root, split, episodes, with_mask=True):
@@ -74,10 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(data, "dataset_metadata.json"), "w") as f:
         json.dump({"token_dtype": "uint16", "eot_token_id": 0, "vocab_size": 50000}, f)
     config = os.path.join(tmp, "train.xml")
-    with open(config, "w") as f:
-        f.write("<training><dataset_dir>data</dataset_dir><batch_size>4</batch_size><block_size>8</block_size>"
-                "<use_loss_mask>true</use_loss_mask><epoch_drop_last>false</epoch_drop_last>"
-                "<audit_log_dir></audit_log_dir></training>")
+    write_config(config, "data", batch_size=4, block_size=8, use_loss_mask=True, epoch_drop_last=False)
 
     r = run("--version")
     check(r.returncode == 0 and r.stdout.startswith("tokenfeed "), f"--version: {r.stdout!r}")
@@ -122,10 +119,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # sft_packed: the dump proves the packing from outside.
     packed_config = os.path.join(tmp, "packed.xml")
-    with open(packed_config, "w") as f:
-        f.write("<training><dataset_dir>data</dataset_dir><dataset_mode>sft_packed</dataset_mode><batch_size>2</batch_size>"
-                "<block_size>32</block_size><use_loss_mask>true</use_loss_mask><epoch_drop_last>false</epoch_drop_last>"
-                "<audit_log_dir></audit_log_dir></training>")
+    write_config(packed_config, "data", dataset_mode="sft_packed", batch_size=2, block_size=32, use_loss_mask=True,
+                 epoch_drop_last=False)
     out = os.path.join(tmp, "packed_out")
     r = run("dump", "--config", packed_config, "--batches", "3", "--out", out)
     check(r.returncode == 0, f"packed dump: {r.stderr}")
@@ -191,9 +186,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(stream, "dataset_metadata.json"), "w") as f:
         json.dump({"token_dtype": "uint16", "eos_token_id": 0}, f)
     stream_config = os.path.join(tmp, "stream.xml")
-    with open(stream_config, "w") as f:
-        f.write("<training><dataset_dir>stream</dataset_dir><batch_size>4</batch_size><block_size>32</block_size>"
-                "<document_aware>true</document_aware><audit_log_dir></audit_log_dir></training>")
+    write_config(stream_config, "stream", batch_size=4, block_size=32, document_aware=True)
     out = os.path.join(tmp, "stream_out")
     r = run("dump", "--config", stream_config, "--batches", "6", "--out", out)
     check(r.returncode == 0, f"token-stream dump: {r.stderr}")
@@ -236,8 +229,7 @@ with tempfile.TemporaryDirectory() as tmp:
 # 0 for --help and --version (CLI11's own codes, 105..109, must not leak out).
 with tempfile.TemporaryDirectory() as tmp:
     config = os.path.join(tmp, "c.xml")
-    with open(config, "w") as f:
-        f.write("<training><dataset_dir>d</dataset_dir><batch_size>1</batch_size><block_size>4</block_size></training>")
+    write_config(config, "d", batch_size=1, block_size=4)
     expect_error(run(), "no subcommand", "subcommand", status=2)
     expect_error(run("frobnicate"), "unknown subcommand", status=2)
     for command in ("run", "dump", "bench"):
@@ -292,10 +284,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(meta["tokenfeed_version"] == run("--version").stdout.split()[1], "metadata records the tokenfeed version")
     check(not os.path.exists(os.path.join(out, "val")) and staging_dirs(tmp, "ds") == [], "no val/, no temporary dir")
     ds_config = os.path.join(tmp, "ds.xml")
-    with open(ds_config, "w") as f:
-        f.write("<training><dataset_dir>ds</dataset_dir><batch_size>4</batch_size><block_size>128</block_size>"
-                "<use_loss_mask>true</use_loss_mask><epoch_shuffle>false</epoch_shuffle>"
-                "<audit_log_dir></audit_log_dir></training>")
+    write_config(ds_config, "ds", batch_size=4, block_size=128, use_loss_mask=True, epoch_shuffle=False)
     dumped = os.path.join(tmp, "dumped")
     r = run("dump", "--config", ds_config, "--batches", "1", "--out", dumped)
     check(r.returncode == 0, f"dump of the prepared dataset: {r.stderr}")

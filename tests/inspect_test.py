@@ -18,7 +18,7 @@ import re
 import struct
 import tempfile
 
-from cli_support import check, finish, npy_values, run
+from cli_support import check, finish, npy_values, run, write_config
 
 
 def write_npy_u16(path, tokens):
@@ -42,13 +42,6 @@ def write_episodes(root, split, shards, with_mask=True):
         for name, content in (("tokens.bin", tokens), ("episodes.idx", index)) + ((("mask.bin", mask),) if with_mask else ()):
             with open(os.path.join(d, name), "wb") as f:
                 f.write(content)
-
-
-def write_config(path, dataset_dir, **keys):
-    with open(path, "w") as f:
-        f.write(f"<training><dataset_dir>{dataset_dir}</dataset_dir><audit_log_dir></audit_log_dir>")
-        f.write("".join(f"<{k}>{v}</{k}>" for k, v in keys.items()))
-        f.write("</training>")
 
 
 def snippet(stdout):

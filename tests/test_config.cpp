@@ -9,23 +9,11 @@
 #include "tokenfeed/error.hpp"
 
 using namespace tokenfeed;
+using tokenfeed::test::error_of;
 using tokenfeed::test::TempDir;
 using tokenfeed::test::write_text;
 
 namespace {
-
-// The message of the Error that `f` throws (fails the test when it throws nothing).
-template <typename F>
-std::string error_of(F&& f, ErrorKind expected_kind = ErrorKind::config) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == expected_kind);
-    return e.what();
-  }
-  FAIL("expected an Error");
-  return {};
-}
 
 Config parse(const std::string& body) { return parse_config_xml("<training>" + body + "</training>", "/base"); }
 

@@ -62,14 +62,7 @@ class LogCapture {
 };
 
 std::string loader_error(const Config& config, ErrorKind kind) {
-  try {
-    Loader loader(config);
-  } catch (const Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected an Error");
-  return {};
+  return test::error_of([&] { Loader loader(config); }, kind);
 }
 
 }  // namespace
@@ -265,12 +258,7 @@ TEST_CASE("loader: a state from another dataset or sampling config is refused, a
   for (const char* bad : {"", "{", "[]", R"({"format":"x"})",
                           R"({"format":"tokenfeed-state","version":1,"fingerprint":"a","splits":{"train":{"step":-1}}})"}) {
     CAPTURE(bad);
-    try {
-      loader.load_state(bad);
-      FAIL("expected an Error");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::state);
-    }
+    test::error_of([&] { loader.load_state(bad); }, ErrorKind::state);
   }
   // A failed restore leaves the loader where it was.
   Loader fresh(c);
@@ -471,12 +459,8 @@ TEST_CASE("loader: a val split smaller than one batch fails only when used; a sm
   Loader loader(c);
   CHECK(loader.get_batch("train").rows() == 4);
   CHECK_THROWS_WITH_AS(loader.get_batch("val"), doctest::Contains("split 'val'"), Error);
-  try {
-    loader.get_batch("val");
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::config);
-    CHECK(std::string(e.what()).find("has 3 kept episodes, fewer than one global batch") != std::string::npos);
-  }
+  CHECK(test::error_of([&] { loader.get_batch("val"); }).find("has 3 kept episodes, fewer than one global batch") !=
+        std::string::npos);
   bool warned = false;
   for (const auto& line : logs.lines()) warned |= line.find("get_batch(\"val\") will fail") != std::string::npos;
   CHECK(warned);

@@ -357,16 +357,10 @@ TEST_CASE("prepare: a bad line fails the run with its line number and leaves no 
     lines.insert(lines.begin() + 3, c.line);  // line 4
     test::write_text(tmp / "in.jsonl", join_lines(lines));
     PrepareOptions o = options_for(tmp / "in.jsonl", tmp / "out");
-    try {
-      prepare_chat_dataset(o);
-      FAIL("expected an error for " << c.reason);
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::format);
-      const std::string what = e.what();
-      CHECK(what.find("in.jsonl:4: ") != std::string::npos);
-      CHECK(what.find(std::string(c.reason) + ": ") != std::string::npos);
-      CHECK(what.find('\n') == std::string::npos);
-    }
+    const std::string what = test::error_of([&] { prepare_chat_dataset(o); }, ErrorKind::format);
+    CHECK(what.find("in.jsonl:4: ") != std::string::npos);
+    CHECK(what.find(std::string(c.reason) + ": ") != std::string::npos);
+    CHECK(what.find('\n') == std::string::npos);
     CHECK_FALSE(fs::exists(tmp / "out"));
     check_no_leftovers(tmp.path(), {"in.jsonl"});
 
@@ -931,13 +925,7 @@ TEST_CASE("prepare: an empty train split is an error, an empty val split is not"
 
   SUBCASE("a val split of 1 is refused before any work") {
     o.val_split = 1.0;
-    try {
-      prepare_chat_dataset(o);
-      FAIL("expected an error");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::config);
-      CHECK(std::string(e.what()).find("[0, 1)") != std::string::npos);
-    }
+    CHECK(test::error_of([&] { prepare_chat_dataset(o); }).find("[0, 1)") != std::string::npos);
   }
   SUBCASE("every conversation landing in val") {
     double highest = 0;
@@ -948,13 +936,8 @@ TEST_CASE("prepare: an empty train split is an error, an empty val split is not"
     }
     o.val_split = std::nextafter(highest, 1.0);  // just above every conversation's point
     REQUIRE(o.val_split < 1.0);
-    try {
-      prepare_chat_dataset(o);
-      FAIL("expected an error");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::format);
-      CHECK(std::string(e.what()).find("in.jsonl: all 4 conversations landed in val") != std::string::npos);
-    }
+    CHECK(test::error_of([&] { prepare_chat_dataset(o); }, ErrorKind::format)
+              .find("in.jsonl: all 4 conversations landed in val") != std::string::npos);
     // Just below the highest point, that conversation is train's: the dataset is written.
     o.val_split = highest;
     const PrepareSummary s = prepare_chat_dataset(o);
@@ -984,13 +967,8 @@ TEST_CASE("prepare: misconfigurations of pre-tokenized input are errors, not sil
   SUBCASE("a misspelt key in the special-tokens file names the file and the key") {
     test::write_text(tmp / "special.json",
                      R"({"system": 1, "user": 2, "assistant": 3, "tol": 4, "eot": 0, "vocab_size": 100})");
-    try {
-      prepare_chat_dataset(o);
-      FAIL("expected an error");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::config);
-      CHECK(std::string(e.what()).find("special.json: unknown key \"tol\"") != std::string::npos);
-    }
+    CHECK(test::error_of([&] { prepare_chat_dataset(o); }).find("special.json: unknown key \"tol\"") !=
+          std::string::npos);
   }
   SUBCASE("a system text does not apply to pre-tokenized input") {
     test::write_text(tmp / "special.json", R"({"system": 1, "user": 2, "assistant": 3, "eot": 0, "vocab_size": 100})");

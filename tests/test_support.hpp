@@ -1,6 +1,8 @@
 // Helpers shared by the tests: temporary directories, tiny datasets, config builders.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/dtype.hpp"
+#include "tokenfeed/error.hpp"
 
 namespace tokenfeed::test {
 
@@ -49,5 +52,19 @@ Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_
 
 // Reads a whole file as bytes.
 std::vector<char> read_bytes(const std::filesystem::path& path);
+
+// The message of the tokenfeed::Error that `f` throws, after checking its kind (config
+// unless given); fails the test when `f` throws nothing.
+template <typename F>
+std::string error_of(F&& f, ErrorKind expected_kind = ErrorKind::config) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.kind() == expected_kind);
+    return e.what();
+  }
+  FAIL("expected an Error");
+  return {};
+}
 
 }  // namespace tokenfeed::test

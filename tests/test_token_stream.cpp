@@ -153,14 +153,8 @@ TEST_CASE("token stream: nanoGPT train.bin/val.bin auto-detected; .bin needs a d
   write_bin(dir / "val.bin", file_tokens(1, 30));
   Config c = make_config(dir.path(), 2, 8);
   c.pad_token_id.reset();
-  try {
-    Loader loader(c);
-    FAIL("expected an Error");
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::config);
-    CHECK(std::string(e.what()).find("train.bin': the token dtype of a .bin file is not known; set token_dtype") !=
-          std::string::npos);
-  }
+  CHECK(test::error_of([&] { Loader loader(c); })
+            .find("train.bin': the token dtype of a .bin file is not known; set token_dtype") != std::string::npos);
   c.token_dtype = TokenDtype::uint16;
   Loader loader(c);
   CHECK(loader.config().dataset_mode == DatasetMode::token_stream);
