@@ -15,14 +15,20 @@ class WireReader {
  public:
   WireReader(std::string_view bytes, std::string_view what) : data_(bytes), what_(what) {}
 
-  bool done() const noexcept { return pos_ == data_.size(); }
-
-  // The next field's number and wire type.
-  void next_tag(std::uint64_t& field, std::uint64_t& wire_type) {
-    const std::uint64_t tag = varint();
-    field = tag >> 3;
-    wire_type = tag & 7;
-    if (field == 0) fail("a field number 0");
+  // Reads the message to its end: calls on_field(wire_type) at each occurrence of `field`
+  // (on_field reads the value), and skips every other field.
+  template <typename OnField>
+  void for_each(std::uint64_t field, OnField&& on_field) {
+    while (pos_ != data_.size()) {
+      const std::uint64_t tag = varint();
+      const std::uint64_t number = tag >> 3, wire_type = tag & 7;
+      if (number == 0) fail("a field number 0");
+      if (number == field) {
+        on_field(wire_type);
+      } else {
+        skip(wire_type);
+      }
+    }
   }
 
   std::uint64_t varint() {
@@ -86,18 +92,12 @@ constexpr std::uint64_t kPieceTypeField = 3;    // ModelProto.SentencePiece.type
 SentencePieceType piece_type(std::string_view piece, std::string_view what) {
   WireReader reader(piece, what);
   auto type = SentencePieceType::normal;  // the field's default
-  while (!reader.done()) {
-    std::uint64_t field = 0, wire_type = 0;
-    reader.next_tag(field, wire_type);
-    if (field != kPieceTypeField) {
-      reader.skip(wire_type);
-      continue;
-    }
+  reader.for_each(kPieceTypeField, [&](std::uint64_t wire_type) {
     if (wire_type != kVarint) reader.fail("a piece type that is not a varint");
     const std::uint64_t value = reader.varint();
     if (value < 1 || value > 6) reader.fail("an unknown piece type " + std::to_string(value));
     type = static_cast<SentencePieceType>(value);
-  }
+  });
   return type;
 }
 
@@ -107,16 +107,10 @@ std::vector<SentencePieceType> read_sentencepiece_piece_types(std::string_view s
                                                               std::string_view what) {
   std::vector<SentencePieceType> types;
   WireReader reader(serialized_model, what);
-  while (!reader.done()) {
-    std::uint64_t field = 0, wire_type = 0;
-    reader.next_tag(field, wire_type);
-    if (field != kModelPiecesField) {
-      reader.skip(wire_type);
-      continue;
-    }
+  reader.for_each(kModelPiecesField, [&](std::uint64_t wire_type) {
     if (wire_type != kLengthDelimited) reader.fail("a piece that is not a message");
     types.push_back(piece_type(reader.length_delimited(), what));
-  }
+  });
   return types;
 }
 
