@@ -6,7 +6,7 @@
 #                              the C++ suite (ctest), then the Python module's (pytest)
 #   ./dev.sh sanitize thread   the suite under ThreadSanitizer (build-tsan/)
 #   ./dev.sh sanitize address  the suite under AddressSanitizer + UBSan (build-asan/)
-#   ./dev.sh deps              only install the build dependencies
+#   ./dev.sh deps [PACKAGE...] only install the build dependencies, and these Debian packages
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -15,12 +15,19 @@ PACKAGES=(cmake g++ ninja-build pkg-config python3 python3-venv python3-dev
           libsentencepiece-dev sentencepiece zlib1g-dev libssl-dev)
 JOBS=${JOBS:-2}
 
+# install_deps [PACKAGE...]: installs what is missing of PACKAGES and the packages named.
+# The one place this project installs Debian packages (python/run_tests.sh and perf/run.sh
+# call `./dev.sh deps PACKAGE...`).
 install_deps() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "${PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null; then
+    echo "dev.sh: ${missing[*]} missing and no apt-get here to install them" >&2
+    exit 1
+  fi
   echo "dev.sh: installing ${missing[*]}" >&2
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -43,7 +50,8 @@ run_tests() {
 
 case "${1:-}" in
   deps)
-    install_deps ;;
+    shift
+    install_deps "$@" ;;
   sample)
     install_deps
     build build

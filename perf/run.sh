@@ -68,19 +68,7 @@ START=$(date +%s)
 log() { printf '[perf %4ds] %s\n' $(( $(date +%s) - START )) "$*" >&2; }
 
 # --- dependencies ------------------------------------------------------------------------
-"$ROOT/dev.sh" deps
-PERF_PACKAGES=(python3-numpy python3-torch libopenblas0 procps)
-missing=()
-for p in "${PERF_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+"$ROOT/dev.sh" deps python3-numpy python3-torch libopenblas0 procps  # the build's and perf's own
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"

@@ -32,7 +32,8 @@
 #                       else one built into build/py-cli
 #   JOBS                build parallelism (default 2)
 #
-# The C++ dependencies (oneTBB, pugixml, ...) must be installed: ./dev.sh deps. Offline once
+# The C++ dependencies (oneTBB, pugixml, ...) come from ./dev.sh deps, which this script runs
+# with TOKENFEED_TORCH=debian (adding Debian's torch); with pypi, run it first. Offline once
 # the venv has its packages: pip then finds every requirement installed, and the package
 # builds without build isolation from the venv's scikit-build-core and nanobind.
 set -euo pipefail
@@ -54,27 +55,12 @@ VENV=${TOKENFEED_VENV:-$DEFAULT_VENV}
 BUILD_DIR=${TOKENFEED_PY_BUILD:-$ROOT/build/py-build-$flavour}
 DEBIAN_PYTHON=/usr/bin/python3
 
-# apt_install PACKAGE...: installs the Debian packages that are missing (as dev.sh does).
-apt_install() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null || die "${missing[*]} missing and no apt-get here to install them"
-  log "installing ${missing[*]} (apt-get)"
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
 if [ "$flavour" = debian ]; then
   PYTHON=$DEBIAN_PYTHON
   packages=(python3-venv python3-dev)
   # libopenblas0: what libtorch recommends; without it torch uses the reference BLAS, far slower.
   [ "$TORCH" = debian ] && packages+=(python3-torch libopenblas0)
-  apt_install "${packages[@]}"
+  "$ROOT/dev.sh" deps "${packages[@]}"  # with the C++ build dependencies, when missing
 else
   PYTHON=${PYTHON:-$DEBIAN_PYTHON}
 fi
