@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -65,7 +66,7 @@ std::string shard_name(std::uint64_t index) {
 }
 
 // `split_dir` made absolute with its existing parts' symbolic links resolved, without a
-// trailing separator, so that its parent is where the temporary directory goes.
+// trailing separator, so that its parent is where the staging directory goes.
 fs::path target_path(const fs::path& split_dir) {
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(split_dir), ec);
@@ -96,13 +97,11 @@ void check_target(const fs::path& dir, const fs::path& given, bool overwrite) {
   }
 }
 
-// A new hidden directory beside `target`: parent/.NAME.KIND-PID-N.
+// A new hidden directory beside `target` (whose parent exists): parent/.NAME.KIND-PID-N.
 fs::path make_sibling_dir(const fs::path& target, const char* kind) {
   static std::atomic<unsigned long> counter{0};
   const fs::path parent = target.parent_path();
   std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw Error(ErrorKind::io, "cannot create '" + parent.string() + "': " + ec.message());
   for (int attempt = 0; attempt < 1000; ++attempt) {
     // Appended piece by piece: GCC 12's -Wrestrict misfires on "." + std::string at -O3.
     std::string name = ".";
@@ -125,7 +124,7 @@ fs::path make_sibling_dir(const fs::path& target, const char* kind) {
 struct EpisodeDatasetWriter::Impl {
   fs::path given_dir;  // as the caller named it, for messages
   fs::path split_dir;  // where finish() puts the split
-  fs::path temp_dir;   // where the shards are written until then
+  std::unique_ptr<StagingDir> staging;  // where the shards are written until then; null once discarded
   EpisodeDatasetWriterOptions options;
   EpisodeDatasetWriterSummary summary;
   OutputFile tokens, mask, index;
@@ -134,7 +133,7 @@ struct EpisodeDatasetWriter::Impl {
   std::vector<std::uint16_t> narrow;  // reused conversion buffer for uint16 output
 
   void open_shard() {
-    const fs::path dir = temp_dir / shard_name(summary.shards);
+    const fs::path dir = staging->path() / shard_name(summary.shards);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(ErrorKind::io, "cannot create '" + dir.string() + "': " + ec.message());
@@ -157,34 +156,31 @@ struct EpisodeDatasetWriter::Impl {
     tokens = OutputFile();
     index = OutputFile();
     mask = OutputFile();
-    std::error_code ec;
-    fs::remove_all(temp_dir, ec);
+    staging.reset();  // removes the staging directory and what was written
   }
 
-  // Moves temp_dir to split_dir: a rename, which replaces an absent or empty split_dir
-  // atomically; with overwrite, a non-empty one is first moved aside, then removed.
+  // Publishes the staging directory as split_dir (flushed to disk, then renamed: see
+  // StagingDir::commit), which replaces an absent or empty split_dir atomically; with
+  // overwrite, a non-empty one is first moved aside, then removed.
   void commit() {
-    std::error_code ec;
-    fs::rename(temp_dir, split_dir, ec);
-    if (!ec) return;
-    const bool occupied = ec == std::errc::directory_not_empty || ec == std::errc::file_exists;
-    if (!occupied) {
-      throw Error(ErrorKind::io, "cannot move the new split into '" + given_dir.string() + "': " + ec.message());
-    }
     check_target(split_dir, given_dir, options.overwrite);  // throws the message for a non-empty split_dir
-    const fs::path old = make_sibling_dir(split_dir, "replaced");
-    fs::rename(split_dir, old, ec);  // `old` is an empty directory: the rename replaces it
-    if (ec) {
-      fs::remove(old, ec);
-      throw Error(ErrorKind::io, "cannot move '" + given_dir.string() + "' aside to replace it: " + ec.message());
+    std::error_code ec;
+    fs::path old;  // the split being replaced, moved aside
+    if (fs::is_directory(split_dir, ec) && !fs::is_empty(split_dir, ec)) {
+      old = make_sibling_dir(split_dir, "replaced");
+      fs::rename(split_dir, old, ec);  // `old` is an empty directory: the rename replaces it
+      if (ec) {
+        fs::remove(old, ec);
+        throw Error(ErrorKind::io, "cannot move '" + given_dir.string() + "' aside to replace it: " + ec.message());
+      }
     }
-    fs::rename(temp_dir, split_dir, ec);
-    if (ec) {
-      const std::string why = ec.message();
-      fs::rename(old, split_dir, ec);  // put the old split back
-      throw Error(ErrorKind::io, "cannot move the new split into '" + given_dir.string() + "': " + why);
+    try {
+      staging->commit();
+    } catch (...) {
+      if (!old.empty()) fs::rename(old, split_dir, ec);  // put the old split back
+      throw;
     }
-    fs::remove_all(old, ec);  // the new split is in place; a leftover here is only a hidden directory
+    if (!old.empty()) fs::remove_all(old, ec);  // the new split is in place; a leftover is only a hidden directory
   }
 };
 
@@ -195,7 +191,10 @@ EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWri
   s.options = options;
   s.split_dir = target_path(split_dir);
   check_target(s.split_dir, s.given_dir, options.overwrite);
-  s.temp_dir = make_sibling_dir(s.split_dir, "partial");
+  std::error_code ec;
+  fs::create_directories(s.split_dir.parent_path(), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create '" + s.split_dir.parent_path().string() + "': " + ec.message());
+  s.staging = std::make_unique<StagingDir>(s.split_dir);
   try {
     s.open_shard();
   } catch (...) {

@@ -20,9 +20,9 @@
 
 #include "chat/conversation_jsonl.hpp"
 #include "chat/line_reader.hpp"
-#include "chat/output_dir.hpp"
 #include "chat/prepare.hpp"
 #include "chat/sha256.hpp"
+#include "staging_dir.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
@@ -165,8 +165,8 @@ constexpr pid_t kDeadPid = 0x7ffffff0;
 void make_partial_output(const fs::path& dir) {
   fs::create_directories(dir / "train" / "shard_00000");
   test::write_text(dir / "train" / "shard_00000" / "tokens.bin", std::string(1000, 'x'));
-  fs::create_directories(dir / ".val.partial-123-1" / "shard_00000");
-  test::write_text(dir / ".val.partial-123-1" / "shard_00000" / "tokens.bin", std::string(10, 'x'));
+  fs::create_directories(dir / ".val.tmp-123-0123456789abcdef" / "shard_00000");
+  test::write_text(dir / ".val.tmp-123-0123456789abcdef" / "shard_00000" / "tokens.bin", std::string(10, 'x'));
 }
 
 // Tries to take the lock a live run holds on its temporary directory.

@@ -6,10 +6,11 @@
 // `shard_tokens` tokens (an episode is never split across shards).
 //
 // All or nothing: the shards are written into a hidden temporary directory beside
-// `split_dir` (`.NAME.partial-PID-N` in its parent) and renamed to `split_dir` by
-// finish(). Until then `split_dir` is untouched, so a loader never sees a half-written
-// split, and a writer that is discarded (discard(), or destroyed without finish())
-// removes what it wrote and leaves nothing behind.
+// `split_dir` (`.NAME.tmp-PID-RANDOM` in its parent), which finish() flushes to disk and
+// renames to `split_dir` (then flushes the parent), so that a crash leaves either no new
+// split or a complete one. Until then `split_dir` is untouched, so a loader never sees a
+// half-written split, and a writer that is discarded (discard(), or destroyed without
+// finish()) removes what it wrote and leaves nothing behind.
 //
 // An existing `split_dir` must be empty: a split written over an older one would keep
 // the old shards the new one does not replace, and the loader would read both. With

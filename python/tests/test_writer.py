@@ -34,7 +34,7 @@ def num_episodes(root):
 
 
 def hidden(parent):
-    """The writer's temporary directories (.NAME.partial-*, .NAME.replaced-*) left in parent."""
+    """The writer's temporary directories (.NAME.tmp-*, .NAME.replaced-*) left in parent."""
     return sorted(p.name for p in Path(parent).iterdir() if p.name.startswith("."))
 
 
@@ -106,7 +106,7 @@ def test_nothing_is_left_unless_finish_succeeds(tmp_path):
     # A writer dropped without finish(), and discard().
     w = writer(tmp_path / "val")
     w.add(episodes(1)[0])
-    assert len(hidden(tmp_path)) == 1 and hidden(tmp_path)[0].startswith(".val.partial-")  # written there
+    assert len(hidden(tmp_path)) == 1 and hidden(tmp_path)[0].startswith(".val.tmp-")  # written there
     del w
     gc.collect()
     assert not (tmp_path / "val").exists() and hidden(tmp_path) == []

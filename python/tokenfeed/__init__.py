@@ -200,10 +200,10 @@ class DatasetWriter:
     ``write_mask`` (the default) every episode needs its loss mask, one 0/1 per token.
 
     All or nothing: the shards go to a hidden temporary directory beside ``split_dir``
-    (``.NAME.partial-*``), which ``finish()`` renames to ``split_dir``. Until then
-    ``split_dir`` is untouched; ``discard()``, a ``with`` block left by an exception, or a
-    writer dropped without ``finish()`` removes what was written, so a failed run never
-    leaves a split that looks complete.
+    (``.NAME.tmp-*``), which ``finish()`` flushes to disk and renames to ``split_dir``.
+    Until then ``split_dir`` is untouched; ``discard()``, a ``with`` block left by an
+    exception, or a writer dropped without ``finish()`` removes what was written, so a
+    failed run never leaves a split that looks complete.
 
     ``split_dir`` must not exist or be empty: writing a split over another would keep the
     old shards the new one does not replace, and the loader would read both (``IoError``).

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "chat/line_reader.hpp"
-#include "chat/output_dir.hpp"
 #include "chat/sha256.hpp"
+#include "staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/version.hpp"
 

@@ -12,7 +12,7 @@
 // The train split must hold at least one episode (else nothing is written: the loader could
 // not open the result); an empty val split is fine.
 // Everything is written into a temporary sibling directory that is flushed to disk and renamed
-// to output_dir at the end (StagingDir, output_dir.hpp), so an interrupted or failed run never
+// to output_dir at the end (StagingDir, staging_dir.hpp), so an interrupted or failed run never
 // leaves output_dir looking complete; the temporary directories of earlier runs that were
 // killed are removed first.
 //

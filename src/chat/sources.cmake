@@ -8,7 +8,6 @@ target_sources(tokenfeed_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/chat_format.cpp
   ${CMAKE_CURRENT_LIST_DIR}/conversation_jsonl.cpp
   ${CMAKE_CURRENT_LIST_DIR}/line_reader.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/output_dir.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prepare.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sentencepiece_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sha256.cpp

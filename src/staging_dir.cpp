@@ -1,4 +1,4 @@
-#include "chat/output_dir.hpp"
+#include "staging_dir.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 std::mutex g_staging_mutex;
 
 // What prepare writes at the top of a dataset directory: the splits, the EpisodeDatasetWriter's
-// hidden directories for them while it writes (.train.partial-PID-N, ...) and the two JSON
+// staging directories for them while it writes (.train.tmp-PID-RANDOM, ...) and the two JSON
 // files. A staging directory holding anything else is not ours to remove.
 bool is_prepare_entry(const std::string& name) {
   return name == "train" || name == "val" || name.starts_with(".train.") || name.starts_with(".val.") ||

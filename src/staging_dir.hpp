@@ -1,6 +1,6 @@
-// StagingDir: the temporary sibling directory a dataset is written into before it is
-// published under its final name, so that a failed or interrupted run never leaves a
-// directory that looks complete.
+// StagingDir: the temporary sibling directory a dataset (`tokenfeed prepare`) or a split
+// (EpisodeDatasetWriter) is written into before it is published under its final name, so
+// that a failed or interrupted run never leaves a directory that looks complete.
 //
 // For the output PARENT/NAME the staging directory is PARENT/.NAME.tmp-PID-RANDOM (PID: the
 // writing process, RANDOM: 16 hex digits, so that runs of one process, or of processes
@@ -45,7 +45,8 @@ class StagingDir {
   bool committed_ = false;
 };
 
-// Removes the staging directories of `final_dir` left behind by runs that are gone (killed,
+// For `tokenfeed prepare`: removes the staging directories of the dataset directory
+// `final_dir` left behind by runs that are gone (killed,
 // or crashed before they could clean up), and returns them. A directory is removed only when
 // all of these hold:
 //   - its name is .NAME.tmp-PID or .NAME.tmp-PID-SUFFIX, and it is a directory, not a link;
@@ -53,8 +54,8 @@ class StagingDir {
 //     process's own pid (then the lock below tells: this process's live runs hold theirs);
 //   - nobody holds its lock (flock LOCK_EX|LOCK_NB succeeds; the lock is kept while removing),
 //     which also protects the runs of other hosts or pid namespaces sharing the filesystem;
-//   - it holds nothing but what prepare writes (train/, val/, the dataset writer's hidden
-//     .train.* and .val.* directories, the two JSON files).
+//   - it holds nothing but what prepare writes (train/, val/, the staging directories of
+//     the dataset writer's splits, .train.* and .val.*, the two JSON files).
 // A directory that cannot be checked (a filesystem without flock, a permission error) is left
 // alone. Throws Error(io) only when a stale directory is found but cannot be removed.
 std::vector<std::filesystem::path> remove_stale_staging_dirs(const std::filesystem::path& final_dir);
