@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "nearest_rank.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -101,12 +102,6 @@ long process_major_faults() {
   struct rusage usage {};
   if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return usage.ru_majflt;
-}
-
-double percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(i, sorted.size() - 1)];
 }
 
 void bench(const BenchOptions& o) {
@@ -194,8 +189,8 @@ void bench(const BenchOptions& o) {
   j["batches_per_s"] = n / seconds;
   j["tokens_per_s"] = n * positions / seconds;
   j["real_tokens_per_s"] = static_cast<double>(real_tokens) / seconds;
-  j["get_batch_us"] = {{"p50", percentile(latency_us, 0.50)},
-                       {"p99", percentile(latency_us, 0.99)},
+  j["get_batch_us"] = {{"p50", nearest_rank(latency_us, 0.50)},
+                       {"p99", nearest_rank(latency_us, 0.99)},
                        {"max", latency_us.empty() ? 0.0 : latency_us.back()},
                        {"mean", mean_us}};
   j["stall_fraction"] = stalls / n;
@@ -236,7 +231,7 @@ void bench(const BenchOptions& o) {
               static_cast<double>(real_tokens) / seconds);
   std::printf("get_batch p50 %.2f us, p99 %.2f us, max %.1f us, mean %.2f us; %.2f%% of steps waited > %.0f us for "
               "data, %.2f%% of calls took > %.0f us\n",
-              percentile(latency_us, 0.50), percentile(latency_us, 0.99), j["get_batch_us"]["max"].get<double>(),
+              nearest_rank(latency_us, 0.50), nearest_rank(latency_us, 0.99), j["get_batch_us"]["max"].get<double>(),
               mean_us, 100.0 * stalls / n, kStallUs, 100.0 * slow_calls / n, kStallUs);
   if (data_waits > 0) {
     std::string tenths;

@@ -21,6 +21,7 @@
 #include "episode_dataset.hpp"
 #include "episode_packer.hpp"
 #include "episode_sampler.hpp"
+#include "nearest_rank.hpp"
 #include "episode_window.hpp"
 #include "packed_batch_source.hpp"
 #include "token_stream.hpp"
@@ -76,12 +77,6 @@ struct Findings {
     if (!refused) refused = Refusal{kind, std::move(message)};
   }
 };
-
-std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const auto index = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(index, sorted.size() - 1)];
-}
 
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   char text[32];
@@ -308,9 +303,9 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
   std::sort(lengths.begin(), lengths.end());
   if (!lengths.empty()) {
     std::printf("  lengths      min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
-                static_cast<unsigned long long>(lengths.front()), static_cast<unsigned long long>(percentile(lengths, 0.5)),
-                static_cast<unsigned long long>(percentile(lengths, 0.9)),
-                static_cast<unsigned long long>(percentile(lengths, 0.99)),
+                static_cast<unsigned long long>(lengths.front()), static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
+                static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
+                static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
                 static_cast<unsigned long long>(lengths.back()));
   }
   if (kept.empty()) {
@@ -399,9 +394,9 @@ void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
       if (!lengths.empty()) {
         std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
                     static_cast<unsigned long long>(lengths.front()),
-                    static_cast<unsigned long long>(percentile(lengths, 0.5)),
-                    static_cast<unsigned long long>(percentile(lengths, 0.9)),
-                    static_cast<unsigned long long>(percentile(lengths, 0.99)),
+                    static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
+                    static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
+                    static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
                     static_cast<unsigned long long>(lengths.back()));
       }
     }

@@ -49,6 +49,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "nearest_rank.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
@@ -364,13 +365,6 @@ nb::dict config_dict(const tokenfeed::Config& config) {
 // ---------------------------------------------------------------------------------------
 // Loader
 
-double percentile(std::vector<float> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(i, values.size() - 1)];
-}
-
 // get_batch as the Python trainer sees it, per split, with the definitions of
 // `tokenfeed bench` (tools/cmd_bench.cpp): a call's duration runs from the method's entry
 // to its return with the GIL held again (so it includes waiting for the loader's mutex and
@@ -594,8 +588,10 @@ class PyLoader {
     d["tokens_per_s"] = seconds > 0 ? n * per_batch / seconds : 0.0;
     d["real_tokens_per_s"] = seconds > 0 ? static_cast<double>(t.real_positions) / seconds : 0.0;
     nb::dict latency;
-    latency["p50"] = percentile(t.recent_us, 0.50);
-    latency["p99"] = percentile(t.recent_us, 0.99);
+    std::vector<float> sorted_us = t.recent_us;
+    std::sort(sorted_us.begin(), sorted_us.end());
+    latency["p50"] = tokenfeed::nearest_rank(sorted_us, 0.50);
+    latency["p99"] = tokenfeed::nearest_rank(sorted_us, 0.99);
     latency["max"] = t.max_us;
     latency["mean"] = t.calls > 0 ? t.sum_us / n : 0.0;
     d["get_batch_us"] = latency;
