@@ -20,7 +20,7 @@ Reading it: if B/A is about 1 in all three, the sweep's cell was noise or its or
 it is about 1 in inproc and procs but not in after64, what the previous Loader leaves
 behind (not the depth) made the difference, a harness artefact the sweep now avoids by
 shuffling its order; if B trails A in all three, with most pairs on the same side, the
-difference is real and belongs to the pipeline (src/split_pipeline.cpp).
+difference is real and belongs to the pipeline (src/pipeline/split_pipeline.cpp).
 
 Run it on a quiet machine (nothing else busy: check `uptime`), from the repository root,
 after perf/run.sh has built the drivers and generated the data (or after a --quick run):

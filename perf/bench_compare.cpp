@@ -33,10 +33,10 @@
 #include <oneapi/tbb/global_control.h>
 #include <nlohmann/json.hpp>
 
-#include "batch_pool.hpp"
+#include "pipeline/batch_pool.hpp"
 #include "bench_common.hpp"
-#include "episode_dataset.hpp"
-#include "numpy_random.hpp"
+#include "dataset/episode_dataset.hpp"
+#include "sampling/numpy_random.hpp"
 #include "tokenfeed/log.hpp"
 
 using namespace tokenfeed;

@@ -54,7 +54,7 @@ def chat(*messages):
 
 
 def split_point(messages, seed):
-    """The documented split rule (src/chat/prepare.hpp), with Python's hashlib."""
+    """The documented split rule (src/prepare/prepare.hpp), with Python's hashlib."""
     h = hashlib.sha256(b"tokenfeed-split-v1\0" + struct.pack("<Q", seed))
     for role, content in messages:
         data = content.encode()

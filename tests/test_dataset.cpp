@@ -5,7 +5,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "episode_dataset.hpp"
+#include "dataset/episode_dataset.hpp"
 #include "tokenfeed/dataset_writer.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <set>
 
-#include "numpy_random.hpp"
+#include "sampling/numpy_random.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

@@ -10,8 +10,8 @@
 #include <random>
 #include <set>
 
-#include "episode_packer.hpp"
-#include "numpy_random.hpp"
+#include "sampling/episode_packer.hpp"
+#include "sampling/numpy_random.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "split_pipeline.hpp"
+#include "pipeline/split_pipeline.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

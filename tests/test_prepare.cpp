@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "chat/conversation_jsonl.hpp"
-#include "chat/line_reader.hpp"
-#include "chat/prepare.hpp"
-#include "chat/sha256.hpp"
-#include "staging_dir.hpp"
+#include "io/line_reader.hpp"
+#include "prepare/prepare.hpp"
+#include "util/sha256.hpp"
+#include "io/staging_dir.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"

@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "episode_sampler.hpp"
-#include "numpy_random.hpp"
-#include "recent_cache.hpp"
+#include "sampling/episode_sampler.hpp"
+#include "sampling/numpy_random.hpp"
+#include "pipeline/recent_cache.hpp"
 #include "tokenfeed/error.hpp"
 
 using namespace tokenfeed;

@@ -6,10 +6,10 @@
 #include <map>
 #include <set>
 
-#include "npy.hpp"
+#include "io/npy.hpp"
 #include "test_support.hpp"
-#include "token_stream.hpp"
-#include "token_stream_batch_source.hpp"
+#include "dataset/token_stream.hpp"
+#include "modes/token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "chat/prepare.hpp"
-#include "chat/sentencepiece_model.hpp"
+#include "prepare/prepare.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/error.hpp"

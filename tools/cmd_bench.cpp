@@ -48,7 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "nearest_rank.hpp"
+#include "measure/nearest_rank.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "npy.hpp"
+#include "io/npy.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

@@ -17,15 +17,15 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "dataset_metadata.hpp"
-#include "episode_dataset.hpp"
-#include "episode_packer.hpp"
-#include "episode_sampler.hpp"
-#include "nearest_rank.hpp"
-#include "episode_window.hpp"
-#include "packed_batch_source.hpp"
-#include "token_stream.hpp"
-#include "token_stream_batch_source.hpp"
+#include "dataset/dataset_metadata.hpp"
+#include "dataset/episode_dataset.hpp"
+#include "sampling/episode_packer.hpp"
+#include "sampling/episode_sampler.hpp"
+#include "measure/nearest_rank.hpp"
+#include "modes/episode_window.hpp"
+#include "modes/packed_batch_source.hpp"
+#include "dataset/token_stream.hpp"
+#include "modes/token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed::cli {

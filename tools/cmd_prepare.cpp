@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "chat/prepare.hpp"
+#include "prepare/prepare.hpp"
 #include "commands.hpp"
 #include "tokenfeed/error.hpp"
 

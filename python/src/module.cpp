@@ -49,7 +49,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
-#include "nearest_rank.hpp"
+#include "measure/nearest_rank.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"

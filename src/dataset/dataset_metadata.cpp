@@ -1,4 +1,4 @@
-#include "dataset_metadata.hpp"
+#include "dataset/dataset_metadata.hpp"
 
 #include <fstream>
 #include <string>

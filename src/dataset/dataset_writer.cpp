@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "staging_dir.hpp"
+#include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

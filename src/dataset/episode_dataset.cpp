@@ -1,10 +1,10 @@
-#include "episode_dataset.hpp"
+#include "dataset/episode_dataset.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
-#include "hash.hpp"
+#include "util/hash.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "mapped_file.hpp"
+#include "io/mapped_file.hpp"
 #include "tokenfeed/dtype.hpp"
 
 namespace tokenfeed {

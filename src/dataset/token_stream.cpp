@@ -1,10 +1,10 @@
-#include "token_stream.hpp"
+#include "dataset/token_stream.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "hash.hpp"
-#include "npy.hpp"
+#include "util/hash.hpp"
+#include "io/npy.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

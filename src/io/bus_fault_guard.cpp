@@ -1,4 +1,4 @@
-#include "bus_fault_guard.hpp"
+#include "io/bus_fault_guard.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "chat/line_reader.hpp"
+#include "io/line_reader.hpp"
 
 #include <zlib.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <vector>
 
-#include "chat/sha256.hpp"
+#include "util/sha256.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

@@ -1,4 +1,4 @@
-#include "mapped_file.hpp"
+#include "io/mapped_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "bus_fault_guard.hpp"
+#include "io/bus_fault_guard.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

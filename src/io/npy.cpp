@@ -1,4 +1,4 @@
-#include "npy.hpp"
+#include "io/npy.hpp"
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "staging_dir.hpp"
+#include "io/staging_dir.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

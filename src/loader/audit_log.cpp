@@ -1,4 +1,4 @@
-#include "audit_log.hpp"
+#include "loader/audit_log.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "resume_state.hpp"
+#include "loader/resume_state.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "episode_batch_source.hpp"
+#include "modes/episode_batch_source.hpp"
 
 #include <algorithm>
 #include <numeric>

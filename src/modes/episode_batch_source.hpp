@@ -13,11 +13,11 @@
 
 #include <cstdint>
 
-#include "batch_pool.hpp"
-#include "batch_source.hpp"
-#include "episode_dataset.hpp"
-#include "episode_sampler.hpp"
-#include "episode_window.hpp"
+#include "pipeline/batch_pool.hpp"
+#include "pipeline/batch_source.hpp"
+#include "dataset/episode_dataset.hpp"
+#include "sampling/episode_sampler.hpp"
+#include "modes/episode_window.hpp"
 
 namespace tokenfeed {
 

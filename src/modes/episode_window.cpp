@@ -1,4 +1,4 @@
-#include "episode_window.hpp"
+#include "modes/episode_window.hpp"
 
 #include <algorithm>
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "episode_dataset.hpp"
+#include "dataset/episode_dataset.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
 

@@ -1,8 +1,8 @@
-#include "packed_batch_source.hpp"
+#include "modes/packed_batch_source.hpp"
 
 #include <algorithm>
 
-#include "episode_batch_source.hpp"
+#include "modes/episode_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

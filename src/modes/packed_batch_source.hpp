@@ -21,10 +21,10 @@
 #include <mutex>
 #include <vector>
 
-#include "batch_source.hpp"
-#include "episode_packer.hpp"
-#include "episode_window.hpp"
-#include "recent_cache.hpp"
+#include "pipeline/batch_source.hpp"
+#include "sampling/episode_packer.hpp"
+#include "modes/episode_window.hpp"
+#include "pipeline/recent_cache.hpp"
 
 namespace tokenfeed {
 

@@ -1,4 +1,4 @@
-#include "token_stream_batch_source.hpp"
+#include "modes/token_stream_batch_source.hpp"
 
 #include <algorithm>
 #include <numeric>

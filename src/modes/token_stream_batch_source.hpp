@@ -20,8 +20,8 @@
 #include <optional>
 #include <vector>
 
-#include "batch_source.hpp"
-#include "token_stream.hpp"
+#include "pipeline/batch_source.hpp"
+#include "dataset/token_stream.hpp"
 
 namespace tokenfeed {
 

@@ -1,4 +1,4 @@
-#include "batch_pool.hpp"
+#include "pipeline/batch_pool.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "batch_pool.hpp"
-#include "episode_sampler.hpp"
+#include "pipeline/batch_pool.hpp"
+#include "sampling/episode_sampler.hpp"
 
 namespace tokenfeed {
 

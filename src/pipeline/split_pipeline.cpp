@@ -1,4 +1,4 @@
-#include "split_pipeline.hpp"
+#include "pipeline/split_pipeline.hpp"
 
 #include <sys/resource.h>
 
@@ -18,7 +18,7 @@
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include "mapped_file.hpp"
+#include "io/mapped_file.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
 

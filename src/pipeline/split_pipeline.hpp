@@ -49,8 +49,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "batch_pool.hpp"
-#include "batch_source.hpp"
+#include "pipeline/batch_pool.hpp"
+#include "pipeline/batch_source.hpp"
 
 namespace tokenfeed {
 

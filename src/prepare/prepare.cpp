@@ -1,4 +1,4 @@
-#include "chat/prepare.hpp"
+#include "prepare/prepare.hpp"
 
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
@@ -15,9 +15,9 @@
 #include <system_error>
 #include <vector>
 
-#include "chat/line_reader.hpp"
-#include "chat/sha256.hpp"
-#include "staging_dir.hpp"
+#include "io/line_reader.hpp"
+#include "util/sha256.hpp"
+#include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/version.hpp"
 

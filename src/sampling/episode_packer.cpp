@@ -1,4 +1,4 @@
-#include "episode_packer.hpp"
+#include "sampling/episode_packer.hpp"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
-#include "episode_sampler.hpp"
+#include "sampling/episode_sampler.hpp"
 
 #include <algorithm>
 
-#include "hash.hpp"
-#include "numpy_random.hpp"
+#include "util/hash.hpp"
+#include "sampling/numpy_random.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "recent_cache.hpp"
+#include "pipeline/recent_cache.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {

@@ -1,9 +1,9 @@
-#include "numpy_random.hpp"
+#include "sampling/numpy_random.hpp"
 
 #include <numeric>
 #include <random>
 
-#include "hash.hpp"
+#include "util/hash.hpp"
 
 namespace tokenfeed {
 namespace {

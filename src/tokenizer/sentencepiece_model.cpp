@@ -1,4 +1,4 @@
-#include "chat/sentencepiece_model.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 #include <array>
 #include <string>
 
-#include "chat/special_strings.hpp"
+#include "tokenizer/special_strings.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/tokenizer.hpp"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "chat/sentencepiece_model.hpp"
-#include "chat/sha256.hpp"
-#include "chat/special_strings.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
+#include "util/sha256.hpp"
+#include "tokenizer/special_strings.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/tokenizer.hpp"
 

@@ -1,4 +1,4 @@
-#include "chat/sha256.hpp"
+#include "util/sha256.hpp"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
