@@ -29,7 +29,7 @@ class FakeSource final : public BatchSource {
   std::chrono::microseconds delay{0};
   bool jitter = false;
 
-  BatchPlan plan(std::uint64_t step) const override {
+  BatchPlan plan(std::uint64_t step) override {
     BatchPlan p;
     p.step = step;
     p.batch_in_epoch = step;

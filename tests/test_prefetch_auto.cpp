@@ -30,7 +30,7 @@ class TimedSource final : public BatchSource {
   std::uint64_t period = 0;  // 0: never slow
   std::uint64_t fail_plan_at = UINT64_MAX;
 
-  BatchPlan plan(std::uint64_t step) const override {
+  BatchPlan plan(std::uint64_t step) override {
     if (step == fail_plan_at) throw std::runtime_error("index vanished at step " + std::to_string(step));
     BatchPlan p;
     p.step = step;
@@ -71,7 +71,7 @@ struct AutoPipeline {
   std::unique_ptr<SplitPipeline> pipeline;
   SplitPipeline::Depths depths;
 
-  AutoPipeline(const BatchSource& source, detail::BatchShape shape, std::int64_t memory_mb, std::size_t threads) {
+  AutoPipeline(BatchSource& source, detail::BatchShape shape, std::int64_t memory_mb, std::size_t threads) {
     depths = SplitPipeline::plan_depths(0, memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
                                         Loader::kMaxHeldBatches);
     pool = std::make_shared<detail::BatchPool>(depths.initial + Loader::kMaxHeldBatches, shape, "train",

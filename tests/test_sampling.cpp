@@ -56,7 +56,7 @@ EpisodeSampler::Settings settings(SamplingMode mode, std::uint64_t batch, bool d
 }
 
 std::vector<std::int64_t> batch_ids(const EpisodeSampler& sampler, std::uint64_t step) {
-  const BatchPlan plan = sampler.plan(step);
+  const SampledBatch plan = sampler.plan(step);
   std::vector<std::int64_t> ids;
   for (std::uint64_t r = 0; r < sampler.settings().batch_size; ++r) ids.push_back(sampler.row_episode(plan, r));
   return ids;
@@ -225,7 +225,7 @@ TEST_CASE("the next epoch's order is made ahead; plans are the same as without i
   std::iota(kept.begin(), kept.end(), 0);
   const EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 10, true));
   // Planning epoch 0 starts epoch 1's order in the background; its orders are numpy's.
-  const BatchPlan first = sampler.plan(0);
+  const SampledBatch first = sampler.plan(0);
   const auto expected = numpy_permutation(43, 1000);
   CHECK(*sampler.epoch_order(1) == expected);
   CHECK(*sampler.plan(100).order == expected);  // batch 0 of epoch 1

@@ -150,11 +150,12 @@ void report_packing(const InspectOptions& o, const DatasetMetadata& meta, const 
   order.seed = static_cast<std::uint32_t>(o.seed);
   order.split = name;
   const EpisodeSampler sampler(kept, order);
+  const EpochOrders orders(sampler);
   PackedBatchSource::Options packing;
   packing.block_size = T;
   packing.drop_last = false;
   packing.lookahead = static_cast<std::size_t>(o.pack_lookahead);
-  const PackedBatchSource source(split, windows, sampler, packing);
+  const PackedBatchSource source(split, windows, orders, packing);
   const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
   // Padded sft_episode rows hold the same positions: each kept episode's kept length - 1.
   std::uint64_t positions = 0;

@@ -12,6 +12,7 @@
 #include "modes/episode_batch_source.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "sampling/episode_sampler.hpp"
+#include "modes/epoch_orders.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
@@ -56,6 +57,7 @@ struct Loader::Impl {
     std::optional<TokenStreamSplit> stream;  // token_stream
     std::unique_ptr<EpisodeWindows> windows;  // SFT modes: what a row keeps of an episode
     std::unique_ptr<EpisodeSampler> sampler;  // over kept episode ids, or window ids
+    std::unique_ptr<EpochOrders> orders;      // the sampler's orders in use (epoch mode)
     std::unique_ptr<BatchSource> source;
     std::shared_ptr<detail::BatchPool> pool;
     std::unique_ptr<SplitPipeline> pipeline;  // created on first get_batch
@@ -274,6 +276,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
     order.rank = 0;
     order.drop_last = false;
     split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), order);
+    split.orders = std::make_unique<EpochOrders>(*split.sampler);
     PackedBatchSource::Options packing;
     packing.block_size = block;
     packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
@@ -284,11 +287,12 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
     packing.pad_token_id = *config.pad_token_id;
     packing.ignore_index = config.ignore_index;
     packing.with_mask = split.mask;
-    split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.sampler, packing);
+    split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.orders, packing);
   } else {
     split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
+    split.orders = std::make_unique<EpochOrders>(*split.sampler);
     split.source = std::make_unique<EpisodeBatchSource>(
-        data, *split.sampler, *split.windows,
+        data, *split.orders, *split.windows,
         EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index,
                                     config.contract_fields});
   }
@@ -318,13 +322,14 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   }
   split.fingerprint = data.fingerprint();
   split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(name));
+  split.orders = std::make_unique<EpochOrders>(*split.sampler);
   TokenStreamBatchSource::Options options;
   options.block_size = block;
   options.mode = *config.batch_sampling_mode;
   if (config.document_aware) options.eos_token_id = config.eos_token_id;
   options.ignore_index = config.ignore_index;
   options.contract_fields = config.contract_fields;
-  split.source = std::make_unique<TokenStreamBatchSource>(data, *split.sampler, options);
+  split.source = std::make_unique<TokenStreamBatchSource>(data, *split.orders, options);
   check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
@@ -389,7 +394,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                  (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) +
                                                        " mask=" + bool_text(split.mask)
                                                  : std::string(" document_aware=") + bool_text(config.document_aware)));
-    const auto order = sampler.epoch_order(slot.epoch);
+    const auto order = split.orders->get(slot.epoch);
     const std::vector<std::uint64_t> first(order->begin(),
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
     AuditLog::Fields fields{{"split", split.name},

@@ -15,7 +15,10 @@ void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t co
   if (real < cols) slot.add_sequence(cols - real);
 }
 
-void EpisodeBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
+BatchPlan EpisodeBatchSource::plan(std::uint64_t step) { return plan_sampled_batch(orders_.sample(step)); }
+
+void EpisodeBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
+  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   const std::int64_t pad = options_.pad_token_id;
@@ -70,7 +73,8 @@ void EpisodeBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) 
   }
 }
 
-void EpisodeBatchSource::will_need(const BatchPlan& plan) const noexcept {
+void EpisodeBatchSource::will_need(const BatchPlan& batch_plan) const noexcept {
+  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
   const std::uint64_t rows = sampler_.settings().batch_size;
   for (std::uint64_t r = 0; r < rows; ++r) {
     const std::int64_t id = sampler_.row_episode(plan, r);

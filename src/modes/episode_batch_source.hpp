@@ -16,7 +16,7 @@
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
 #include "dataset/episode_dataset.hpp"
-#include "sampling/episode_sampler.hpp"
+#include "modes/epoch_orders.hpp"
 #include "modes/episode_window.hpp"
 
 namespace tokenfeed {
@@ -33,14 +33,14 @@ class EpisodeBatchSource final : public BatchSource {
     bool contract_fields = true;
   };
 
-  // REQUIRES: split, sampler and windows outlive the source.
-  EpisodeBatchSource(const EpisodeSplit& split, const EpisodeSampler& sampler, const EpisodeWindows& windows,
+  // REQUIRES: split, orders (and its sampler) and windows outlive the source.
+  EpisodeBatchSource(const EpisodeSplit& split, const EpochOrders& orders, const EpisodeWindows& windows,
                      Options options) noexcept
-      : split_(split), sampler_(sampler), windows_(windows), options_(options) {
+      : split_(split), orders_(orders), sampler_(orders.sampler()), windows_(windows), options_(options) {
     split_.advise_random_access();  // rows are read in shuffled order; see will_need
   }
 
-  BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
+  BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
@@ -50,6 +50,7 @@ class EpisodeBatchSource final : public BatchSource {
 
  private:
   const EpisodeSplit& split_;
+  const EpochOrders& orders_;
   const EpisodeSampler& sampler_;
   const EpisodeWindows& windows_;
   Options options_;

@@ -8,11 +8,12 @@
 namespace tokenfeed {
 
 PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows,
-                                     const EpisodeSampler& order_sampler, Options options)
-    : split_(split), windows_(windows), order_sampler_(order_sampler), options_(options) {
+                                     const EpochOrders& orders, Options options)
+    : split_(split), windows_(windows), orders_(orders), options_(options) {
   positions_of_.assign(split.num_episodes(), 0);
-  for (std::uint64_t i = 0; i < order_sampler.size(); ++i) {
-    const std::uint64_t id = order_sampler.id_at(i);
+  const EpisodeSampler& order = orders.sampler();
+  for (std::uint64_t i = 0; i < order.size(); ++i) {
+    const std::uint64_t id = order.id_at(i);
     const std::size_t n = windows.window(id).size();
     positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
   }
@@ -23,7 +24,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 }
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
-  return pack_episodes(*order_sampler_.epoch_order(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
+  return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
                        options_.lookahead);
 }
 
@@ -47,7 +48,7 @@ void PackedBatchSource::seek(std::uint64_t step, std::uint64_t epoch, std::uint6
   next_batch_ = batch_in_epoch;
 }
 
-BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
+BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   std::uint64_t epoch = 0, batch = 0;
   {
     std::lock_guard lock(mutex_);
@@ -74,7 +75,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
   p.step = step;
   p.epoch = epoch;
   p.batch_in_epoch = batch;
-  p.packing = packing(epoch);
+  p.mode_data = packing(epoch);
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
   packings_.prefetch(epoch + 1, [this, next = epoch + 1] { return make_packing(next); });
@@ -89,7 +90,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
 }
 
 void PackedBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
-  const PackedEpoch& packed = *plan.packing;
+  const PackedEpoch& packed = plan.mode_data_as<PackedEpoch>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0);  // real rows counted below

@@ -12,8 +12,9 @@
 // advanced by the serial planning stage; batch j of an epoch is still a pure function of
 // the epoch, whatever came before.
 //
-// Thread-safety: plan() is called by one stage at a time (state guarded by a mutex);
-// decode() may run concurrently on different slots.
+// Thread-safety: plan() walks the epochs with a cursor that seek() sets; the two may be
+// called from different threads (guarded by a mutex). decode() and the const members may
+// run concurrently.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "pipeline/batch_source.hpp"
 #include "sampling/episode_packer.hpp"
 #include "modes/episode_window.hpp"
+#include "modes/epoch_orders.hpp"
 #include "pipeline/recent_cache.hpp"
 
 namespace tokenfeed {
@@ -42,14 +44,16 @@ class PackedBatchSource final : public BatchSource {
     bool with_mask = false;
   };
 
-  // `order_sampler` gives each epoch's episode order (its batch settings are not used).
+  // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
   // When epoch 0 packs into fewer rows than one global batch with drop_last,
-  // batches_in_epoch(0) is 0 (the owner reports it). REQUIRES: split, windows and
-  // order_sampler outlive the source.
-  PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows, const EpisodeSampler& order_sampler,
+  // batches_in_epoch(0) is 0 (the owner reports it). REQUIRES: split, windows and orders
+  // outlive the source.
+  PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows, const EpochOrders& orders,
                     Options options);
 
-  BatchPlan plan(std::uint64_t step) const override;
+  // Plans `step`, which must follow the previous plan (or the seek); throws
+  // Error(pipeline) otherwise.
+  BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const override;
@@ -62,7 +66,7 @@ class PackedBatchSource final : public BatchSource {
  private:
   const EpisodeSplit& split_;
   const EpisodeWindows& windows_;
-  const EpisodeSampler& order_sampler_;
+  const EpochOrders& orders_;
   Options options_;
   std::vector<std::uint32_t> positions_of_;  // per global episode id: kept length - 1 (0: not kept)
 
@@ -72,8 +76,8 @@ class PackedBatchSource final : public BatchSource {
   // its destructor waits for a background make.
   RecentCache<PackedEpoch> packings_{2};
 
-  mutable std::mutex mutex_;
-  mutable std::uint64_t next_step_ = 0, next_epoch_ = 0, next_batch_ = 0;  // GUARDED_BY(mutex_)
+  std::mutex mutex_;
+  std::uint64_t next_step_ = 0, next_epoch_ = 0, next_batch_ = 0;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace tokenfeed

@@ -21,9 +21,9 @@ std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split
   return total;
 }
 
-TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpisodeSampler& sampler,
+TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
-    : split_(split), sampler_(sampler), options_(options) {
+    : split_(split), orders_(orders), sampler_(orders.sampler()), options_(options) {
   std::uint64_t next = 0;
   for (const StreamFile& f : split.files()) {
     first_sample_.push_back(next);
@@ -48,7 +48,10 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
   return loc;
 }
 
-void TokenStreamBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
+BatchPlan TokenStreamBatchSource::plan(std::uint64_t step) { return plan_sampled_batch(orders_.sample(step)); }
+
+void TokenStreamBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
+  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));

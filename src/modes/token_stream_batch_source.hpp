@@ -22,6 +22,7 @@
 
 #include "pipeline/batch_source.hpp"
 #include "dataset/token_stream.hpp"
+#include "modes/epoch_orders.hpp"
 
 namespace tokenfeed {
 
@@ -41,10 +42,11 @@ class TokenStreamBatchSource final : public BatchSource {
   // (random mode), over all files.
   static std::uint64_t sample_count(const TokenStreamSplit& split, std::size_t block_size, SamplingMode mode);
 
-  // REQUIRES: split and sampler outlive the source; the sampler draws from sample_count().
-  TokenStreamBatchSource(const TokenStreamSplit& split, const EpisodeSampler& sampler, Options options);
+  // REQUIRES: split and orders (and its sampler) outlive the source; the sampler draws
+  // from sample_count().
+  TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders, Options options);
 
-  BatchPlan plan(std::uint64_t step) const override { return sampler_.plan(step); }
+  BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
   std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
@@ -62,6 +64,7 @@ class TokenStreamBatchSource final : public BatchSource {
 
  private:
   const TokenStreamSplit& split_;
+  const EpochOrders& orders_;
   const EpisodeSampler& sampler_;
   Options options_;
   std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample

@@ -1,24 +1,28 @@
 // BatchSource: what a split's pipeline needs from a dataset mode: where batch k comes
-// from (plan, called only by the pipeline's sampler stage) and how to fill a slot with it
-// (decode, called in parallel).
+// from (plan, called only by the pipeline's serial sampler stage) and how to fill a slot
+// with it (decode, called in parallel).
 //
-// Contract: both are pure functions of their arguments, so that the output is the same
-// for any thread count or prefetch depth, and batch k does not depend on how the run got
-// there (exact resume).
+// Contract: batch k's plan is a function of k and of the position last given to seek(),
+// and decode is a pure function of its plan, so that the output is the same for any
+// thread count or prefetch depth and batch k does not depend on how the run got there
+// (exact resume). plan() may keep a cursor (packed epochs differ in length, so a source
+// walks them in order); it is therefore not const, and the pipeline calls it with
+// consecutive steps from one thread at a time.
 #pragma once
 
 #include <cstdint>
 
+#include "pipeline/batch_plan.hpp"
 #include "pipeline/batch_pool.hpp"
-#include "sampling/episode_sampler.hpp"
 
 namespace tokenfeed {
 
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Called with consecutive steps from where the stream starts (see seek); may throw.
-  virtual BatchPlan plan(std::uint64_t step) const = 0;
+  // Called with consecutive steps from where the stream starts (see seek), by one thread
+  // at a time; may throw.
+  virtual BatchPlan plan(std::uint64_t step) = 0;
   // Fills every buffer of `slot` (and its bookkeeping) for `plan`. May throw.
   virtual void decode(const BatchPlan& plan, detail::BatchSlot& slot) const = 0;
   // A hint, from the sampler stage, that `plan` will be decoded soon: a source may ask the

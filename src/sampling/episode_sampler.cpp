@@ -28,15 +28,7 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
   random_key_ = key.digest();
 }
 
-std::shared_ptr<const EpochOrder> EpisodeSampler::epoch_order(std::uint64_t epoch) const {
-  return orders_.get(epoch, [this, epoch] { return make_order(epoch); });
-}
-
-void EpisodeSampler::prefetch_epoch_order(std::uint64_t epoch) const {
-  orders_.prefetch(epoch, [this, epoch] { return make_order(epoch); });
-}
-
-EpochOrder EpisodeSampler::make_order(std::uint64_t epoch) const {
+EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
   EpochOrder order;
   if (settings_.shuffle) {
     const std::uint64_t seed = settings_.seed + epoch;
@@ -57,8 +49,8 @@ EpochOrder EpisodeSampler::make_order(std::uint64_t epoch) const {
   return order;
 }
 
-BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
-  BatchPlan p;
+SampledBatch EpisodeSampler::position(std::uint64_t step) const {
+  SampledBatch p;
   p.step = step;
   if (settings_.mode == SamplingMode::random) {
     p.batch_in_epoch = step;
@@ -70,12 +62,16 @@ BatchPlan EpisodeSampler::plan(std::uint64_t step) const {
   }
   p.epoch = step / batches_per_epoch_;
   p.batch_in_epoch = step % batches_per_epoch_;
-  p.order = epoch_order(p.epoch);
-  prefetch_epoch_order(p.epoch + 1);  // ready before the sampler reaches it
   return p;
 }
 
-std::int64_t EpisodeSampler::row_episode(const BatchPlan& plan, std::uint64_t row) const noexcept {
+SampledBatch EpisodeSampler::plan(std::uint64_t step) const {
+  SampledBatch p = position(step);
+  if (settings_.mode == SamplingMode::epoch) p.order = epoch_order(p.epoch);
+  return p;
+}
+
+std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t row) const noexcept {
   if (settings_.mode == SamplingMode::random) {
     const std::uint64_t u = CounterRng(random_key_).uniform(plan.step * settings_.batch_size + row, count_);
     return static_cast<std::int64_t>(id_at(u));
@@ -85,7 +81,7 @@ std::int64_t EpisodeSampler::row_episode(const BatchPlan& plan, std::uint64_t ro
   return static_cast<std::int64_t>((*plan.order)[position]);
 }
 
-std::uint64_t EpisodeSampler::real_rows(const BatchPlan& plan) const noexcept {
+std::uint64_t EpisodeSampler::real_rows(const SampledBatch& plan) const noexcept {
   if (settings_.mode == SamplingMode::random) return settings_.batch_size;
   const std::uint64_t first = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size;
   const std::uint64_t n = plan.order->size();

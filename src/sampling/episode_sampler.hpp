@@ -13,20 +13,19 @@
 //
 // The ids need not be episodes: the token-stream mode samples window numbers the same way.
 //
-// Thread-safety: plan() and row_episode() may be called concurrently; epoch orders are
-// computed once and shared immutably.
+// The sampler is pure arithmetic: it makes an epoch's order when asked and keeps none. The
+// modes keep the orders in use and make the next one ahead (modes/epoch_orders.hpp).
+//
+// Thread-safety: immutable after construction; every member may be called concurrently.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <string>
 #include <vector>
 
-#include "pipeline/recent_cache.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {
@@ -34,13 +33,12 @@ namespace tokenfeed {
 // One epoch's order over the kept ids (global episode ids), shared immutably.
 using EpochOrder = std::vector<std::uint64_t>;
 
-struct BatchPlan {
-  std::uint64_t step = 0;            // index of the batch in the split's stream
-  std::uint64_t epoch = 0;           // 0 in random mode
-  std::uint64_t batch_in_epoch = 0;  // == step in random mode
+// Where batch `step` is in the stream, with its epoch's order: all row_episode() needs.
+struct SampledBatch {
+  std::uint64_t step = 0;                   // index of the batch in the split's stream
+  std::uint64_t epoch = 0;                  // 0 in random mode
+  std::uint64_t batch_in_epoch = 0;         // == step in random mode
   std::shared_ptr<const EpochOrder> order;  // epoch mode only
-  std::shared_ptr<const struct PackedEpoch> packing;  // sft_packed only
-  std::exception_ptr error;                 // set when planning failed; carried to the trainer
 };
 
 class EpisodeSampler {
@@ -81,24 +79,28 @@ class EpisodeSampler {
     return std::min(count_, batches_per_epoch_ * settings_.batch_size * settings_.world_size);
   }
 
-  // The plan of batch `step`: its epoch and place in it, and the epoch's order.
-  BatchPlan plan(std::uint64_t step) const;
+  // Batch `step`'s epoch and place in it, without the order. Throws Error(config) in
+  // epoch mode when not even one batch fits.
+  SampledBatch position(std::uint64_t step) const;
+  // position(step) with the epoch's order made afresh (tools and tests; a mode takes its
+  // orders from EpochOrders, which keeps them).
+  SampledBatch plan(std::uint64_t step) const;
 
-  // The episode of row `row` of the planned batch, or -1 for a fill row.
-  std::int64_t row_episode(const BatchPlan& plan, std::uint64_t row) const noexcept;
+  // The episode of row `row` of the batch, or -1 for a fill row.
+  std::int64_t row_episode(const SampledBatch& batch, std::uint64_t row) const noexcept;
 
   // Rows of this rank's batch that are real episodes (the rest are fill rows).
-  std::uint64_t real_rows(const BatchPlan& plan) const noexcept;
+  std::uint64_t real_rows(const SampledBatch& batch) const noexcept;
 
-  // Epoch e's order (kept ids). Epoch mode only.
-  std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const;
-  // Starts making epoch e's order in the background (see RecentCache), so that the
-  // sampler does not stall at the epoch boundary. plan() does it for the next epoch.
-  void prefetch_epoch_order(std::uint64_t epoch) const;
+  // Epoch e's order (kept ids), made afresh: a permutation of size() ids, which takes the
+  // best part of a second for 10M of them. Epoch mode only.
+  EpochOrder make_epoch_order(std::uint64_t epoch) const;
+  std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const {
+    return std::make_shared<const EpochOrder>(make_epoch_order(epoch));
+  }
 
  private:
   EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings);
-  EpochOrder make_order(std::uint64_t epoch) const;
 
   std::vector<std::uint64_t> kept_;  // empty when identity_
   std::uint64_t count_ = 0;
@@ -106,11 +108,6 @@ class EpisodeSampler {
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;
-
-  // The epoch orders in use: a trainer reads at most two at a time (the epoch being
-  // consumed and the next one, planned or made ahead). Declared last: its destructor waits
-  // for a background make, which reads the members above.
-  RecentCache<EpochOrder> orders_{2};
 };
 
 }  // namespace tokenfeed
