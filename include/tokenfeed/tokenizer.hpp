@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/export.hpp"
+#include "tokenfeed/special_tokens.hpp"
 
 namespace tokenfeed {
 

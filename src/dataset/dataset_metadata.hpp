@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "tokenfeed/chat_format.hpp"
+#include "tokenfeed/special_tokens.hpp"
 #include "tokenfeed/dtype.hpp"
 
 namespace tokenfeed {
