@@ -1,11 +1,8 @@
 #include "pipeline/split_pipeline.hpp"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,6 +16,10 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "io/mapped_file.hpp"
+#include "pipeline/admitter.hpp"
+#include "pipeline/auto_depth.hpp"
+#include "pipeline/node_body.hpp"
+#include "pipeline/read_ahead.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -33,17 +34,6 @@ using Clock = std::chrono::steady_clock;
 // is about to land without a syscall, short enough not to steal a core from the stages.
 constexpr auto kSpinBeforeWait = std::chrono::microseconds(50);
 
-// Auto depth: pops per decision window, and the shortest wait that counts (a wait of a
-// few microseconds is a batch landing just in time, not a stall).
-constexpr std::uint64_t kAutoWindow = 32;
-constexpr double kAutoWaitUs = 20.0;
-
-// Read-ahead: how many batches the sampler plans beyond the admitted ones, and how many
-// consecutive decodes without a major page fault turn it off again.
-constexpr std::size_t kReadAheadBatches = 8;
-constexpr std::uint64_t kReadAheadQuietBatches = 64;
-constexpr std::uint64_t kFaultCheckEvery = 4;
-
 // The limiter's decrement carries a count: +n admits n more batches, and one negative
 // decrement at start reserves the headroom that auto depth hands out later.
 using Decrement = long long;
@@ -56,12 +46,6 @@ std::unique_ptr<tbb::global_control> worker_limit_for(std::size_t threads) {
   const auto allowed = static_cast<std::size_t>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
   if (threads + 1 <= allowed && threads + 1 <= static_cast<std::size_t>(tbb::info::default_concurrency())) return nullptr;
   return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads + 1);
-}
-
-long thread_major_faults() noexcept {
-  struct rusage usage {};
-  if (::getrusage(RUSAGE_THREAD, &usage) != 0) return 0;
-  return usage.ru_majflt;
 }
 
 // A first-in first-out queue of plans with a capacity fixed at construction, so that the
@@ -92,61 +76,21 @@ class PlanQueue {
   std::size_t count_ = 0;
 };
 
-// A flow-graph node body: calls `Member` on the pipeline. TBB copies a body into its node
-// on the thread that builds the graph and calls it on a worker that may already have been
-// running, a hand-off made inside libtbb, which ThreadSanitizer cannot see (Debian's
-// libtbb is not instrumented). The body therefore reaches the pipeline through an atomic
-// stored with release when the body is made (or copied) and loaded with acquire on every
-// call, so that the hand-off is visible to TSan through our own code and the suppressions
-// need not name it (tests/tsan.supp).
-template <class Owner, auto Member>
-class NodeBody {
- public:
-  explicit NodeBody(Owner& owner) noexcept { owner_.store(&owner, std::memory_order_release); }
-  NodeBody(const NodeBody& other) noexcept { owner_.store(other.owner_.load(std::memory_order_acquire), std::memory_order_release); }
-  NodeBody& operator=(const NodeBody&) = delete;
-  ~NodeBody() = default;
-
-  template <class... Args>
-  decltype(auto) operator()(Args&&... args) const {
-    return (owner_.load(std::memory_order_acquire)->*Member)(std::forward<Args>(args)...);
-  }
-
- private:
-  std::atomic<Owner*> owner_;
-};
-
 }  // namespace
 
 std::size_t SplitPipeline::next_auto_depth(std::size_t current, std::size_t max, std::uint64_t waits,
                                            double step_us, double decode_us, std::size_t threads) noexcept {
-  // Production per batch with every decoder busy, against the trainer's step: when it
-  // keeps up on average, the waits were jitter, and a deeper queue absorbs it. When it
-  // does not, the trainer waits in any case; the starting depth (kAutoStartDepth) is
-  // already past the point where a deeper queue helps a busy decoder (perf/RESULTS.md).
-  const double produce_us = decode_us / static_cast<double>(std::max<std::size_t>(threads, 1));
-  if (waits == 0 || current >= max || !(produce_us < step_us)) return current;
-  return std::min(max, current * 2);
+  return AutoDepth::next(current, max, waits, step_us, decode_us, threads);
 }
 
 SplitPipeline::Depths SplitPipeline::plan_depths(std::int64_t configured, std::int64_t memory_mb,
                                                  std::size_t slot_bytes, std::size_t threads,
                                                  std::size_t held) noexcept {
-  if (configured > 0) {
-    const auto d = static_cast<std::size_t>(configured);
-    return {d, d};
-  }
-  const std::size_t budget = static_cast<std::size_t>(std::max<std::int64_t>(memory_mb, 1)) << 20;
-  const std::size_t fit = budget / std::max<std::size_t>(slot_bytes, 1);
-  const std::size_t max = std::clamp<std::size_t>(fit > held ? fit - held : 1, 1, kMaxAutoDepth);
-  // Enough to keep every decoder busy while batches wait in the ring, and for pop() to
-  // admit new batches in bulk (see pop).
-  const std::size_t initial = std::min(max, std::max(threads + 2, kAutoStartDepth));
-  return {initial, max};
+  return AutoDepth::plan(configured, memory_mb, slot_bytes, threads, held);
 }
 
 struct SplitPipeline::Impl {
-  const BatchSource& source;
+  BatchSource& source;
   std::shared_ptr<detail::BatchPool> pool;
   Options options;
   const bool auto_depth;
@@ -167,49 +111,17 @@ struct SplitPipeline::Impl {
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
   // Bumped after every push into the ring and on stop; pop() sleeps on it.
   std::atomic<std::uint32_t> signal{0};
-  // Bumped (release) as each node body returns; read (acquire) after wait_for_all, so
-  // that everything our bodies did happens-before the teardown, visibly to TSan.
-  std::atomic<std::uint64_t> bodies_done{0};
-  // Set (release) once the graph is built, just before it starts; see BodyScope.
-  std::atomic<bool> built{false};
+  BodyOrder body_order;  // every node body runs inside a BodyOrder::Scope
 
   // Sampler-only state (the input_node body is never called concurrently).
   PlanQueue ahead;  // planned, not yet admitted
   bool planning_failed = false;
 
-  // Read-ahead switch: on while decodes take major page faults (never when disabled).
-  const bool read_ahead_allowed;
-  std::atomic<bool> read_ahead;
-  std::atomic<std::uint64_t> quiet_decodes{0};
+  ReadAhead read_ahead;
 
-  // Production measurements, written by the decoders.
-  std::atomic<std::uint64_t> decode_ns{0};
-  std::atomic<std::uint64_t> decodes{0};
-
-  // Depth: `depth` is in effect (set by the collator), `requested_depth` asked for by pop().
+  // The depth in effect (set by the collator), and what auto depth asks for (pop()).
   std::atomic<std::size_t> depth;
-  std::atomic<std::size_t> requested_depth;
-  std::mutex note_mutex;
-  std::string growth_note;  // GUARDED_BY(note_mutex): why the last request was made
-
-  // Marks the end of a node body (all its accesses) for the teardown; see bodies_done.
-  // Also acquires `built`, so that everything set up before the graph started
-  // happens-before the body, visibly to TSan (TBB's own hand-off to a worker that was
-  // already running is not).
-  // And acquires `bodies_done` on entry: a serial node (the sampler, the collator) runs
-  // its successive bodies on whichever threads TBB picks, ordered by TBB inside libtbb.
-  // Because every body ends with a release RMW on `bodies_done`, this acquire makes each
-  // body's accesses happen-before the next body's, visibly to TSan. That matters for the
-  // single-producer ring: the consumer acquires the write index from the latest push,
-  // and must thereby see the slots that earlier pushes, on other threads, wrote.
-  struct BodyScope {
-    Impl& impl;
-    explicit BodyScope(Impl& i) : impl(i) {
-      (void)impl.built.load(std::memory_order_acquire);
-      (void)impl.bodies_done.load(std::memory_order_acquire);
-    }
-    ~BodyScope() { impl.bodies_done.fetch_add(1, std::memory_order_release); }
-  };
+  AutoDepth auto_controller;
 
   // Consumer-side state (only touched by the thread calling pop()).
   std::exception_ptr delivered_error;
@@ -224,45 +136,14 @@ struct SplitPipeline::Impl {
   }
 
   // Hands the pending admissions to the admitter thread: for when the ring still holds
-  // batches. A decrement may wake a sleeping decoder, which takes TBB tens of microseconds
-  // on the calling thread (on a 2-core VM, 8x1024 with a 2 ms step: get_batch's p99 was
-  // 36-45 us with the trainer sending them, 20-29 us handed off, same build and runs; 4-5
-  // us with admissions 16 times rarer); handed off, the trainer pays at most a futex wake,
-  // and only when the admitter sleeps.
+  // batches (see Admitter).
   void hand_off_pending() {
     if (pending_admissions == 0) return;
-    admissions.fetch_add(static_cast<std::uint32_t>(pending_admissions), std::memory_order_release);
-    admissions.notify_one();
+    admitter->hand_off(static_cast<std::uint32_t>(pending_admissions));
     pending_admissions = 0;
   }
 
-  // Admissions handed off by pop(), plus kAdmitterStop once the pipeline stops. The count
-  // is at most the pool's size, far below the stop bit.
-  static constexpr std::uint32_t kAdmitterStop = 1U << 31;
-  std::atomic<std::uint32_t> admissions{0};
-  std::thread admitter;  // started after build(), joined by the destructor
-
-  void admitter_loop() {
-    while (true) {
-      const std::uint32_t taken = admissions.fetch_and(kAdmitterStop, std::memory_order_acq_rel);
-      if ((taken & kAdmitterStop) != 0) return;
-      if (taken == 0) {
-        admissions.wait(0, std::memory_order_acquire);
-        continue;
-      }
-      limiter->decrementer().try_put(static_cast<Decrement>(taken));
-    }
-  }
-  struct Window {
-    std::uint64_t pops = 0;
-    std::uint64_t waits = 0;     // waits over kAutoWaitUs
-    double step_us = 0;          // the trainer's time between pops, waits excluded
-    std::uint64_t decode_ns = 0;  // the decoders' counters at the window's start
-    std::uint64_t decodes = 0;
-  } window;
-  std::uint64_t pops_since_change = 0;
-  Clock::time_point last_return{};
-  bool returned_once = false;
+  std::unique_ptr<Admitter> admitter;  // started after build(); reset by the destructor first
 
   std::unique_ptr<tbb::global_control> worker_limit;  // see worker_limit_for; outlives the arena's use
   tbb::task_arena arena;
@@ -273,7 +154,7 @@ struct SplitPipeline::Impl {
   std::unique_ptr<flow::sequencer_node<BatchSlot*>> sequencer;
   std::unique_ptr<flow::function_node<BatchSlot*, flow::continue_msg>> collator;
 
-  Impl(const BatchSource& s, std::shared_ptr<detail::BatchPool> p, Options o)
+  Impl(BatchSource& s, std::shared_ptr<detail::BatchPool> p, Options o)
       : source(s),
         pool(std::move(p)),
         options(o),
@@ -282,11 +163,9 @@ struct SplitPipeline::Impl {
         ring(std::max(pool->capacity(), pool->size())),
         plans(max_depth + 2),
         next_step(o.start_step),
-        ahead(kReadAheadBatches + 1),
-        read_ahead_allowed(MappedFile::hints_enabled()),
-        read_ahead(read_ahead_allowed),
+        ahead(ReadAhead::kBatches + 1),
         depth(o.prefetch_depth),
-        requested_depth(o.prefetch_depth),
+        auto_controller(o.prefetch_depth, max_depth, o.threads),
         worker_limit(worker_limit_for(o.threads)),
         // One slot is reserved for the thread that builds and tears down the graph, so that
         // it always joins the arena itself: with every worker slot taken, execute() would
@@ -320,18 +199,18 @@ struct SplitPipeline::Impl {
         plan.step = step;
         plan.error = std::current_exception();
       }
-      if (!plan.error && read_ahead.load(std::memory_order_relaxed)) source.will_need(plan);
+      if (!plan.error && read_ahead.on()) source.will_need(plan);
       ahead.push_back(std::move(plan));
     }
   }
 
   flow::continue_msg plan_next(tbb::flow_control& fc) {
-    const BodyScope scope(*this);
+    const BodyOrder::Scope scope(body_order);
     if (stopping.load(std::memory_order_acquire) || failed.load(std::memory_order_acquire)) {
       fc.stop();
       return {};
     }
-    plan_ahead(read_ahead.load(std::memory_order_relaxed) ? kReadAheadBatches + 1 : 1);
+    plan_ahead(read_ahead.on() ? ReadAhead::kBatches + 1 : 1);
     BatchPlan plan = ahead.pop_front();
     if (plan.error) failed.store(true, std::memory_order_release);  // this one goes out, then stop
     push_plan(std::move(plan));
@@ -339,7 +218,7 @@ struct SplitPipeline::Impl {
   }
 
   BatchSlot* decode_one() {
-    const BodyScope scope(*this);
+    const BodyOrder::Scope scope(body_order);
     const BatchPlan plan = pop_plan();
     BatchSlot* slot = pool->acquire();
     if (slot == nullptr) {
@@ -366,52 +245,27 @@ struct SplitPipeline::Impl {
         slot->error = std::current_exception();
       }
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      decode_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
-      decodes.fetch_add(1, std::memory_order_relaxed);
-      if (read_ahead_allowed) watch_faults();
+      auto_controller.record_decode(static_cast<std::uint64_t>(ns));
+      read_ahead.watch_faults();
     }
     slot->publish();
     return slot;
   }
 
-  // Turns read-ahead on when this thread took major page faults since its last check, and
-  // off after kReadAheadQuietBatches decodes without. getrusage costs about half a
-  // microsecond, so with read-ahead off only every kFaultCheckEvery-th decode checks.
-  void watch_faults() {
-    thread_local long last_faults = thread_major_faults();
-    thread_local std::uint64_t decodes_here = 0;
-    const bool on = read_ahead.load(std::memory_order_relaxed);
-    if (!on && ++decodes_here % kFaultCheckEvery != 0) return;
-    const long faults = thread_major_faults();
-    const bool faulted = faults != last_faults;
-    last_faults = faults;
-    if (faulted) {
-      quiet_decodes.store(0, std::memory_order_relaxed);
-      if (!on) read_ahead.store(true, std::memory_order_relaxed);
-    } else if (on && quiet_decodes.fetch_add(1, std::memory_order_relaxed) + 1 >= kReadAheadQuietBatches) {
-      read_ahead.store(false, std::memory_order_relaxed);
-    }
-  }
-
   // Applies a depth pop() asked for: slots first, then the admissions.
   void apply_growth() {
-    const std::size_t want = requested_depth.load(std::memory_order_acquire);
+    const std::size_t want = auto_controller.requested();
     const std::size_t have = depth.load(std::memory_order_relaxed);
     if (want <= have || stopping.load(std::memory_order_acquire)) return;
     pool->grow_to(pool->size() + (want - have));
     depth.store(want, std::memory_order_release);
     limiter->decrementer().try_put(static_cast<Decrement>(want - have));
-    std::string note;
-    {
-      std::lock_guard lock(note_mutex);
-      note = growth_note;
-    }
     log_line(LogLevel::info, "[tokenfeed] split=" + pool->split() + " prefetch_depth=" + std::to_string(want) +
-                                 " (auto, max " + std::to_string(max_depth) + "; " + note + ")");
+                                 " (auto, max " + std::to_string(max_depth) + "; " + auto_controller.note() + ")");
   }
 
   void collate(BatchSlot* slot) {
-    const BodyScope scope(*this);
+    const BodyOrder::Scope scope(body_order);
     slot->observe();
     // Never fails: at most pool->capacity() slots exist and the ring holds that many.
     const bool pushed = ring.push(slot);
@@ -421,43 +275,8 @@ struct SplitPipeline::Impl {
     if (auto_depth) apply_growth();
   }
 
-  // Consumer side of auto depth: called by pop() once per batch returned.
-  void observe_pop(Clock::time_point called, double waited_us) {
-    if (returned_once) window.step_us += std::chrono::duration<double, std::micro>(called - last_return).count();
-    ++window.pops;
-    if (waited_us > kAutoWaitUs) ++window.waits;
-    ++pops_since_change;
-    if (window.pops < kAutoWindow) return;
-
-    const std::uint64_t ns = decode_ns.load(std::memory_order_relaxed);
-    const std::uint64_t n = decodes.load(std::memory_order_relaxed);
-    const std::size_t current = requested_depth.load(std::memory_order_relaxed);
-    // Warm-up: the first window after a start or a change fills the new depth.
-    const bool settled = pops_since_change >= 2 * kAutoWindow;
-    if (settled && n > window.decodes) {
-      const double step_us = window.step_us / static_cast<double>(window.pops);
-      const double decode_us = static_cast<double>(ns - window.decode_ns) / 1000.0 / static_cast<double>(n - window.decodes);
-      const std::size_t next = next_auto_depth(current, max_depth, window.waits, step_us, decode_us, options.threads);
-      if (next != current) {
-        {
-          char text[160];
-          std::snprintf(text, sizeof text, "%llu waits in %llu steps; trainer step %.0f us, decode %.0f us per batch on %zu thread(s)",
-                        static_cast<unsigned long long>(window.waits), static_cast<unsigned long long>(window.pops),
-                        step_us, decode_us, options.threads);
-          std::lock_guard lock(note_mutex);
-          growth_note = text;
-        }
-        requested_depth.store(next, std::memory_order_release);
-        pops_since_change = 0;
-      }
-    }
-    window = Window{};
-    window.decode_ns = ns;
-    window.decodes = n;
-  }
-
   std::size_t sequence_of(BatchSlot* slot) {
-    const BodyScope scope(*this);
+    const BodyOrder::Scope scope(body_order);
     slot->observe();
     return static_cast<std::size_t>(slot->sequence);
   }
@@ -476,7 +295,7 @@ struct SplitPipeline::Impl {
       graph->cancel();
       graph->wait_for_all();
     });
-    (void)bodies_done.load(std::memory_order_acquire);
+    body_order.after_teardown();
   }
 
   void build() {
@@ -495,12 +314,12 @@ struct SplitPipeline::Impl {
     // The headroom above the starting depth stays reserved until auto depth hands it out.
     const std::size_t reserved = max_depth - options.prefetch_depth;
     if (reserved > 0) limiter->decrementer().try_put(-static_cast<Decrement>(reserved));
-    built.store(true, std::memory_order_release);
+    body_order.graph_built();
     sampler->activate();
   }
 };
 
-SplitPipeline::SplitPipeline(const BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options)
+SplitPipeline::SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options)
     : impl_(std::make_unique<Impl>(source, std::move(pool), options)) {
   if (impl_->auto_depth) {
     log_line(LogLevel::info, "[tokenfeed] split=" + impl_->pool->split() + " prefetch_depth=" +
@@ -509,7 +328,8 @@ SplitPipeline::SplitPipeline(const BatchSource& source, std::shared_ptr<detail::
   }
   impl_->arena.execute([this] { impl_->build(); });
   try {
-    impl_->admitter = std::thread([this] { impl_->admitter_loop(); });
+    impl_->admitter = std::make_unique<Admitter>(
+        [impl = impl_.get()](long long n) { impl->limiter->decrementer().try_put(static_cast<Decrement>(n)); });
   } catch (...) {  // no thread to be had: the graph is running, so stop it before failing
     stop();
     impl_->tear_down();
@@ -519,7 +339,7 @@ SplitPipeline::SplitPipeline(const BatchSource& source, std::shared_ptr<detail::
 
 SplitPipeline::~SplitPipeline() {
   stop();
-  impl_->admitter.join();  // before the graph it feeds goes
+  impl_->admitter.reset();  // joins it, before the graph it feeds goes
   impl_->tear_down();
 }
 
@@ -527,8 +347,7 @@ void SplitPipeline::stop() noexcept {
   impl_->stopping.store(true, std::memory_order_release);
   impl_->signal.fetch_add(1, std::memory_order_release);
   impl_->signal.notify_all();
-  impl_->admissions.fetch_or(Impl::kAdmitterStop, std::memory_order_release);
-  impl_->admissions.notify_one();
+  if (impl_->admitter) impl_->admitter->stop();
 }
 
 std::size_t SplitPipeline::prefetch_depth() const noexcept { return impl_->depth.load(std::memory_order_acquire); }
@@ -572,9 +391,8 @@ BatchSlot* SplitPipeline::pop(double& waited_us) {
     std::rethrow_exception(s.delivered_error);
   }
   if (s.auto_depth) {
-    s.observe_pop(called, waited_us);
-    s.last_return = Clock::now();
-    s.returned_once = true;
+    s.auto_controller.observe_pop(called, waited_us);
+    s.auto_controller.returned(Clock::now());
   }
   return slot;
 }

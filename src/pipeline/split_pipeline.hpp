@@ -12,33 +12,17 @@
 //   ring: boost::lockfree::spsc_queue of slots, popped by get_batch on the trainer's thread.
 //
 // The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
-// ring is down to half the depth, through a small admitter thread (a decrement may wake a
-// sleeping decoder, which costs TBB tens of microseconds on the calling thread; handing
-// it off costs the trainer at most a futex wake), and directly when the ring is empty
-// (the trainer waits then in any case). A failure in any stage travels in order, inside
-// its slot, and is rethrown by pop().
+// ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
+// and directly when the ring is empty (the trainer waits then in any case). A failure in
+// any stage travels in order, inside its slot, and is rethrown by pop().
 //
-// Auto depth (Options::max_prefetch_depth > prefetch_depth): pop() measures the trainer's
-// step (the time between one pop returning and the next being called) and the decode
-// time per batch; in each window of pops after warm-up, when the trainer had to wait
-// although production keeps up with it on average (so the waits come from jitter, which
-// depth absorbs), it asks for twice the depth, up to the maximum. When production is
-// slower than the trainer no depth stops the waits, and the starting depth is already
-// past the point where depth helps a busy decoder. The collator applies
-// the request off the trainer's thread: it allocates the new slots, then admits the new
-// batches. (A limiter's threshold is fixed at construction, so it is built with the
-// maximum, and one negative decrement at start reserves the headroom above the starting
-// depth; growing hands headroom out with positive decrements, which the limiter's clamp
-// at zero can never swallow.) The depth never shrinks.
-//
-// Read-ahead: while decodes incur major page faults (data not in the page cache: a cold
-// start), the sampler plans kReadAheadBatches batches beyond what the limiter admitted
-// and asks the source to madvise(WILLNEED) their pages, so the kernel reads them
-// concurrently instead of one fault at a time inside decode (the episode source also
-// marks its files MADV_RANDOM, so a fault no longer drags in a read-around window). With
-// a warm cache it issues nothing (the syscalls would only cost time).
-// TOKENFEED_READ_AHEAD=0 in the environment turns both hints off, for measuring their
-// effect (perf/run.sh).
+// Its parts, each in its own unit: auto depth (pipeline/auto_depth.hpp: pop() measures,
+// the collator applies a larger depth by allocating slots and then admitting batches; a
+// limiter's threshold is fixed at construction, so it is built with the maximum and one
+// negative decrement at start reserves the headroom above the starting depth), read-ahead
+// on a cold page cache (pipeline/read_ahead.hpp: the sampler plans a few batches beyond
+// the admitted ones and asks the source to read their pages ahead), the admitter, and the
+// node bodies' ordering made visible to ThreadSanitizer (pipeline/node_body.hpp).
 //
 // Thread-safety: pop() and prefetch_depth() must be called by one thread at a time (the
 // trainer); stop() may be called from any thread and wakes a blocked pop() and the
@@ -49,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "pipeline/auto_depth.hpp"
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
 
@@ -67,13 +52,10 @@ class SplitPipeline {
   // start (max(threads + 2, kAutoStartDepth)) and its maximum, the most batches whose
   // buffers, with the trainer's `held` ones, fit in memory_mb (at least 1, at most
   // kMaxAutoDepth); the start never exceeds the maximum.
-  struct Depths {
-    std::size_t initial = 1;
-    std::size_t max = 1;
-  };
-  static constexpr std::size_t kMaxAutoDepth = 64;
+  using Depths = AutoDepth::Depths;
+  static constexpr std::size_t kMaxAutoDepth = AutoDepth::kMaxDepth;
   // Auto's start: at least this many, or decode threads + 2 (see plan_depths).
-  static constexpr std::size_t kAutoStartDepth = 16;
+  static constexpr std::size_t kAutoStartDepth = AutoDepth::kStartDepth;
   static Depths plan_depths(std::int64_t configured, std::int64_t memory_mb, std::size_t slot_bytes,
                             std::size_t threads, std::size_t held) noexcept;
 
@@ -89,7 +71,7 @@ class SplitPipeline {
   // Starts producing at once. REQUIRES: source outlives the pipeline; the pool has at
   // least prefetch_depth + the trainer's held batches slots, and a capacity of
   // max_prefetch_depth + held when auto.
-  SplitPipeline(const BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options);
+  SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options);
   ~SplitPipeline();
   SplitPipeline(const SplitPipeline&) = delete;
   SplitPipeline& operator=(const SplitPipeline&) = delete;
