@@ -42,10 +42,11 @@ import csv
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+
+import measure  # perf/measure.py: the same percentiles as the C++ tools
 
 
 def run_bench(bench, config, shape, step, threads, depths, order, repeats, seconds, csv_path, seed=1):
@@ -70,13 +71,13 @@ def summarize(name, pairs, a, b):
     """pairs: [(rate_a, rate_b, depth_used_b)]."""
     ratios = [rb / ra for ra, rb, _ in pairs]
     b_behind = sum(r < 1 for r in ratios)
-    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) >= 2 else [ratios[0]] * 3
+    q = [measure.nearest_rank(ratios, 0.25), measure.median(ratios), measure.nearest_rank(ratios, 0.75)]
     out = {
         "phase": name,
         "pairs": len(pairs),
-        f"median_{a}": statistics.median(p[0] for p in pairs),
-        f"median_{b}": statistics.median(p[1] for p in pairs),
-        "median_ratio": statistics.median(ratios),
+        f"median_{a}": measure.median(p[0] for p in pairs),
+        f"median_{b}": measure.median(p[1] for p in pairs),
+        "median_ratio": measure.median(ratios),
         "ratio_q1": q[0],
         "ratio_q3": q[2],
         "ratio_min": min(ratios),

@@ -5,10 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "measure/measure.hpp"
+#include "measure/nearest_rank.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/loader.hpp"
 
@@ -16,35 +17,13 @@ namespace tokenfeed::perf {
 
 using Clock = std::chrono::steady_clock;
 
-// A step whose batch was not ready and get_batch waited longer than this for it (Batch::
-// wait_us) waited for data (as in `tokenfeed bench`).
-constexpr double kStallUs = 50.0;
-
-inline void spin_for(double us) {
-  if (us <= 0) return;
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
-  while (Clock::now() < end) {
-  }
-}
-
-inline double rss_anon_mb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
-  }
-  return 0;
-}
-
-inline double percentile_of_sorted(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(i, sorted.size() - 1)];
-}
+using measure::kStallUs;
+using measure::rss_anon_mb;
+using measure::spin_for;
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return percentile_of_sorted(v, 0.5);
+  return nearest_rank(v, 0.5);
 }
 
 struct ConsumerResult {
@@ -88,8 +67,8 @@ inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t
   r.batches_per_s = static_cast<double>(r.batches) / r.seconds;
   r.stall_fraction = static_cast<double>(data_waits) / static_cast<double>(lat.size());
   std::sort(lat.begin(), lat.end());
-  r.p50_us = percentile_of_sorted(lat, 0.5);
-  r.p99_us = percentile_of_sorted(lat, 0.99);
+  r.p50_us = nearest_rank(lat, 0.5);
+  r.p99_us = nearest_rank(lat, 0.99);
   r.max_us = lat.back();
   r.depth_used = loader.split_stats("train").prefetch_depth;
   r.threads_used = loader.split_stats("train").decode_threads;

@@ -14,8 +14,9 @@ import glob
 import json
 import os
 import shutil
-import statistics
 from collections import defaultdict
+
+import measure  # perf/measure.py: the same percentiles as the C++ tools
 
 import matplotlib
 
@@ -37,8 +38,7 @@ FIRST_STEPS = 16  # `tokenfeed bench --waits-json`'s first_steps: auto depth's s
 
 
 def med(values):
-    values = list(values)
-    return statistics.median(values) if values else float("nan")
+    return measure.median(values)
 
 
 def spread(values, digits=0, unit=""):

@@ -21,11 +21,13 @@ over interleaved repeats of each run's p50, p99 and mean, in microseconds.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "perf"))
+import measure  # noqa: E402  perf/measure.py: the same percentiles as the C++ tools
 
 # This file sits beside the package's sources (python/tokenfeed/, without the compiled
 # module): import the installed package, not those.
@@ -99,7 +101,7 @@ def measure(next_batch, batches, warmup, step_us):
         costs[i] = clock() - t0
         spin(step_us)
     costs *= 1e6
-    return {"p50": float(np.percentile(costs, 50)), "p99": float(np.percentile(costs, 99)),
+    return {"p50": measure.nearest_rank(costs, 0.50), "p99": measure.nearest_rank(costs, 0.99),
             "mean": float(costs.mean()), "max": float(costs.max())}
 
 
@@ -162,7 +164,7 @@ def main():
         for name, results in runs.items():
             row = {"loader": name, "step_us": step_us, "batch_size": B, "block_size": T, "mask": use_mask,
                    "batches": a.batches, "repeats": a.repeats,
-                   **{k: statistics.median(r[k] for r in results) for k in ("p50", "p99", "mean")}}
+                   **{k: measure.median(r[k] for r in results) for k in ("p50", "p99", "mean")}}
             if name == "tokenfeed":
                 row.update(decode_threads=decode_threads, prefetch_depth=prefetch_depth)
             rows.append(row)

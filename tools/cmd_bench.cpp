@@ -12,7 +12,7 @@
 // (RssAnon: resident memory that is not file-backed, so the memory-mapped dataset does
 // not count). --json prints exactly one JSON object on stdout and nothing else.
 //
-// The JSON object's fields named by the perf contract (issue 6), under exactly those names:
+// The JSON object's fields named by the perf contract (perf/RESULTS.md), under exactly those names:
 //   batches_per_s, tokens_per_s, get_batch_us {p50, p99, max}, stall_fraction, open_ms,
 //   prefetch_depth, decode_threads, rss_anon_mb
 // and extras beside them: real_tokens_per_s, get_batch_us.mean, slow_call_fraction,
@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "measure/measure.hpp"
 #include "measure/nearest_rank.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
@@ -59,8 +60,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A get_batch that took longer than this waited for data.
-constexpr double kStallUs = 50.0;
+using measure::kStallUs;
+using measure::rss_anon_mb;
+using measure::spin_for;
 
 // `waits`: the first steps counted apart (auto depth's starting window), the most wait
 // positions listed, and how many of the longest waits are named.
@@ -78,24 +80,6 @@ struct BenchOptions {
   bool json = false;
   std::string waits_json;
 };
-
-// Busy-waits `us` microseconds: a training step's CPU time on the trainer's thread.
-void spin_for(double us) {
-  if (us <= 0) return;
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
-  while (Clock::now() < end) {
-  }
-}
-
-// RssAnon from /proc/self/status, in MiB (0 when unavailable).
-double rss_anon_mb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
-  }
-  return 0;
-}
 
 // Major page faults of the whole process so far (reads that went to the disk).
 long process_major_faults() {

@@ -49,6 +49,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "measure/measure.hpp"
 #include "measure/nearest_rank.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
@@ -373,7 +374,7 @@ nb::dict config_dict(const tokenfeed::Config& config) {
 // call after the loader opened or after reset_stats(), whose calls count as warm-up.
 struct CallTiming {
   static constexpr std::size_t kWindow = 8192;  // calls kept for the percentiles
-  static constexpr double kStallUs = 50.0;      // tokenfeed bench's kStallUs
+  static constexpr double kStallUs = tokenfeed::measure::kStallUs;
   std::vector<float> recent_us;  // the last kWindow durations (a ring once full)
   std::size_t next = 0;
   std::uint64_t warmup = 0;      // calls made before the last reset_stats()
@@ -416,15 +417,6 @@ struct CallTiming {
     warmup = done;
   }
 };
-
-double rss_anon_mb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
-  }
-  return 0;
-}
 
 class PyLoader {
  public:
@@ -602,7 +594,7 @@ class PyLoader {
     d["prefetch_depth_setting"] =
         s.prefetch_depth_setting == 0 ? std::string("auto") : std::to_string(s.prefetch_depth_setting);
     d["decode_threads"] = s.stats.decode_threads;
-    d["rss_anon_mb"] = rss_anon_mb();
+    d["rss_anon_mb"] = tokenfeed::measure::rss_anon_mb();
     // Beyond bench: the waits behind stall_fraction, the packing, and the split's facts.
     d["waits"] = t.waits;
     d["total_wait_us"] = t.total_wait_us;

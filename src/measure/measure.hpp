@@ -1,0 +1,41 @@
+// Measurement helpers shared by `tokenfeed bench` (tools/), the benchmarks (perf/) and the
+// Python module's stats(), so that the three report the same figures the same way:
+// what counts as a stall, a trainer step's CPU time, the process's anonymous memory.
+// Percentiles: measure/nearest_rank.hpp.
+//
+// Not part of the library's core (docs/ARCHITECTURE.md): nothing under src/ but measure/
+// includes this.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+namespace tokenfeed::measure {
+
+// A get_batch whose batch was not ready and that waited longer than this for it
+// (Batch::wait_us) waited for data: a stall.
+inline constexpr double kStallUs = 50.0;
+
+// Busy-waits `us` microseconds: a training step's CPU time on the trainer's thread.
+inline void spin_for(double us) {
+  using Clock = std::chrono::steady_clock;
+  if (us <= 0) return;
+  const auto end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
+  while (Clock::now() < end) {
+  }
+}
+
+// RssAnon of this process from /proc/self/status, in MiB (0 when unavailable): the
+// memory the loader allocates, without the page cache that maps the dataset.
+inline double rss_anon_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stod(line.substr(8)) / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace tokenfeed::measure
