@@ -5,8 +5,8 @@
 
 namespace tokenfeed {
 
-std::size_t AutoDepth::next(std::size_t current, std::size_t max, std::uint64_t waits, double step_us,
-                            double decode_us, std::size_t threads) noexcept {
+std::size_t AutoDepth::next(std::size_t current, std::size_t max, std::uint64_t waits, double step_us, double decode_us,
+                            std::size_t threads) noexcept {
   // Production per batch with every decoder busy, against the trainer's step: when it
   // keeps up on average, the waits were jitter, and a deeper queue absorbs it. When it
   // does not, the trainer waits in any case; the starting depth (kStartDepth) is already

@@ -46,8 +46,8 @@ class AutoDepth {
   // on average, and a batch took `decode_us` to decode on one of `threads` decoders.
   // Doubles, up to `max`, when there were waits although production keeps up (jitter);
   // otherwise returns `current`.
-  static std::size_t next(std::size_t current, std::size_t max, std::uint64_t waits, double step_us,
-                          double decode_us, std::size_t threads) noexcept;
+  static std::size_t next(std::size_t current, std::size_t max, std::uint64_t waits, double step_us, double decode_us,
+                          std::size_t threads) noexcept;
 
   // Pops per decision window, and the shortest wait that counts (a wait of a few
   // microseconds is a batch landing just in time, not a stall).
