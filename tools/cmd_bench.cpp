@@ -88,77 +88,126 @@ long process_major_faults() {
   return usage.ru_majflt;
 }
 
-void bench(const BenchOptions& o) {
-  if (o.json) set_log_handler(nullptr);  // stdout carries the JSON object only
-  const auto open_start = Clock::now();
-  Loader loader(load_config_file(o.config));
-  const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - open_start).count();
-  const Config& c = loader.config();
-  if (!loader.has_split(o.split)) throw Error(ErrorKind::usage, "split '" + o.split + "' is not in the dataset");
+// When the steps that waited for data happened (--waits-json), gathered step by step.
+class WaitLog {
+ public:
+  explicit WaitLog(long batches) : batches_(batches), faults_at_tenth_(process_major_faults()) {}
 
+  // Before measured step i: at a tenth boundary, closes the tenth that just ended.
+  void begin_step(long i) {
+    if (tenth_of(i) == tenth_) return;
+    close_tenth();
+    tenth_ = tenth_of(i);
+  }
+  // Measured step i waited `us` for its batch (over kStallUs).
+  void wait(long i, double us) {
+    ++count_;
+    ++waits_tenth_[tenth()];
+    wait_us_tenth_[tenth()] += us;
+    if (i < kFirstSteps) ++in_first_steps_;
+    if (steps_.size() < kMaxWaitSteps) steps_.push_back(i);
+    by_length_.emplace_back(us, i);
+  }
+  // After the last step.
+  void finish() {
+    close_tenth();
+    std::sort(by_length_.begin(), by_length_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (by_length_.size() > kLongestWaits) by_length_.resize(kLongestWaits);
+  }
+
+  long count() const noexcept { return count_; }
+  long in_first_steps() const noexcept { return in_first_steps_; }
+  long first_steps() const noexcept { return std::min(kFirstSteps, batches_); }
+  const std::array<long, kTenths>& per_tenth() const noexcept { return waits_tenth_; }
+  // The longest wait: (us, step). REQUIRES: count() > 0 and finish() called.
+  const std::pair<double, long>& longest() const { return by_length_.front(); }
+
+  nlohmann::json to_json() const {
+    nlohmann::json longest = nlohmann::json::array();
+    for (const auto& [us, step] : by_length_) longest.push_back({{"step", step}, {"us", us}});
+    return {{"threshold_us", kStallUs},
+            {"count", count_},
+            {"batches", batches_},
+            {"first_steps", first_steps()},
+            {"in_first_steps", in_first_steps_},
+            {"tenths", waits_tenth_},
+            {"wait_us_tenths", wait_us_tenth_},
+            {"major_faults_tenths", faults_tenth_},
+            {"steps", steps_},
+            {"steps_truncated", static_cast<std::size_t>(count_) > steps_.size()},
+            {"longest", longest}};
+  }
+
+ private:
+  int tenth_of(long i) const {
+    return static_cast<int>(std::min<long>(kTenths - 1, i * kTenths / std::max(batches_, 1L)));
+  }
+  std::size_t tenth() const noexcept { return static_cast<std::size_t>(tenth_); }
+  void close_tenth() {
+    const long faults = process_major_faults();
+    faults_tenth_[tenth()] = faults - faults_at_tenth_;
+    faults_at_tenth_ = faults;
+  }
+
+  const long batches_;
+  long count_ = 0;
+  long in_first_steps_ = 0;
+  int tenth_ = 0;
+  long faults_at_tenth_;
+  std::array<long, kTenths> waits_tenth_{}, faults_tenth_{};
+  std::array<double, kTenths> wait_us_tenth_{};
+  std::vector<long> steps_;
+  std::vector<std::pair<double, long>> by_length_;  // (us, step) of every wait, then the longest
+};
+
+// What the measured steps gave.
+struct Measured {
+  double seconds = 0;
+  std::vector<double> latency_us;  // sorted
+  double mean_us = 0;
+  unsigned long long real_tokens = 0;
+  WaitLog waits;
+  explicit Measured(long batches) : waits(batches) {}
+};
+
+// Takes the warm-up batches, then the measured ones, spending the consumer's step after each.
+Measured measure_steps(Loader& loader, const BenchOptions& o) {
   for (long i = 0; i < o.warmup; ++i) {
     Batch b = loader.get_batch(o.split);
     b.release();
     spin_for(o.consumer_us);
   }
-
-  std::vector<double> latency_us;
-  latency_us.reserve(static_cast<std::size_t>(o.batches));
-  long data_waits = 0;  // steps whose batch was not ready: get_batch waited > kStallUs for it
-  unsigned long long real_tokens = 0;
-  // When the waits happened: per tenth of the measured steps, and each wait's step.
-  std::array<long, kTenths> waits_tenth{}, faults_tenth{};
-  std::array<double, kTenths> wait_us_tenth{};
-  std::vector<long> wait_steps;
-  std::vector<std::pair<double, long>> waits_by_length;  // (us, step) of every wait
-  long in_first_steps = 0;
-  int tenth = 0;
-  long faults_at_tenth = process_major_faults();
-  const auto tenth_of = [&](long i) {
-    return static_cast<int>(std::min<long>(kTenths - 1, i * kTenths / std::max(o.batches, 1L)));
-  };
+  Measured m(o.batches);
+  m.latency_us.reserve(static_cast<std::size_t>(o.batches));
   const auto start = Clock::now();
   for (long i = 0; i < o.batches; ++i) {
-    if (tenth_of(i) != tenth) {  // a tenth boundary: the faults of the tenth just ended
-      const long faults = process_major_faults();
-      faults_tenth[static_cast<std::size_t>(tenth)] = faults - faults_at_tenth;
-      faults_at_tenth = faults;
-      tenth = tenth_of(i);
-    }
+    m.waits.begin_step(i);
     const auto t0 = Clock::now();
     Batch b = loader.get_batch(o.split);
     const auto t1 = Clock::now();
-    latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    m.latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     const double waited = b.wait_us();
-    if (waited > kStallUs) {
-      ++data_waits;
-      ++waits_tenth[static_cast<std::size_t>(tenth)];
-      wait_us_tenth[static_cast<std::size_t>(tenth)] += waited;
-      if (i < kFirstSteps) ++in_first_steps;
-      if (wait_steps.size() < kMaxWaitSteps) wait_steps.push_back(i);
-      waits_by_length.emplace_back(waited, i);
-    }
-    real_tokens += b.real_positions();
+    if (waited > kStallUs) m.waits.wait(i, waited);
+    m.real_tokens += b.real_positions();
     b.release();
     spin_for(o.consumer_us);
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  faults_tenth[static_cast<std::size_t>(tenth)] = process_major_faults() - faults_at_tenth;
-  std::sort(waits_by_length.begin(), waits_by_length.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  if (waits_by_length.size() > kLongestWaits) waits_by_length.resize(kLongestWaits);
+  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  m.waits.finish();
+  for (const double us : m.latency_us) m.mean_us += us;
+  m.mean_us /= static_cast<double>(std::max<std::size_t>(m.latency_us.size(), 1));
+  std::sort(m.latency_us.begin(), m.latency_us.end());
+  return m;
+}
+
+// The JSON object of the perf contract (see the top of this file).
+nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Measured& m, double open_ms) {
+  const Config& c = loader.config();
   const SplitStats stats = loader.split_stats(o.split);
-  const double rss = rss_anon_mb();
-
-  const double slow_calls =
-      static_cast<double>(std::count_if(latency_us.begin(), latency_us.end(), [](double us) { return us > kStallUs; }));
-  const double stalls = static_cast<double>(data_waits);
-  double mean_us = 0;
-  for (const double us : latency_us) mean_us += us;
-  mean_us /= static_cast<double>(std::max<std::size_t>(latency_us.size(), 1));
-  std::sort(latency_us.begin(), latency_us.end());
-  const double positions = static_cast<double>(c.batch_size * c.block_size);
   const double n = static_cast<double>(o.batches);
-
+  const double positions = static_cast<double>(c.batch_size * c.block_size);
+  const double slow_calls = static_cast<double>(
+      std::count_if(m.latency_us.begin(), m.latency_us.end(), [](double us) { return us > kStallUs; }));
   nlohmann::json j;
   j["config"] = o.config;
   j["split"] = o.split;
@@ -169,65 +218,73 @@ void bench(const BenchOptions& o) {
   j["batches"] = o.batches;
   j["warmup"] = o.warmup;
   j["consumer_us"] = o.consumer_us;
-  j["seconds"] = seconds;
-  j["batches_per_s"] = n / seconds;
-  j["tokens_per_s"] = n * positions / seconds;
-  j["real_tokens_per_s"] = static_cast<double>(real_tokens) / seconds;
-  j["get_batch_us"] = {{"p50", nearest_rank(latency_us, 0.50)},
-                       {"p99", nearest_rank(latency_us, 0.99)},
-                       {"max", latency_us.empty() ? 0.0 : latency_us.back()},
-                       {"mean", mean_us}};
-  j["stall_fraction"] = stalls / n;
+  j["seconds"] = m.seconds;
+  j["batches_per_s"] = n / m.seconds;
+  j["tokens_per_s"] = n * positions / m.seconds;
+  j["real_tokens_per_s"] = static_cast<double>(m.real_tokens) / m.seconds;
+  j["get_batch_us"] = {{"p50", nearest_rank(m.latency_us, 0.50)},
+                       {"p99", nearest_rank(m.latency_us, 0.99)},
+                       {"max", m.latency_us.empty() ? 0.0 : m.latency_us.back()},
+                       {"mean", m.mean_us}};
+  j["stall_fraction"] = static_cast<double>(m.waits.count()) / n;
   j["slow_call_fraction"] = slow_calls / n;
   j["open_ms"] = open_ms;
   j["prefetch_depth"] = stats.prefetch_depth;
   j["prefetch_depth_setting"] = c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth);
   j["decode_threads"] = stats.decode_threads;
-  j["rss_anon_mb"] = rss;
+  j["rss_anon_mb"] = rss_anon_mb();
+  return j;
+}
 
+// The human-readable report of the same figures.
+void print_report(const BenchOptions& o, const nlohmann::json& j, const Measured& m) {
+  const double n = static_cast<double>(o.batches);
+  const double seconds = m.seconds;
+  std::printf("bench     %s split=%s %lld x %lld mask=%s, %ld batches after %ld warm-up, consumer step %.0f us\n",
+              o.config.c_str(), o.split.c_str(), j["batch_size"].get<long long>(), j["block_size"].get<long long>(),
+              j["mask"].get<bool>() ? "on" : "off", o.batches, o.warmup, o.consumer_us);
+  std::printf("rate      %.0f batches/s, %.4g tokens/s, %.4g real tokens/s\n", n / seconds,
+              j["tokens_per_s"].get<double>(), static_cast<double>(m.real_tokens) / seconds);
+  std::printf(
+      "get_batch p50 %.2f us, p99 %.2f us, max %.1f us, mean %.2f us; %.2f%% of steps waited > %.0f us for "
+      "data, %.2f%% of calls took > %.0f us\n",
+      nearest_rank(m.latency_us, 0.50), nearest_rank(m.latency_us, 0.99), j["get_batch_us"]["max"].get<double>(),
+      m.mean_us, 100.0 * j["stall_fraction"].get<double>(), kStallUs, 100.0 * j["slow_call_fraction"].get<double>(),
+      kStallUs);
+  if (m.waits.count() > 0) {
+    std::string tenths;
+    for (const long w : m.waits.per_tenth()) tenths += (tenths.empty() ? "" : " ") + std::to_string(w);
+    std::printf(
+        "waits     %ld steps waited for data: %ld in the first %ld steps; by tenth of the run: %s; longest "
+        "%.0f us at step %ld\n",
+        m.waits.count(), m.waits.in_first_steps(), m.waits.first_steps(), tenths.c_str(), m.waits.longest().first,
+        m.waits.longest().second);
+  }
+  std::printf("setup     opened in %.1f ms, prefetch_depth %llu (%s), decode_threads %llu, RssAnon %.1f MiB\n",
+              j["open_ms"].get<double>(), j["prefetch_depth"].get<unsigned long long>(),
+              j["prefetch_depth_setting"].get<std::string>().c_str(), j["decode_threads"].get<unsigned long long>(),
+              j["rss_anon_mb"].get<double>());
+}
+
+void bench(const BenchOptions& o) {
+  if (o.json) set_log_handler(nullptr);  // stdout carries the JSON object only
+  const auto open_start = Clock::now();
+  Loader loader(load_config_file(o.config));
+  const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - open_start).count();
+  if (!loader.has_split(o.split)) throw Error(ErrorKind::usage, "split '" + o.split + "' is not in the dataset");
+
+  const Measured m = measure_steps(loader, o);
+  const nlohmann::json j = result_json(o, loader, m, open_ms);
   if (!o.waits_json.empty()) {
-    nlohmann::json longest = nlohmann::json::array();
-    for (const auto& [us, step] : waits_by_length) longest.push_back({{"step", step}, {"us", us}});
-    const nlohmann::json w = {{"threshold_us", kStallUs},
-                              {"count", data_waits},
-                              {"batches", o.batches},
-                              {"first_steps", std::min(kFirstSteps, o.batches)},
-                              {"in_first_steps", in_first_steps},
-                              {"tenths", waits_tenth},
-                              {"wait_us_tenths", wait_us_tenth},
-                              {"major_faults_tenths", faults_tenth},
-                              {"steps", wait_steps},
-                              {"steps_truncated", static_cast<std::size_t>(data_waits) > wait_steps.size()},
-                              {"longest", longest}};
     std::ofstream out(o.waits_json);
-    out << w.dump() << "\n";
+    out << m.waits.to_json().dump() << "\n";
     if (!out) throw Error(ErrorKind::io, "cannot write " + o.waits_json);
   }
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("bench     %s split=%s %lld x %lld mask=%s, %ld batches after %ld warm-up, consumer step %.0f us\n",
-              o.config.c_str(), o.split.c_str(), static_cast<long long>(c.batch_size),
-              static_cast<long long>(c.block_size), j["mask"].get<bool>() ? "on" : "off", o.batches, o.warmup,
-              o.consumer_us);
-  std::printf("rate      %.0f batches/s, %.4g tokens/s, %.4g real tokens/s\n", n / seconds, n * positions / seconds,
-              static_cast<double>(real_tokens) / seconds);
-  std::printf("get_batch p50 %.2f us, p99 %.2f us, max %.1f us, mean %.2f us; %.2f%% of steps waited > %.0f us for "
-              "data, %.2f%% of calls took > %.0f us\n",
-              nearest_rank(latency_us, 0.50), nearest_rank(latency_us, 0.99), j["get_batch_us"]["max"].get<double>(),
-              mean_us, 100.0 * stalls / n, kStallUs, 100.0 * slow_calls / n, kStallUs);
-  if (data_waits > 0) {
-    std::string tenths;
-    for (const long w : waits_tenth) tenths += (tenths.empty() ? "" : " ") + std::to_string(w);
-    std::printf("waits     %ld steps waited for data: %ld in the first %ld steps; by tenth of the run: %s; longest "
-                "%.0f us at step %ld\n",
-                data_waits, in_first_steps, std::min(kFirstSteps, o.batches), tenths.c_str(),
-                waits_by_length.front().first, waits_by_length.front().second);
-  }
-  std::printf("setup     opened in %.1f ms, prefetch_depth %llu (%s), decode_threads %llu, RssAnon %.1f MiB\n", open_ms,
-              static_cast<unsigned long long>(stats.prefetch_depth), j["prefetch_depth_setting"].get<std::string>().c_str(),
-              static_cast<unsigned long long>(stats.decode_threads), rss);
+  print_report(o, j, m);
 }
 
 }  // namespace
