@@ -78,6 +78,7 @@ struct Loader::Impl {
   std::map<std::string, Split, std::less<>> splits;
   std::string fingerprint;
   std::unique_ptr<AuditLog> audit;
+  std::string pad_source;  // where pad_token_id came from (SFT modes), for the open line
 
   std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
   std::atomic<bool> stopped{false};
@@ -130,12 +131,23 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;  // else the config's, else inferred per split
   if (metadata.mask_dtype) config.mask_dtype = metadata.mask_dtype;
-  if (episode_mode() && !config.pad_token_id) {
-    config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
-    if (!config.pad_token_id) {
+  if (episode_mode()) {
+    // Precedence: the config, then the metadata's pad_token_id, then its end-of-text ids.
+    if (config.pad_token_id) {
+      pad_source = "config";
+    } else if (metadata.pad_token_id) {
+      config.pad_token_id = metadata.pad_token_id;
+      pad_source = "metadata pad_token_id";
+    } else if (metadata.eot_token_id) {
+      config.pad_token_id = metadata.eot_token_id;
+      pad_source = "metadata eot_token_id";
+    } else if (metadata.eos_token_id) {
+      config.pad_token_id = metadata.eos_token_id;
+      pad_source = "metadata eos_token_id";
+    } else {
       throw Error(ErrorKind::config,
                   "config key 'pad_token_id' is not set and '" + (config.dataset_dir / "dataset_metadata.json").string() +
-                      "' gives neither eot_token_id nor eos_token_id; set pad_token_id in the config");
+                      "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
     }
   }
   if (config.document_aware) {
@@ -219,6 +231,10 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   fingerprint = hex64(h.digest());
 
+  log_line(LogLevel::info, "[tokenfeed] open dataset=" + config.dataset_dir.string() +
+                               " mode=" + to_string(config.dataset_mode) +
+                               (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
+                                               : std::string()));
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));

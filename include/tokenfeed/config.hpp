@@ -68,7 +68,8 @@ struct Config {
   // below 2^32, as numpy requires.
   std::int64_t epoch_seed = 1337;
 
-  // Absent: eot_token_id, else eos_token_id, from dataset_metadata.json; else an error.
+  // Absent: dataset_metadata.json's pad_token_id, else its eot_token_id, else its
+  // eos_token_id; else an error. The loader's open line says which was used.
   std::optional<std::int64_t> pad_token_id;
   // Episodes shorter than this are never sampled. >= 2 so that y has a token.
   std::int64_t episode_min_tokens = 2;
