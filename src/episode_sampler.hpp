@@ -39,7 +39,17 @@ struct BatchPlan {
   std::uint64_t epoch = 0;           // 0 in random mode
   std::uint64_t batch_in_epoch = 0;  // == step in random mode
   std::shared_ptr<const EpochOrder> order;  // epoch mode only
-  std::shared_ptr<const struct PackedEpoch> packing;  // sft_packed only
+  // sft_packed only: the global batch's rows, in order, as runs of consecutive rows of
+  // epoch packings (a batch may continue into the next epoch), and where the batch starts
+  // and the next one starts.
+  struct PackedRun {
+    std::shared_ptr<const struct PackedEpoch> packing;
+    std::uint64_t first_row = 0;
+    std::uint64_t rows = 0;
+  };
+  std::vector<PackedRun> packed_runs;
+  std::uint64_t row_in_epoch = 0;
+  std::uint64_t next_epoch = 0, next_row_in_epoch = 0;
   std::exception_ptr error;                 // set when planning failed; carried to the trainer
 };
 

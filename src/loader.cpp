@@ -62,6 +62,7 @@ struct Loader::Impl {
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
     std::uint64_t next_epoch = 0;             // the next batch's place in its epoch
     std::uint64_t next_batch_in_epoch = 0;
+    std::uint64_t next_row_in_epoch = 0;      // sft_packed
     // The epoch whose start (or resumption) was last logged; a run that starts or resumes
     // mid-epoch logs epoch_resume for it, so that every epoch_complete has an opening line.
     std::optional<std::uint64_t> announced_epoch;
@@ -96,6 +97,16 @@ struct Loader::Impl {
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
   void check_forms_a_batch(Split& split);
+  SplitPosition next_position(const Split& split) const {
+    return SplitPosition{split.consumed, split.next_epoch, split.next_batch_in_epoch, split.next_row_in_epoch};
+  }
+  // Batches in the epoch of the next batch (packed epochs differ, and may be entered mid-batch).
+  std::uint64_t batches_in_next_epoch(const Split& split) const {
+    if (packed_mode()) {
+      return static_cast<const PackedBatchSource&>(*split.source).batches_in_epoch_at(next_position(split));
+    }
+    return split.source->batches_in_epoch(split.next_epoch);
+  }
   void stop_pipelines();
 };
 
@@ -356,8 +367,16 @@ void Loader::Impl::open_stream_split(const std::string& name) {
 // batch. For train that is an error at open; a small val split only fails when it is used,
 // so that a trainer that never evaluates (or evaluates elsewhere) is not stopped by it.
 void Loader::Impl::check_forms_a_batch(Split& split) {
-  if (*config.batch_sampling_mode != SamplingMode::epoch || split.source->batches_in_epoch(0) > 0) return;
+  if (*config.batch_sampling_mode != SamplingMode::epoch) return;
   const std::uint64_t global = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  if (packed_mode()) {
+    // Packed batches continue into the next epoch, so they always form; a split whose
+    // epoch does not fill one global batch would repeat episodes within a batch.
+    const std::uint64_t rows = static_cast<const PackedBatchSource&>(*split.source).packing(0)->rows();
+    if (!config.epoch_drop_last || rows >= global) return;
+  } else if (split.source->batches_in_epoch(0) > 0) {
+    return;
+  }
   std::string what;
   if (packed_mode()) {
     what = std::to_string(split.sampler->size()) + " kept episodes that pack into " +
@@ -389,10 +408,23 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   }
   const EpisodeSampler& sampler = *split.sampler;
   const std::uint64_t kept = sampler.size();
-  const std::uint64_t batches = split.source->batches_in_epoch(slot.epoch);
-  const bool last = slot.batch_in_epoch + 1 >= batches;
-  split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
-  split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  std::uint64_t batches = 0;
+  bool last = false;
+  if (packed_mode()) {
+    // The batch says where the next one starts; it may have completed its epoch (and, on
+    // a split of few rows, more than one).
+    batches = static_cast<const PackedBatchSource&>(*split.source)
+                  .batches_in_epoch_at(SplitPosition{slot.step, slot.epoch, slot.batch_in_epoch, slot.row_in_epoch});
+    last = slot.next_epoch != slot.epoch;
+    split.next_epoch = slot.next_epoch;
+    split.next_row_in_epoch = slot.next_row_in_epoch;
+    split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  } else {
+    batches = split.source->batches_in_epoch(slot.epoch);
+    last = slot.batch_in_epoch + 1 >= batches;
+    split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
+    split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  }
   if (split.announced_epoch != slot.epoch) {
     split.announced_epoch = slot.epoch;
     const bool resumed = slot.batch_in_epoch != 0;
@@ -419,11 +451,11 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     if (resumed) fields.emplace_back("resumed_at_batch", std::to_string(slot.batch_in_epoch));
     audit->write(resumed ? "epoch_resume" : "epoch_start", fields);
   }
-  if (last) {
-    const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
+  for (std::uint64_t epoch = slot.epoch; last && epoch < split.next_epoch; ++epoch) {
+    const std::uint64_t seen = split.source->samples_in_epoch(epoch);
     audit->write("epoch_complete", {{"split", split.name},
-                                    {"epoch", std::to_string(slot.epoch)},
-                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                                    {"epoch", std::to_string(epoch)},
+                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(epoch))},
                                     {std::string(unit()) + "_seen", std::to_string(seen)},
                                     {std::string(unit()) + "_skipped", std::to_string(kept - seen)},
                                     {"rank", std::to_string(config.rank)}});
@@ -470,7 +502,7 @@ Batch Loader::get_batch(std::string_view split_name) {
     // sft_episode's mask equals its token weights, so with both only the weights are written.
     shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
     shape.packed = s.packed_mode();
-    split.source->seek(split.consumed, split.next_epoch, split.next_batch_in_epoch);
+    split.source->seek(s.next_position(split));
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
     const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
         s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
@@ -498,13 +530,7 @@ Batch Loader::get_batch(std::string_view split_name) {
 std::string Loader::save_state() const {
   ResumeState state;
   state.fingerprint = impl_->fingerprint;
-  for (const auto& [name, split] : impl_->splits) {
-    SplitPosition pos;
-    pos.step = split.consumed;
-    pos.epoch = split.next_epoch;
-    pos.batch_in_epoch = split.next_batch_in_epoch;
-    state.splits[name] = pos;
-  }
+  for (const auto& [name, split] : impl_->splits) state.splits[name] = impl_->next_position(split);
   return serialize_resume_state(state);
 }
 
@@ -537,10 +563,13 @@ void Loader::load_state(std::string_view text) {
       const std::uint64_t per_epoch = source.batches_in_epoch(0);
       resolved.epoch = pos.step / per_epoch;
       resolved.batch_in_epoch = pos.step % per_epoch;
-    } else if (pos.batch_in_epoch >= source.batches_in_epoch(pos.epoch)) {
-      throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".batch_in_epoch=" +
-                                        std::to_string(pos.batch_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
-                                        " has " + std::to_string(source.batches_in_epoch(pos.epoch)) + " batches");
+    } else {
+      const std::uint64_t rows = static_cast<const PackedBatchSource&>(source).packing(pos.epoch)->rows();
+      if (pos.row_in_epoch >= rows) {
+        throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".row_in_epoch=" +
+                                          std::to_string(pos.row_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
+                                          " packs into " + std::to_string(rows) + " rows");
+      }
     }
     positions[name] = resolved;
   }
@@ -553,6 +582,7 @@ void Loader::load_state(std::string_view text) {
     split.consumed = pos.step;
     split.next_epoch = pos.epoch;
     split.next_batch_in_epoch = pos.batch_in_epoch;
+    split.next_row_in_epoch = pos.row_in_epoch;
     split.announced_epoch.reset();
   }
 }
@@ -579,9 +609,8 @@ SplitInfo Loader::split_info(std::string_view name) const {
   }
   info.mask = split.mask;
   // Packed epochs differ in length: the figure is that of the epoch the next batch is in.
-  info.batches_per_epoch = *impl_->config.batch_sampling_mode == SamplingMode::epoch
-                               ? split.source->batches_in_epoch(split.next_epoch)
-                               : 0;
+  info.batches_per_epoch =
+      *impl_->config.batch_sampling_mode == SamplingMode::epoch ? impl_->batches_in_next_epoch(split) : 0;
   return info;
 }
 

@@ -3,8 +3,9 @@
 //   {"format": "tokenfeed-state", "version": 1, "fingerprint": "9c0f...",
 //    "splits": {"train": {"step": 1200, "epoch": 3, "batch_in_epoch": 17}}}
 //
-// `step` (batches the trainer consumed) is what restores; epoch and batch_in_epoch are
-// there for people reading the file.
+// `step` (batches the trainer consumed) is what restores, except in sft_packed, whose
+// epochs differ in length: there `epoch`, `batch_in_epoch` and `row_in_epoch` (written
+// when not 0) do.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct SplitPosition {
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint64_t batch_in_epoch = 0;
+  std::uint64_t row_in_epoch = 0;  // sft_packed: the epoch row the next batch starts at
 };
 
 struct ResumeState {

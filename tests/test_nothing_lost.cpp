@@ -1,9 +1,11 @@
-// Nothing silently lost or changed: the metadata's pad id is used.
+// Nothing silently lost or changed: the metadata's pad id is used, and packed epochs train
+// every kept episode.
 #include <doctest/doctest.h>
 
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
@@ -77,4 +79,54 @@ TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos;
         std::string::npos);
   write_text(dir / "dataset_metadata.json", R"({"pad_token_id": -1})");
   CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("'pad_token_id'") != std::string::npos);
+}
+
+TEST_CASE("sft_packed with epoch_drop_last=true trains every kept episode once per epoch" * doctest::timeout(120)) {
+  // 400 episodes of 2..130 tokens at block_size 128: the longest-first gap filling leaves
+  // mostly short episodes in an epoch's last rows, which a dropped remainder would lose.
+  TempDir dir;
+  std::mt19937 rng(11);
+  std::vector<TestEpisode> episodes(400);
+  for (std::size_t id = 0; id < episodes.size(); ++id) {
+    const std::size_t n = 2 + rng() % 129;
+    for (std::size_t p = 0; p < n; ++p) {
+      episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
+      episodes[id].mask.push_back(1);
+    }
+  }
+  write_split(dir.path(), "train", episodes, TokenDtype::uint32, true);
+  Config c = make_config(dir.path(), 5, 128);
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.token_dtype = TokenDtype::uint32;
+  c.epoch_drop_last = true;
+  Loader loader(c);
+  const std::uint64_t E = 3;
+  std::map<std::int64_t, std::uint64_t> trained;
+  std::uint64_t batches = 0;
+  std::uint64_t expected_in_epoch = 0;  // batch_in_epoch counts batches from 0 in each epoch
+  std::uint64_t current_epoch = 0;
+  while (true) {
+    Batch b = loader.get_batch();
+    if (b.epoch() == E) break;
+    if (b.epoch() != current_epoch) {
+      current_epoch = b.epoch();
+      expected_in_epoch = 0;
+    }
+    CHECK(b.batch_in_epoch() == expected_in_epoch++);
+    CHECK(b.real_rows() == 5);  // every row holds episodes: nothing dropped, nothing filled
+    for (const PackedSegment& s : b.segments()) ++trained[s.episode];
+    ++batches;
+  }
+  CHECK(batches > 0);
+  // Every batch before epoch E's first holds epochs 0..E-1 entirely, and maybe the first
+  // rows of epoch E (carried into the last of them).
+  CHECK(trained.size() == episodes.size());
+  std::uint64_t extra = 0;
+  for (const auto& [id, count] : trained) {
+    CAPTURE(id);
+    CHECK(count >= E);
+    CHECK(count <= E + 1);
+    extra += count - E;
+  }
+  CHECK(extra < 5 * 128);  // at most the carried rows of one batch
 }
