@@ -338,10 +338,13 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   const auto block = static_cast<std::size_t>(config.block_size);
   const std::uint64_t samples = TokenStreamBatchSource::sample_count(data, block, *config.batch_sampling_mode);
   if (samples == 0) {
-    throw Error(ErrorKind::format, "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                                       std::to_string(data.total_tokens()) +
-                                       " tokens but no file holds one window of block_size + 1 = " +
-                                       std::to_string(block + 1) + " tokens");
+    // Like a split too small for one batch (check_forms_a_batch): an error at open for
+    // train, and for val only when it is used.
+    split.unusable = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
+                     std::to_string(data.total_tokens()) + " tokens but no file holds one window of block_size + 1 = " +
+                     std::to_string(block + 1) + " tokens";
+    if (name == "train") throw Error(ErrorKind::format, split.unusable);
+    log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + name + "\") will fail");
   }
   split.fingerprint = data.fingerprint();
   split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(name));
@@ -352,7 +355,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   options.ignore_index = config.ignore_index;
   options.contract_fields = config.contract_fields;
   split.source = std::make_unique<TokenStreamBatchSource>(data, *split.sampler, options);
-  check_forms_a_batch(split);
+  if (split.unusable.empty()) check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   const auto dtype = data.common_dtype();
@@ -552,13 +555,13 @@ void Loader::load_state(std::string_view text) {
     if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
     const BatchSource& source = *it->second.source;
     SplitPosition resolved = pos;
-    if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
-      resolved.epoch = 0;
-      resolved.batch_in_epoch = pos.step;
-    } else if (!it->second.unusable.empty()) {
+    if (!it->second.unusable.empty()) {
       if (pos.step != 0) throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".step=" +
                                                            std::to_string(pos.step) + " but " + it->second.unusable);
       resolved = SplitPosition{};
+    } else if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
+      resolved.epoch = 0;
+      resolved.batch_in_epoch = pos.step;
     } else if (!s.packed_mode()) {
       const std::uint64_t per_epoch = source.batches_in_epoch(0);
       resolved.epoch = pos.step / per_epoch;

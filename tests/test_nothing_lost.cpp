@@ -1,5 +1,5 @@
-// Nothing silently lost or changed: the metadata's pad id is used, and packed epochs train
-// every kept episode.
+// Nothing silently lost or changed: the metadata's pad id is used, a too-small token-stream
+// val split fails only when used, and packed epochs train every kept episode.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -43,6 +43,13 @@ bool has_line(const std::vector<std::string>& lines, const std::string& text) {
   return false;
 }
 
+void write_tokens(const std::filesystem::path& path, std::size_t n) {
+  std::vector<std::uint16_t> tokens(n);
+  for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>(i + 1);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(n * 2));
+}
+
 }  // namespace
 
 TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos; the open line says which") {
@@ -79,6 +86,32 @@ TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos;
         std::string::npos);
   write_text(dir / "dataset_metadata.json", R"({"pad_token_id": -1})");
   CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("'pad_token_id'") != std::string::npos);
+}
+
+TEST_CASE("token stream: a val.bin shorter than one window fails only when val is used") {
+  TempDir dir;
+  write_tokens(dir / "train.bin", 200);
+  write_tokens(dir / "val.bin", 5);  // block 8: a window needs 9 tokens
+  for (const SamplingMode mode : {SamplingMode::random, SamplingMode::epoch}) {
+    CAPTURE(to_string(mode));
+    Config c = make_config(dir.path(), 2, 8);
+    c.token_dtype = TokenDtype::uint16;
+    c.batch_sampling_mode = mode;
+    std::unique_ptr<Loader> loader;
+    const auto lines = logged_lines([&] { loader = std::make_unique<Loader>(c); });
+    CHECK(has_line(lines, "get_batch(\"val\") will fail"));
+    CHECK(loader->get_batch("train").rows() == 2);
+    CHECK(error_of([&] { loader->get_batch("val"); }).find("split 'val'") != std::string::npos);
+    // A state from this loader resumes.
+    Loader again(c);
+    again.load_state(loader->save_state());
+    CHECK(again.get_batch("train").step() == 1);
+  }
+  // train that small is still an error at open.
+  write_tokens(dir / "train.bin", 5);
+  Config c = make_config(dir.path(), 2, 8);
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("split 'train'") != std::string::npos);
 }
 
 TEST_CASE("sft_packed with epoch_drop_last=true trains every kept episode once per epoch" * doctest::timeout(120)) {
