@@ -15,6 +15,7 @@
 #include "episode_window.hpp"
 #include "packed_batch_source.hpp"
 #include "hash.hpp"
+#include "loader/launcher_ranks.hpp"
 #include "resume_state.hpp"
 #include "split_pipeline.hpp"
 #include "token_stream.hpp"
@@ -80,6 +81,7 @@ struct Loader::Impl {
   std::string fingerprint;
   std::unique_ptr<AuditLog> audit;
   std::string pad_source;  // where pad_token_id came from (SFT modes), for the open line
+  std::string rank_source;  // where rank and world_size came from (LauncherRanks::source)
 
   std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
   std::atomic<bool> stopped{false};
@@ -112,6 +114,10 @@ struct Loader::Impl {
 
 Loader::Impl::Impl(Config c) : config(std::move(c)) {
   validate_config(config);
+  const LauncherRanks ranks = resolve_ranks(config);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  rank_source = ranks.source;
   std::error_code ec;
   if (!fs::is_directory(config.dataset_dir, ec)) {
     throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
@@ -243,7 +249,8 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   fingerprint = hex64(h.digest());
 
   log_line(LogLevel::info, "[tokenfeed] open dataset=" + config.dataset_dir.string() +
-                               " mode=" + to_string(config.dataset_mode) +
+                               " mode=" + to_string(config.dataset_mode) + " rank=" + std::to_string(config.rank) +
+                               " world_size=" + std::to_string(config.world_size) + " (" + rank_source + ")" +
                                (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
                                                : std::string()));
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
