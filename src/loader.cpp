@@ -1,6 +1,8 @@
 #include "tokenfeed/loader.hpp"
 
+#include <charconv>
 #include <cstdio>
+#include <set>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -82,6 +84,9 @@ struct Loader::Impl {
   std::unique_ptr<AuditLog> audit;
   std::string pad_source;  // where pad_token_id came from (SFT modes), for the open line
   std::string rank_source;  // where rank and world_size came from (LauncherRanks::source)
+  // What the order depends on, by name; the fingerprint hashes them and
+  // the resume state carries them, so that a refusal can name the field that differs.
+  std::map<std::string, std::string> order_fields;
 
   std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
   std::atomic<bool> stopped{false};
@@ -109,6 +114,7 @@ struct Loader::Impl {
     }
     return split.source->batches_in_epoch(split.next_epoch);
   }
+  std::string explain_mismatch(const ResumeState& state) const;
   void stop_pipelines();
 };
 
@@ -222,29 +228,29 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     if (!config.token_dtype) config.token_dtype = splits.at("train").stream->common_dtype();
   }
 
-  Hasher h;
-  h.add(std::string_view("tokenfeed-order-v1"));
-  h.add(std::string_view(to_string(config.dataset_mode)));
-  for (const auto& [name, split] : splits) {
-    h.add(std::string_view(name));
-    h.add(split.fingerprint);
-  }
-  h.add(std::string_view(to_string(*config.batch_sampling_mode)));
-  h.add(static_cast<std::uint64_t>(config.epoch_shuffle));
-  h.add(static_cast<std::uint64_t>(config.epoch_drop_last));
-  h.add(static_cast<std::uint64_t>(config.epoch_seed));
-  h.add(static_cast<std::uint64_t>(config.batch_size));
-  h.add(static_cast<std::uint64_t>(config.world_size));
-  if (episode_mode()) {
-    h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
-  }
+  // The order depends on the global batch (batch_size x world_size), never on its split
+  // across ranks: a state resumes at another world size with the same global batch.
+  order_fields["dataset_mode"] = to_string(config.dataset_mode);
+  for (const auto& [name, split] : splits) order_fields["data." + name] = hex64(split.fingerprint);
+  order_fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
+  order_fields["global_batch_size"] = std::to_string(config.batch_size * config.world_size);
+  order_fields["epoch_seed"] = std::to_string(config.epoch_seed);
+  order_fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
+  order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
+  if (episode_mode()) order_fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
   if (packed_mode()) {
     // Rows depend on how episodes are cut and on the row length.
-    h.add(static_cast<std::uint64_t>(config.block_size));
-    h.add(static_cast<std::uint64_t>(config.pack_lookahead));
-    h.add(std::string_view(to_string(config.truncation)));
+    order_fields["block_size"] = std::to_string(config.block_size);
+    order_fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
+    order_fields["truncation"] = to_string(config.truncation);
   } else if (!episode_mode()) {
-    h.add(static_cast<std::uint64_t>(config.block_size));  // windows are carved at block_size + 1
+    order_fields["block_size"] = std::to_string(config.block_size);  // windows are carved at block_size + 1
+  }
+  Hasher h;
+  h.add(std::string_view("tokenfeed-order-v2"));
+  for (const auto& [key, value] : order_fields) {
+    h.add(std::string_view(key));
+    h.add(std::string_view(value));
   }
   fingerprint = hex64(h.digest());
 
@@ -472,6 +478,47 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   }
 }
 
+// Names each order field that differs between a state and this loader, and what to set.
+std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
+  if (state.order.empty()) {
+    return "the state does not record its order fields (an older tokenfeed wrote it); the order depends on the "
+           "dataset content, the global batch (batch_size x world_size), batch_sampling_mode, epoch_seed, "
+           "epoch_shuffle, epoch_drop_last and episode_min_tokens (sft_packed and token_stream: block_size; "
+           "sft_packed: pack_lookahead, truncation)";
+  }
+  std::string out;
+  const auto add = [&](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  std::set<std::string> keys;
+  for (const auto& [key, value] : order_fields) keys.insert(key);
+  for (const auto& [key, value] : state.order) keys.insert(key);
+  for (const std::string& key : keys) {
+    const auto theirs = state.order.find(key);
+    const auto ours = order_fields.find(key);
+    const std::string was = theirs == state.order.end() ? "(absent)" : theirs->second;
+    const std::string is = ours == order_fields.end() ? "(absent)" : ours->second;
+    if (was == is) continue;
+    if (key == "global_batch_size") {
+      std::string fix = "set batch_size x world_size = " + was;
+      std::uint64_t global = 0;
+      const auto [end, ec] = std::from_chars(was.data(), was.data() + was.size(), global);
+      const auto world = static_cast<std::uint64_t>(config.world_size);
+      if (ec == std::errc() && end == was.data() + was.size() && global > 0) {
+        fix += global % world == 0 ? " (batch_size=" + std::to_string(global / world) + " at world_size=" +
+                                         std::to_string(world) + ")"
+                                   : " (" + was + " is not a multiple of world_size=" + std::to_string(world) +
+                                         ": run with a world size that divides it)";
+      }
+      add("global_batch_size (batch_size x world_size) is " + was + " in the state but " + is + " here: " + fix);
+    } else if (key.rfind("data.", 0) == 0) {
+      add("the dataset's '" + key.substr(5) + "' split differs (content fingerprint " + was + " in the state, " + is +
+          " here): point dataset_dir at the dataset the state was saved with");
+    } else {
+      add(key + " is " + was + " in the state but " + is + " here: set " + key + "=" + was);
+    }
+  }
+  return out.empty() ? "the fingerprint differs but no order field does" : out;
+}
+
 void Loader::Impl::stop_pipelines() {
   std::lock_guard lock(pipelines_mutex);
   stopped.store(true, std::memory_order_release);
@@ -540,6 +587,7 @@ Batch Loader::get_batch(std::string_view split_name) {
 std::string Loader::save_state() const {
   ResumeState state;
   state.fingerprint = impl_->fingerprint;
+  state.order = impl_->order_fields;
   for (const auto& [name, split] : impl_->splits) state.splits[name] = impl_->next_position(split);
   return serialize_resume_state(state);
 }
@@ -548,11 +596,9 @@ void Loader::load_state(std::string_view text) {
   Impl& s = *impl_;
   const ResumeState state = parse_resume_state(text);
   if (state.fingerprint != s.fingerprint) {
-    throw Error(ErrorKind::state,
-                "resume state belongs to another dataset or sampling config (state fingerprint " + state.fingerprint +
-                    ", this loader " + s.fingerprint +
-                    "); the order depends on the dataset content, batch_size, world_size, batch_sampling_mode, "
-                    "epoch_seed, epoch_shuffle, epoch_drop_last and episode_min_tokens");
+    throw Error(ErrorKind::state, "resume state belongs to another dataset or sampling config (state fingerprint " +
+                                      state.fingerprint + ", this loader " + s.fingerprint + "): " +
+                                      s.explain_mismatch(state));
   }
   // Where each split resumes. Epochs of equal length give the position from the step
   // alone; packed epochs differ in length, so their position is read from the state.

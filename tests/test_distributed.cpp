@@ -1,5 +1,6 @@
 // Data parallelism without communication between loaders: ranks from the launcher's
-// environment, each taking its slice of one global stream.
+// environment, one global stream whatever its split across ranks, and resume at another
+// world size with the same global batch.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -136,12 +137,21 @@ std::vector<Row> global_rows(std::vector<std::unique_ptr<Loader>>& ranks, int st
   return rows;
 }
 
+std::vector<std::unique_ptr<Loader>> open_ranks(const Datasets& data, const Case& k, std::int64_t batch,
+                                                std::int64_t world) {
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(case_config(data, k, batch, world, r)));
+  return ranks;
+}
+
 const Case kCases[] = {
     {"sft_episode epoch", DatasetMode::sft_episode, SamplingMode::epoch, true},
     {"sft_episode epoch, drop_last=false", DatasetMode::sft_episode, SamplingMode::epoch, false},
+    {"sft_episode random", DatasetMode::sft_episode, SamplingMode::random, true},
     {"sft_packed epoch", DatasetMode::sft_packed, SamplingMode::epoch, true},
     {"sft_packed epoch, drop_last=false", DatasetMode::sft_packed, SamplingMode::epoch, false},
     {"token_stream epoch", DatasetMode::token_stream, SamplingMode::epoch, true},
+    {"token_stream random", DatasetMode::token_stream, SamplingMode::random, true},
 };
 
 }  // namespace
@@ -238,4 +248,67 @@ TEST_CASE("ranks from the launcher slice one stream: disjoint, together the sing
     }
     CHECK(global_rows(ranks, 6) == expected);
   }
+}
+
+TEST_CASE("elastic resume: 3x4 for 7 steps, then 2x6, 4x3 or 1x12 continue the single-process stream of batch 12" *
+          doctest::timeout(300)) {
+  const Datasets data;
+  for (const Case& k : kCases) {
+    CAPTURE(k.name);
+    std::vector<std::unique_ptr<Loader>> single;
+    single.push_back(std::make_unique<Loader>(case_config(data, k, 12, 1, 0)));
+    const std::vector<Row> expected = global_rows(single, 16);
+
+    auto first = open_ranks(data, k, 4, 3);
+    const std::vector<Row> before = global_rows(first, 7);
+    CHECK(before == std::vector<Row>(expected.begin(), expected.begin() + 7 * 12));
+    const std::string state = first[0]->save_state();
+    for (const auto& other : first) CHECK(other->save_state() == state);  // every rank saves the same
+
+    for (const std::pair<int, int>& split : {std::pair<int, int>{6, 2}, {3, 4}, {12, 1}}) {
+      const int batch = split.first, world = split.second;
+      CAPTURE(batch);
+      CAPTURE(world);
+      auto resumed = open_ranks(data, k, batch, world);
+      for (auto& loader : resumed) loader->load_state(state);
+      CHECK(global_rows(resumed, 9) == std::vector<Row>(expected.begin() + 7 * 12, expected.end()));
+    }
+  }
+}
+
+TEST_CASE("elastic resume: the fingerprint guards the global batch and the order config, naming the field") {
+  const Datasets data;
+  const Case k{"sft_episode epoch", DatasetMode::sft_episode, SamplingMode::epoch, true};
+  Loader saved(case_config(data, k, 4, 3, 1));
+  saved.get_batch();
+  const std::string state = saved.save_state();
+  CHECK(Loader(case_config(data, k, 6, 2, 0)).fingerprint() == saved.fingerprint());
+
+  const std::string other_batch = error_of([&] { Loader(case_config(data, k, 4, 2, 0)).load_state(state); },
+                                           ErrorKind::state);
+  CHECK(other_batch.find("fingerprint") != std::string::npos);
+  CHECK(other_batch.find("global_batch_size (batch_size x world_size) is 12 in the state but 8 here: set batch_size x "
+                         "world_size = 12 (batch_size=6 at world_size=2)") != std::string::npos);
+  const std::string indivisible = error_of([&] { Loader(case_config(data, k, 2, 5, 0)).load_state(state); },
+                                           ErrorKind::state);
+  CHECK(indivisible.find("12 is not a multiple of world_size=5") != std::string::npos);
+
+  Config seed = case_config(data, k, 6, 2, 0);
+  seed.epoch_seed = 7;
+  CHECK(error_of([&] { Loader(seed).load_state(state); }, ErrorKind::state)
+            .find("epoch_seed is 1337 in the state but 7 here: set epoch_seed=1337") != std::string::npos);
+  Config random = case_config(data, k, 6, 2, 0);
+  random.batch_sampling_mode = SamplingMode::random;
+  CHECK(error_of([&] { Loader(random).load_state(state); }, ErrorKind::state)
+            .find("batch_sampling_mode is epoch in the state but random here") != std::string::npos);
+  TempDir other;
+  write_split(other.path(), "train", numbered_episodes(50, {5}), TokenDtype::uint32, true);
+  Config moved = case_config(data, k, 6, 2, 0);
+  moved.dataset_dir = other.path();
+  CHECK(error_of([&] { Loader(moved).load_state(state); }, ErrorKind::state)
+            .find("the dataset's 'train' split differs") != std::string::npos);
+  // block_size is not part of sft_episode's order.
+  Config longer = case_config(data, k, 6, 2, 0);
+  longer.block_size = 32;
+  Loader(longer).load_state(state);
 }

@@ -44,7 +44,7 @@ enum class Truncation {
 
 enum class SamplingMode {
   epoch,   // every kept episode once per epoch, numpy-compatible shuffled order
-  random,  // uniform draws with replacement; batch k is a pure function of (seed, split, k)
+  random,  // uniform draws with replacement; global row g is a pure function of (seed, split, g)
 };
 
 // rank / world_size: take the value from the launcher's environment (see Config::rank).
