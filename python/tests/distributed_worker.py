@@ -1,9 +1,9 @@
-"""One rank of the torchrun test (test_distributed.py): opens a loader from the config given
-as JSON, with rank and world_size left to the launcher's environment, takes `steps`
-batches, and gathers every rank's rows with all_gather_object; rank 0 writes them to the
-output file as JSON.
+"""One rank of the torchrun test (test_distributed.py): for each case given as JSON (a name,
+loader keys without rank and world_size, and a number of steps), opens a loader (rank and
+world_size come from the launcher's environment), takes the steps, and gathers every
+rank's rows with all_gather_object; rank 0 writes them to the output file as JSON.
 
-    python -m torch.distributed.run --nproc_per_node=4 ... distributed_worker.py KEYS_JSON STEPS OUT
+    python -m torch.distributed.run --nproc_per_node=4 ... distributed_worker.py CASES_JSON OUT
 """
 import json
 import os
@@ -25,24 +25,27 @@ def rows_of(batch):
 
 
 def main():
-    keys = json.loads(sys.argv[1])
-    steps = int(sys.argv[2])
-    out = sys.argv[3]
+    cases = json.loads(sys.argv[1])
+    out = sys.argv[2]
     dist.init_process_group("gloo")
     tokenfeed.set_logging(False)
-    loader = tokenfeed.Loader(keys)
-    config = loader.config()
-    mine = {
-        "rank": dist.get_rank(),
-        "config_rank": int(config["rank"]),
-        "config_world_size": int(config["world_size"]),
-        "steps": [rows_of(b) for b in loader.iter("train", steps=steps)],
-    }
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, mine)
+    results = {}
+    for case in cases:
+        loader = tokenfeed.Loader(case["keys"])
+        config = loader.config
+        mine = {
+            "rank": dist.get_rank(),
+            "config_rank": int(config["rank"]),
+            "config_world_size": int(config["world_size"]),
+            "steps": [rows_of(b) for b in loader.iter("train", steps=case["steps"])],
+        }
+        loader.close()
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+        results[case["name"]] = gathered
     if dist.get_rank() == 0:
         with open(out + ".tmp", "w") as f:
-            json.dump(gathered, f)
+            json.dump(results, f)
         os.replace(out + ".tmp", out)
     dist.barrier()
     dist.destroy_process_group()

@@ -42,46 +42,69 @@ def single_process_rows(keys, steps):
     return out
 
 
-def run_torchrun(tmp_path, keys, steps):
+def run_torchrun(tmp_path, cases):
+    """Runs the worker under torchrun on every case at once (one launch: starting 4
+    processes that import torch is what takes time) and returns {name: per-rank results}."""
     out = tmp_path / "gathered.json"
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback interface
     env["OMP_NUM_THREADS"] = "1"
+    # --redirects/--tee: torch 1.13's defaults ("0") do not parse on Python >= 3.11 (its
+    # Std.from_str finds no flag of value 0); 1 and 2 do. Workers' stdout goes to log_dir,
+    # their stderr there and to ours, so a failing rank's traceback is in the report.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={WORLD}",
            "--rdzv_backend=static", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-           str(WORKER), json.dumps(keys), str(steps), str(out)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+           "--redirects=1", "--tee=2", f"--log_dir={tmp_path / 'torchrun-logs'}",
+           str(WORKER), json.dumps(cases), str(out)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("mode", ["sft_episode", "sft_packed", "token_stream"])
-def test_torchrun_four_ranks_take_one_epoch_disjoint_and_complete(sft_dir, tmp_path, mode):
-    require_torch()
+MODES = ["sft_episode", "sft_packed", "token_stream"]
+
+
+def case_keys(mode, sft_dir, stream_dir):
+    # drop_last=false: an epoch ends on a batch boundary (fill rows after its last episode
+    # or window), so one epoch holds every kept episode exactly once. No rank or world_size:
+    # the loaders take RANK and WORLD_SIZE from torchrun.
     if mode == "token_stream":
-        # Epoch sampling, so that "every window exactly once" is defined: 40 windows of 65 tokens.
-        import numpy as np
-        stream = tmp_path / "stream"
-        stream.mkdir()
-        np.arange(1, 40 * 65 + 1, dtype=np.uint16).tofile(stream / "train.bin")
-        keys = base_keys(stream, dataset_mode=mode, batch_size=BATCH, batch_sampling_mode="epoch",
+        # Epoch sampling, so that "every window exactly once" is defined.
+        return base_keys(stream_dir, dataset_mode=mode, batch_size=BATCH, batch_sampling_mode="epoch",
                          token_dtype="uint16", epoch_drop_last=False)
-    else:
-        # drop_last=false: the epoch ends on a batch boundary (fill rows after the last
-        # episode), so one epoch holds every kept episode exactly once.
-        keys = base_keys(sft_dir, dataset_mode=mode, batch_size=BATCH, epoch_drop_last=False)
-    # No rank or world_size: the loaders take RANK and WORLD_SIZE from torchrun.
-    probe = tokenfeed.Loader(dict(keys, batch_size=BATCH * WORLD, rank=0, world_size=1))
+    return base_keys(sft_dir, dataset_mode=mode, batch_size=BATCH, epoch_drop_last=False)
+
+
+@pytest.fixture(scope="module")
+def torchrun_results(sft_dir, tmp_path_factory):
+    require_torch()
+    import numpy as np
+    tmp = tmp_path_factory.mktemp("torchrun")
+    stream_dir = tmp / "stream"
+    stream_dir.mkdir()
+    np.arange(1, 40 * 65 + 1, dtype=np.uint16).tofile(stream_dir / "train.bin")  # 40 windows of 65 tokens
+    cases = []
+    for mode in MODES:
+        keys = case_keys(mode, sft_dir, stream_dir)
+        probe = tokenfeed.Loader(dict(keys, batch_size=BATCH * WORLD, rank=0, world_size=1))
+        cases.append(dict(name=mode, keys=keys, steps=probe.batches_per_epoch()))
+        probe.close()
+    return cases, run_torchrun(tmp, cases)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_torchrun_four_ranks_take_one_epoch_disjoint_and_complete(torchrun_results, mode):
+    cases, results = torchrun_results
+    case = next(c for c in cases if c["name"] == mode)
+    keys, steps, gathered = case["keys"], case["steps"], results[mode]
+    assert steps > 0
+    probe = tokenfeed.Loader(dict(keys, rank=0, world_size=1))
     info = probe.info("train")
     kept = info["windows"] if mode == "token_stream" else info["kept_episodes"]
-    steps = probe.batches_per_epoch()
-    assert steps > 0
 
-    gathered = run_torchrun(tmp_path, keys, steps)
     assert [g["rank"] for g in gathered] == list(range(WORLD))
     assert [(g["config_rank"], g["config_world_size"]) for g in gathered] == [(r, WORLD) for r in range(WORLD)]
-
     expected = single_process_rows(keys, steps)
     seen = []
     for step in range(steps):
