@@ -73,8 +73,9 @@ struct Loader::Impl {
     std::uint64_t fingerprint = 0;
     SplitStats stats;
     // Why this split cannot form one batch in epoch mode (val only; train refuses to open):
-    // get_batch on it throws Error(config) with this text. Empty when usable.
+    // get_batch on it throws Error(unusable_kind) with this text. Empty when usable.
     std::string unusable;
+    ErrorKind unusable_kind = ErrorKind::config;
   };
 
   Config config;
@@ -356,7 +357,8 @@ void Loader::Impl::open_stream_split(const std::string& name) {
     split.unusable = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
                      std::to_string(data.total_tokens()) + " tokens but no file holds one window of block_size + 1 = " +
                      std::to_string(block + 1) + " tokens";
-    if (name == "train") throw Error(ErrorKind::format, split.unusable);
+    split.unusable_kind = ErrorKind::format;  // what train that small is at open
+    if (name == "train") throw Error(split.unusable_kind, split.unusable);
     log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + name + "\") will fail");
   }
   split.fingerprint = data.fingerprint();
@@ -538,7 +540,7 @@ Loader::~Loader() {
 Batch Loader::get_batch(std::string_view split_name) {
   Impl& s = *impl_;
   Impl::Split& split = s.find(split_name);
-  if (!split.unusable.empty()) throw Error(ErrorKind::config, split.unusable);
+  if (!split.unusable.empty()) throw Error(split.unusable_kind, split.unusable);
   if (split.pool && split.pool->held() >= kMaxHeldBatches) {
     throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\"): the trainer already holds " +
                                       std::to_string(kMaxHeldBatches) +

@@ -101,7 +101,8 @@ TEST_CASE("token stream: a val.bin shorter than one window fails only when val i
     const auto lines = logged_lines([&] { loader = std::make_unique<Loader>(c); });
     CHECK(has_line(lines, "get_batch(\"val\") will fail"));
     CHECK(loader->get_batch("train").rows() == 2);
-    CHECK(error_of([&] { loader->get_batch("val"); }).find("split 'val'") != std::string::npos);
+    // The error train that small gets at open.
+    CHECK(error_of([&] { loader->get_batch("val"); }, ErrorKind::format).find("split 'val'") != std::string::npos);
     // A state from this loader resumes.
     Loader again(c);
     again.load_state(loader->save_state());
