@@ -77,7 +77,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) const {
   p.next_row_in_epoch = row;
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
-  packings_.prefetch(epoch + 1, [this, next = epoch + 1] { return make_packing(next); });
+  packings_.prefetch(p.epoch + 1, [this, next = p.epoch + 1] { return make_packing(next); });
   next_.step = step + 1;
   next_.batch_in_epoch = epoch == next_.epoch ? next_.batch_in_epoch + 1 : 0;
   next_.epoch = epoch;
