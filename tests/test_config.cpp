@@ -32,8 +32,8 @@ TEST_CASE("config: defaults, every key, and <training> as root or child") {
   CHECK(d.epoch_seed == 1337);
   CHECK_FALSE(d.pad_token_id.has_value());
   CHECK(d.episode_min_tokens == 2);
-  CHECK(d.rank == 0);
-  CHECK(d.world_size == 1);
+  CHECK(d.rank == kFromLauncher);  // absent: from the launcher's environment, else 0 of 1
+  CHECK(d.world_size == kFromLauncher);
   CHECK(d.audit_log_dir == "logs/audit");
 
   const Config c = parse_config_xml(R"(<config><model/><training>

@@ -44,8 +44,11 @@ enum class Truncation {
 
 enum class SamplingMode {
   epoch,   // every kept episode once per epoch, numpy-compatible shuffled order
-  random,  // uniform draws with replacement; batch k is a pure function of (seed, split, k)
+  random,  // uniform draws with replacement; global row g is a pure function of (seed, split, g)
 };
+
+// rank / world_size: take the value from the launcher's environment (see Config::rank).
+inline constexpr std::int64_t kFromLauncher = -1;
 
 struct Config {
   // Directory holding train/ and val/ (and dataset_metadata.json). A relative path in
@@ -68,7 +71,8 @@ struct Config {
   // below 2^32, as numpy requires.
   std::int64_t epoch_seed = 1337;
 
-  // Absent: eot_token_id, else eos_token_id, from dataset_metadata.json; else an error.
+  // Absent: dataset_metadata.json's pad_token_id, else its eot_token_id, else its
+  // eos_token_id; else an error. The loader's open line says which was used.
   std::optional<std::int64_t> pad_token_id;
   // Episodes shorter than this are never sampled. >= 2 so that y has a token.
   std::int64_t episode_min_tokens = 2;
@@ -95,8 +99,12 @@ struct Config {
   std::int64_t decode_threads = 0;
 
   // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
-  std::int64_t rank = 0;
-  std::int64_t world_size = 1;
+  // kFromLauncher (the default, and "env" in XML): from the launcher's environment,
+  // RANK / WORLD_SIZE (torchrun), else OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open
+  // MPI), else PMI_RANK / PMI_SIZE; 0 and 1 when none is set. A number always wins. The
+  // loader's config() and open log line give the values in use and where they came from.
+  std::int64_t rank = kFromLauncher;
+  std::int64_t world_size = kFromLauncher;
 
   // sft_episode / sft_packed: how an episode longer than block_size + 1 is cut.
   Truncation truncation = Truncation::right;

@@ -56,6 +56,7 @@ DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) 
   }
   meta.eot_token_id = read_id(doc, "eot_token_id", file);
   meta.eos_token_id = read_id(doc, "eos_token_id", file);
+  meta.pad_token_id = read_id(doc, "pad_token_id", file);
   meta.vocab_size = read_id(doc, "vocab_size", file);
 
   if (doc.contains("special_tokens") && !doc["special_tokens"].is_null()) {

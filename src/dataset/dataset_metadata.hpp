@@ -19,6 +19,7 @@ struct DatasetMetadata {
   std::optional<MaskDtype> mask_dtype;
   std::optional<std::int64_t> eot_token_id;
   std::optional<std::int64_t> eos_token_id;
+  std::optional<std::int64_t> pad_token_id;  // what `prepare` and the Python writer record
   std::optional<std::int64_t> vocab_size;
   std::optional<SpecialTokenIds> special_tokens;  // the chat template's ids, as `prepare` records them
 };

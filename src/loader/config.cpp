@@ -63,6 +63,19 @@ Enum parse_enum(std::string_view key, std::string_view text,
                allowed + ")");
 }
 
+// rank / world_size: a number, or "env" (from the launcher's environment).
+std::int64_t parse_rank(std::string_view key, std::string_view text) {
+  if (trim(text) == "env") return kFromLauncher;
+  const std::int64_t value = parse_int(key, text);
+  if (value < 0) {
+    config_error("config key '" + std::string(key) + "' must be a non-negative integer or env, got " +
+                 std::to_string(value));
+  }
+  return value;
+}
+
+std::string rank_text(std::int64_t v) { return v == kFromLauncher ? "env" : std::to_string(v); }
+
 std::string optional_int_text(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : ""; }
 
 // One entry per key: how to set it from text and how to print its effective value.
@@ -131,10 +144,10 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::to_string(c.prefetch_memory_mb); }},
       {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
        [](const Config& c) { return std::to_string(c.decode_threads); }},
-      {"rank", [](Config& c, std::string_view v) { c.rank = parse_int("rank", v); },
-       [](const Config& c) { return std::to_string(c.rank); }},
-      {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_int("world_size", v); },
-       [](const Config& c) { return std::to_string(c.world_size); }},
+      {"rank", [](Config& c, std::string_view v) { c.rank = parse_rank("rank", v); },
+       [](const Config& c) { return rank_text(c.rank); }},
+      {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_rank("world_size", v); },
+       [](const Config& c) { return rank_text(c.world_size); }},
       {"truncation",
        [](Config& c, std::string_view v) {
          c.truncation = parse_enum<Truncation>(
@@ -305,8 +318,14 @@ void validate_config(const Config& c) {
     config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +
                  std::to_string(c.decode_threads));
   }
-  if (c.world_size < 1) config_error("config key 'world_size' must be >= 1, got " + std::to_string(c.world_size));
-  if (c.rank < 0 || c.rank >= c.world_size) {
+  if (c.world_size != kFromLauncher && c.world_size < 1) {
+    config_error("config key 'world_size' must be >= 1 or env, got " + std::to_string(c.world_size));
+  }
+  if (c.rank != kFromLauncher && c.rank < 0) {
+    config_error("config key 'rank' must be >= 0 or env, got " + std::to_string(c.rank));
+  }
+  // With either from the launcher, the range is checked once both are known (at open).
+  if (c.rank != kFromLauncher && c.world_size != kFromLauncher && c.rank >= c.world_size) {
     config_error("config key 'rank' must be in [0, world_size-1] = [0, " + std::to_string(c.world_size - 1) +
                  "], got " + std::to_string(c.rank));
   }

@@ -1,6 +1,8 @@
 #include "tokenfeed/loader.hpp"
 
+#include <charconv>
 #include <cstdio>
+#include <set>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
+#include "loader/launcher_ranks.hpp"
 #include "loader/resume_state.hpp"
 #include "pipeline/split_pipeline.hpp"
 #include "dataset/token_stream.hpp"
@@ -64,6 +67,7 @@ struct Loader::Impl {
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
     std::uint64_t next_epoch = 0;             // the next batch's place in its epoch
     std::uint64_t next_batch_in_epoch = 0;
+    std::uint64_t next_row_in_epoch = 0;      // sft_packed
     // The epoch whose start (or resumption) was last logged; a run that starts or resumes
     // mid-epoch logs epoch_resume for it, so that every epoch_complete has an opening line.
     std::optional<std::uint64_t> announced_epoch;
@@ -71,8 +75,9 @@ struct Loader::Impl {
     std::uint64_t fingerprint = 0;
     SplitStats stats;
     // Why this split cannot form one batch in epoch mode (val only; train refuses to open):
-    // get_batch on it throws Error(config) with this text. Empty when usable.
+    // get_batch on it throws Error(unusable_kind) with this text. Empty when usable.
     std::string unusable;
+    ErrorKind unusable_kind = ErrorKind::config;
   };
 
   Config config;
@@ -80,6 +85,11 @@ struct Loader::Impl {
   std::map<std::string, Split, std::less<>> splits;
   std::string fingerprint;
   std::unique_ptr<AuditLog> audit;
+  std::string pad_source;  // where pad_token_id came from (SFT modes), for the open line
+  std::string rank_source;  // where rank and world_size came from (LauncherRanks::source)
+  // What the order depends on, by name; the fingerprint hashes them and
+  // the resume state carries them, so that a refusal can name the field that differs.
+  std::map<std::string, std::string> order_fields;
 
   std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
   std::atomic<bool> stopped{false};
@@ -97,11 +107,26 @@ struct Loader::Impl {
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
   void check_forms_a_batch(Split& split);
+  SplitPosition next_position(const Split& split) const {
+    return SplitPosition{split.consumed, split.next_epoch, split.next_batch_in_epoch, split.next_row_in_epoch};
+  }
+  // Batches in the epoch of the next batch (packed epochs differ, and may be entered mid-batch).
+  std::uint64_t batches_in_next_epoch(const Split& split) const {
+    if (packed_mode()) {
+      return static_cast<const PackedBatchSource&>(*split.source).batches_in_epoch_at(next_position(split));
+    }
+    return split.source->batches_in_epoch(split.next_epoch);
+  }
+  std::string explain_mismatch(const ResumeState& state) const;
   void stop_pipelines();
 };
 
 Loader::Impl::Impl(Config c) : config(std::move(c)) {
   validate_config(config);
+  const LauncherRanks ranks = resolve_ranks(config);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  rank_source = ranks.source;
   std::error_code ec;
   if (!fs::is_directory(config.dataset_dir, ec)) {
     throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
@@ -132,12 +157,23 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;  // else the config's, else inferred per split
   if (metadata.mask_dtype) config.mask_dtype = metadata.mask_dtype;
-  if (episode_mode() && !config.pad_token_id) {
-    config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
-    if (!config.pad_token_id) {
+  if (episode_mode()) {
+    // Precedence: the config, then the metadata's pad_token_id, then its end-of-text ids.
+    if (config.pad_token_id) {
+      pad_source = "config";
+    } else if (metadata.pad_token_id) {
+      config.pad_token_id = metadata.pad_token_id;
+      pad_source = "metadata pad_token_id";
+    } else if (metadata.eot_token_id) {
+      config.pad_token_id = metadata.eot_token_id;
+      pad_source = "metadata eot_token_id";
+    } else if (metadata.eos_token_id) {
+      config.pad_token_id = metadata.eos_token_id;
+      pad_source = "metadata eos_token_id";
+    } else {
       throw Error(ErrorKind::config,
                   "config key 'pad_token_id' is not set and '" + (config.dataset_dir / "dataset_metadata.json").string() +
-                      "' gives neither eot_token_id nor eos_token_id; set pad_token_id in the config");
+                      "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
     }
   }
   if (config.document_aware) {
@@ -195,32 +231,37 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     if (!config.token_dtype) config.token_dtype = splits.at("train").stream->common_dtype();
   }
 
-  Hasher h;
-  h.add(std::string_view("tokenfeed-order-v1"));
-  h.add(std::string_view(to_string(config.dataset_mode)));
-  for (const auto& [name, split] : splits) {
-    h.add(std::string_view(name));
-    h.add(split.fingerprint);
-  }
-  h.add(std::string_view(to_string(*config.batch_sampling_mode)));
-  h.add(static_cast<std::uint64_t>(config.epoch_shuffle));
-  h.add(static_cast<std::uint64_t>(config.epoch_drop_last));
-  h.add(static_cast<std::uint64_t>(config.epoch_seed));
-  h.add(static_cast<std::uint64_t>(config.batch_size));
-  h.add(static_cast<std::uint64_t>(config.world_size));
-  if (episode_mode()) {
-    h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
-  }
+  // The order depends on the global batch (batch_size x world_size), never on its split
+  // across ranks: a state resumes at another world size with the same global batch.
+  order_fields["dataset_mode"] = to_string(config.dataset_mode);
+  for (const auto& [name, split] : splits) order_fields["data." + name] = hex64(split.fingerprint);
+  order_fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
+  order_fields["global_batch_size"] = std::to_string(config.batch_size * config.world_size);
+  order_fields["epoch_seed"] = std::to_string(config.epoch_seed);
+  order_fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
+  order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
+  if (episode_mode()) order_fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
   if (packed_mode()) {
     // Rows depend on how episodes are cut and on the row length.
-    h.add(static_cast<std::uint64_t>(config.block_size));
-    h.add(static_cast<std::uint64_t>(config.pack_lookahead));
-    h.add(std::string_view(to_string(config.truncation)));
+    order_fields["block_size"] = std::to_string(config.block_size);
+    order_fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
+    order_fields["truncation"] = to_string(config.truncation);
   } else if (!episode_mode()) {
-    h.add(static_cast<std::uint64_t>(config.block_size));  // windows are carved at block_size + 1
+    order_fields["block_size"] = std::to_string(config.block_size);  // windows are carved at block_size + 1
+  }
+  Hasher h;
+  h.add(std::string_view("tokenfeed-order-v2"));
+  for (const auto& [key, value] : order_fields) {
+    h.add(std::string_view(key));
+    h.add(std::string_view(value));
   }
   fingerprint = hex64(h.digest());
 
+  log_line(LogLevel::info, "[tokenfeed] open dataset=" + config.dataset_dir.string() +
+                               " mode=" + to_string(config.dataset_mode) + " rank=" + std::to_string(config.rank) +
+                               " world_size=" + std::to_string(config.world_size) + " (" + rank_source + ")" +
+                               (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
+                                               : std::string()));
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
@@ -315,10 +356,14 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   const auto block = static_cast<std::size_t>(config.block_size);
   const std::uint64_t samples = TokenStreamBatchSource::sample_count(data, block, *config.batch_sampling_mode);
   if (samples == 0) {
-    throw Error(ErrorKind::format, "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                                       std::to_string(data.total_tokens()) +
-                                       " tokens but no file holds one window of block_size + 1 = " +
-                                       std::to_string(block + 1) + " tokens");
+    // Like a split too small for one batch (check_forms_a_batch): an error at open for
+    // train, and for val only when it is used.
+    split.unusable = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
+                     std::to_string(data.total_tokens()) + " tokens but no file holds one window of block_size + 1 = " +
+                     std::to_string(block + 1) + " tokens";
+    split.unusable_kind = ErrorKind::format;  // what train that small is at open
+    if (name == "train") throw Error(split.unusable_kind, split.unusable);
+    log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + name + "\") will fail");
   }
   split.fingerprint = data.fingerprint();
   split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(name));
@@ -330,7 +375,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   options.ignore_index = config.ignore_index;
   options.contract_fields = config.contract_fields;
   split.source = std::make_unique<TokenStreamBatchSource>(data, *split.orders, options);
-  check_forms_a_batch(split);
+  if (split.unusable.empty()) check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   const auto dtype = data.common_dtype();
@@ -345,8 +390,16 @@ void Loader::Impl::open_stream_split(const std::string& name) {
 // batch. For train that is an error at open; a small val split only fails when it is used,
 // so that a trainer that never evaluates (or evaluates elsewhere) is not stopped by it.
 void Loader::Impl::check_forms_a_batch(Split& split) {
-  if (*config.batch_sampling_mode != SamplingMode::epoch || split.source->batches_in_epoch(0) > 0) return;
+  if (*config.batch_sampling_mode != SamplingMode::epoch) return;
   const std::uint64_t global = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  if (packed_mode()) {
+    // Packed batches continue into the next epoch, so they always form; a split whose
+    // epoch does not fill one global batch would repeat episodes within a batch.
+    const std::uint64_t rows = static_cast<const PackedBatchSource&>(*split.source).packing(0)->rows();
+    if (!config.epoch_drop_last || rows >= global) return;
+  } else if (split.source->batches_in_epoch(0) > 0) {
+    return;
+  }
   std::string what;
   if (packed_mode()) {
     what = std::to_string(split.sampler->size()) + " kept episodes that pack into " +
@@ -378,10 +431,23 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   }
   const EpisodeSampler& sampler = *split.sampler;
   const std::uint64_t kept = sampler.size();
-  const std::uint64_t batches = split.source->batches_in_epoch(slot.epoch);
-  const bool last = slot.batch_in_epoch + 1 >= batches;
-  split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
-  split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  std::uint64_t batches = 0;
+  bool last = false;
+  if (packed_mode()) {
+    // The batch says where the next one starts; it may have completed its epoch (and, on
+    // a split of few rows, more than one).
+    batches = static_cast<const PackedBatchSource&>(*split.source)
+                  .batches_in_epoch_at(SplitPosition{slot.step, slot.epoch, slot.batch_in_epoch, slot.row_in_epoch});
+    last = slot.next_epoch != slot.epoch;
+    split.next_epoch = slot.next_epoch;
+    split.next_row_in_epoch = slot.next_row_in_epoch;
+    split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  } else {
+    batches = split.source->batches_in_epoch(slot.epoch);
+    last = slot.batch_in_epoch + 1 >= batches;
+    split.next_epoch = last ? slot.epoch + 1 : slot.epoch;
+    split.next_batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  }
   if (split.announced_epoch != slot.epoch) {
     split.announced_epoch = slot.epoch;
     const bool resumed = slot.batch_in_epoch != 0;
@@ -408,15 +474,56 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     if (resumed) fields.emplace_back("resumed_at_batch", std::to_string(slot.batch_in_epoch));
     audit->write(resumed ? "epoch_resume" : "epoch_start", fields);
   }
-  if (last) {
-    const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
+  for (std::uint64_t epoch = slot.epoch; last && epoch < split.next_epoch; ++epoch) {
+    const std::uint64_t seen = split.source->samples_in_epoch(epoch);
     audit->write("epoch_complete", {{"split", split.name},
-                                    {"epoch", std::to_string(slot.epoch)},
-                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                                    {"epoch", std::to_string(epoch)},
+                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(epoch))},
                                     {std::string(unit()) + "_seen", std::to_string(seen)},
                                     {std::string(unit()) + "_skipped", std::to_string(kept - seen)},
                                     {"rank", std::to_string(config.rank)}});
   }
+}
+
+// Names each order field that differs between a state and this loader, and what to set.
+std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
+  if (state.order.empty()) {
+    return "the state does not record its order fields (an older tokenfeed wrote it); the order depends on the "
+           "dataset content, the global batch (batch_size x world_size), batch_sampling_mode, epoch_seed, "
+           "epoch_shuffle, epoch_drop_last and episode_min_tokens (sft_packed and token_stream: block_size; "
+           "sft_packed: pack_lookahead, truncation)";
+  }
+  std::string out;
+  const auto add = [&](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  std::set<std::string> keys;
+  for (const auto& [key, value] : order_fields) keys.insert(key);
+  for (const auto& [key, value] : state.order) keys.insert(key);
+  for (const std::string& key : keys) {
+    const auto theirs = state.order.find(key);
+    const auto ours = order_fields.find(key);
+    const std::string was = theirs == state.order.end() ? "(absent)" : theirs->second;
+    const std::string is = ours == order_fields.end() ? "(absent)" : ours->second;
+    if (was == is) continue;
+    if (key == "global_batch_size") {
+      std::string fix = "set batch_size x world_size = " + was;
+      std::uint64_t global = 0;
+      const auto [end, ec] = std::from_chars(was.data(), was.data() + was.size(), global);
+      const auto world = static_cast<std::uint64_t>(config.world_size);
+      if (ec == std::errc() && end == was.data() + was.size() && global > 0) {
+        fix += global % world == 0 ? " (batch_size=" + std::to_string(global / world) + " at world_size=" +
+                                         std::to_string(world) + ")"
+                                   : " (" + was + " is not a multiple of world_size=" + std::to_string(world) +
+                                         ": run with a world size that divides it)";
+      }
+      add("global_batch_size (batch_size x world_size) is " + was + " in the state but " + is + " here: " + fix);
+    } else if (key.rfind("data.", 0) == 0) {
+      add("the dataset's '" + key.substr(5) + "' split differs (content fingerprint " + was + " in the state, " + is +
+          " here): point dataset_dir at the dataset the state was saved with");
+    } else {
+      add(key + " is " + was + " in the state but " + is + " here: set " + key + "=" + was);
+    }
+  }
+  return out.empty() ? "the fingerprint differs but no order field does" : out;
 }
 
 void Loader::Impl::stop_pipelines() {
@@ -438,7 +545,7 @@ Loader::~Loader() {
 Batch Loader::get_batch(std::string_view split_name) {
   Impl& s = *impl_;
   Impl::Split& split = s.find(split_name);
-  if (!split.unusable.empty()) throw Error(ErrorKind::config, split.unusable);
+  if (!split.unusable.empty()) throw Error(split.unusable_kind, split.unusable);
   if (split.pool && split.pool->held() >= kMaxHeldBatches) {
     throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\"): the trainer already holds " +
                                       std::to_string(kMaxHeldBatches) +
@@ -459,7 +566,7 @@ Batch Loader::get_batch(std::string_view split_name) {
     // sft_episode's mask equals its token weights, so with both only the weights are written.
     shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
     shape.packed = s.packed_mode();
-    split.source->seek(split.consumed, split.next_epoch, split.next_batch_in_epoch);
+    split.source->seek(s.next_position(split));
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
     const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
         s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
@@ -487,13 +594,8 @@ Batch Loader::get_batch(std::string_view split_name) {
 std::string Loader::save_state() const {
   ResumeState state;
   state.fingerprint = impl_->fingerprint;
-  for (const auto& [name, split] : impl_->splits) {
-    SplitPosition pos;
-    pos.step = split.consumed;
-    pos.epoch = split.next_epoch;
-    pos.batch_in_epoch = split.next_batch_in_epoch;
-    state.splits[name] = pos;
-  }
+  state.order = impl_->order_fields;
+  for (const auto& [name, split] : impl_->splits) state.splits[name] = impl_->next_position(split);
   return serialize_resume_state(state);
 }
 
@@ -501,11 +603,9 @@ void Loader::load_state(std::string_view text) {
   Impl& s = *impl_;
   const ResumeState state = parse_resume_state(text);
   if (state.fingerprint != s.fingerprint) {
-    throw Error(ErrorKind::state,
-                "resume state belongs to another dataset or sampling config (state fingerprint " + state.fingerprint +
-                    ", this loader " + s.fingerprint +
-                    "); the order depends on the dataset content, batch_size, world_size, batch_sampling_mode, "
-                    "epoch_seed, epoch_shuffle, epoch_drop_last and episode_min_tokens");
+    throw Error(ErrorKind::state, "resume state belongs to another dataset or sampling config (state fingerprint " +
+                                      state.fingerprint + ", this loader " + s.fingerprint + "): " +
+                                      s.explain_mismatch(state));
   }
   // Where each split resumes. Epochs of equal length give the position from the step
   // alone; packed epochs differ in length, so their position is read from the state.
@@ -515,21 +615,24 @@ void Loader::load_state(std::string_view text) {
     if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
     const BatchSource& source = *it->second.source;
     SplitPosition resolved = pos;
-    if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
-      resolved.epoch = 0;
-      resolved.batch_in_epoch = pos.step;
-    } else if (!it->second.unusable.empty()) {
+    if (!it->second.unusable.empty()) {
       if (pos.step != 0) throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".step=" +
                                                            std::to_string(pos.step) + " but " + it->second.unusable);
       resolved = SplitPosition{};
+    } else if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
+      resolved.epoch = 0;
+      resolved.batch_in_epoch = pos.step;
     } else if (!s.packed_mode()) {
       const std::uint64_t per_epoch = source.batches_in_epoch(0);
       resolved.epoch = pos.step / per_epoch;
       resolved.batch_in_epoch = pos.step % per_epoch;
-    } else if (pos.batch_in_epoch >= source.batches_in_epoch(pos.epoch)) {
-      throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".batch_in_epoch=" +
-                                        std::to_string(pos.batch_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
-                                        " has " + std::to_string(source.batches_in_epoch(pos.epoch)) + " batches");
+    } else {
+      const std::uint64_t rows = static_cast<const PackedBatchSource&>(source).packing(pos.epoch)->rows();
+      if (pos.row_in_epoch >= rows) {
+        throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".row_in_epoch=" +
+                                          std::to_string(pos.row_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
+                                          " packs into " + std::to_string(rows) + " rows");
+      }
     }
     positions[name] = resolved;
   }
@@ -542,6 +645,7 @@ void Loader::load_state(std::string_view text) {
     split.consumed = pos.step;
     split.next_epoch = pos.epoch;
     split.next_batch_in_epoch = pos.batch_in_epoch;
+    split.next_row_in_epoch = pos.row_in_epoch;
     split.announced_epoch.reset();
   }
 }
@@ -568,9 +672,8 @@ SplitInfo Loader::split_info(std::string_view name) const {
   }
   info.mask = split.mask;
   // Packed epochs differ in length: the figure is that of the epoch the next batch is in.
-  info.batches_per_epoch = *impl_->config.batch_sampling_mode == SamplingMode::epoch
-                               ? split.source->batches_in_epoch(split.next_epoch)
-                               : 0;
+  info.batches_per_epoch =
+      *impl_->config.batch_sampling_mode == SamplingMode::epoch ? impl_->batches_in_next_epoch(split) : 0;
   return info;
 }
 

@@ -30,8 +30,10 @@ std::string serialize_resume_state(const ResumeState& state) {
   json splits = json::object();
   for (const auto& [name, pos] : state.splits) {
     splits[name] = {{"step", pos.step}, {"epoch", pos.epoch}, {"batch_in_epoch", pos.batch_in_epoch}};
+    if (pos.row_in_epoch != 0) splits[name]["row_in_epoch"] = pos.row_in_epoch;
   }
-  const json doc = {{"format", kFormat}, {"version", kVersion}, {"fingerprint", state.fingerprint}, {"splits", splits}};
+  json doc = {{"format", kFormat}, {"version", kVersion}, {"fingerprint", state.fingerprint}, {"splits", splits}};
+  if (!state.order.empty()) doc["order"] = state.order;
   return doc.dump();
 }
 
@@ -56,7 +58,15 @@ ResumeState parse_resume_state(std::string_view text) {
     if (!value.is_object()) state_error("splits." + name + " must be an object");
     const std::string where = "splits." + name;
     state.splits[name] = {read_count(value, "step", where), read_count(value, "epoch", where),
-                          read_count(value, "batch_in_epoch", where)};
+                          read_count(value, "batch_in_epoch", where),
+                          value.contains("row_in_epoch") ? read_count(value, "row_in_epoch", where) : 0};
+  }
+  if (doc.contains("order")) {
+    if (!doc["order"].is_object()) state_error("field 'order' must be an object");
+    for (const auto& [key, value] : doc["order"].items()) {
+      if (!value.is_string()) state_error("order." + key + " must be a string, got " + value.dump());
+      state.order[key] = value.get<std::string>();
+    }
   }
   return state;
 }

@@ -29,77 +29,88 @@ PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
-  const std::uint64_t rows = packing(epoch)->rows();
+  return batches_in_epoch_at(SplitPosition{0, epoch, 0, 0});
+}
+
+std::uint64_t PackedBatchSource::batches_in_epoch_at(const SplitPosition& at) const {
+  const std::uint64_t rows = packing(at.epoch)->rows();
   const std::uint64_t global = options_.batch_size * options_.world_size;
-  return options_.drop_last ? rows / global : (rows + global - 1) / global;
+  const std::uint64_t left = rows > at.row_in_epoch ? rows - at.row_in_epoch : 0;
+  return at.batch_in_epoch + (left + global - 1) / global;
 }
 
-std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const {
-  const auto packed = packing(epoch);
-  const std::uint64_t rows =
-      std::min(packed->rows(), batches_in_epoch(epoch) * options_.batch_size * options_.world_size);
-  return packed->row_begin[rows];
-}
+std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const { return packing(epoch)->episodes.size(); }
 
-void PackedBatchSource::seek(std::uint64_t step, std::uint64_t epoch, std::uint64_t batch_in_epoch) {
+void PackedBatchSource::seek(const SplitPosition& at) {
   std::lock_guard lock(mutex_);
-  next_step_ = step;
-  next_epoch_ = epoch;
-  next_batch_ = batch_in_epoch;
+  next_ = at;
 }
 
 BatchPlan PackedBatchSource::plan(std::uint64_t step) {
-  std::uint64_t epoch = 0, batch = 0;
-  {
-    std::lock_guard lock(mutex_);
-    if (step != next_step_) {
-      throw Error(ErrorKind::pipeline, "packed batches must be planned in order: expected step " +
-                                           std::to_string(next_step_) + ", got " + std::to_string(step));
-    }
-    // An epoch that packs into fewer rows than one global batch (drop_last) has no batch:
-    // the stream goes on with the next one. Epochs pack the same episodes, so their row
-    // counts differ only slightly; a split where no epoch forms a batch is refused
-    // before any plan (Loader), and the bound below only guards against looping forever.
-    for (int skipped = 0; batches_in_epoch(next_epoch_) == 0; ++skipped) {
-      if (skipped == 64) {
-        throw Error(ErrorKind::config, "split '" + split_.dir().string() + "' packs into fewer rows than one global "
-                                       "batch in 64 consecutive epochs; set epoch_drop_last=false or a smaller batch_size");
-      }
-      ++next_epoch_;
-      next_batch_ = 0;
-    }
-    epoch = next_epoch_;
-    batch = next_batch_;
+  std::lock_guard lock(mutex_);
+  if (step != next_.step) {
+    throw Error(ErrorKind::pipeline, "packed batches must be planned in order: expected step " +
+                                         std::to_string(next_.step) + ", got " + std::to_string(step));
   }
   BatchPlan p;
   p.step = step;
-  p.epoch = epoch;
-  p.batch_in_epoch = batch;
-  p.mode_data = packing(epoch);
+  p.epoch = next_.epoch;
+  p.batch_in_epoch = next_.batch_in_epoch;
+  auto packed_plan = std::make_shared<PackedPlan>();
+  packed_plan->row_in_epoch = next_.row_in_epoch;
+  // Take the global batch's rows from the stream of epochs: all of them with drop_last
+  // (continuing into the next epochs as needed), else up to the end of this epoch.
+  std::uint64_t need = options_.batch_size * options_.world_size;
+  std::uint64_t epoch = next_.epoch, row = next_.row_in_epoch;
+  while (need > 0) {
+    auto packed = packing(epoch);
+    const std::uint64_t rows = packed->rows();
+    const std::uint64_t take = std::min(need, rows - std::min(row, rows));
+    if (take > 0) packed_plan->runs.push_back({std::move(packed), row, take});
+    need -= take;
+    row += take;
+    if (row >= rows) {
+      ++epoch;
+      row = 0;
+      if (!options_.drop_last) break;
+    }
+  }
+  packed_plan->next_epoch = epoch;
+  packed_plan->next_row_in_epoch = row;
+  p.mode_data = std::move(packed_plan);
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
-  packings_.prefetch(epoch + 1, [this, next = epoch + 1] { return make_packing(next); });
-  const std::uint64_t per_epoch = batches_in_epoch(epoch);
-  std::lock_guard lock(mutex_);
-  ++next_step_;
-  if (++next_batch_ >= per_epoch) {
-    next_batch_ = 0;
-    ++next_epoch_;
-  }
+  packings_.prefetch(p.epoch + 1, [this, next = p.epoch + 1] { return make_packing(next); });
+  next_.step = step + 1;
+  next_.batch_in_epoch = epoch == next_.epoch ? next_.batch_in_epoch + 1 : 0;
+  next_.epoch = epoch;
+  next_.row_in_epoch = row;
   return p;
 }
 
-void PackedBatchSource::decode(const BatchPlan& plan, detail::BatchSlot& slot) const {
-  const PackedEpoch& packed = plan.mode_data_as<PackedEpoch>();
+void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
+  const BatchPlan& plan = batch_plan;
+  const PackedPlan& packed_plan = batch_plan.mode_data_as<PackedPlan>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0);  // real rows counted below
-  const std::uint64_t first_row = (plan.batch_in_epoch * options_.world_size + options_.rank) * options_.batch_size;
+  slot.row_in_epoch = packed_plan.row_in_epoch;
+  slot.next_epoch = packed_plan.next_epoch;
+  slot.next_row_in_epoch = packed_plan.next_row_in_epoch;
+  // This rank's rows are [rank*B, (rank+1)*B) of the global batch's rows.
+  std::size_t run = 0;
+  std::uint64_t run_start = 0;  // the batch row where packed_plan.runs[run] starts
   for (std::size_t r = 0; r < rows; ++r) {
-    const std::uint64_t global_row = first_row + r;
+    const std::uint64_t batch_row = options_.rank * options_.batch_size + r;
+    while (run < packed_plan.runs.size() && batch_row >= run_start + packed_plan.runs[run].rows) {
+      run_start += packed_plan.runs[run].rows;
+      ++run;
+    }
     std::size_t column = 0;
     slot.episode_ids[r] = -1;
-    if (global_row < packed.rows()) {
+    if (run < packed_plan.runs.size()) {
+      const PackedEpoch& packed = *packed_plan.runs[run].packing;
+      const std::uint64_t global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
       ++slot.real_rows;
       for (std::uint64_t k = packed.row_begin[global_row]; k < packed.row_begin[global_row + 1]; ++k) {
         const std::uint64_t episode = packed.episodes[k];

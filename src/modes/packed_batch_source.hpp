@@ -1,16 +1,23 @@
 // PackedBatchSource: the sft_packed mode's batches: several whole episodes per row.
 //
 // Each epoch's episode order (the same numpy-compatible order as sft_episode) is packed
-// into rows by pack_episodes; global batch j of the epoch is rows [j*B*W, (j+1)*B*W) and
-// rank r takes the r-th slice of B rows (epoch_drop_last applies to the global batch;
-// without it the last batch is completed with fill rows). An episode t kept to length
-// n <= block_size + 1 contributes inputs t[0:n-1] and labels t[1:n] to its row, positions
-// restarting at 0, weights = its mask shifted the same way (1 with the mask off); the rest
-// of a row is padding (pad, ignore_index, weight 0), a sequence of its own.
+// into rows by pack_episodes. The rows of all epochs, epoch after epoch, form one global
+// row stream; a global batch is B*W consecutive rows of it and rank r takes the r-th slice
+// of B rows. So the stream depends on the global batch B*W only, never on its split across
+// ranks, and a state saved at one world size resumes at another with the same B*W.
+//  - epoch_drop_last=true: nothing is dropped. An epoch's last rows, too few for a global
+//    batch, open the next batch, which continues with the next epoch's first rows: every
+//    kept episode is trained once per epoch, whatever its length.
+//  - epoch_drop_last=false: a batch never continues into the next epoch; an epoch's last
+//    batch is completed with fill rows (episode id -1).
+// An episode t kept to length n <= block_size + 1 contributes inputs t[0:n-1] and labels
+// t[1:n] to its row, positions restarting at 0, weights = its mask shifted the same way (1
+// with the mask off); the rest of a row is padding (pad, ignore_index, weight 0), a
+// sequence of its own.
 //
-// Epochs differ in batch count, so the position in the stream is (epoch, batch in epoch),
-// advanced by the serial planning stage; batch j of an epoch is still a pure function of
-// the epoch, whatever came before.
+// A batch belongs to the epoch of its first row, and batches are numbered within that
+// epoch. The position in the stream is (epoch, row in epoch, batch in epoch), advanced by
+// the serial planning stage; the rows of epoch e are a pure function of e.
 //
 // Thread-safety: plan() walks the epochs with a cursor that seek() sets; the two may be
 // called from different threads (guarded by a mutex). decode() and the const members may
@@ -23,12 +30,28 @@
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
+#include "pipeline/recent_cache.hpp"
+#include "pipeline/stream_position.hpp"
 #include "sampling/episode_packer.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/epoch_orders.hpp"
-#include "pipeline/recent_cache.hpp"
 
 namespace tokenfeed {
+
+// What a packed batch is made of, planned by PackedBatchSource::plan and carried to its
+// decode as the plan's mode data: the global batch's rows, in order, as runs of
+// consecutive rows of epoch packings (a batch may continue into the next epoch), and
+// where the batch starts and the next one starts.
+struct PackedPlan {
+  struct Run {
+    std::shared_ptr<const PackedEpoch> packing;
+    std::uint64_t first_row = 0;
+    std::uint64_t rows = 0;
+  };
+  std::vector<Run> runs;
+  std::uint64_t row_in_epoch = 0;
+  std::uint64_t next_epoch = 0, next_row_in_epoch = 0;
+};
 
 class PackedBatchSource final : public BatchSource {
  public:
@@ -45,9 +68,7 @@ class PackedBatchSource final : public BatchSource {
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
-  // When epoch 0 packs into fewer rows than one global batch with drop_last,
-  // batches_in_epoch(0) is 0 (the owner reports it). REQUIRES: split, windows and orders
-  // outlive the source.
+  // REQUIRES: split, windows and orders outlive the source.
   PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows, const EpochOrders& orders,
                     Options options);
 
@@ -56,9 +77,14 @@ class PackedBatchSource final : public BatchSource {
   BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
+  // The batches of an epoch entered at its first row (epoch 0, or any epoch with
+  // drop_last=false); see batches_in_epoch_at for an epoch entered mid-batch.
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const override;
+  // The batches whose first row is in the epoch of `at`, the position of one of them.
+  std::uint64_t batches_in_epoch_at(const SplitPosition& at) const;
+  // Every kept episode: nothing is dropped.
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const override;
-  void seek(std::uint64_t step, std::uint64_t epoch, std::uint64_t batch_in_epoch) override;
+  void seek(const SplitPosition& at) override;
 
   // The packing of an epoch (cached: the two most recent).
   std::shared_ptr<const PackedEpoch> packing(std::uint64_t epoch) const;
@@ -77,7 +103,7 @@ class PackedBatchSource final : public BatchSource {
   RecentCache<PackedEpoch> packings_{2};
 
   std::mutex mutex_;
-  std::uint64_t next_step_ = 0, next_epoch_ = 0, next_batch_ = 0;  // GUARDED_BY(mutex_)
+  SplitPosition next_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace tokenfeed

@@ -87,6 +87,8 @@ struct BatchSlot {
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)
   std::uint64_t step = 0, epoch = 0, batch_in_epoch = 0;
   std::uint64_t real_rows = 0;
+  // Packed mode: the epoch row the batch starts at, and where the next batch starts.
+  std::uint64_t row_in_epoch = 0, next_epoch = 0, next_row_in_epoch = 0;
   std::exception_ptr error;  // set when the stage that produced this slot failed
   double wait_us = 0;        // set by get_batch
 

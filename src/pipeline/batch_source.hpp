@@ -14,6 +14,7 @@
 
 #include "pipeline/batch_plan.hpp"
 #include "pipeline/batch_pool.hpp"
+#include "pipeline/stream_position.hpp"
 
 namespace tokenfeed {
 
@@ -37,14 +38,10 @@ class BatchSource {
   virtual std::uint64_t batches_in_epoch(std::uint64_t epoch) const = 0;
   // Episodes or windows an epoch delivers over all ranks (the drop_last remainder aside).
   virtual std::uint64_t samples_in_epoch(std::uint64_t epoch) const = 0;
-  // Where the next plan() starts: batch `step`, which is batch `batch_in_epoch` of
-  // `epoch`. Sources whose epochs all have the same length derive the position from the
+  // Where the next plan() starts: batch `at.step`, which is batch `at.batch_in_epoch` of
+  // `at.epoch`. Sources whose epochs all have the same length derive the position from the
   // step and ignore the rest; packed epochs differ in length, so they need it.
-  virtual void seek(std::uint64_t step, std::uint64_t epoch, std::uint64_t batch_in_epoch) {
-    (void)step;
-    (void)epoch;
-    (void)batch_in_epoch;
-  }
+  virtual void seek(const SplitPosition& at) { (void)at; }
 };
 
 }  // namespace tokenfeed

@@ -24,7 +24,6 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
   Hasher key;
   key.add(std::uint64_t{settings_.seed});
   key.add(std::string_view(settings_.split));
-  key.add(settings_.rank);
   random_key_ = key.digest();
 }
 
@@ -73,7 +72,9 @@ SampledBatch EpisodeSampler::plan(std::uint64_t step) const {
 
 std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t row) const noexcept {
   if (settings_.mode == SamplingMode::random) {
-    const std::uint64_t u = CounterRng(random_key_).uniform(plan.step * settings_.batch_size + row, count_);
+    // Global row g of the stream, whatever the split of the global batch across ranks.
+    const std::uint64_t g = (plan.step * settings_.world_size + settings_.rank) * settings_.batch_size + row;
+    const std::uint64_t u = CounterRng(random_key_).uniform(g, count_);
     return static_cast<std::int64_t>(id_at(u));
   }
   const std::uint64_t position = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size + row;

@@ -6,10 +6,12 @@
 //    epoch is positions [j*B*W, (j+1)*B*W) of that order and rank r takes the r-th slice of
 //    B. With drop_last the remainder smaller than a global batch is skipped; without it the
 //    last global batch is completed with fill rows (episode id -1).
-//  - random mode: row i of batch k draws kept[u] with u uniform, from a counter-based
-//    generator keyed on (epoch_seed, split, rank) at counter k*B + i.
-// So resuming at step k needs only k, and decoding batches in parallel needs no shared
-// generator.
+//  - random mode: global row g = k*B*W + r*B + i (row i of rank r's batch k) draws
+//    kept[u] with u uniform, from a counter-based generator keyed on (epoch_seed, split) at
+//    counter g.
+// Either way the global stream (row g of global batch k) depends on the global batch B*W
+// only, never on its split across ranks; resuming at step k needs only k, and decoding
+// batches in parallel needs no shared generator.
 //
 // The ids need not be episodes: the token-stream mode samples window numbers the same way.
 //
