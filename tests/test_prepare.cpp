@@ -333,6 +333,30 @@ TEST_CASE("prepare: each bad-line case gets its own reason") {
   CHECK(d->detail == "message 2 has no \"content\"");
 }
 
+TEST_CASE("prepare: content given as text parts is joined; other content is refused, naming the message") {
+  ParsedConversation c;
+  const auto parse = [&](std::string_view line) { return parse_conversation_line(line, ConversationInput::text, c); };
+  REQUIRE_FALSE(parse(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},)"
+      R"( {"role": "assistant", "content": []}]})"));
+  CHECK(c.text.at(0).content == "Hello");
+  CHECK(c.text.at(1).content.empty());
+  const auto refused = [&](std::string_view line, std::string_view detail) {
+    CAPTURE(line);
+    const auto d = parse(line);
+    REQUIRE(d);
+    CHECK(d->reason == "wrong_type");
+    CHECK(d->detail.find(detail) != std::string::npos);
+  };
+  refused(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null}]})",
+          "message 2 \"content\" is null");
+  refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+          "message 1 content part 1 has type \"image_url\"");
+  refused(R"({"messages": [{"role": "user", "content": ["hi"]}]})", "message 1 content part 1 is a string");
+  refused(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "has no string \"text\"");
+  refused(R"({"messages": [{"role": "user", "content": {"text": "hi"}}]})", "is an object");
+}
+
 TEST_CASE("prepare: a bad line fails the run with its line number and leaves no output") {
   struct Case {
     const char* line;

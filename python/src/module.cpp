@@ -834,17 +834,6 @@ nb::object serialize_tokenized(const std::vector<std::string>& roles, const std:
   return numpy_owning(std::move(out));
 }
 
-nb::object serialize_text(const std::vector<std::string>& roles, const std::vector<std::string>& contents,
-                          const tokenfeed::Tokenizer& tokenizer, const std::string& default_system_text) {
-  if (roles.size() != contents.size()) usage_error("serialize_chat_text: roles and contents differ in length");
-  std::vector<tokenfeed::ChatMessage> messages(roles.size());
-  for (std::size_t i = 0; i < roles.size(); ++i) messages[i] = {roles[i], contents[i]};
-  std::vector<std::uint32_t> out;
-  const auto defect = tokenfeed::append_chat_ids(messages, tokenizer, default_system_text, out);
-  if (defect) conversation_error(defect->detail);
-  return numpy_owning(std::move(out));
-}
-
 nb::tuple pack_ids_and_mask(const U32Array& ids, const U8Array& mask, std::size_t S,
                             const tokenfeed::SpecialTokenIds& special, std::uint32_t pad_id) {
   tokenfeed::PackedSft packed = tokenfeed::pack_sft_ids_and_mask(span_of(ids), span_of(mask), S, special, pad_id);
@@ -877,6 +866,8 @@ void write_log_line_to_stderr(tokenfeed::LogLevel, std::string_view line) {
 }
 
 }  // namespace
+
+void bind_chat(nb::module_& m);  // chat.cpp
 
 NB_MODULE(_tokenfeed, m) {
   m.doc() = "tokenfeed's C++ core; use the `tokenfeed` package, which re-exports it.";
@@ -1039,7 +1030,6 @@ NB_MODULE(_tokenfeed, m) {
 
   m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "special"_a,
         "default_system_ids"_a, "vocab_size"_a.none());
-  m.def("_serialize_text_chat", &serialize_text, "roles"_a, "contents"_a, "tokenizer"_a, "default_system_text"_a);
   m.def(
       "_sft_loss_mask_for_ids",
       [](const U32Array& ids, const tokenfeed::SpecialTokenIds& special) {
@@ -1055,4 +1045,5 @@ NB_MODULE(_tokenfeed, m) {
       "ids"_a, "S"_a, "special"_a);
   m.def("_pack_sft_ids_and_mask", &pack_ids_and_mask, "ids"_a, "mask"_a, "S"_a, "special"_a, "pad_id"_a);
   m.def("_collate_sft_batch", &collate_batch, "rows"_a, "T"_a, "ignore_index"_a);
+  bind_chat(m);
 }

@@ -46,6 +46,28 @@ def test_template_by_hand():
         tokenfeed.SpecialTokenIds(system=1, user=1, assistant=2, eot=3)
 
 
+def test_serialize_chat_text_refuses_what_prepare_refuses():
+    # None, numbers and non-text parts used to become their str() and be trained on.
+    tokenizer = tokenfeed.make_tokenizer("bytes")
+    user = {"role": "user", "content": "hi"}
+    bad = [
+        ([user, {"role": "assistant", "content": None}], r'message 2 "content" is null'),
+        ([user, {"role": "assistant", "content": 5}], r'message 2 "content" is an integer'),
+        ([user, {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+         r'message 2 content part 1 has type "image_url"'),
+        ([user, ("assistant", b"bytes")], r"message 2 holds a value that is not JSON"),
+        ([user, {"role": "assistant"}], r'message 2 has no "content"'),
+    ]
+    for messages, detail in bad:
+        with pytest.raises(tokenfeed.ConversationError, match=detail):
+            tokenfeed.serialize_chat_text(messages, tokenizer)
+    # Text parts are joined, as prepare joins them.
+    parts = [user, {"role": "assistant", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    ids, mask = tokenfeed.serialize_chat_text(parts, tokenizer, with_mask=True)
+    assert ids.tolist() == tokenfeed.serialize_chat_text([user, ("assistant", "Hello")], tokenizer).tolist()
+    assert mask.tolist() == tokenfeed.sft_loss_mask_for_ids(ids, tokenizer.special_ids).tolist()
+
+
 def test_turn_aware_truncation_keeps_the_final_assistant_turn():
     s = special_ids()
     conversation = [("user", [1] * 20), ("assistant", [2] * 20), ("user", [3] * 5), ("assistant", [4] * 5)]

@@ -348,13 +348,44 @@ def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_sy
                                            vocab_size)
 
 
+def _conversation_json(messages: Sequence[Any]) -> str:
+    """``{"messages": [...]}`` as one JSON line, the input of ``tokenfeed prepare``: pairs
+    become ``{"role": ..., "content": ...}``; values JSON cannot represent are refused."""
+    out = []
+    for i, message in enumerate(messages):
+        if isinstance(message, Mapping):
+            m = dict(message)
+        else:
+            try:
+                role, content = message
+            except (TypeError, ValueError):
+                raise ConversationError(f"message {i + 1} is {type(message).__name__}, expected a dict with "
+                                        "'role' and 'content' or a (role, content) pair") from None
+            m = {"role": role, "content": content}
+        try:
+            out.append(json.dumps(m, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise ConversationError(f"message {i + 1} holds a value that is not JSON text ({e})") from None
+    return '{"messages": [' + ", ".join(out) + "]}"
+
+
 def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
-                        default_system_text: str = DEFAULT_SYSTEM_TEXT) -> np.ndarray:
+                        default_system_text: str = DEFAULT_SYSTEM_TEXT,
+                        with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
     """The template's token ids of a text conversation, encoded with a built-in tokenizer
-    (``make_tokenizer``). ``messages``: ``{"role": ..., "content": "..."}`` dicts or pairs.
-    Raises ConversationError (a ValueError) for an unusable conversation."""
-    roles, contents = _messages(messages, "content")
-    return _core._serialize_text_chat(roles, [str(c) for c in contents], tokenizer, default_system_text)
+    (``make_tokenizer``); with ``with_mask``, ``(ids, mask)`` with the loss mask
+    ``tokenfeed prepare`` writes.
+
+    ``messages``: OpenAI chat messages (``{"role": ..., "content": ...}`` dicts) or
+    ``(role, content)`` pairs. They go through the same C++ parser as a line of
+    ``tokenfeed prepare``'s input, so both accept and refuse the same conversations: content
+    is a string or a list of ``{"type": "text", "text": ...}`` parts (joined); ``None``,
+    numbers or other part types raise ConversationError (a ValueError) naming the message
+    (numbered from 1, as the command's skip details)."""
+    if isinstance(messages, (str, bytes)) or isinstance(messages, Mapping):
+        raise ConversationError("serialize_chat_text: messages must be a list of messages")
+    ids, mask = _core._serialize_json_chat(_conversation_json(messages), tokenizer, default_system_text)
+    return (ids, mask) if with_mask else ids
 
 
 def sft_loss_mask_for_ids(ids: Any, special: SpecialTokenIds) -> np.ndarray:

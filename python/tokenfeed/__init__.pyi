@@ -1,6 +1,7 @@
 # Type stubs for the tokenfeed package (the C++ extension and the Python helpers).
 import os
-from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union)
+from typing import (Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union,
+                    overload)
 
 import numpy as np
 import numpy.typing as npt
@@ -229,8 +230,13 @@ def write_dataset_metadata(dataset_dir: _Path, *, token_dtype: str, mask_dtype: 
 def special_token_ids_from_metadata(dataset_dir: _Path) -> SpecialTokenIds: ...
 def serialize_chat(messages: Sequence[Union[Mapping[str, Any], Tuple[str, _Ids]]], special: SpecialTokenIds,
                    default_system_ids: _Ids = ..., vocab_size: Optional[int] = None) -> npt.NDArray[np.uint32]: ...
-def serialize_chat_text(messages: Sequence[Union[Mapping[str, Any], Tuple[str, str]]], tokenizer: Tokenizer,
-                        default_system_text: str = ...) -> npt.NDArray[np.uint32]: ...
+@overload
+def serialize_chat_text(messages: Sequence[Union[Mapping[str, Any], Tuple[str, Any]]], tokenizer: Tokenizer,
+                        default_system_text: str = ..., with_mask: Literal[False] = ...) -> npt.NDArray[np.uint32]: ...
+@overload
+def serialize_chat_text(messages: Sequence[Union[Mapping[str, Any], Tuple[str, Any]]], tokenizer: Tokenizer,
+                        default_system_text: str = ..., *, with_mask: Literal[True]
+                        ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]: ...
 def sft_loss_mask_for_ids(ids: _Ids, special: SpecialTokenIds) -> npt.NDArray[np.uint8]: ...
 def plan_sft_window(ids: _Ids, S: int, special: SpecialTokenIds) -> Tuple[int, int, int, int]: ...
 def pack_sft_ids_and_mask(ids: _Ids, mask: _Mask, S: int, special: SpecialTokenIds,

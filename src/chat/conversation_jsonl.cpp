@@ -66,6 +66,42 @@ std::uint32_t read_uint32(const json& v, const std::string& where) {
   return static_cast<std::uint32_t>(value);
 }
 
+// A message's "content": a string, or a list of {"type": "text", "text": "..."} parts, joined
+// without a separator (OpenAI's content parts are pieces of one text).
+std::optional<LineDefect> read_text_content(const json& content, std::size_t index, std::string& out) {
+  if (content.is_string()) {
+    out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) {
+    return LineDefect{std::string(kReasonWrongType), label(index) + " \"content\" is " + type_name(content) +
+                                                         ", expected a string or a list of text parts"};
+  }
+  out.clear();
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    const std::string where = label(index) + " content part " + std::to_string(k + 1);
+    if (!part.is_object()) {
+      return LineDefect{std::string(kReasonWrongType),
+                        where + " is " + type_name(part) + ", expected an object {\"type\": \"text\", \"text\": ...}"};
+    }
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return LineDefect{std::string(kReasonWrongType), where + " has no string \"type\""};
+    }
+    if (type->get_ref<const std::string&>() != "text") {
+      return LineDefect{std::string(kReasonWrongType),
+                        where + " has type \"" + type->get<std::string>() + "\"; only \"text\" parts are supported"};
+    }
+    const auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return LineDefect{std::string(kReasonWrongType), where + " has no string \"text\""};
+    }
+    out += text->get_ref<const std::string&>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<LineDefect> parse_conversation_line(std::string_view line, ConversationInput input,
@@ -110,11 +146,9 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
                                                "--special-tokens FILE.json"
                                          : label(i) + " has no \"content\""};
       }
-      if (!content->is_string()) {
-        return LineDefect{std::string(kReasonWrongType),
-                          label(i) + " \"content\" is " + type_name(*content) + ", expected a string"};
-      }
-      out.text.push_back({role->get<std::string>(), content->get<std::string>()});
+      ChatMessage message{role->get<std::string>(), {}};
+      if (auto defect = read_text_content(*content, i, message.content)) return defect;
+      out.text.push_back(std::move(message));
     } else {
       if (ids == m.end()) {
         return LineDefect{std::string(kReasonMissingField),
