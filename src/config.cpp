@@ -88,8 +88,20 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return c.batch_size == 0 ? std::string() : std::to_string(c.batch_size); }},
       {"block_size", [](Config& c, std::string_view v) { c.block_size = parse_positive("block_size", v); },
        [](const Config& c) { return c.block_size == 0 ? std::string() : std::to_string(c.block_size); }},
-      {"use_loss_mask", [](Config& c, std::string_view v) { c.use_loss_mask = parse_bool("use_loss_mask", v); },
-       [](const Config& c) { return std::string(c.use_loss_mask ? "true" : "false"); }},
+      {"use_loss_mask",
+       [](Config& c, std::string_view v) {
+         const std::string_view t = trim(v);
+         if (t == "auto") {
+           c.use_loss_mask.reset();
+         } else if (t == "true" || t == "1" || t == "false" || t == "0") {
+           c.use_loss_mask = parse_bool("use_loss_mask", t);
+         } else {
+           config_error("config key 'use_loss_mask': expected auto, true or false, got '" + std::string(t) + "'");
+         }
+       },
+       [](const Config& c) {
+         return std::string(!c.use_loss_mask ? "auto" : *c.use_loss_mask ? "true" : "false");
+       }},
       {"batch_sampling_mode",
        [](Config& c, std::string_view v) {
          c.batch_sampling_mode = parse_enum<SamplingMode>("batch_sampling_mode", v,

@@ -89,6 +89,8 @@ struct Loader::Impl {
   // What a sampled id is called in messages: an episode or a window.
   const char* unit() const noexcept { return episode_mode() ? "episodes" : "windows"; }
   EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  // Settles use_loss_mask=auto from the splits' mask.bin files, and logs the choice.
+  void resolve_use_loss_mask();
   void open_episode_split(const std::string& name, const fs::path& dir);
   void open_stream_split(const std::string& name);
   Split& find(std::string_view name);
@@ -150,9 +152,12 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
                       (config.dataset_dir / "dataset_metadata.json").string() + "'");
     }
   }
-  if (config.use_loss_mask && !episode_mode()) {
-    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
-                                "batches have no mask");
+  if (!episode_mode()) {
+    if (config.use_loss_mask.value_or(false)) {
+      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+                                  "batches have no mask");
+    }
+    config.use_loss_mask = false;
   }
   if (config.decode_threads == 0) {
     // One hardware thread is the trainer's; TBB's workers get the rest.
@@ -174,16 +179,7 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     // for the mask's.
     if (!config.token_dtype) config.token_dtype = splits.at("train").episodes->token_dtype();
     if (!config.mask_dtype) config.mask_dtype = splits.at("train").episodes->mask_file_dtype();
-    if (config.use_loss_mask) {
-      std::string without;
-      for (const auto& [name, split] : splits) {
-        if (!split.episodes->mask_files_present()) without += (without.empty() ? "" : ", ") + name;
-      }
-      if (!without.empty()) {
-        log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
-                                        without + "); returning x and y only");
-      }
-    }
+    resolve_use_loss_mask();
   } else {
     for (const char* name : kSplitNames) {
       if (std::string_view(name) == "train" || TokenStreamSplit::has_split(config.dataset_dir, name)) {
@@ -231,6 +227,35 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   audit->write("dataset_load", fields);
 }
 
+void Loader::Impl::resolve_use_loss_mask() {
+  std::string with, without;
+  for (const auto& [name, split] : splits) {
+    std::string& list = split.episodes->mask_files_present() ? with : without;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  if (!config.use_loss_mask) {  // auto
+    if (!with.empty() && !without.empty()) {
+      throw Error(ErrorKind::config, "use_loss_mask=auto: split " + with + " of '" + config.dataset_dir.string() +
+                                         "' has mask.bin but split " + without +
+                                         " has none; set use_loss_mask to true or false in the config");
+    }
+    config.use_loss_mask = !with.empty();
+    if (with.empty()) {
+      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
+                                  "every position is trained on");
+    }
+    return;
+  }
+  if (*config.use_loss_mask && !without.empty()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
+                                    without + "); returning x and y only");
+  }
+  if (!*config.use_loss_mask && !with.empty()) {
+    log_line(LogLevel::info, "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
+                             "although the dataset has mask.bin (split " + with + ")");
+  }
+}
+
 EpisodeSampler::Settings Loader::Impl::sampler_settings(const std::string& split) const {
   EpisodeSampler::Settings settings;
   settings.mode = *config.batch_sampling_mode;
@@ -248,7 +273,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   EpisodeSplitOptions options;
   options.token_dtype = config.token_dtype;
   options.mask_dtype = config.mask_dtype;
-  options.want_mask = config.use_loss_mask;
+  options.want_mask = config.use_loss_mask.value_or(true);  // auto maps the masks that exist
 
   auto [it, inserted] = splits.emplace(name, Split{});
   Split& split = it->second;  // the map node keeps its address: the source may refer to it

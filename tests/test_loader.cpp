@@ -328,6 +328,53 @@ TEST_CASE("loader: use_loss_mask without mask.bin gives x and y only, with one w
   CHECK(warnings == 1);
 }
 
+TEST_CASE("loader: use_loss_mask=auto (the default) follows the dataset's mask.bin files") {
+  const auto count = [](LogCapture& logs, std::string_view text) {
+    int n = 0;
+    for (const auto& line : logs.lines()) n += line.find(text) != std::string::npos;
+    return n;
+  };
+  SUBCASE("every split has masks: on, so an SFT run does not train on its prompts") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    write_split(dir.path(), "val", numbered_episodes(4, {4}));
+    Config c = make_config(dir.path(), 2, 4);
+    REQUIRE_FALSE(c.use_loss_mask.has_value());
+    Loader loader(c);
+    CHECK(loader.get_batch().has_mask());
+    CHECK(loader.get_batch("val").has_mask());
+    CHECK(loader.config().use_loss_mask == std::optional<bool>(true));
+  }
+  SUBCASE("no split has masks: off, with a warning") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16, false);
+    Config c = make_config(dir.path(), 2, 4);
+    LogCapture logs;
+    Loader loader(c);
+    CHECK_FALSE(loader.get_batch().has_mask());
+    CHECK(loader.config().use_loss_mask == std::optional<bool>(false));
+    CHECK(count(logs, "use_loss_mask=auto and the dataset has no mask.bin") == 1);
+  }
+  SUBCASE("an explicit false is honoured and logged as a deliberate choice") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    Config c = make_config(dir.path(), 2, 4);
+    c.use_loss_mask = false;
+    LogCapture logs;
+    Loader loader(c);
+    CHECK_FALSE(loader.get_batch().has_mask());
+    CHECK(count(logs, "use_loss_mask=false set in the config") == 1);
+  }
+  SUBCASE("train with masks and val without: an error naming both, not a guess") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    write_split(dir.path(), "val", numbered_episodes(4, {4}), TokenDtype::uint16, false);
+    const std::string what = loader_error(make_config(dir.path(), 2, 4), ErrorKind::config);
+    CHECK(what.find("split train") != std::string::npos);
+    CHECK(what.find("split val has none") != std::string::npos);
+  }
+}
+
 TEST_CASE("loader: log lines at open and at epoch boundaries; the audit log records consumption") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(8, {4}));

@@ -46,7 +46,7 @@ Pre-tokenized input: with --special-tokens FILE.json, every message carries "ids
 Output (DIR is created; it must not exist or be empty):
   DIR/train/shard_NNNNN/{tokens.bin,mask.bin,episodes.idx}, DIR/val/...,
   DIR/dataset_metadata.json, DIR/tokenizer_state.json
-It loads with dataset_mode=sft_episode and use_loss_mask=true.
+It loads with dataset_mode=sft_episode; use_loss_mask=auto (the default) applies its masks.
 
 A conversation's split depends only on its content and --seed: rerunning, or appending
 lines, never moves it; train must get at least one conversation (--val-split is below 1).

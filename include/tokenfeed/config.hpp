@@ -57,8 +57,16 @@ struct Config {
   std::int64_t batch_size = 0;
   std::int64_t block_size = 0;
 
-  // Return the loss mask (aligned to y) when the dataset has mask.bin. Default false.
-  bool use_loss_mask = false;
+  // Return the loss mask (aligned to y), so that the loss covers only the trained positions
+  // (the assistant replies of an SFT dataset). Absent ("auto" in XML, the default): on when
+  // every shard of every split has mask.bin, off with a warning when none has, and an
+  // Error(config) when some splits have masks and others not (say which you mean). true:
+  // on, with a warning naming the splits without mask.bin (they return x and y only).
+  // false: every position is trained on, logged as a deliberate choice when masks exist.
+  // A loader's config() holds the resolved value. Episode modes only; token_stream has no
+  // masks. (The original spec defaulted to false, which trained SFT runs on their prompts
+  // unless the key was set: auto is the default that cannot silently do that.)
+  std::optional<bool> use_loss_mask;
 
   // Absent: epoch for sft_episode, random for token_stream.
   std::optional<SamplingMode> batch_sampling_mode;
