@@ -54,7 +54,7 @@ nb::tuple serialize_json_chat(const std::string& line, const tokenfeed::Tokenize
       nb::gil_scoped_acquire acquire;
       conversation_error(defect->detail);
     }
-    mask = tokenfeed::sft_loss_mask_for_ids(ids, tokenizer.special_ids());
+    mask = tokenfeed::chat_loss_mask(conversation.text, ids, tokenizer.special_ids());
   }
   return nb::make_tuple(owning_array(std::move(ids)), owning_array(std::move(mask)));
 }

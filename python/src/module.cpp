@@ -819,19 +819,24 @@ std::vector<std::uint32_t> to_vector(const U32Array& a) {
   return {s.begin(), s.end()};
 }
 
-nb::object serialize_tokenized(const std::vector<std::string>& roles, const std::vector<U32Array>& contents,
-                               const tokenfeed::SpecialTokenIds& special, const U32Array& default_system_ids,
-                               std::optional<std::uint32_t> vocab_size) {
-  if (roles.size() != contents.size()) usage_error("serialize_chat: roles and contents differ in length");
+// (ids, mask): the mask is chat_loss_mask's, 0 over the turns whose `trained` is false.
+nb::tuple serialize_tokenized(const std::vector<std::string>& roles, const std::vector<U32Array>& contents,
+                              const std::vector<bool>& trained, const tokenfeed::SpecialTokenIds& special,
+                              const U32Array& default_system_ids, std::optional<std::uint32_t> vocab_size) {
+  if (roles.size() != contents.size() || roles.size() != trained.size()) {
+    usage_error("serialize_chat: roles, contents and weights differ in length");
+  }
   std::vector<tokenfeed::TokenizedChatMessage> messages(roles.size());
   for (std::size_t i = 0; i < roles.size(); ++i) {
     messages[i].role = roles[i];
     messages[i].ids = to_vector(contents[i]);
+    messages[i].trained = trained[i];
   }
   std::vector<std::uint32_t> out;
   const auto defect = tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
   if (defect) conversation_error(defect->detail);
-  return numpy_owning(std::move(out));
+  std::vector<std::uint8_t> mask = tokenfeed::chat_loss_mask(messages, out, special);
+  return nb::make_tuple(numpy_owning(std::move(out)), numpy_owning(std::move(mask)));
 }
 
 nb::tuple pack_ids_and_mask(const U32Array& ids, const U8Array& mask, std::size_t S,
@@ -1028,7 +1033,7 @@ NB_MODULE(_tokenfeed, m) {
       "make_tokenizer", [](const std::string& spec) { return tokenfeed::make_tokenizer(spec); }, "spec"_a,
       "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260) or 'sentencepiece:MODEL'.");
 
-  m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "special"_a,
+  m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "trained"_a, "special"_a,
         "default_system_ids"_a, "vocab_size"_a.none());
   m.def(
       "_sft_loss_mask_for_ids",

@@ -318,34 +318,45 @@ def special_token_ids_from_metadata(dataset_dir: Union[str, "os.PathLike[str]"])
                            tool=s.get("tool"))
 
 
-def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any]]:
-    roles, contents = [], []
+def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any], List[bool]]:
+    """Roles, contents and whether each message is trained (OpenAI's ``"weight"``: 1, the
+    default, or 0)."""
+    roles, contents, trained = [], [], []
     for i, message in enumerate(messages):
+        weight = 1
         if isinstance(message, Mapping):
             if "role" not in message or content_key not in message:
                 raise UsageError(f"message {i} needs 'role' and '{content_key}'")
             roles.append(str(message["role"]))
             contents.append(message[content_key])
+            weight = message.get("weight", 1)
         else:
             role, content = message
             roles.append(str(role))
             contents.append(content)
-    return roles, contents
+        if isinstance(weight, bool) or weight not in (0, 1):
+            raise ConversationError(f'message {i + 1} "weight" is {weight!r}, expected 0 or 1')
+        trained.append(weight == 1)
+    return roles, contents, trained
 
 
 def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_system_ids: Any = (),
-                   vocab_size: Optional[int] = None) -> np.ndarray:
-    """The template's token ids of a pre-tokenized conversation (uint32), system turn first.
+                   vocab_size: Optional[int] = None,
+                   with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+    """The template's token ids of a pre-tokenized conversation (uint32), system turn first;
+    with ``with_mask``, ``(ids, mask)`` with the loss mask ``tokenfeed prepare`` writes.
 
     ``messages``: ``{"role": ..., "ids": [...]}`` dicts or ``(role, ids)`` pairs, the ids made
-    by any tokenizer. ``default_system_ids`` is the content of the system turn injected when
-    the conversation has none. With ``vocab_size``, every content id must be below it.
+    by any tokenizer; a dict's ``"weight": 0`` keeps that turn out of the mask (OpenAI's
+    fine-tuning format). ``default_system_ids`` is the content of the system turn injected
+    when the conversation has none. With ``vocab_size``, every content id must be below it.
     Raises ConversationError (a ValueError) naming the problem for an unusable conversation.
     """
-    roles, contents = _messages(messages, "ids")
+    roles, contents, trained = _messages(messages, "ids")
     ids = [_as_ids(c, f"serialize_chat message {i}") for i, c in enumerate(contents)]
-    return _core._serialize_tokenized_chat(roles, ids, special, _as_ids(default_system_ids, "default_system_ids"),
-                                           vocab_size)
+    out, mask = _core._serialize_tokenized_chat(roles, ids, trained, special,
+                                                _as_ids(default_system_ids, "default_system_ids"), vocab_size)
+    return (out, mask) if with_mask else out
 
 
 def _conversation_json(messages: Sequence[Any]) -> str:
@@ -379,9 +390,13 @@ def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
     ``messages``: OpenAI chat messages (``{"role": ..., "content": ...}`` dicts) or
     ``(role, content)`` pairs. They go through the same C++ parser as a line of
     ``tokenfeed prepare``'s input, so both accept and refuse the same conversations: content
-    is a string or a list of ``{"type": "text", "text": ...}`` parts (joined); ``None``,
-    numbers or other part types raise ConversationError (a ValueError) naming the message
-    (numbered from 1, as the command's skip details)."""
+    is a string or a list of ``{"type": "text", "text": ...}`` parts (joined); the
+    ``developer`` role is the system role; ``"weight": 0`` keeps a turn out of the mask; an
+    assistant message's ``tool_calls`` are written after its content, one
+    ``{"name": ..., "arguments": {...}}`` per line, and trained on (its content may then be
+    ``None``). Any other ``None``, numbers or other part types raise ConversationError (a
+    ValueError) naming the message (numbered from 1, as the command's skip details).
+    ``default_system_text=""``: no system turn for a conversation without one."""
     if isinstance(messages, (str, bytes)) or isinstance(messages, Mapping):
         raise ConversationError("serialize_chat_text: messages must be a list of messages")
     ids, mask = _core._serialize_json_chat(_conversation_json(messages), tokenizer, default_system_text)

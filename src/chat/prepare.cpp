@@ -142,7 +142,8 @@ struct Formatter {
       return;
     }
     out.kind = LineOutcome::Kind::episode;
-    out.mask = sft_loss_mask_for_ids(out.ids, special);
+    out.mask = input == ConversationInput::text ? chat_loss_mask(conversation.text, out.ids, special)
+                                                : chat_loss_mask(conversation.tokenized, out.ids, special);
     out.val = split_is_val(conversation, seed, val_split);
   }
 };
