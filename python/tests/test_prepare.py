@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tokenfeed
-from conftest import REPO, SPECIAL, base_keys, special_ids
+from conftest import REPO, SPECIAL, base_keys, run_cli, special_ids
 
 SAMPLE = REPO / "data" / "sample"
 
