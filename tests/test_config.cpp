@@ -155,3 +155,30 @@ TEST_CASE("config: set_config_value and config_entries round trip") {
   }
   CHECK(config_entries(copy) == config_entries(c));
 }
+
+TEST_CASE("config: per-split epoch settings in <train> and <val>, and max_held_batches") {
+  const Config c = parse(
+      "<epoch_shuffle>true</epoch_shuffle><val><epoch_shuffle>false</epoch_shuffle>"
+      "<epoch_drop_last>0</epoch_drop_last></val><train><epoch_drop_last>false</epoch_drop_last></train>"
+      "<max_held_batches>8</max_held_batches>");
+  CHECK(c.val_overrides.epoch_shuffle == std::optional<bool>(false));
+  CHECK(c.val_overrides.epoch_drop_last == std::optional<bool>(false));
+  CHECK_FALSE(c.train_overrides.epoch_shuffle.has_value());
+  CHECK(c.shuffle_for("train"));
+  CHECK_FALSE(c.shuffle_for("val"));
+  CHECK_FALSE(c.drop_last_for("train"));
+  CHECK(c.max_held_batches == 8);
+  CHECK(parse("").max_held_batches == 4);
+  // The flat keys, for set_config_value and bindings, round trip through config_entries.
+  Config flat;
+  set_config_value(flat, "val.epoch_shuffle", "false");
+  bool listed = false;
+  for (const auto& [key, value] : config_entries(flat)) listed = listed || (key == "val.epoch_shuffle" && value == "false");
+  CHECK(listed);
+  CHECK(error_of([] { parse("<val><batch_size>3</batch_size></val>"); })
+            .find("unknown key 'batch_size' in <val> (per-split keys: epoch_shuffle, epoch_drop_last)") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<val><epoch_shuffle>maybe</epoch_shuffle></val>"); }).find("val.epoch_shuffle") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<val>false</val>"); }).find("<val> holds keys") != std::string::npos);
+}

@@ -4,19 +4,25 @@ of time on background C++ threads, for Python and PyTorch training loops.
     import tokenfeed
 
     loader = tokenfeed.Loader("data/sample/sample.xml")      # or a dict of the same keys
-    for batch in loader.iter("train", steps=1000):
+    for batch in loader.epoch("train"):                      # one epoch; len() batches
         x = torch.from_dlpack(batch.x)                       # no copy
         ...
 
 - ``Loader(config, **overrides)``: ``config`` is an XML file or a dict of its keys (a relative
   ``dataset_dir`` in a dict resolves against the working directory); keyword arguments
   override single keys. Opening the dataset releases the GIL.
-- ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits. Its
+- ``loader.epoch(split)``: the rest of the current epoch, with ``len()``; ``iter(loader)``:
+  the train split for ever; ``loader.iter(split, steps=N)``: N batches.
+- ``loader.vocab_size``, ``eot_token_id``, ``pad_token_id``, ``special_token_ids``: what the
+  dataset's metadata says (None where it says nothing).
+- ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits (in
+  50 ms slices: Ctrl-C raises KeyboardInterrupt meanwhile, and consumes nothing). Its
   fields are numpy arrays that view the loader's own buffers (no copy; ``segments`` too, as
   a structured array of PackedSegment records); they stay valid while the batch or any
   array from it is alive, even after the loader is gone, and the buffers go back to the
-  pool when the last of them is released. Hold at most ``MAX_HELD_BATCHES`` batches of a
-  split at once (one more raises ``UsageError``).
+  pool when the last of them is released. Hold at most ``max_held_batches`` (a config key,
+  default ``MAX_HELD_BATCHES`` = 4) batches of a split at once (one more raises
+  ``UsageError``).
 - ``torch.from_dlpack(batch.x)`` and ``batch.to_torch()`` give tensors over the same memory,
   which keep the batch held as long as they live. Autograd keeps the input tensors of every
   micro-batch until ``backward()``: to accumulate gradients over more than
