@@ -139,8 +139,10 @@ def main():
     torch.set_num_threads(a.threads)
     loader = tokenfeed.Loader(a.config)
     info = loader.info("train")
-    vocab = 261  # the byte tokenizer's, as data/sample/sft/dataset_metadata.json says
-    special = tokenfeed.special_token_ids_from_metadata(loader.config["dataset_dir"])
+    vocab = loader.vocab_size  # from the dataset's dataset_metadata.json
+    special = loader.special_token_ids
+    if vocab is None or special is None:
+        raise SystemExit("the dataset's metadata gives no vocab_size or special_tokens (tokenfeed prepare writes both)")
     contract = ContractCheck(vocab, [i for i in (special.system, special.user, special.assistant, special.tool)
                                      if i is not None])
     model = TinyGPT(vocab, info["block_size"])
@@ -170,7 +172,7 @@ def main():
     model.eval()
     val_total, val_weight = 0.0, 0.0
     with torch.no_grad():
-        for b in loader.iter("val", steps=max(1, loader.batches_per_epoch("val"))):
+        for b in loader.epoch("val"):  # one pass: tiny_gpt.xml turns val's shuffle and drop_last off
             total, weight = weighted_loss_sum(model, batch_tensors(b))
             val_total, val_weight = val_total + float(total), val_weight + float(weight)
     val_loss = val_total / max(val_weight, 1.0)

@@ -245,7 +245,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(run("inspect", tmp, "--pack-lookahead", "0"), "inspect bad --pack-lookahead", "--pack-lookahead",
                  status=2)
     expect_error(run("inspect", tmp, "--no-such-option"), "inspect unknown option", "--no-such-option", status=2)
-    for command in ("run", "dump", "inspect", "prepare", "bench"):
+    for command in ("run", "dump", "inspect", "prepare", "bench", "show"):
         r = run(command, "--help")
         check(r.returncode == 0 and "--help" in r.stdout and not r.stderr, f"{command} --help: {r.returncode} {r.stderr!r}")
     check(run("--help").returncode == 0, "--help exits 0")
@@ -303,6 +303,44 @@ with tempfile.TemporaryDirectory() as tmp:
         check(trained == "".join(replies).encode(), f"row {row} trains on the assistant replies: {trained!r}")
         check(ends == len(replies), f"row {row} trains on each reply's end-of-turn")
         check(x[row * 128] == 256, f"row {row} starts with the system token")
+
+    # Progress into a pipe: a plain line every --progress-seconds (5 by default), none at the end.
+    many = os.path.join(tmp, "many.jsonl")
+    with open(many, "w") as f:
+        f.write("".join(chat(*conversations[i % 4]) + "\n" for i in range(20000)))
+    r = run("prepare", "--input", many, "--output-dir", os.path.join(tmp, "many_ds"), "--val-split", "0",
+            "--progress-seconds", "0")
+    progress = [line for line in r.stderr.splitlines() if line.startswith("tokenfeed prepare: ")]
+    check(r.returncode == 0 and progress and all(" read, " in line and "tokens/s" in line for line in progress)
+          and "\r" not in r.stderr, f"prepare progress lines: {r.returncode} {r.stderr[:500]!r}")
+
+    # show: the rows decoded with the dataset's tokenizer, the trained targets marked: [[...]]
+    # when stdout is no terminal, ANSI colour with --color always, an HTML page with --html.
+    r = run("show", "--config", ds_config, "--rows", "4")
+    check(r.returncode == 0 and r.stderr == "", f"show: {r.returncode} {r.stderr!r}")
+    check("decoded with the dataset's tokenizer" in r.stdout, f"show header: {r.stdout[:300]!r}")
+    check("<|system|>you are a helpful assistant.<|eot|><|user|>What is 2+2?<|eot|><|assistant|>[[4.]][[<|eot|>]]"
+          in r.stdout, f"show row 0: {r.stdout!r}")
+    check("<|tool|>{\"temp_c\": 3}<|eot|><|assistant|>[[It is 3 C in Oslo.]][[<|eot|>]]" in r.stdout,
+          f"show: the tool reply is not trained, the answer is: {r.stdout!r}")
+    check("<|pad|> x " in r.stdout and "\x1b[" not in r.stdout, "show: padding collapsed, no colour into a pipe")
+    r = run("show", "--config", ds_config, "--rows", "1", "--color", "always")
+    check("\x1b[32m4.\x1b[0m" in r.stdout, f"show --color always: {r.stdout!r}")
+    page = os.path.join(tmp, "show.html")
+    r = run("show", "--config", ds_config, "--batch", "0", "--rows", "2", "--html", page)
+    check(r.returncode == 0 and os.path.exists(page), f"show --html: {r.stderr}")
+    html = open(page, encoding="utf-8").read() if os.path.exists(page) else ""
+    check('<span class="t">Paris.</span>' in html and "&lt;|user|&gt;" in html, f"show --html page: {html[-600:]!r}")
+    plain = os.path.join(tmp, "plain")
+    write_split(plain, "train", [[5, 6, 7, 8]] * 6)
+    with open(os.path.join(plain, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    plain_config = os.path.join(tmp, "plain.xml")
+    write_config(plain_config, "plain", batch_size=2, block_size=8)
+    r = run("show", "--config", plain_config, "--rows", "1")
+    check(r.returncode == 0 and "token ids (no tokenizer_state.json)" in r.stdout and "[[6 ]]" in r.stdout,
+          f"show without a tokenizer prints ids: {r.stdout!r} {r.stderr!r}")
+    expect_error(run("show", "--config", ds_config, "--split", "val"), "show a missing split", "val")
 
     # Bad lines: fail (status 4, line number, nothing left) or skip (counted in the summary).
     bad = os.path.join(tmp, "bad.jsonl")

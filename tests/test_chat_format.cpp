@@ -82,6 +82,12 @@ Ids concat(std::initializer_list<Ids> parts) {
   return all;
 }
 
+Mask concat_mask(std::initializer_list<Mask> parts) {
+  Mask all;
+  for (const Mask& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
 }  // namespace
 
 TEST_CASE("chat: serialization shape injects the default system turn and wraps every turn") {
@@ -105,7 +111,11 @@ TEST_CASE("chat: serialization keeps a given system message and a configurable d
   }
   SUBCASE("empty contents still give one role token and one end-of-turn per turn") {
     const std::vector<ChatMessage> chat = {{"user", ""}, {"assistant", ""}};
-    CHECK(serialize_chat_to_ids(chat, tok, "") == Ids{SYS, EOT, USR, EOT, ASST, EOT});
+    CHECK(serialize_chat_to_ids(chat, tok, "w8") == Ids{SYS, 8, EOT, USR, EOT, ASST, EOT});
+  }
+  SUBCASE("an empty default system text means no system turn, not an empty one") {
+    const std::vector<ChatMessage> chat = {{"user", "w20"}, {"assistant", "w30"}};
+    CHECK(serialize_chat_to_ids(chat, tok, "") == Ids{USR, 20, EOT, ASST, 30, EOT});
   }
   SUBCASE("multi-turn order is preserved") {
     const std::vector<ChatMessage> chat = {
@@ -373,8 +383,41 @@ TEST_CASE("chat: role names parse in lowercase only") {
   CHECK(parse_chat_role("user") == ChatRole::user);
   CHECK(parse_chat_role("assistant") == ChatRole::assistant);
   CHECK(parse_chat_role("tool") == ChatRole::tool);
+  CHECK(parse_chat_role("developer") == ChatRole::system);  // OpenAI's newer name for it
   CHECK_FALSE(parse_chat_role("Assistant"));
   CHECK_FALSE(parse_chat_role("function"));
   CHECK(std::string(to_string(ChatRole::tool)) == "tool");
   CHECK(std::string(to_string(ChatProblem::no_assistant_turn)) == "no_assistant_turn");
+}
+
+TEST_CASE("chat: a message with trained == false (weight 0) keeps its turn but leaves the loss mask") {
+  const FakeTokenizer tok;
+  std::vector<ChatMessage> chat = {{"user", "w20"}, {"assistant", "w30"}, {"user", "w21"}, {"assistant", "w31"}};
+  chat[1].trained = false;
+  for (const std::string_view system : {"w8", ""}) {
+    CAPTURE(system);
+    const Ids ids = serialize_chat_to_ids(chat, tok, system);
+    const Mask mask = chat_loss_mask(chat, ids, tok.special_ids());
+    const Ids turns = {USR, 20, EOT, ASST, 30, EOT, USR, 21, EOT, ASST, 31, EOT};
+    const Mask turns_mask = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1};
+    CHECK(ids == (system.empty() ? turns : concat({{SYS, 8, EOT}, turns})));
+    CHECK(mask == (system.empty() ? turns_mask : concat_mask({{0, 0, 0}, turns_mask})));
+  }
+  // All trained: the same mask as scanning the ids.
+  chat[1].trained = true;
+  const Ids ids = serialize_chat_to_ids(chat, tok, "w8");
+  CHECK(chat_loss_mask(chat, ids, tok.special_ids()) == sft_loss_mask_for_ids(ids, tok.special_ids()));
+  // Ids of another conversation are a usage error, not a wrong mask.
+  CHECK_THROWS_AS(chat_loss_mask(std::span<const ChatMessage>(chat).first(1), ids, tok.special_ids()), Error);
+}
+
+TEST_CASE("chat: a developer message is the system turn and must come first") {
+  const FakeTokenizer tok;
+  const std::vector<ChatMessage> chat = {{"developer", "w7"}, {"user", "w20"}, {"assistant", "w30"}};
+  CHECK(serialize_chat_to_ids(chat, tok) == Ids{SYS, 7, EOT, USR, 20, EOT, ASST, 30, EOT});
+  const std::vector<ChatMessage> late = {{"user", "w20"}, {"developer", "w7"}, {"assistant", "w30"}};
+  std::vector<std::uint32_t> out;
+  const auto defect = append_chat_ids(late, tok, "w8", out);
+  REQUIRE(defect);
+  CHECK(defect->problem == ChatProblem::misplaced_system);
 }

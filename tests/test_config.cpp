@@ -25,7 +25,7 @@ TEST_CASE("config: defaults, every key, and <training> as root or child") {
   CHECK(d.batch_size == 8);
   CHECK(d.block_size == 16);
   CHECK(d.dataset_mode == DatasetMode::auto_detect);
-  CHECK_FALSE(d.use_loss_mask);
+  CHECK_FALSE(d.use_loss_mask.has_value());  // auto
   CHECK_FALSE(d.batch_sampling_mode.has_value());
   CHECK(d.epoch_shuffle);
   CHECK(d.epoch_drop_last);
@@ -70,6 +70,10 @@ TEST_CASE("config: errors name the key and the problem") {
   CHECK(error_of([] { parse("<batch_size>8x</batch_size>"); }).find("batch_size") != std::string::npos);
   CHECK(error_of([] { parse("<epoch_shuffle>yes</epoch_shuffle>"); }).find("'epoch_shuffle': expected true or false") !=
         std::string::npos);
+  CHECK(error_of([] { parse("<use_loss_mask>yes</use_loss_mask>"); })
+            .find("'use_loss_mask': expected auto, true or false") != std::string::npos);
+  CHECK_FALSE(parse("<use_loss_mask> auto </use_loss_mask>").use_loss_mask.has_value());
+  CHECK(parse("<use_loss_mask>0</use_loss_mask>").use_loss_mask == std::optional<bool>(false));
   CHECK(error_of([] { parse("<dataset_mode>packed</dataset_mode>"); }).find("'dataset_mode': unknown value 'packed'") !=
         std::string::npos);
   CHECK(error_of([] { parse("<batch_sampling_mode>shuffle</batch_sampling_mode>"); }).find("batch_sampling_mode") !=
@@ -143,11 +147,38 @@ TEST_CASE("config: set_config_value and config_entries round trip") {
   set_config_value(c, "batch_size", "12");
   set_config_value(c, "use_loss_mask", "true");
   CHECK(c.batch_size == 12);
-  CHECK(c.use_loss_mask);
+  CHECK(c.use_loss_mask == std::optional<bool>(true));
   CHECK_THROWS_AS(set_config_value(c, "nope", "1"), Error);
   Config copy;
   for (const auto& [key, value] : config_entries(c)) {
     if (!value.empty()) set_config_value(copy, key, value);
   }
   CHECK(config_entries(copy) == config_entries(c));
+}
+
+TEST_CASE("config: per-split epoch settings in <train> and <val>, and max_held_batches") {
+  const Config c = parse(
+      "<epoch_shuffle>true</epoch_shuffle><val><epoch_shuffle>false</epoch_shuffle>"
+      "<epoch_drop_last>0</epoch_drop_last></val><train><epoch_drop_last>false</epoch_drop_last></train>"
+      "<max_held_batches>8</max_held_batches>");
+  CHECK(c.val_overrides.epoch_shuffle == std::optional<bool>(false));
+  CHECK(c.val_overrides.epoch_drop_last == std::optional<bool>(false));
+  CHECK_FALSE(c.train_overrides.epoch_shuffle.has_value());
+  CHECK(c.shuffle_for("train"));
+  CHECK_FALSE(c.shuffle_for("val"));
+  CHECK_FALSE(c.drop_last_for("train"));
+  CHECK(c.max_held_batches == 8);
+  CHECK(parse("").max_held_batches == 4);
+  // The flat keys, for set_config_value and bindings, round trip through config_entries.
+  Config flat;
+  set_config_value(flat, "val.epoch_shuffle", "false");
+  bool listed = false;
+  for (const auto& [key, value] : config_entries(flat)) listed = listed || (key == "val.epoch_shuffle" && value == "false");
+  CHECK(listed);
+  CHECK(error_of([] { parse("<val><batch_size>3</batch_size></val>"); })
+            .find("unknown key 'batch_size' in <val> (per-split keys: epoch_shuffle, epoch_drop_last)") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<val><epoch_shuffle>maybe</epoch_shuffle></val>"); }).find("val.epoch_shuffle") !=
+        std::string::npos);
+  CHECK(error_of([] { parse("<val>false</val>"); }).find("<val> holds keys") != std::string::npos);
 }

@@ -328,6 +328,53 @@ TEST_CASE("loader: use_loss_mask without mask.bin gives x and y only, with one w
   CHECK(warnings == 1);
 }
 
+TEST_CASE("loader: use_loss_mask=auto (the default) follows the dataset's mask.bin files") {
+  const auto count = [](LogCapture& logs, std::string_view text) {
+    int n = 0;
+    for (const auto& line : logs.lines()) n += line.find(text) != std::string::npos;
+    return n;
+  };
+  SUBCASE("every split has masks: on, so an SFT run does not train on its prompts") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    write_split(dir.path(), "val", numbered_episodes(4, {4}));
+    Config c = make_config(dir.path(), 2, 4);
+    REQUIRE_FALSE(c.use_loss_mask.has_value());
+    Loader loader(c);
+    CHECK(loader.get_batch().has_mask());
+    CHECK(loader.get_batch("val").has_mask());
+    CHECK(loader.config().use_loss_mask == std::optional<bool>(true));
+  }
+  SUBCASE("no split has masks: off, with a warning") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16, false);
+    Config c = make_config(dir.path(), 2, 4);
+    LogCapture logs;
+    Loader loader(c);
+    CHECK_FALSE(loader.get_batch().has_mask());
+    CHECK(loader.config().use_loss_mask == std::optional<bool>(false));
+    CHECK(count(logs, "use_loss_mask=auto and the dataset has no mask.bin") == 1);
+  }
+  SUBCASE("an explicit false is honoured and logged as a deliberate choice") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    Config c = make_config(dir.path(), 2, 4);
+    c.use_loss_mask = false;
+    LogCapture logs;
+    Loader loader(c);
+    CHECK_FALSE(loader.get_batch().has_mask());
+    CHECK(count(logs, "use_loss_mask=false set in the config") == 1);
+  }
+  SUBCASE("train with masks and val without: an error naming both, not a guess") {
+    TempDir dir;
+    write_split(dir.path(), "train", numbered_episodes(6, {4}));
+    write_split(dir.path(), "val", numbered_episodes(4, {4}), TokenDtype::uint16, false);
+    const std::string what = loader_error(make_config(dir.path(), 2, 4), ErrorKind::config);
+    CHECK(what.find("split train") != std::string::npos);
+    CHECK(what.find("split val has none") != std::string::npos);
+  }
+}
+
 TEST_CASE("loader: log lines at open and at epoch boundaries; the audit log records consumption") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(8, {4}));
@@ -345,7 +392,7 @@ TEST_CASE("loader: log lines at open and at epoch boundaries; the audit log reco
     return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
   };
   CHECK(has("[tokenfeed] split=train episodes=8 kept=8 tokens=32"));
-  CHECK(has("[tokenfeed] split=train epoch=0 episodes=8 batches=4 shuffle=true drop_last=true pad_id=0 mask=false"));
+  CHECK(has("[tokenfeed] split=train epoch=0 episodes=8 batches=4 shuffle=true drop_last=true pad_id=0 mask=true"));
   CHECK(has("[tokenfeed] split=train epoch=1 episodes=8 batches=4"));
   CHECK_FALSE(has("epoch=2"));
 
@@ -368,6 +415,111 @@ TEST_CASE("loader: log lines at open and at epoch boundaries; the audit log reco
   CHECK(audit[3].find("action=epoch_start | split=train | epoch=1 | seed=43") != std::string::npos);
   CHECK(audit[0].substr(0, 2) == "20");  // an ISO timestamp: 2026-...Z
   CHECK(audit[0].find("Z | TRAINING") == 23);
+}
+
+TEST_CASE("loader: try_get_batch that times out consumes nothing" * doctest::timeout(60)) {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(12, {4}));
+  Config c = make_config(dir.path(), 2, 4);
+  c.prefetch_depth = 1;
+  c.decode_threads = 1;
+  const Stream expected = [&] {
+    Loader loader(c);
+    return take(loader, 9);
+  }();
+  Loader loader(c);
+  Stream got;
+  int timeouts = 0;
+  while (got.epochs.size() < 9) {
+    std::optional<Batch> b = loader.try_get_batch("train", std::chrono::microseconds(0));
+    if (!b) {
+      ++timeouts;
+      continue;
+    }
+    got.x.insert(got.x.end(), b->x().begin(), b->x().end());
+    got.y.insert(got.y.end(), b->y().begin(), b->y().end());
+    got.mask.insert(got.mask.end(), b->mask().begin(), b->mask().end());
+    got.ids.insert(got.ids.end(), b->episode_ids().begin(), b->episode_ids().end());
+    got.epochs.push_back(b->epoch());
+    got.real_rows.push_back(b->real_rows());
+  }
+  CHECK(got == expected);
+  MESSAGE("timed out " << timeouts << " times");
+}
+
+TEST_CASE("loader: per-split epoch_shuffle and epoch_drop_last; they change the fingerprint") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(10, {4}));
+  write_split(dir.path(), "val", numbered_episodes(7, {4}));
+  Config c = make_config(dir.path(), 2, 4);
+  c.val_overrides.epoch_shuffle = false;
+  c.val_overrides.epoch_drop_last = false;
+  Loader loader(c);
+  CHECK(loader.split_info("val").batches_per_epoch == 4);  // 7 episodes, the remainder kept
+  CHECK(loader.split_info("train").batches_per_epoch == 5);
+  std::vector<std::int64_t> val_ids;
+  for (int i = 0; i < 4; ++i) {
+    const Batch b = loader.get_batch("val");
+    val_ids.insert(val_ids.end(), b.episode_ids().begin(), b.episode_ids().end());
+  }
+  CHECK(val_ids == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, -1});  // in order, one fill row
+  std::vector<std::int64_t> train_ids;
+  for (int i = 0; i < 5; ++i) {
+    const Batch b = loader.get_batch("train");
+    train_ids.insert(train_ids.end(), b.episode_ids().begin(), b.episode_ids().end());
+  }
+  CHECK_FALSE(std::is_sorted(train_ids.begin(), train_ids.end()));  // train still shuffles
+  Config plain = make_config(dir.path(), 2, 4);
+  CHECK(Loader(plain).fingerprint() != loader.fingerprint());
+  Config same_as_global = plain;
+  same_as_global.val_overrides.epoch_shuffle = true;
+  CHECK(Loader(same_as_global).fingerprint() != Loader(c).fingerprint());
+  CHECK(Loader(c).fingerprint() == loader.fingerprint());
+}
+
+TEST_CASE("loader: max_held_batches raises the held limit, and the pool grows with it" * doctest::timeout(60)) {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(20, {4}));
+  Config c = make_config(dir.path(), 1, 4);
+  c.max_held_batches = 8;
+  Loader loader(c);
+  std::vector<Batch> held;
+  for (int i = 0; i < 8; ++i) held.push_back(loader.get_batch());
+  CHECK_THROWS_WITH_AS(loader.get_batch(), doctest::Contains("already holds 8 batches"), Error);
+  held.front().release();
+  CHECK(loader.get_batch().valid());
+  c.max_held_batches = 0;
+  CHECK(loader_error(c, ErrorKind::config).find("'max_held_batches' must be in [1, 1024]") != std::string::npos);
+}
+
+TEST_CASE("loader: one info line at open; the per-split lines and epoch boundaries are debug lines") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(8, {4}));
+  Config c = make_config(dir.path(), 2, 4);
+  c.prefetch_depth = 4;  // a fixed depth: auto logs when it grows
+  std::vector<std::pair<LogLevel, std::string>> lines;
+  std::mutex mutex;
+  const LogHandler previous = set_log_handler([&](LogLevel level, std::string_view line) {
+    std::lock_guard lock(mutex);
+    lines.emplace_back(level, std::string(line));
+  });
+  {
+    Loader loader(c);
+    take(loader, 5);
+  }
+  set_log_handler(previous);
+  int info = 0;
+  for (const auto& [level, line] : lines) {
+    CAPTURE(line);
+    if (level >= LogLevel::info) {
+      ++info;
+      CHECK(line.find("[tokenfeed] opened '") == 0);
+      CHECK(line.find("train=8_episodes") != std::string::npos);
+      CHECK(line.find("audit_log=off") != std::string::npos);
+    }
+    if (line.find(" epoch=") != std::string::npos) CHECK(level == LogLevel::debug);
+  }
+  CHECK(info == 1);
 }
 
 TEST_CASE("loader: a failure while planning reaches get_batch in order, with its message" * doctest::timeout(60)) {

@@ -103,6 +103,36 @@ TEST_CASE("pipeline: stop() wakes a consumer blocked on an empty ring; shutdown 
   CHECK(Clock::now() - destroy_start < 1s);
 }
 
+TEST_CASE("pipeline: pop with a deadline returns nothing when it passes, and wakes as soon as a batch is ready" *
+          doctest::timeout(60)) {
+  FakeSource source;
+  source.delay = 300ms;
+  auto pool = make_pool(1);
+  SplitPipeline pipeline(source, pool, {1, 1, 0});
+  double waited = 0;
+  auto start = Clock::now();
+  CHECK(pipeline.pop(waited, Clock::now() + 30ms) == nullptr);  // nothing consumed
+  const auto timed_out_after = Clock::now() - start;
+  CHECK(timed_out_after >= 30ms);
+  CHECK(timed_out_after < 200ms);
+  // A long deadline: woken by the batch (~300 ms after the start), not by the deadline.
+  start = Clock::now();
+  detail::BatchSlot* slot = pipeline.pop(waited, Clock::now() + 10s);
+  REQUIRE(slot != nullptr);
+  CHECK(slot->step == 0);  // the timed-out call took nothing
+  CHECK(Clock::now() - start < 2s);
+  pool->release(slot);
+  // stop() wakes a timed waiter too.
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(30ms);
+    pipeline.stop();
+  });
+  start = Clock::now();
+  CHECK_THROWS_AS(pipeline.pop(waited, Clock::now() + 10s), Error);
+  stopper.join();
+  CHECK(Clock::now() - start < 2s);
+}
+
 TEST_CASE("pipeline: get_batch records its wait; a waiting consumer sleeps rather than spins" * doctest::timeout(60)) {
   FakeSource source;
   source.delay = 20ms;

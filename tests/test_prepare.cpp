@@ -333,6 +333,90 @@ TEST_CASE("prepare: each bad-line case gets its own reason") {
   CHECK(d->detail == "message 2 has no \"content\"");
 }
 
+TEST_CASE("prepare: content given as text parts is joined; other content is refused, naming the message") {
+  ParsedConversation c;
+  const auto parse = [&](std::string_view line) { return parse_conversation_line(line, ConversationInput::text, c); };
+  REQUIRE_FALSE(parse(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},)"
+      R"( {"role": "assistant", "content": []}]})"));
+  CHECK(c.text.at(0).content == "Hello");
+  CHECK(c.text.at(1).content.empty());
+  const auto refused = [&](std::string_view line, std::string_view detail) {
+    CAPTURE(line);
+    const auto d = parse(line);
+    REQUIRE(d);
+    CHECK(d->reason == "wrong_type");
+    CHECK(d->detail.find(detail) != std::string::npos);
+  };
+  refused(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null}]})",
+          "message 2 \"content\" is null");
+  refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+          "message 1 content part 1 has type \"image_url\"");
+  refused(R"({"messages": [{"role": "user", "content": ["hi"]}]})", "message 1 content part 1 is a string");
+  refused(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "has no string \"text\"");
+  refused(R"({"messages": [{"role": "user", "content": {"text": "hi"}}]})", "is an object");
+}
+
+TEST_CASE("prepare: OpenAI messages in full (weight, developer, text parts, tool_calls, no system turn)") {
+  test::TempDir tmp;
+  const std::vector<std::string> lines = {
+      // weight 0: the first assistant reply stays in the row but is not trained on.
+      R"({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "a"},)"
+      R"( {"role": "assistant", "content": "bad", "weight": 0}, {"role": "user", "content": "b"},)"
+      R"( {"role": "assistant", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": "od"}], "weight": 1}]})",
+      // tool_calls with content null, then the tool's reply and the answer.
+      R"({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls":)"
+      R"( [{"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": "{\"q\": 1, \"city\": \"Paris\"}"}}]},)"
+      R"( {"role": "tool", "tool_call_id": "call_9", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}]})",
+  };
+  test::write_text(tmp / "chats.jsonl", join_lines(lines));
+  PrepareOptions o = options_for(tmp / "chats.jsonl", tmp / "ds");
+  o.val_split = 0.0;
+  o.system_text = "";  // no system turn at all when a conversation has none
+  prepare_chat_dataset(o);
+  const std::vector<Episode> train = read_split(tmp / "ds" / "train", TokenDtype::uint16);
+  REQUIRE(train.size() == 2);
+  const SpecialTokenStrings str;
+  const auto text_of = [](const Episode& e, bool trained_only) {
+    std::string t;
+    const auto tok = make_tokenizer("bytes");
+    for (std::size_t i = 0; i < e.tokens.size(); ++i) {
+      if (!trained_only || e.mask[i]) t += tok->decode(std::span<const std::uint32_t>(&e.tokens[i], 1));
+    }
+    return t;
+  };
+  CHECK(text_of(train[0], false) == str.system + "Be brief." + str.eot + str.user + "a" + str.eot + str.assistant +
+                                        "bad" + str.eot + str.user + "b" + str.eot + str.assistant + "good" + str.eot);
+  CHECK(text_of(train[0], true) == "good" + str.eot);
+  const std::string call = R"({"name": "get_weather", "arguments": {"city":"Paris","q":1}})";
+  CHECK(text_of(train[1], false) == str.user + "Weather?" + str.eot + str.assistant + call + str.eot + str.tool +
+                                        "sunny" + str.eot + str.assistant + "Sunny." + str.eot);
+  CHECK(text_of(train[1], true) == call + str.eot + "Sunny." + str.eot);
+}
+
+TEST_CASE("prepare: bad weight and tool_calls are refused, naming the message") {
+  ParsedConversation c;
+  const auto detail = [&](std::string_view line, ConversationInput in = ConversationInput::text) {
+    const auto d = parse_conversation_line(line, in, c);
+    REQUIRE(d);
+    CHECK(d->reason == "wrong_type");
+    return d->detail;
+  };
+  CHECK(detail(R"({"messages": [{"role": "assistant", "content": "x", "weight": 0.5}]})") ==
+        "message 1 \"weight\" is 0.5, expected 0 or 1");
+  CHECK(detail(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})").find("only assistant") !=
+        std::string::npos);
+  CHECK(detail(R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"type": "function"}]}]})") ==
+        "message 1 tool call 1 is not an object with a \"function\" object");
+  CHECK(detail(R"({"messages": [{"role": "assistant", "content": null}]})") ==
+        "message 1 \"content\" is null, expected a string or a list of text parts");
+  CHECK(detail(R"({"messages": [{"role": "assistant", "ids": [1], "tool_calls": []}]})", ConversationInput::token_ids)
+            .find("pre-tokenized") != std::string::npos);
+  REQUIRE_FALSE(parse_conversation_line(R"({"messages": [{"role": "assistant", "ids": [1], "weight": 0}]})",
+                                        ConversationInput::token_ids, c));
+  CHECK_FALSE(c.tokenized.at(0).trained);
+}
+
 TEST_CASE("prepare: a bad line fails the run with its line number and leaves no output") {
   struct Case {
     const char* line;

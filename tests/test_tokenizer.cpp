@@ -277,8 +277,9 @@ TEST_CASE("tokenizer: SentencePiece round trip on a model trained in the test") 
         std::vector<ChatMessage>{{"user", word}, {"assistant", word}}, *tok, "", ids);
     REQUIRE_FALSE(defect);
     const SpecialTokenIds& sp = tok->special_ids();
-    CHECK(ids == Ids{sp.system, sp.eot, sp.user, piece_id, sp.eot, sp.assistant, piece_id, sp.eot});
-    CHECK(sft_loss_mask_for_ids(ids, sp) == std::vector<std::uint8_t>{0, 0, 0, 0, 0, 0, 1, 1});
+    // An empty default system text: no system turn.
+    CHECK(ids == Ids{sp.user, piece_id, sp.eot, sp.assistant, piece_id, sp.eot});
+    CHECK(sft_loss_mask_for_ids(ids, sp) == std::vector<std::uint8_t>{0, 0, 0, 0, 1, 1});
   }
 
   SUBCASE("control symbols qualify; the unknown and byte pieces do not") {

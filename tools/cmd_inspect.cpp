@@ -486,7 +486,9 @@ void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout m
   std::printf("  <block_size>%ld</block_size>%s\n", block, note(block_note).c_str());
   if (episodes) {
     std::printf("  <batch_sampling_mode>epoch</batch_sampling_mode>\n");
-    std::printf("  <use_loss_mask>%s</use_loss_mask>\n", found.mask ? "true" : "false");
+    // auto (the default) is what the loader does: on when every shard has mask.bin.
+    std::printf("  <use_loss_mask>auto</use_loss_mask>%s\n",
+                note(found.mask ? "on: the dataset has mask.bin" : "off: no mask.bin, every position is trained on").c_str());
     if (!meta.eot_token_id && !meta.eos_token_id) std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
     if (o.packed) {
       // The settings the packing efficiency above was measured with.

@@ -46,7 +46,7 @@ Pre-tokenized input: with --special-tokens FILE.json, every message carries "ids
 Output (DIR is created; it must not exist or be empty):
   DIR/train/shard_NNNNN/{tokens.bin,mask.bin,episodes.idx}, DIR/val/...,
   DIR/dataset_metadata.json, DIR/tokenizer_state.json
-It loads with dataset_mode=sft_episode and use_loss_mask=true.
+It loads with dataset_mode=sft_episode; use_loss_mask=auto (the default) applies its masks.
 
 A conversation's split depends only on its content and --seed: rerunning, or appending
 lines, never moves it; train must get at least one conversation (--val-split is below 1).
@@ -75,6 +75,7 @@ struct PrepareArgs {
   std::string special_token_strings_file;
   std::string system_text{kDefaultSystemText};
   const CLI::Option* system_text_option = nullptr;  // to tell a given --system-text from the default
+  double progress_seconds = 5;  // when stderr is not a terminal
 };
 
 // Stopping on a signal. The handler only records the signal (lock-free atomics are
@@ -180,6 +181,25 @@ void draw_progress(const PrepareProgress& p) {
   std::fflush(stderr);
 }
 
+// Progress into a file or pipe (a CI log): one plain line every progress interval, none
+// at the end (the summary follows).
+void print_progress_line(const PrepareProgress& p) {
+  if (p.done) return;
+  const double rate = p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0;
+  std::string share;
+  if (p.input_bytes_total > 0) {
+    char percent[16];
+    std::snprintf(percent, sizeof percent, "%.0f%% ",
+                  std::min(100.0, 100.0 * static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total)));
+    share = percent;
+  }
+  std::fprintf(stderr, "tokenfeed prepare: %s%s / %s read, %s lines, %stokens/s, %.0f s\n", share.c_str(),
+               human_bytes(static_cast<double>(p.input_bytes_read)).c_str(),
+               human_bytes(static_cast<double>(p.input_bytes_total)).c_str(),
+               human_count(static_cast<double>(p.lines)).c_str(), human_count(rate).c_str(), p.seconds);
+  std::fflush(stderr);
+}
+
 std::string plural(std::uint64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
@@ -235,7 +255,14 @@ void run_prepare(PrepareArgs& args) {
       o.special_strings = read_special_token_strings(args.special_token_strings_file);
     }
     if (args.system_text_option != nullptr && args.system_text_option->count() > 0) o.system_text = args.system_text;
-    if (tty) o.on_progress = draw_progress;
+    // On a terminal, a bar redrawn in place; elsewhere a line every few seconds, so that a
+    // long run in a log is not silent until it ends.
+    if (tty) {
+      o.on_progress = draw_progress;
+    } else {
+      o.on_progress = print_progress_line;
+      o.progress_interval_seconds = args.progress_seconds;
+    }
     o.stop_requested = &g_stop_requested;
     const StopSignalScope signals;
     summary = prepare_chat_dataset(o);
@@ -304,9 +331,14 @@ void add_prepare_command(CLI::App& app) {
       ->capture_default_str();
   args->system_text_option =
       cmd->add_option("--system-text", args->system_text,
-                      "System text injected when a conversation has no system message (text input only)")
+                      "System text injected when a conversation has no system message (text input only; "
+                      "\"\": no system turn)")
           ->capture_default_str()
           ->excludes(special);
+  cmd->add_option("--progress-seconds", args->progress_seconds,
+                  "When stderr is not a terminal: a progress line every this many seconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--on-error", args->on_error, "What to do with a bad line: fail (stop) or skip (count it)")
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();

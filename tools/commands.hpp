@@ -13,5 +13,6 @@ void add_dump_command(CLI::App& app);     // cmd_dump.cpp: write the next N batc
 void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and validate a dataset
 void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
 void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
+void add_show_command(CLI::App& app);     // cmd_show.cpp: rows of a batch as text, trained targets highlighted
 
 }  // namespace tokenfeed::cli

@@ -62,7 +62,10 @@ int main(int argc, char** argv) {
   });
   // Progress lines go to stdout with the command's own output; stderr carries only
   // warnings and the final error line.
-  tokenfeed::set_log_handler([](tokenfeed::LogLevel level, std::string_view line) {
+  // Debug lines (each split at open, each epoch boundary) only with TOKENFEED_LOG_LEVEL=debug.
+  tokenfeed::set_log_handler([threshold = tokenfeed::log_level_from_environment()](tokenfeed::LogLevel level,
+                                                                                 std::string_view line) {
+    if (level < threshold) return;
     std::FILE* out = level >= tokenfeed::LogLevel::warning ? stderr : stdout;
     std::fprintf(out, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
   tokenfeed::cli::add_inspect_command(app);
   tokenfeed::cli::add_prepare_command(app);
   tokenfeed::cli::add_bench_command(app);
+  tokenfeed::cli::add_show_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

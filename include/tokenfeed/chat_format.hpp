@@ -2,7 +2,7 @@
 // loss masks, turn-aware truncation, padding and collation into (x, y, loss_mask).
 //
 // Template: a conversation serializes as a system turn first (a default system text when
-// the conversation has none), then its turns in order, each one
+// the conversation has none and that text is not empty), then its turns in order, each one
 //
 //     ROLE_TOKEN content END_OF_TURN
 //
@@ -11,7 +11,8 @@
 // text for markers, and content may never encode to a special id.
 //
 // Loss mask: true on assistant content and on the end-of-turn token closing an assistant
-// turn; false on every role token, on system, user and tool content, and on padding.
+// turn; false on every role token, on system, user and tool content, and on padding, and
+// on the whole of an assistant turn whose message is not trained (OpenAI's "weight": 0).
 //
 // Masks are one byte per token, 0 or 1 (the layout of mask.bin and of a bool tensor).
 //
@@ -44,21 +45,26 @@ inline constexpr std::int64_t kIgnoreIndex = -100;
 
 enum class ChatRole : std::uint8_t { system, user, assistant, tool };
 
-// Parses "system" | "user" | "assistant" | "tool" (lowercase only); nullopt otherwise.
+// Parses "system" | "user" | "assistant" | "tool" (lowercase only), and "developer" (OpenAI's
+// newer name for the system role) as system; nullopt otherwise.
 TOKENFEED_API std::optional<ChatRole> parse_chat_role(std::string_view name) noexcept;
 TOKENFEED_API const char* to_string(ChatRole role) noexcept;
 
 // One message of a conversation as text. `role` is kept as given so that an unknown role is
 // reported rather than unrepresentable.
+// `trained` false (OpenAI's "weight": 0) keeps the turn in the ids but out of the loss mask
+// (chat_loss_mask); it changes nothing for turns that are not the assistant's.
 struct ChatMessage {
   std::string role;
   std::string content;
+  bool trained = true;
 };
 
 // One message whose content is already token ids (tokenized elsewhere).
 struct TokenizedChatMessage {
   std::string role;
   std::vector<std::uint32_t> ids;
+  bool trained = true;
 };
 
 // What makes a conversation unusable for the template. Names (to_string) are stable: they
@@ -88,7 +94,8 @@ TOKENFEED_API std::optional<ChatDefect> check_chat_roles(std::span<const Tokeniz
                                                          const SpecialTokenIds& special);
 
 // Serializes a text conversation with `tokenizer` (its special_ids()), appending to `out`.
-// Returns nullopt on success, else the defect (and `out` holds a partial result).
+// An empty `default_system_text` injects no system turn at all. Returns nullopt on success,
+// else the defect (and `out` holds a partial result).
 TOKENFEED_API std::optional<ChatDefect> append_chat_ids(std::span<const ChatMessage> messages,
                                                         const Tokenizer& tokenizer,
                                                         std::string_view default_system_text,
@@ -122,6 +129,18 @@ TOKENFEED_API std::vector<std::uint8_t> sft_loss_mask_for_ids(std::span<const st
 // As above, into `mask`. REQUIRES: mask.size() == ids.size().
 TOKENFEED_API void sft_loss_mask_for_ids(std::span<const std::uint32_t> ids, const SpecialTokenIds& special,
                                          std::span<std::uint8_t> mask);
+
+// The loss mask of a serialized conversation: sft_loss_mask_for_ids, then 0 over every turn
+// whose message has trained == false. `ids` must be append_chat_ids' (or
+// append_tokenized_chat_ids') output for `messages`: turns are matched to messages by their
+// role tokens, after the injected system turn when there is one. Throws Error(usage) when
+// the ids hold neither messages.size() nor messages.size() + 1 turns.
+TOKENFEED_API std::vector<std::uint8_t> chat_loss_mask(std::span<const ChatMessage> messages,
+                                                       std::span<const std::uint32_t> ids,
+                                                       const SpecialTokenIds& special);
+TOKENFEED_API std::vector<std::uint8_t> chat_loss_mask(std::span<const TokenizedChatMessage> messages,
+                                                       std::span<const std::uint32_t> ids,
+                                                       const SpecialTokenIds& special);
 
 // Which tokens of an episode a packed row of length S keeps: ids[head_begin, head_end)
 // followed by ids[tail_begin, tail_end), then padding up to S.

@@ -60,13 +60,43 @@ struct Config {
   std::int64_t batch_size = 0;
   std::int64_t block_size = 0;
 
-  // Return the loss mask (aligned to y) when the dataset has mask.bin. Default false.
-  bool use_loss_mask = false;
+  // Return the loss mask (aligned to y), so that the loss covers only the trained positions
+  // (the assistant replies of an SFT dataset). Absent ("auto" in XML, the default): on when
+  // every shard of every split has mask.bin, off with a warning when none has, and an
+  // Error(config) when some splits have masks and others not (say which you mean). true:
+  // on, with a warning naming the splits without mask.bin (they return x and y only).
+  // false: every position is trained on, logged as a deliberate choice when masks exist.
+  // A loader's config() holds the resolved value. Episode modes only; token_stream has no
+  // masks. (The original spec defaulted to false, which trained SFT runs on their prompts
+  // unless the key was set: auto is the default that cannot silently do that.)
+  std::optional<bool> use_loss_mask;
 
   // Absent: epoch for sft_episode, random for token_stream.
   std::optional<SamplingMode> batch_sampling_mode;
   bool epoch_shuffle = true;
   bool epoch_drop_last = true;
+  // Per-split overrides of epoch_shuffle and epoch_drop_last (validation usually wants every
+  // example once, in a fixed order, while train wants both on). XML: a <train> or <val>
+  // element holding those keys, e.g. <val><epoch_shuffle>false</epoch_shuffle></val>; as a
+  // single key (set_config_value, Python): "val.epoch_shuffle". Absent: the global value.
+  // Both are part of the resume fingerprint.
+  struct SplitOverrides {
+    std::optional<bool> epoch_shuffle;
+    std::optional<bool> epoch_drop_last;
+  };
+  SplitOverrides train_overrides;
+  SplitOverrides val_overrides;
+  // The effective values for `split` ("train" or "val"; another name gets the global ones).
+  bool shuffle_for(std::string_view split) const noexcept {
+    return overrides_for(split).epoch_shuffle.value_or(epoch_shuffle);
+  }
+  bool drop_last_for(std::string_view split) const noexcept {
+    return overrides_for(split).epoch_drop_last.value_or(epoch_drop_last);
+  }
+  const SplitOverrides& overrides_for(std::string_view split) const noexcept {
+    static const SplitOverrides kNone{};
+    return split == "train" ? train_overrides : split == "val" ? val_overrides : kNone;
+  }
   // Epoch e is shuffled with numpy.random.RandomState(epoch_seed + e); the sum must stay
   // below 2^32, as numpy requires.
   std::int64_t epoch_seed = 1337;
@@ -94,6 +124,12 @@ struct Config {
   // With prefetch_depth auto: the most memory the batch buffers of one split may take
   // (ready, in flight and held by the trainer), in MiB. >= 1. A fixed depth ignores it.
   std::int64_t prefetch_memory_mb = 512;
+  // Batches of one split the trainer may hold at once (a Batch, or in Python any array or
+  // tensor viewing one), 1..1024; one more get_batch is Error(usage), not a deadlock. Each
+  // held batch takes a buffer of its own beside the prefetch depth's, so the pool grows by
+  // this many. Raise it for gradient accumulation over more micro-batches with zero-copy
+  // tensors (autograd keeps every micro-batch's inputs until backward()).
+  std::int64_t max_held_batches = 4;
   // Threads decoding batches in parallel; 0 means one per hardware thread but the
   // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
   std::int64_t decode_threads = 0;

@@ -20,12 +20,15 @@
 // returns promptly even while stages are busy or blocked.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "tokenfeed/batch.hpp"
+#include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/export.hpp"
 
@@ -41,6 +44,18 @@ struct SplitInfo {
   std::uint64_t shards = 0;         // shard directories, or token-stream files
   bool mask = false;                // the loss mask is returned
   std::uint64_t batches_per_epoch = 0;  // 0 in random mode; sft_packed: the current epoch's
+  // Where the next batch comes from (what the trainer consumed so far decides it).
+  std::uint64_t next_epoch = 0;
+  std::uint64_t next_batch_in_epoch = 0;
+};
+
+// What dataset_metadata.json says about the vocabulary; nullopt for what it does not give
+// (or when the dataset has no metadata file).
+struct DatasetVocabulary {
+  std::optional<std::int64_t> vocab_size;
+  std::optional<std::int64_t> eot_token_id;
+  std::optional<std::int64_t> eos_token_id;
+  std::optional<SpecialTokenIds> special_tokens;  // the chat template's ids
 };
 
 // Consumer-side counters for one split, since the loader was created.
@@ -62,10 +77,17 @@ class TOKENFEED_API Loader {
   Loader& operator=(const Loader&) = delete;
 
   // The next batch of `split` ("train" or "val"). Blocks while none is ready. Rethrows a
-  // background stage's failure with its original message. At most kMaxHeldBatches
-  // batches of a split may be held at once; one more is Error(usage), not a deadlock.
+  // background stage's failure with its original message. At most
+  // Config::max_held_batches batches of a split may be held at once; one more is
+  // Error(usage), not a deadlock.
   Batch get_batch(std::string_view split = "train");
 
+  // As get_batch, but waits at most `timeout` for a batch to be ready: nullopt when none
+  // was, and nothing is consumed then. For a caller that must do something else while it
+  // waits (the Python module checks for Ctrl-C between short waits).
+  std::optional<Batch> try_get_batch(std::string_view split, std::chrono::microseconds timeout);
+
+  // The default of Config::max_held_batches.
   static constexpr std::size_t kMaxHeldBatches = 4;
 
   // The position of every split, as a small JSON text: what the trainer consumed, not
@@ -87,10 +109,13 @@ class TOKENFEED_API Loader {
   // Throws Error(usage) for a split the dataset does not have.
   SplitInfo split_info(std::string_view split) const;
   SplitStats split_stats(std::string_view split) const;
+  DatasetVocabulary vocabulary() const;
   // The dataset fingerprint recorded in states and the audit log (hex).
   std::string fingerprint() const;
 
  private:
+  std::optional<Batch> next_batch(std::string_view split,
+                                  std::optional<std::chrono::steady_clock::time_point> deadline);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -24,6 +24,7 @@
 //    a ConversationError (a ValueError, not the OSError that FormatError is for files).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -436,10 +437,22 @@ class PyLoader {
     return f(loader());
   }
 
+  // Waits in slices of kSignalSlice with the GIL released, and checks for signals with the
+  // GIL held between them, so that Ctrl-C raises KeyboardInterrupt within a slice even
+  // while no batch comes. An interrupted wait consumes nothing: the loader stays usable.
   nb::object get_batch(const std::string& split) {
+    static constexpr auto kSignalSlice = std::chrono::milliseconds(50);
     auto batch = std::make_unique<tokenfeed::Batch>();
     const auto start = Clock::now();
-    locked([&](tokenfeed::Loader& l) { *batch = l.get_batch(split); });
+    while (true) {
+      const bool got = locked([&](tokenfeed::Loader& l) {
+        std::optional<tokenfeed::Batch> b = l.try_get_batch(split, kSignalSlice);
+        if (b) *batch = std::move(*b);
+        return b.has_value();
+      });
+      if (got) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
     const auto end = Clock::now();  // the GIL is held again: the call as the trainer sees it
     {
       std::lock_guard timing_lock(timing_mutex_);
@@ -511,6 +524,13 @@ class PyLoader {
       }
       return names;
     });
+  }
+
+  tokenfeed::DatasetVocabulary vocabulary() {
+    return locked([](tokenfeed::Loader& l) { return l.vocabulary(); });
+  }
+  tokenfeed::Config effective_config() {
+    return locked([](tokenfeed::Loader& l) { return l.config(); });
   }
 
   tokenfeed::SplitInfo split_info(const std::string& split) {
@@ -661,18 +681,27 @@ class PyLoader {
 };
 
 // `for batch in loader.iter("train", steps=N)`: N batches, or without end when steps is None.
+// loader.iter(split, steps) (steps batches, or for ever), iter(loader) (train for ever), and
+// loader.epoch(split): the batches left in the epoch the next batch belongs to, ending when
+// the loader's position leaves that epoch (so get_batch calls made meanwhile count too).
 class BatchIterator {
  public:
-  BatchIterator(nb::object loader, std::string split, std::optional<std::uint64_t> steps)
-      : loader_(std::move(loader)), split_(std::move(split)), remaining_(steps) {}
+  BatchIterator(nb::object loader, std::string split, std::optional<std::uint64_t> steps,
+                std::optional<std::uint64_t> epoch = std::nullopt)
+      : loader_(std::move(loader)), split_(std::move(split)), remaining_(steps), epoch_(epoch) {}
 
   nb::object next() {
     if (remaining_ && *remaining_ == 0) throw nb::stop_iteration();
+    if (epoch_ && len() == 0) throw nb::stop_iteration();
     nb::object batch = nb::cast<PyLoader&>(loader_).get_batch(split_);
     if (remaining_) --*remaining_;
     return batch;
   }
   std::size_t len() const {
+    if (epoch_) {
+      const tokenfeed::SplitInfo i = nb::cast<PyLoader&>(loader_).split_info(split_);
+      return i.next_epoch == *epoch_ ? static_cast<std::size_t>(i.batches_per_epoch - i.next_batch_in_epoch) : 0;
+    }
     if (!remaining_) throw nb::type_error("len() of an endless iterator (iter() without steps)");
     return static_cast<std::size_t>(*remaining_);
   }
@@ -681,7 +710,18 @@ class BatchIterator {
   nb::object loader_;
   std::string split_;
   std::optional<std::uint64_t> remaining_;
+  std::optional<std::uint64_t> epoch_;
 };
+
+BatchIterator epoch_iterator(nb::handle self, const std::string& split) {
+  PyLoader& loader = nb::cast<PyLoader&>(self);
+  const tokenfeed::SplitInfo i = loader.split_info(split);
+  if (i.batches_per_epoch == 0) {
+    usage_error("epoch(\"" + split + "\"): batch_sampling_mode=random has no epochs; use iter(\"" + split +
+                "\", steps=N)");
+  }
+  return BatchIterator(nb::borrow(self), split, std::nullopt, i.next_epoch);
+}
 
 // ---------------------------------------------------------------------------------------
 // Dataset writer
@@ -811,30 +851,24 @@ std::vector<std::uint32_t> to_vector(const U32Array& a) {
   return {s.begin(), s.end()};
 }
 
-nb::object serialize_tokenized(const std::vector<std::string>& roles, const std::vector<U32Array>& contents,
-                               const tokenfeed::SpecialTokenIds& special, const U32Array& default_system_ids,
-                               std::optional<std::uint32_t> vocab_size) {
-  if (roles.size() != contents.size()) usage_error("serialize_chat: roles and contents differ in length");
+// (ids, mask): the mask is chat_loss_mask's, 0 over the turns whose `trained` is false.
+nb::tuple serialize_tokenized(const std::vector<std::string>& roles, const std::vector<U32Array>& contents,
+                              const std::vector<bool>& trained, const tokenfeed::SpecialTokenIds& special,
+                              const U32Array& default_system_ids, std::optional<std::uint32_t> vocab_size) {
+  if (roles.size() != contents.size() || roles.size() != trained.size()) {
+    usage_error("serialize_chat: roles, contents and weights differ in length");
+  }
   std::vector<tokenfeed::TokenizedChatMessage> messages(roles.size());
   for (std::size_t i = 0; i < roles.size(); ++i) {
     messages[i].role = roles[i];
     messages[i].ids = to_vector(contents[i]);
+    messages[i].trained = trained[i];
   }
   std::vector<std::uint32_t> out;
   const auto defect = tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
   if (defect) conversation_error(defect->detail);
-  return numpy_owning(std::move(out));
-}
-
-nb::object serialize_text(const std::vector<std::string>& roles, const std::vector<std::string>& contents,
-                          const tokenfeed::Tokenizer& tokenizer, const std::string& default_system_text) {
-  if (roles.size() != contents.size()) usage_error("serialize_chat_text: roles and contents differ in length");
-  std::vector<tokenfeed::ChatMessage> messages(roles.size());
-  for (std::size_t i = 0; i < roles.size(); ++i) messages[i] = {roles[i], contents[i]};
-  std::vector<std::uint32_t> out;
-  const auto defect = tokenfeed::append_chat_ids(messages, tokenizer, default_system_text, out);
-  if (defect) conversation_error(defect->detail);
-  return numpy_owning(std::move(out));
+  std::vector<std::uint8_t> mask = tokenfeed::chat_loss_mask(messages, out, special);
+  return nb::make_tuple(numpy_owning(std::move(out)), numpy_owning(std::move(mask)));
 }
 
 nb::tuple pack_ids_and_mask(const U32Array& ids, const U8Array& mask, std::size_t S,
@@ -862,13 +896,19 @@ std::string special_repr(const tokenfeed::SpecialTokenIds& s) {
          ", tool=" + (s.tool ? std::to_string(*s.tool) : std::string("None")) + ")";
 }
 
-void write_log_line_to_stderr(tokenfeed::LogLevel, std::string_view line) {
+// Python's handler: the lines at `g_log_threshold` and above (set_logging's level).
+std::atomic<tokenfeed::LogLevel> g_log_threshold{tokenfeed::LogLevel::info};
+
+void write_log_line_to_stderr(tokenfeed::LogLevel level, std::string_view line) {
+  if (level < g_log_threshold.load(std::memory_order_relaxed)) return;
   std::string text(line);
   text.push_back('\n');
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
 }  // namespace
+
+void bind_chat(nb::module_& m);  // chat.cpp
 
 NB_MODULE(_tokenfeed, m) {
   m.doc() = "tokenfeed's C++ core; use the `tokenfeed` package, which re-exports it.";
@@ -880,10 +920,20 @@ NB_MODULE(_tokenfeed, m) {
 
   m.def(
       "set_logging",
-      [](bool enabled) {
+      [](bool enabled, const std::string& level) {
+        const std::pair<const char*, tokenfeed::LogLevel> levels[] = {{"debug", tokenfeed::LogLevel::debug},
+                                                                      {"info", tokenfeed::LogLevel::info},
+                                                                      {"warning", tokenfeed::LogLevel::warning},
+                                                                      {"error", tokenfeed::LogLevel::error}};
+        const auto* found = std::find_if(std::begin(levels), std::end(levels),
+                                         [&](const auto& l) { return level == l.first; });
+        if (found == std::end(levels)) usage_error("set_logging: level must be debug, info, warning or error, not '" + level + "'");
+        g_log_threshold.store(found->second, std::memory_order_relaxed);
         tokenfeed::set_log_handler(enabled ? tokenfeed::LogHandler(write_log_line_to_stderr) : tokenfeed::LogHandler());
       },
-      "enabled"_a, "Turns tokenfeed's log lines (dataset open, epoch boundaries, warnings) on stderr on or off.");
+      "enabled"_a = true, "level"_a = "info",
+      "Turns tokenfeed's log lines on stderr on or off. level: the least printed: info (the default: one line "
+      "per loader at open, warnings), debug (also each split at open and each epoch boundary), warning, error.");
 
   nb::class_<PyBatch>(m, "Batch", "One ready batch: numpy views of the loader's buffers (see the package docs).")
       .def_prop_ro("x", &PyBatch::x)
@@ -943,6 +993,24 @@ NB_MODULE(_tokenfeed, m) {
             return BatchIterator(nb::borrow(self), split, steps);
           },
           "split"_a = "train", "steps"_a = nb::none())
+      .def("epoch", &epoch_iterator, "split"_a = "train",
+           "The batches left in the current epoch of `split` (all of the next one at an epoch boundary); "
+           "len() is their number.")
+      .def("__iter__", [](nb::handle self) { return BatchIterator(nb::borrow(self), "train", std::nullopt); },
+           "The train split for ever, as iter(\"train\").")
+      .def_prop_ro("vocab_size", [](PyLoader& l) { return l.vocabulary().vocab_size; },
+                   "dataset_metadata.json's vocab_size, or None.")
+      .def_prop_ro("pad_token_id", [](PyLoader& l) { return l.effective_config().pad_token_id; },
+                   "The id padding rows hold: the config's, else the metadata's eot_token_id, else eos_token_id "
+                   "(None when neither applies, as in token_stream without them).")
+      .def_prop_ro("eot_token_id",
+                   [](PyLoader& l) {
+                     const tokenfeed::DatasetVocabulary v = l.vocabulary();
+                     return v.eot_token_id ? v.eot_token_id : v.eos_token_id;
+                   },
+                   "The end-of-text id: dataset_metadata.json's eot_token_id, else eos_token_id, else None.")
+      .def_prop_ro("special_token_ids", [](PyLoader& l) { return l.vocabulary().special_tokens; },
+                   "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")
       .def("save_state", &PyLoader::save_state)
       .def("load_state", &PyLoader::load_state, "state"_a)
       .def("state_dict", &PyLoader::state_dict)
@@ -1029,9 +1097,8 @@ NB_MODULE(_tokenfeed, m) {
       "make_tokenizer", [](const std::string& spec) { return tokenfeed::make_tokenizer(spec); }, "spec"_a,
       "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260) or 'sentencepiece:MODEL'.");
 
-  m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "special"_a,
+  m.def("_serialize_tokenized_chat", &serialize_tokenized, "roles"_a, "contents"_a, "trained"_a, "special"_a,
         "default_system_ids"_a, "vocab_size"_a.none());
-  m.def("_serialize_text_chat", &serialize_text, "roles"_a, "contents"_a, "tokenizer"_a, "default_system_text"_a);
   m.def(
       "_sft_loss_mask_for_ids",
       [](const U32Array& ids, const tokenfeed::SpecialTokenIds& special) {
@@ -1047,4 +1114,5 @@ NB_MODULE(_tokenfeed, m) {
       "ids"_a, "S"_a, "special"_a);
   m.def("_pack_sft_ids_and_mask", &pack_ids_and_mask, "ids"_a, "mask"_a, "S"_a, "special"_a, "pad_id"_a);
   m.def("_collate_sft_batch", &collate_batch, "rows"_a, "T"_a, "ignore_index"_a);
+  bind_chat(m);
 }

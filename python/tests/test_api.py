@@ -297,3 +297,18 @@ def test_the_signature_check_sees_a_drift():
     assert any(p.startswith("SpecialTokenIds.is_role_token") for p in problems), problems
     assert "Loader: not in the stub: ['reset_stats']" in problems, problems
     assert len(problems) == 2, problems
+
+
+def test_use_loss_mask_defaults_to_auto(sft_dir, tmp_path):
+    # A dataset with mask.bin: the mask is on without being asked for, from a dict or an XML
+    # file, so an SFT run does not train on its prompts by default.
+    loader = tokenfeed.Loader(base_keys(sft_dir))
+    assert loader.config["use_loss_mask"] == "true"
+    assert loader.get_batch().mask.shape == (4, 64)
+    xml = write_config(tmp_path / "auto.xml", **base_keys(sft_dir, use_loss_mask="auto"))
+    assert tokenfeed.Loader(xml).get_batch().mask.shape == (4, 64)
+    # An explicit false still turns it off.
+    off = tokenfeed.Loader(base_keys(sft_dir, use_loss_mask=False))
+    assert off.config["use_loss_mask"] == "false" and off.get_batch().mask.size == 0
+    with pytest.raises(tokenfeed.ConfigError, match="expected auto, true or false"):
+        tokenfeed.Loader(base_keys(sft_dir, use_loss_mask="maybe"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tokenfeed
-from conftest import REPO, SPECIAL, base_keys, special_ids
+from conftest import REPO, SPECIAL, base_keys, run_cli, special_ids
 
 SAMPLE = REPO / "data" / "sample"
 
@@ -44,6 +44,28 @@ def test_template_by_hand():
         tokenfeed.serialize_chat_text([("user", "hi")], tokenfeed.make_tokenizer("bytes"))  # no assistant turn
     with pytest.raises(tokenfeed.ConfigError):
         tokenfeed.SpecialTokenIds(system=1, user=1, assistant=2, eot=3)
+
+
+def test_serialize_chat_text_refuses_what_prepare_refuses():
+    # None, numbers and non-text parts used to become their str() and be trained on.
+    tokenizer = tokenfeed.make_tokenizer("bytes")
+    user = {"role": "user", "content": "hi"}
+    bad = [
+        ([user, {"role": "assistant", "content": None}], r'message 2 "content" is null'),
+        ([user, {"role": "assistant", "content": 5}], r'message 2 "content" is an integer'),
+        ([user, {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+         r'message 2 content part 1 has type "image_url"'),
+        ([user, ("assistant", b"bytes")], r"message 2 holds a value that is not JSON"),
+        ([user, {"role": "assistant"}], r'message 2 has no "content"'),
+    ]
+    for messages, detail in bad:
+        with pytest.raises(tokenfeed.ConversationError, match=detail):
+            tokenfeed.serialize_chat_text(messages, tokenizer)
+    # Text parts are joined, as prepare joins them.
+    parts = [user, {"role": "assistant", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    ids, mask = tokenfeed.serialize_chat_text(parts, tokenizer, with_mask=True)
+    assert ids.tolist() == tokenfeed.serialize_chat_text([user, ("assistant", "Hello")], tokenizer).tolist()
+    assert mask.tolist() == tokenfeed.sft_loss_mask_for_ids(ids, tokenizer.special_ids).tolist()
 
 
 def test_turn_aware_truncation_keeps_the_final_assistant_turn():
@@ -137,3 +159,54 @@ def test_shards_and_add_many(tmp_path):
     got = np.concatenate([np.fromfile(s / "tokens.bin", dtype=np.uint32) for s in shards])
     np.testing.assert_array_equal(got, tokens)
     assert all((s / "tokens.bin").stat().st_size <= 4000 for s in shards)
+
+
+OPENAI_CHATS = [
+    [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "a"},
+     {"role": "assistant", "content": "bad", "weight": 0}, {"role": "user", "content": "b"},
+     {"role": "assistant", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": "od"}]}],
+    [{"role": "user", "content": "Weather?"},
+     {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": '{"q": 1, "city": "Paris"}'}}]},
+     {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+     {"role": "assistant", "content": "Sunny."}],
+]
+
+
+def test_openai_messages_in_full_match_prepare(tmp_path, cli):
+    # weight 0, the developer role, text parts, tool_calls and default_system_text="" give
+    # the same ids and mask from Python as from `tokenfeed prepare`.
+    tokenizer = tokenfeed.make_tokenizer("bytes")
+    s = tokenizer.special_ids
+    made = [tokenfeed.serialize_chat_text(m, tokenizer, default_system_text="", with_mask=True) for m in OPENAI_CHATS]
+    ids, mask = made[0]
+    assert ids[0] == s.system and (ids == s.assistant).sum() == 2  # developer = system; the weight-0 turn stays
+    trained = ids[mask.astype(bool)]
+    assert tokenizer.decode(trained[:-1]) == "good" and trained[-1] == s.eot
+    ids, mask = made[1]
+    assert ids[0] == s.user  # no system turn with default_system_text=""
+    call = '{"name": "get_weather", "arguments": {"city":"Paris","q":1}}'
+    assert tokenizer.decode(ids[mask.astype(bool)]) == tokenizer.decode(
+        np.concatenate([np.frombuffer(call.encode(), np.uint8).astype(np.uint32), [s.eot],
+                        np.frombuffer(b"Sunny.", np.uint8).astype(np.uint32), [s.eot]]))
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in OPENAI_CHATS))
+    run_cli(cli, "prepare", "--input", tmp_path / "in.jsonl", "--output-dir", tmp_path / "ds", "--val-split", "0",
+            "--system-text", "")
+    shard = tmp_path / "ds" / "train" / "shard_00000"
+    tokens = np.fromfile(shard / "tokens.bin", dtype=np.uint16)
+    masks = np.fromfile(shard / "mask.bin", dtype=np.uint8)
+    index = np.fromfile(shard / "episodes.idx", dtype=np.uint64).reshape(-1, 2)
+    written = sorted((tokens[a:a + n].astype(np.uint32).tolist(), masks[a:a + n].tolist()) for a, n in index)
+    assert written == sorted((i.tolist(), m.tolist()) for i, m in made)
+
+
+def test_serialize_chat_honours_weight_zero():
+    s = special_ids()
+    ids, mask = tokenfeed.serialize_chat([{"role": "user", "ids": [1]}, {"role": "assistant", "ids": [2], "weight": 0},
+                                          {"role": "user", "ids": [3]}, {"role": "assistant", "ids": [4]}],
+                                         s, with_mask=True)
+    assert ids[mask.astype(bool)].tolist() == [4, SPECIAL["eot"]]
+    with pytest.raises(tokenfeed.ConversationError, match='message 2 "weight"'):
+        tokenfeed.serialize_chat([("user", [1]), {"role": "assistant", "ids": [2], "weight": 0.5}], s)

@@ -104,7 +104,7 @@ def test_buffers_cycle_through_the_pool(sft_dir):
 
 
 def test_empty_fields_are_empty_arrays(sft_dir):
-    loader = tokenfeed.Loader(base_keys(sft_dir))  # mask off, not document-aware, not packed
+    loader = tokenfeed.Loader(base_keys(sft_dir, use_loss_mask=False))  # mask off, not document-aware, not packed
     batch = loader.get_batch()
     assert batch.mask.size == 0 and batch.mask.dtype == np.float32
     assert batch.doc_ids.size == 0 and batch.doc_ids.dtype == np.int32

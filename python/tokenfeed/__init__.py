@@ -4,19 +4,25 @@ of time on background C++ threads, for Python and PyTorch training loops.
     import tokenfeed
 
     loader = tokenfeed.Loader("data/sample/sample.xml")      # or a dict of the same keys
-    for batch in loader.iter("train", steps=1000):
+    for batch in loader.epoch("train"):                      # one epoch; len() batches
         x = torch.from_dlpack(batch.x)                       # no copy
         ...
 
 - ``Loader(config, **overrides)``: ``config`` is an XML file or a dict of its keys (a relative
   ``dataset_dir`` in a dict resolves against the working directory); keyword arguments
   override single keys. Opening the dataset releases the GIL.
-- ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits. Its
+- ``loader.epoch(split)``: the rest of the current epoch, with ``len()``; ``iter(loader)``:
+  the train split for ever; ``loader.iter(split, steps=N)``: N batches.
+- ``loader.vocab_size``, ``eot_token_id``, ``pad_token_id``, ``special_token_ids``: what the
+  dataset's metadata says (None where it says nothing).
+- ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits (in
+  50 ms slices: Ctrl-C raises KeyboardInterrupt meanwhile, and consumes nothing). Its
   fields are numpy arrays that view the loader's own buffers (no copy; ``segments`` too, as
   a structured array of PackedSegment records); they stay valid while the batch or any
   array from it is alive, even after the loader is gone, and the buffers go back to the
-  pool when the last of them is released. Hold at most ``MAX_HELD_BATCHES`` batches of a
-  split at once (one more raises ``UsageError``).
+  pool when the last of them is released. Hold at most ``max_held_batches`` (a config key,
+  default ``MAX_HELD_BATCHES`` = 4) batches of a split at once (one more raises
+  ``UsageError``).
 - ``torch.from_dlpack(batch.x)`` and ``batch.to_torch()`` give tensors over the same memory,
   which keep the batch held as long as they live. Autograd keeps the input tensors of every
   micro-batch until ``backward()``: to accumulate gradients over more than
@@ -318,43 +324,89 @@ def special_token_ids_from_metadata(dataset_dir: Union[str, "os.PathLike[str]"])
                            tool=s.get("tool"))
 
 
-def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any]]:
-    roles, contents = [], []
+def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any], List[bool]]:
+    """Roles, contents and whether each message is trained (OpenAI's ``"weight"``: 1, the
+    default, or 0)."""
+    roles, contents, trained = [], [], []
     for i, message in enumerate(messages):
+        weight = 1
         if isinstance(message, Mapping):
             if "role" not in message or content_key not in message:
                 raise UsageError(f"message {i} needs 'role' and '{content_key}'")
             roles.append(str(message["role"]))
             contents.append(message[content_key])
+            weight = message.get("weight", 1)
         else:
             role, content = message
             roles.append(str(role))
             contents.append(content)
-    return roles, contents
+        if isinstance(weight, bool) or weight not in (0, 1):
+            raise ConversationError(f'message {i + 1} "weight" is {weight!r}, expected 0 or 1')
+        trained.append(weight == 1)
+    return roles, contents, trained
 
 
 def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_system_ids: Any = (),
-                   vocab_size: Optional[int] = None) -> np.ndarray:
-    """The template's token ids of a pre-tokenized conversation (uint32), system turn first.
+                   vocab_size: Optional[int] = None,
+                   with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+    """The template's token ids of a pre-tokenized conversation (uint32), system turn first;
+    with ``with_mask``, ``(ids, mask)`` with the loss mask ``tokenfeed prepare`` writes.
 
     ``messages``: ``{"role": ..., "ids": [...]}`` dicts or ``(role, ids)`` pairs, the ids made
-    by any tokenizer. ``default_system_ids`` is the content of the system turn injected when
-    the conversation has none. With ``vocab_size``, every content id must be below it.
+    by any tokenizer; a dict's ``"weight": 0`` keeps that turn out of the mask (OpenAI's
+    fine-tuning format). ``default_system_ids`` is the content of the system turn injected
+    when the conversation has none. With ``vocab_size``, every content id must be below it.
     Raises ConversationError (a ValueError) naming the problem for an unusable conversation.
     """
-    roles, contents = _messages(messages, "ids")
+    roles, contents, trained = _messages(messages, "ids")
     ids = [_as_ids(c, f"serialize_chat message {i}") for i, c in enumerate(contents)]
-    return _core._serialize_tokenized_chat(roles, ids, special, _as_ids(default_system_ids, "default_system_ids"),
-                                           vocab_size)
+    out, mask = _core._serialize_tokenized_chat(roles, ids, trained, special,
+                                                _as_ids(default_system_ids, "default_system_ids"), vocab_size)
+    return (out, mask) if with_mask else out
+
+
+def _conversation_json(messages: Sequence[Any]) -> str:
+    """``{"messages": [...]}`` as one JSON line, the input of ``tokenfeed prepare``: pairs
+    become ``{"role": ..., "content": ...}``; values JSON cannot represent are refused."""
+    out = []
+    for i, message in enumerate(messages):
+        if isinstance(message, Mapping):
+            m = dict(message)
+        else:
+            try:
+                role, content = message
+            except (TypeError, ValueError):
+                raise ConversationError(f"message {i + 1} is {type(message).__name__}, expected a dict with "
+                                        "'role' and 'content' or a (role, content) pair") from None
+            m = {"role": role, "content": content}
+        try:
+            out.append(json.dumps(m, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise ConversationError(f"message {i + 1} holds a value that is not JSON text ({e})") from None
+    return '{"messages": [' + ", ".join(out) + "]}"
 
 
 def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
-                        default_system_text: str = DEFAULT_SYSTEM_TEXT) -> np.ndarray:
+                        default_system_text: str = DEFAULT_SYSTEM_TEXT,
+                        with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
     """The template's token ids of a text conversation, encoded with a built-in tokenizer
-    (``make_tokenizer``). ``messages``: ``{"role": ..., "content": "..."}`` dicts or pairs.
-    Raises ConversationError (a ValueError) for an unusable conversation."""
-    roles, contents = _messages(messages, "content")
-    return _core._serialize_text_chat(roles, [str(c) for c in contents], tokenizer, default_system_text)
+    (``make_tokenizer``); with ``with_mask``, ``(ids, mask)`` with the loss mask
+    ``tokenfeed prepare`` writes.
+
+    ``messages``: OpenAI chat messages (``{"role": ..., "content": ...}`` dicts) or
+    ``(role, content)`` pairs. They go through the same C++ parser as a line of
+    ``tokenfeed prepare``'s input, so both accept and refuse the same conversations: content
+    is a string or a list of ``{"type": "text", "text": ...}`` parts (joined); the
+    ``developer`` role is the system role; ``"weight": 0`` keeps a turn out of the mask; an
+    assistant message's ``tool_calls`` are written after its content, one
+    ``{"name": ..., "arguments": {...}}`` per line, and trained on (its content may then be
+    ``None``). Any other ``None``, numbers or other part types raise ConversationError (a
+    ValueError) naming the message (numbered from 1, as the command's skip details).
+    ``default_system_text=""``: no system turn for a conversation without one."""
+    if isinstance(messages, (str, bytes)) or isinstance(messages, Mapping):
+        raise ConversationError("serialize_chat_text: messages must be a list of messages")
+    ids, mask = _core._serialize_json_chat(_conversation_json(messages), tokenizer, default_system_text)
+    return (ids, mask) if with_mask else ids
 
 
 def sft_loss_mask_for_ids(ids: Any, special: SpecialTokenIds) -> np.ndarray:

@@ -21,7 +21,7 @@ std::optional<ChatDefect> check_roles(std::span<const Message> messages, const S
     if (!role) {
       return ChatDefect{ChatProblem::unknown_role, i,
                         message_label(i) + " has unknown role \"" + messages[i].role +
-                            "\" (expected system, user, assistant or tool)"};
+                            "\" (expected system, developer, user, assistant or tool)"};
     }
     if (*role == ChatRole::system && i != 0) {
       return ChatDefect{ChatProblem::misplaced_system, i,
@@ -38,6 +38,29 @@ std::optional<ChatDefect> check_roles(std::span<const Message> messages, const S
                       "the conversation has no assistant message (nothing to train on)"};
   }
   return std::nullopt;
+}
+
+template <class Message>
+std::vector<std::uint8_t> loss_mask_of_turns(std::span<const Message> messages, std::span<const std::uint32_t> ids,
+                                             const SpecialTokenIds& special) {
+  std::vector<std::uint8_t> mask = sft_loss_mask_for_ids(ids, special);
+  const auto turns = static_cast<std::size_t>(
+      std::count_if(ids.begin(), ids.end(), [&](std::uint32_t id) { return is_role_token(special, id); }));
+  if (turns != messages.size() && turns != messages.size() + 1) {
+    throw Error(ErrorKind::usage, "chat_loss_mask: the ids hold " + std::to_string(turns) + " turns for " +
+                                      std::to_string(messages.size()) + " messages");
+  }
+  const std::size_t injected = turns - messages.size();  // the default system turn, first
+  std::size_t turn = 0;
+  bool zero = false;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (is_role_token(special, ids[i])) {
+      zero = turn >= injected && !messages[turn - injected].trained;
+      ++turn;
+    }
+    if (zero) mask[i] = 0;
+  }
+  return mask;
 }
 
 std::uint32_t role_token(const SpecialTokenIds& special, ChatRole role) noexcept {
@@ -175,7 +198,7 @@ bool is_special_token(const SpecialTokenIds& ids, std::uint32_t id) noexcept {
 }
 
 std::optional<ChatRole> parse_chat_role(std::string_view name) noexcept {
-  if (name == "system") return ChatRole::system;
+  if (name == "system" || name == "developer") return ChatRole::system;
   if (name == "user") return ChatRole::user;
   if (name == "assistant") return ChatRole::assistant;
   if (name == "tool") return ChatRole::tool;
@@ -229,7 +252,7 @@ std::optional<ChatDefect> append_chat_ids(std::span<const ChatMessage> messages,
                                           std::string_view default_system_text, std::vector<std::uint32_t>& out) {
   const SpecialTokenIds& special = tokenizer.special_ids();
   if (auto defect = check_roles(messages, special)) return defect;
-  if (parse_chat_role(messages.front().role) != ChatRole::system) {
+  if (parse_chat_role(messages.front().role) != ChatRole::system && !default_system_text.empty()) {
     out.push_back(special.system);
     const std::size_t from = out.size();
     tokenizer.encode(default_system_text, out);
@@ -336,6 +359,16 @@ void sft_loss_mask_for_ids(std::span<const std::uint32_t> ids, const SpecialToke
       mask[i] = 0;
     }
   }
+}
+
+std::vector<std::uint8_t> chat_loss_mask(std::span<const ChatMessage> messages, std::span<const std::uint32_t> ids,
+                                         const SpecialTokenIds& special) {
+  return loss_mask_of_turns(messages, ids, special);
+}
+
+std::vector<std::uint8_t> chat_loss_mask(std::span<const TokenizedChatMessage> messages,
+                                         std::span<const std::uint32_t> ids, const SpecialTokenIds& special) {
+  return loss_mask_of_turns(messages, ids, special);
 }
 
 SftWindow plan_sft_window(std::span<const std::uint32_t> ids, std::size_t S, const SpecialTokenIds& special) {

@@ -66,6 +66,86 @@ std::uint32_t read_uint32(const json& v, const std::string& where) {
   return static_cast<std::uint32_t>(value);
 }
 
+// A message's "content": a string, or a list of {"type": "text", "text": "..."} parts, joined
+// without a separator (OpenAI's content parts are pieces of one text).
+std::optional<LineDefect> read_text_content(const json& content, std::size_t index, std::string& out) {
+  if (content.is_string()) {
+    out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) {
+    return LineDefect{std::string(kReasonWrongType), label(index) + " \"content\" is " + type_name(content) +
+                                                         ", expected a string or a list of text parts"};
+  }
+  out.clear();
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    const std::string where = label(index) + " content part " + std::to_string(k + 1);
+    if (!part.is_object()) {
+      return LineDefect{std::string(kReasonWrongType),
+                        where + " is " + type_name(part) + ", expected an object {\"type\": \"text\", \"text\": ...}"};
+    }
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return LineDefect{std::string(kReasonWrongType), where + " has no string \"type\""};
+    }
+    if (type->get_ref<const std::string&>() != "text") {
+      return LineDefect{std::string(kReasonWrongType),
+                        where + " has type \"" + type->get<std::string>() + "\"; only \"text\" parts are supported"};
+    }
+    const auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return LineDefect{std::string(kReasonWrongType), where + " has no string \"text\""};
+    }
+    out += text->get_ref<const std::string&>();
+  }
+  return std::nullopt;
+}
+
+// Appends an assistant message's "tool_calls" (OpenAI's format) to its text, one call per
+// line after the content (and a newline when there is content):
+//   {"name": "get_weather", "arguments": {"city": "Paris"}}
+// "arguments", a JSON-encoded string in OpenAI's format, is written as the JSON value it
+// encodes (or as the string when it is not JSON), compact and with sorted keys, so the same
+// call is always the same text. The call's "id" and "type" are left out: ids are random and
+// the tool's reply is matched by position.
+std::optional<LineDefect> append_tool_calls(const json& calls, std::size_t index, std::string& out) {
+  if (!calls.is_array()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      label(index) + " \"tool_calls\" is " + type_name(calls) + ", expected an array"};
+  }
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const json& call = calls[k];
+    const std::string where = label(index) + " tool call " + std::to_string(k + 1);
+    const auto function = call.is_object() ? call.find("function") : call.end();
+    if (!call.is_object() || function == call.end() || !function->is_object()) {
+      return LineDefect{std::string(kReasonWrongType), where + " is not an object with a \"function\" object"};
+    }
+    if (const auto type = call.find("type"); type != call.end() && *type != "function") {
+      return LineDefect{std::string(kReasonWrongType), where + " has type " + type->dump() + ", expected \"function\""};
+    }
+    const auto name = function->find("name");
+    if (name == function->end() || !name->is_string()) {
+      return LineDefect{std::string(kReasonWrongType), where + " has no string \"function\".\"name\""};
+    }
+    json arguments = json::object();
+    if (const auto given = function->find("arguments"); given != function->end() && !given->is_null()) {
+      if (given->is_string()) {
+        arguments = json::parse(given->get_ref<const std::string&>(), nullptr, false);
+        if (arguments.is_discarded()) arguments = *given;
+      } else if (given->is_object()) {
+        arguments = *given;
+      } else {
+        return LineDefect{std::string(kReasonWrongType),
+                          where + " \"arguments\" is " + type_name(*given) + ", expected a JSON string or an object"};
+      }
+    }
+    if (!out.empty()) out += '\n';
+    out += "{\"name\": " + name->dump() + ", \"arguments\": " + arguments.dump() + "}";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<LineDefect> parse_conversation_line(std::string_view line, ConversationInput input,
@@ -102,19 +182,40 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
     }
     const auto content = m.find("content");
     const auto ids = m.find("ids");
+    const std::string& role_name = role->get_ref<const std::string&>();
+    bool trained = true;
+    if (const auto weight = m.find("weight"); weight != m.end()) {
+      if (!weight->is_number_integer() || (weight->get<std::int64_t>() != 0 && weight->get<std::int64_t>() != 1)) {
+        return LineDefect{std::string(kReasonWrongType),
+                          label(i) + " \"weight\" is " + weight->dump() + ", expected 0 or 1"};
+      }
+      trained = weight->get<std::int64_t>() == 1;
+    }
+    const auto tool_calls = m.find("tool_calls");
+    const bool has_tool_calls = tool_calls != m.end() && !tool_calls->is_null();
+    if (has_tool_calls && role_name != "assistant") {
+      return LineDefect{std::string(kReasonWrongType),
+                        label(i) + " has \"tool_calls\" but is a " + role_name + " message; only assistant messages "
+                                   "call tools"};
+    }
     if (input == ConversationInput::text) {
-      if (content == m.end()) {
+      if (content == m.end() && !has_tool_calls) {
         return LineDefect{std::string(kReasonMissingField),
                           ids != m.end() ? label(i) +
                                                " has \"ids\" but no \"content\"; pre-tokenized input needs "
                                                "--special-tokens FILE.json"
                                          : label(i) + " has no \"content\""};
       }
-      if (!content->is_string()) {
-        return LineDefect{std::string(kReasonWrongType),
-                          label(i) + " \"content\" is " + type_name(*content) + ", expected a string"};
+      ChatMessage message{role_name, {}, trained};
+      // An assistant message that only calls tools has content null (or none).
+      const bool no_content = content == m.end() || (content->is_null() && has_tool_calls);
+      if (!no_content) {
+        if (auto defect = read_text_content(*content, i, message.content)) return defect;
       }
-      out.text.push_back({role->get<std::string>(), content->get<std::string>()});
+      if (has_tool_calls) {
+        if (auto defect = append_tool_calls(*tool_calls, i, message.content)) return defect;
+      }
+      out.text.push_back(std::move(message));
     } else {
       if (ids == m.end()) {
         return LineDefect{std::string(kReasonMissingField),
@@ -123,11 +224,15 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
                                                    "every message must be pre-tokenized"
                                              : label(i) + " has no \"ids\""};
       }
+      if (has_tool_calls) {
+        return LineDefect{std::string(kReasonWrongType),
+                          label(i) + " has \"tool_calls\" in pre-tokenized input; put the calls' ids in \"ids\""};
+      }
       if (!ids->is_array()) {
         return LineDefect{std::string(kReasonWrongType),
                           label(i) + " \"ids\" is " + type_name(*ids) + ", expected an array of token ids"};
       }
-      TokenizedChatMessage message{role->get<std::string>(), {}};
+      TokenizedChatMessage message{role_name, {}, trained};
       message.ids.reserve(ids->size());
       for (const json& id : *ids) {
         const bool ok = id.is_number_unsigned() || (id.is_number_integer() && id.get<std::int64_t>() >= 0);

@@ -6,6 +6,14 @@
 // "ids": [int, ...] instead of "content". Other keys (in the line and in messages) are ignored.
 // Roles are checked later, by the chat serializer.
 //
+// OpenAI's chat format in full: "content" may be a list of {"type": "text", "text": ...}
+// parts (joined without a separator; other part types are refused); "weight": 0 keeps a
+// message out of the loss mask (ChatMessage::trained), "weight": 1 is the default; an
+// assistant message's "tool_calls" are written after its content, one call per line as
+// {"name": ..., "arguments": {...}} (see append_tool_calls in the .cpp), and trained as the
+// assistant's output; such a message may have "content": null. Any other null or non-string
+// content is refused, naming the message (numbered from 1).
+//
 // Thread-safety: pure functions; safe to call concurrently.
 #pragma once
 

@@ -77,6 +77,7 @@ std::int64_t parse_rank(std::string_view key, std::string_view text) {
 std::string rank_text(std::int64_t v) { return v == kFromLauncher ? "env" : std::to_string(v); }
 
 std::string optional_int_text(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : ""; }
+std::string optional_bool_text(const std::optional<bool>& v) { return v ? (*v ? "true" : "false") : ""; }
 
 // One entry per key: how to set it from text and how to print its effective value.
 struct KeyHandler {
@@ -101,8 +102,20 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return c.batch_size == 0 ? std::string() : std::to_string(c.batch_size); }},
       {"block_size", [](Config& c, std::string_view v) { c.block_size = parse_positive("block_size", v); },
        [](const Config& c) { return c.block_size == 0 ? std::string() : std::to_string(c.block_size); }},
-      {"use_loss_mask", [](Config& c, std::string_view v) { c.use_loss_mask = parse_bool("use_loss_mask", v); },
-       [](const Config& c) { return std::string(c.use_loss_mask ? "true" : "false"); }},
+      {"use_loss_mask",
+       [](Config& c, std::string_view v) {
+         const std::string_view t = trim(v);
+         if (t == "auto") {
+           c.use_loss_mask.reset();
+         } else if (t == "true" || t == "1" || t == "false" || t == "0") {
+           c.use_loss_mask = parse_bool("use_loss_mask", t);
+         } else {
+           config_error("config key 'use_loss_mask': expected auto, true or false, got '" + std::string(t) + "'");
+         }
+       },
+       [](const Config& c) {
+         return std::string(!c.use_loss_mask ? "auto" : *c.use_loss_mask ? "true" : "false");
+       }},
       {"batch_sampling_mode",
        [](Config& c, std::string_view v) {
          c.batch_sampling_mode = parse_enum<SamplingMode>("batch_sampling_mode", v,
@@ -115,6 +128,18 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(c.epoch_shuffle ? "true" : "false"); }},
       {"epoch_drop_last", [](Config& c, std::string_view v) { c.epoch_drop_last = parse_bool("epoch_drop_last", v); },
        [](const Config& c) { return std::string(c.epoch_drop_last ? "true" : "false"); }},
+      {"train.epoch_shuffle",
+       [](Config& c, std::string_view v) { c.train_overrides.epoch_shuffle = parse_bool("train.epoch_shuffle", v); },
+       [](const Config& c) { return optional_bool_text(c.train_overrides.epoch_shuffle); }},
+      {"train.epoch_drop_last",
+       [](Config& c, std::string_view v) { c.train_overrides.epoch_drop_last = parse_bool("train.epoch_drop_last", v); },
+       [](const Config& c) { return optional_bool_text(c.train_overrides.epoch_drop_last); }},
+      {"val.epoch_shuffle",
+       [](Config& c, std::string_view v) { c.val_overrides.epoch_shuffle = parse_bool("val.epoch_shuffle", v); },
+       [](const Config& c) { return optional_bool_text(c.val_overrides.epoch_shuffle); }},
+      {"val.epoch_drop_last",
+       [](Config& c, std::string_view v) { c.val_overrides.epoch_drop_last = parse_bool("val.epoch_drop_last", v); },
+       [](const Config& c) { return optional_bool_text(c.val_overrides.epoch_drop_last); }},
       {"epoch_seed", [](Config& c, std::string_view v) { c.epoch_seed = parse_int("epoch_seed", v); },
        [](const Config& c) { return std::to_string(c.epoch_seed); }},
       {"pad_token_id", [](Config& c, std::string_view v) { c.pad_token_id = parse_int("pad_token_id", v); },
@@ -142,6 +167,8 @@ const std::vector<KeyHandler>& key_handlers() {
       {"prefetch_memory_mb",
        [](Config& c, std::string_view v) { c.prefetch_memory_mb = parse_int("prefetch_memory_mb", v); },
        [](const Config& c) { return std::to_string(c.prefetch_memory_mb); }},
+      {"max_held_batches", [](Config& c, std::string_view v) { c.max_held_batches = parse_int("max_held_batches", v); },
+       [](const Config& c) { return std::to_string(c.max_held_batches); }},
       {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
        [](const Config& c) { return std::to_string(c.decode_threads); }},
       {"rank", [](Config& c, std::string_view v) { c.rank = parse_rank("rank", v); },
@@ -191,6 +218,27 @@ std::string read_text_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+// Applies a <train> or <val> element: epoch_shuffle and epoch_drop_last for that split.
+void apply_split_element(Config& config, pugi::xml_node element, const std::string& origin) {
+  const std::string split = element.name();
+  std::set<std::string, std::less<>> seen;
+  for (const pugi::xml_node child : element.children()) {
+    if (child.type() == pugi::node_comment) continue;
+    if (child.type() != pugi::node_element) config_error(origin + ": <" + split + "> holds keys, not text");
+    const std::string name = child.name();
+    if (name != "epoch_shuffle" && name != "epoch_drop_last") {
+      config_error(origin + ": unknown key '" + name + "' in <" + split +
+                   "> (per-split keys: epoch_shuffle, epoch_drop_last)");
+    }
+    if (!seen.insert(name).second) config_error(origin + ": config key '" + split + "." + name + "' is given twice");
+    try {
+      find_key(split + "." + name).set(config, child.text().get());
+    } catch (const Error& e) {
+      config_error(origin + ": " + e.what());
+    }
+  }
+}
+
 // Applies the <training> element of `xml` (from `origin`, for messages) onto `config`,
 // after applying its `inherits` base. `chain` holds the files being loaded, for cycles.
 void apply_xml(Config& config, std::string_view xml, const std::string& origin,
@@ -237,6 +285,10 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin,
     }
     const std::string key = child.name();
     if (!seen.insert(key).second) config_error(origin + ": config key '" + key + "' is given twice");
+    if (key == "train" || key == "val") {  // per-split settings: <val><epoch_shuffle>...</epoch_shuffle></val>
+      apply_split_element(config, child, origin);
+      continue;
+    }
     if (child.find_child([](pugi::xml_node n) { return n.type() == pugi::node_element; })) {
       config_error(origin + ": config key '" + key + "' must hold a value, not elements");
     }
@@ -317,6 +369,9 @@ void validate_config(const Config& c) {
   if (c.decode_threads < 0 || c.decode_threads > 256) {
     config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +
                  std::to_string(c.decode_threads));
+  }
+  if (c.max_held_batches < 1 || c.max_held_batches > 1024) {
+    config_error("config key 'max_held_batches' must be in [1, 1024], got " + std::to_string(c.max_held_batches));
   }
   if (c.world_size != kFromLauncher && c.world_size < 1) {
     config_error("config key 'world_size' must be >= 1 or env, got " + std::to_string(c.world_size));

@@ -101,6 +101,8 @@ struct Loader::Impl {
   // What a sampled id is called in messages: an episode or a window.
   const char* unit() const noexcept { return episode_mode() ? "episodes" : "windows"; }
   EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  // Settles use_loss_mask=auto from the splits' mask.bin files, and logs the choice.
+  void resolve_use_loss_mask();
   void open_episode_split(const std::string& name, const fs::path& dir);
   void open_stream_split(const std::string& name);
   Split& find(std::string_view name);
@@ -188,9 +190,12 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
                       (config.dataset_dir / "dataset_metadata.json").string() + "'");
     }
   }
-  if (config.use_loss_mask && !episode_mode()) {
-    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
-                                "batches have no mask");
+  if (!episode_mode()) {
+    if (config.use_loss_mask.value_or(false)) {
+      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+                                  "batches have no mask");
+    }
+    config.use_loss_mask = false;
   }
   if (config.decode_threads == 0) {
     // One hardware thread is the trainer's; TBB's workers get the rest.
@@ -212,16 +217,7 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     // for the mask's.
     if (!config.token_dtype) config.token_dtype = splits.at("train").episodes->token_dtype();
     if (!config.mask_dtype) config.mask_dtype = splits.at("train").episodes->mask_file_dtype();
-    if (config.use_loss_mask) {
-      std::string without;
-      for (const auto& [name, split] : splits) {
-        if (!split.episodes->mask_files_present()) without += (without.empty() ? "" : ", ") + name;
-      }
-      if (!without.empty()) {
-        log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
-                                        without + "); returning x and y only");
-      }
-    }
+    resolve_use_loss_mask();
   } else {
     for (const char* name : kSplitNames) {
       if (std::string_view(name) == "train" || TokenStreamSplit::has_split(config.dataset_dir, name)) {
@@ -241,6 +237,12 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   order_fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
   if (episode_mode()) order_fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
+  // Per-split overrides, only when given: a config without them keeps its fingerprint.
+  for (const auto& [name, overrides] : {std::pair{"train", config.train_overrides}, std::pair{"val", config.val_overrides}}) {
+    if (!overrides.epoch_shuffle && !overrides.epoch_drop_last) continue;
+    order_fields[std::string(name) + ".epoch_shuffle"] = bool_text(config.shuffle_for(name));
+    order_fields[std::string(name) + ".epoch_drop_last"] = bool_text(config.drop_last_for(name));
+  }
   if (packed_mode()) {
     // Rows depend on how episodes are cut and on the row length.
     order_fields["block_size"] = std::to_string(config.block_size);
@@ -272,13 +274,52 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
                         std::to_string(split.sampler->size()));
   }
   audit->write("dataset_load", fields);
+
+  // The one line at open (the per-split details and epoch boundaries are debug lines).
+  std::string line = "[tokenfeed] opened '" + config.dataset_dir.string() + "' mode=" + to_string(config.dataset_mode) +
+                     " sampling=" + to_string(*config.batch_sampling_mode);
+  for (const auto& [name, split] : splits) {
+    line += " " + name + "=" + std::to_string(split.sampler->size()) + (episode_mode() ? "_episodes" : "_windows");
+  }
+  line += std::string(" mask=") + bool_text(config.use_loss_mask.value_or(false)) +
+          " audit_log=" + (audit->enabled() ? audit->path().string() : std::string("off"));
+  log_line(LogLevel::info, line);
+}
+
+void Loader::Impl::resolve_use_loss_mask() {
+  std::string with, without;
+  for (const auto& [name, split] : splits) {
+    std::string& list = split.episodes->mask_files_present() ? with : without;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  if (!config.use_loss_mask) {  // auto
+    if (!with.empty() && !without.empty()) {
+      throw Error(ErrorKind::config, "use_loss_mask=auto: split " + with + " of '" + config.dataset_dir.string() +
+                                         "' has mask.bin but split " + without +
+                                         " has none; set use_loss_mask to true or false in the config");
+    }
+    config.use_loss_mask = !with.empty();
+    if (with.empty()) {
+      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
+                                  "every position is trained on");
+    }
+    return;
+  }
+  if (*config.use_loss_mask && !without.empty()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
+                                    without + "); returning x and y only");
+  }
+  if (!*config.use_loss_mask && !with.empty()) {
+    log_line(LogLevel::info, "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
+                             "although the dataset has mask.bin (split " + with + ")");
+  }
 }
 
 EpisodeSampler::Settings Loader::Impl::sampler_settings(const std::string& split) const {
   EpisodeSampler::Settings settings;
   settings.mode = *config.batch_sampling_mode;
-  settings.shuffle = config.epoch_shuffle;
-  settings.drop_last = config.epoch_drop_last;
+  settings.shuffle = config.shuffle_for(split);
+  settings.drop_last = config.drop_last_for(split);
   settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
   settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
   settings.world_size = static_cast<std::uint64_t>(config.world_size);
@@ -291,7 +332,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   EpisodeSplitOptions options;
   options.token_dtype = config.token_dtype;
   options.mask_dtype = config.mask_dtype;
-  options.want_mask = config.use_loss_mask;
+  options.want_mask = config.use_loss_mask.value_or(true);  // auto maps the masks that exist
 
   auto [it, inserted] = splits.emplace(name, Split{});
   Split& split = it->second;  // the map node keeps its address: the source may refer to it
@@ -323,7 +364,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
     packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
     packing.world_size = static_cast<std::uint64_t>(config.world_size);
     packing.rank = static_cast<std::uint64_t>(config.rank);
-    packing.drop_last = config.epoch_drop_last;
+    packing.drop_last = config.drop_last_for(name);
     packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
     packing.pad_token_id = *config.pad_token_id;
     packing.ignore_index = config.ignore_index;
@@ -340,7 +381,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
-  log_line(LogLevel::info, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
+  log_line(LogLevel::debug, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
                                " kept=" + std::to_string(split.sampler->size()) +
                                " tokens=" + std::to_string(data.total_tokens()) +
                                " shards=" + std::to_string(data.shards().size()) +
@@ -379,7 +420,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   const auto dtype = data.common_dtype();
-  log_line(LogLevel::info, "[tokenfeed] split=" + name + " tokens=" + std::to_string(data.total_tokens()) +
+  log_line(LogLevel::debug, "[tokenfeed] split=" + name + " tokens=" + std::to_string(data.total_tokens()) +
                                " files=" + std::to_string(data.files().size()) +
                                " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
                                (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
@@ -409,7 +450,8 @@ void Loader::Impl::check_forms_a_batch(Split& split) {
   }
   split.unusable = "split '" + split.name + "' of '" + config.dataset_dir.string() + "' has " + what +
                    ", fewer than one global batch (batch_size x world_size = " + std::to_string(global) +
-                   ") with epoch_drop_last=true; set epoch_drop_last=false or a smaller batch_size";
+                   ") with epoch_drop_last=true; set epoch_drop_last=false (or " + split.name +
+                   ".epoch_drop_last) or a smaller batch_size";
   if (split.name == "train") throw Error(ErrorKind::config, split.unusable);
   log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + split.name + "\") will fail");
 }
@@ -451,12 +493,12 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   if (split.announced_epoch != slot.epoch) {
     split.announced_epoch = slot.epoch;
     const bool resumed = slot.batch_in_epoch != 0;
-    log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
+    log_line(LogLevel::debug, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
                                  (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
                                  " " + unit() + "=" + std::to_string(kept) +
                                  " batches=" + std::to_string(batches) +
-                                 " shuffle=" + bool_text(config.epoch_shuffle) +
-                                 " drop_last=" + bool_text(config.epoch_drop_last) +
+                                 " shuffle=" + bool_text(config.shuffle_for(split.name)) +
+                                 " drop_last=" + bool_text(config.drop_last_for(split.name)) +
                                  (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) +
                                                        " mask=" + bool_text(split.mask)
                                                  : std::string(" document_aware=") + bool_text(config.document_aware)));
@@ -466,7 +508,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     AuditLog::Fields fields{{"split", split.name},
                             {"epoch", std::to_string(slot.epoch)},
                             {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
-                            {"shuffle", bool_text(config.epoch_shuffle)},
+                            {"shuffle", bool_text(config.shuffle_for(split.name))},
                             {std::string("num_") + unit(), std::to_string(kept)},
                             {"batches", std::to_string(batches)},
                             {"rank", std::to_string(config.rank)},
@@ -542,14 +584,23 @@ Loader::~Loader() {
   for (auto& [name, split] : impl_->splits) split.pipeline.reset();  // waits for the stages
 }
 
-Batch Loader::get_batch(std::string_view split_name) {
+Batch Loader::get_batch(std::string_view split_name) { return *next_batch(split_name, std::nullopt); }
+
+std::optional<Batch> Loader::try_get_batch(std::string_view split, std::chrono::microseconds timeout) {
+  return next_batch(split, std::chrono::steady_clock::now() + timeout);
+}
+
+std::optional<Batch> Loader::next_batch(std::string_view split_name,
+                                        std::optional<std::chrono::steady_clock::time_point> deadline) {
   Impl& s = *impl_;
   Impl::Split& split = s.find(split_name);
   if (!split.unusable.empty()) throw Error(split.unusable_kind, split.unusable);
-  if (split.pool && split.pool->held() >= kMaxHeldBatches) {
+  const auto max_held = static_cast<std::size_t>(s.config.max_held_batches);
+  if (split.pool && split.pool->held() >= max_held) {
     throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\"): the trainer already holds " +
-                                      std::to_string(kMaxHeldBatches) +
-                                      " batches of this split; release one (Batch::release or destroy it) first");
+                                      std::to_string(max_held) +
+                                      " batches of this split (max_held_batches); release one (Batch::release or "
+                                      "destroy it) first, or raise max_held_batches");
   }
   if (!split.pipeline) {
     std::lock_guard lock(s.pipelines_mutex);
@@ -570,14 +621,15 @@ Batch Loader::get_batch(std::string_view split_name) {
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
     const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
         s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
-        kMaxHeldBatches);  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb
-    split.pool = std::make_shared<detail::BatchPool>(depth.initial + kMaxHeldBatches, shape, split.name,
-                                                     depth.max + kMaxHeldBatches);
+        max_held);  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb
+    split.pool = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape, split.name,
+                                                     depth.max + max_held);
     split.pipeline = std::make_unique<SplitPipeline>(
         *split.source, split.pool, SplitPipeline::Options{depth.initial, threads, split.consumed, depth.max});
   }
   double waited_us = 0;
-  detail::BatchSlot* slot = split.pipeline->pop(waited_us);
+  detail::BatchSlot* slot = split.pipeline->pop(waited_us, deadline);
+  if (slot == nullptr) return std::nullopt;  // the deadline passed
   slot->wait_us = waited_us;
   Batch batch = split.pool->make_batch(slot);
 
@@ -674,7 +726,14 @@ SplitInfo Loader::split_info(std::string_view name) const {
   // Packed epochs differ in length: the figure is that of the epoch the next batch is in.
   info.batches_per_epoch =
       *impl_->config.batch_sampling_mode == SamplingMode::epoch ? impl_->batches_in_next_epoch(split) : 0;
+  info.next_epoch = split.next_epoch;
+  info.next_batch_in_epoch = split.next_batch_in_epoch;
   return info;
+}
+
+DatasetVocabulary Loader::vocabulary() const {
+  const DatasetMetadata& m = impl_->metadata;
+  return DatasetVocabulary{m.vocab_size, m.eot_token_id, m.eos_token_id, m.special_tokens};
 }
 
 SplitStats Loader::split_stats(std::string_view name) const { return impl_->find(name).stats; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -109,9 +110,35 @@ struct SplitPipeline::Impl {
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
-  // Bumped after every push into the ring and on stop; pop() sleeps on it.
+  // Bumped after every push into the ring and on stop (wake_trainer); pop() sleeps on it.
   std::atomic<std::uint32_t> signal{0};
   BodyOrder body_order;  // every node body runs inside a BodyOrder::Scope
+  // A pop() with a deadline sleeps on timed_cv instead, since an atomic wait has no
+  // timeout. wake_trainer() takes timed_mutex only while timed_waiters is not 0: the
+  // seq_cst bump of signal and load of timed_waiters, against the waiter's seq_cst
+  // increment and load of signal, make sure one side sees the other (no lost wake-up).
+  std::mutex timed_mutex;
+  std::condition_variable timed_cv;
+  std::atomic<std::uint32_t> timed_waiters{0};
+
+  void wake_trainer() noexcept {
+    signal.fetch_add(1, std::memory_order_seq_cst);
+    signal.notify_all();
+    if (timed_waiters.load(std::memory_order_seq_cst) != 0) {
+      const std::lock_guard lock(timed_mutex);
+      timed_cv.notify_all();
+    }
+  }
+
+  // Sleeps until signal moves past `seen` or `deadline` passes.
+  void wait_until(std::uint32_t seen, Clock::time_point deadline) {
+    timed_waiters.fetch_add(1, std::memory_order_seq_cst);
+    {
+      std::unique_lock lock(timed_mutex);
+      timed_cv.wait_until(lock, deadline, [&] { return signal.load(std::memory_order_seq_cst) != seen; });
+    }
+    timed_waiters.fetch_sub(1, std::memory_order_release);
+  }
 
   // Sampler-only state (the input_node body is never called concurrently).
   PlanQueue ahead;  // planned, not yet admitted
@@ -270,8 +297,7 @@ struct SplitPipeline::Impl {
     // Never fails: at most pool->capacity() slots exist and the ring holds that many.
     const bool pushed = ring.push(slot);
     (void)pushed;
-    signal.fetch_add(1, std::memory_order_release);
-    signal.notify_all();
+    wake_trainer();
     if (auto_depth) apply_growth();
   }
 
@@ -322,8 +348,8 @@ struct SplitPipeline::Impl {
 SplitPipeline::SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options)
     : impl_(std::make_unique<Impl>(source, std::move(pool), options)) {
   if (impl_->auto_depth) {
-    log_line(LogLevel::info, "[tokenfeed] split=" + impl_->pool->split() + " prefetch_depth=" +
-                                 std::to_string(options.prefetch_depth) + " (auto start, max " +
+    log_line(LogLevel::debug, "[tokenfeed] split=" + impl_->pool->split() + " prefetch_depth=" +
+                                  std::to_string(options.prefetch_depth) + " (auto start, max " +
                                  std::to_string(impl_->max_depth) + ")");
   }
   impl_->arena.execute([this] { impl_->build(); });
@@ -345,14 +371,13 @@ SplitPipeline::~SplitPipeline() {
 
 void SplitPipeline::stop() noexcept {
   impl_->stopping.store(true, std::memory_order_release);
-  impl_->signal.fetch_add(1, std::memory_order_release);
-  impl_->signal.notify_all();
+  impl_->wake_trainer();
   if (impl_->admitter) impl_->admitter->stop();
 }
 
 std::size_t SplitPipeline::prefetch_depth() const noexcept { return impl_->depth.load(std::memory_order_acquire); }
 
-BatchSlot* SplitPipeline::pop(double& waited_us) {
+BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::steady_clock::time_point> deadline) {
   Impl& s = *impl_;
   waited_us = 0;
   if (s.delivered_error) std::rethrow_exception(s.delivered_error);
@@ -369,10 +394,15 @@ BatchSlot* SplitPipeline::pop(double& waited_us) {
       if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
       const std::uint32_t seen = s.signal.load(std::memory_order_acquire);
       if (s.ring.pop(slot)) break;
-      if (Clock::now() - start < kSpinBeforeWait) {
+      const auto now = Clock::now();
+      if (now - start < kSpinBeforeWait) {
         std::this_thread::yield();
-      } else {
+      } else if (!deadline) {
         s.signal.wait(seen, std::memory_order_acquire);
+      } else if (now >= *deadline) {
+        return nullptr;  // nothing taken: the next call resumes as if this one had not been made
+      } else {
+        s.wait_until(seen, *deadline);
       }
     }
     waited_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();

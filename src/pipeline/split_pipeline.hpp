@@ -30,8 +30,10 @@
 // which they do promptly: queued work is cancelled.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "pipeline/auto_depth.hpp"
 #include "pipeline/batch_pool.hpp"
@@ -80,7 +82,9 @@ class SplitPipeline {
   // wait that burns no core). `waited_us` receives the time spent waiting. The caller owns
   // the slot. Rethrows a stage's failure (and again on every later call); throws
   // Error(usage) after stop().
-  detail::BatchSlot* pop(double& waited_us);
+  // With a deadline: nullptr when no slot was ready by then (nothing is consumed).
+  detail::BatchSlot* pop(double& waited_us,
+                         std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   // The depth in effect now (batches admitted ahead of the trainer).
   std::size_t prefetch_depth() const noexcept;

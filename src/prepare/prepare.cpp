@@ -142,7 +142,8 @@ struct Formatter {
       return;
     }
     out.kind = LineOutcome::Kind::episode;
-    out.mask = sft_loss_mask_for_ids(out.ids, special);
+    out.mask = input == ConversationInput::text ? chat_loss_mask(conversation.text, out.ids, special)
+                                                : chat_loss_mask(conversation.tokenized, out.ids, special);
     out.val = split_is_val(conversation, seed, val_split);
   }
 };
@@ -362,9 +363,10 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   const std::string input_name = options.input.string();
   Clock::time_point last_progress = started;
   std::uint64_t tokens_written = 0;
-  const auto report = [&](std::uint64_t raw_bytes) {
+  const auto report = [&](std::uint64_t raw_bytes, bool done) {
     if (!options.on_progress) return;
     PrepareProgress p;
+    p.done = done;
     p.input_bytes_read = raw_bytes;
     p.input_bytes_total = reader.file_size();
     p.lines = summary.lines;
@@ -449,7 +451,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     const Clock::time_point now = Clock::now();
     if (std::chrono::duration<double>(now - last_progress).count() >= options.progress_interval_seconds) {
       last_progress = now;
-      report(batch->raw_bytes_after);
+      report(batch->raw_bytes_after, false);
     }
     pool.release(batch);
   };
@@ -504,7 +506,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   }
   summary.input_bytes = reader.raw_bytes_read();
   summary.input_sha256 = reader.sha256_hex();
-  report(summary.input_bytes);
+  report(summary.input_bytes, true);
 
   ordered_json meta;
   meta["format_version"] = 1;

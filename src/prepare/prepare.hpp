@@ -54,6 +54,7 @@ struct PrepareProgress {
   std::uint64_t lines = 0;              // lines processed (written, skipped or blank)
   std::uint64_t tokens = 0;             // tokens written
   double seconds = 0;                   // since the start
+  bool done = false;                    // the call at the end
 };
 
 struct PrepareOptions {

@@ -1,6 +1,7 @@
 #include "tokenfeed/log.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -8,7 +9,9 @@
 namespace tokenfeed {
 namespace {
 
-void write_to_stderr(LogLevel, std::string_view line) {
+void write_to_stderr(LogLevel level, std::string_view line) {
+  static const LogLevel threshold = log_level_from_environment();
+  if (level < threshold) return;
   std::string text(line);
   text.push_back('\n');
   std::fwrite(text.data(), 1, text.size(), stderr);
@@ -26,6 +29,15 @@ std::shared_ptr<const LogHandler>& current_handler() {
 }
 
 }  // namespace
+
+LogLevel log_level_from_environment() noexcept {
+  const char* env = std::getenv("TOKENFEED_LOG_LEVEL");
+  const std::string_view v = env != nullptr ? env : "";
+  if (v == "debug") return LogLevel::debug;
+  if (v == "warning") return LogLevel::warning;
+  if (v == "error") return LogLevel::error;
+  return LogLevel::info;
+}
 
 LogHandler set_log_handler(LogHandler handler) {
   auto next = std::make_shared<const LogHandler>(std::move(handler));
