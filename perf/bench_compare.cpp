@@ -133,119 +133,92 @@ double written_bytes_per_position(const detail::BatchShape& shape, std::vector<s
   return bytes;
 }
 
-// threads < 0: the config's decode_threads.
-ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int64_t cols, std::int64_t threads,
-                                 std::int64_t depth, bool contract_fields, double seconds) {
+// A tokenfeed variant of --variants: threads=N:depth=D, optionally :contract=off.
+struct Variant {
+  std::string name;
+  std::int64_t threads = -1;  // < 0: the config's decode_threads
+  std::int64_t depth = 0;     // 0: auto
+  bool contract_fields = true;
+};
+
+// The text after `key` in `name`, up to the next ':'.
+std::string variant_field(const std::string& name, const std::string& key) {
+  const std::size_t at = name.find(key);
+  return name.substr(at + key.size(), name.find(':', at) - at - key.size());
+}
+
+Variant parse_variant(const std::string& name) {
+  Variant v;
+  v.name = name;
+  const std::string threads = variant_field(name, "threads=");
+  v.threads = threads == "default" ? -1 : std::stoll(threads);
+  const std::string depth = variant_field(name, "depth=");
+  v.depth = depth == "auto" ? 0 : std::stoll(depth);
+  v.contract_fields = name.find("contract=off") == std::string::npos;
+  return v;
+}
+
+// The Loader with `variant`'s threads, depth and contract fields, at rows x cols.
+ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int64_t cols, const Variant& variant,
+                                 double seconds) {
   Config c = base;
-  c.contract_fields = contract_fields;
+  c.contract_fields = variant.contract_fields;
   c.batch_size = rows;
   c.block_size = cols;
-  if (threads >= 0) c.decode_threads = threads;
-  c.prefetch_depth = depth;
+  if (variant.threads >= 0) c.decode_threads = variant.threads;
+  c.prefetch_depth = variant.depth;
   Loader loader(c);
   return run_consumer(loader, 0, 500, seconds, 1000, 10000000);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string config_path, csv_path, json_path, shape = "8x1024", variants = "threads=1:depth=auto,threads=2:depth=auto";
-  int repeats = 5;
-  double seconds = 1.0;
-  std::size_t memcpy_mb = 256;
-  CLI::App app{"Pure production of one batch shape: memcpy bound, a plain C++ loop and tokenfeed"};
-  app.add_option("--config", config_path, "Base XML config")->required();
-  app.add_option("--csv", csv_path, "Per-repeat rows")->required();
-  app.add_option("--json", json_path, "Summary (medians, copy bound)")->required();
-  app.add_option("--shape", shape)->capture_default_str();
-  app.add_option("--variants", variants, "tokenfeed variants: threads=N:depth=D,...")->capture_default_str();
-  app.add_option("--repeats", repeats)->capture_default_str();
-  app.add_option("--seconds", seconds, "Per measurement")->capture_default_str();
-  app.add_option("--memcpy-mb", memcpy_mb)->capture_default_str();
-  int parallelism = 0;
-  app.add_option("--tbb-parallelism", parallelism, "tbb::global_control max_allowed_parallelism (0: TBB's default)");
-  CLI11_PARSE(app, argc, argv);
-  std::unique_ptr<tbb::global_control> control;
-  if (parallelism > 0) control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, parallelism);
-  set_log_handler(nullptr);
-
-  Config base = load_config_file(config_path);
-  const std::int64_t rows = std::stoll(shape.substr(0, shape.find('x')));
-  const std::int64_t cols = std::stoll(shape.substr(shape.find('x') + 1));
-  base.batch_size = rows;
-  base.block_size = cols;
-  // The effective config (pad id, dtypes) as the Loader resolves it.
-  const Config effective = Loader(base).config();
-
-  PlainLoop loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
-  const std::vector<std::uint64_t> perm = numpy_permutation(static_cast<std::uint32_t>(effective.epoch_seed), loop.kept.size());
-  {
-    // The plain loop makes the same batches as the Loader (batch 0 and 1 of epoch 0).
-    Config c = base;
-    c.decode_threads = 1;
-    Loader loader(c);
-    for (std::uint64_t k = 0; k < 2; ++k) {
-      Batch b = loader.get_batch("train");
-      loop.make(perm, k);
-      const bool same = std::equal(loop.x.begin(), loop.x.end(), b.x().begin()) &&
-                        std::equal(loop.y.begin(), loop.y.end(), b.y().begin()) &&
-                        (!loop.mask || std::equal(loop.m.begin(), loop.m.end(), b.mask().begin()));
-      if (!same) {
-        std::fprintf(stderr, "bench_compare: the plain loop's batch %llu differs from the Loader's\n",
-                     static_cast<unsigned long long>(k));
-        return 1;
-      }
+// Whether the plain loop makes the same batches as the Loader (batch 0 and 1 of epoch 0);
+// says which differs on stderr when not.
+bool plain_loop_matches_loader(const Config& base, PlainLoop& loop, const std::vector<std::uint64_t>& perm) {
+  Config c = base;
+  c.decode_threads = 1;
+  Loader loader(c);
+  for (std::uint64_t k = 0; k < 2; ++k) {
+    Batch b = loader.get_batch("train");
+    loop.make(perm, k);
+    const bool same = std::equal(loop.x.begin(), loop.x.end(), b.x().begin()) &&
+                      std::equal(loop.y.begin(), loop.y.end(), b.y().begin()) &&
+                      (!loop.mask || std::equal(loop.m.begin(), loop.m.end(), b.mask().begin()));
+    if (!same) {
+      std::fprintf(stderr, "bench_compare: the plain loop's batch %llu differs from the Loader's\n",
+                   static_cast<unsigned long long>(k));
+      return false;
     }
   }
+  return true;
+}
 
-  std::ofstream csv(csv_path);
-  csv << "repeat,variant,batches_per_s,p50_us,p99_us,depth_used\n";
-  std::vector<double> memcpy_gbs, plain;
-  std::vector<std::string> names = split_list(variants);
-  std::vector<std::vector<double>> tf(names.size());
-  std::vector<std::vector<std::uint64_t>> tf_threads(names.size()), tf_depth(names.size());
-  for (int rep = 0; rep < repeats; ++rep) {
-    const double gbs = measure_memcpy(memcpy_mb << 20);
-    memcpy_gbs.push_back(gbs);
-    csv << rep << ",memcpy_gbs," << gbs << ",,,\n";
-    const double p = measure_plain_loop(loop, perm, seconds);
-    plain.push_back(p);
-    csv << rep << ",plain_loop," << p << ",,,\n";
-    std::printf("rep %d: memcpy %.2f GB/s, plain loop %.0f batches/s", rep, gbs, p);
-    for (std::size_t v = 0; v < names.size(); ++v) {
-      const std::string& name = names[v];
-      const std::string th = name.substr(name.find("threads=") + 8, name.find(':', name.find("threads=")) - name.find("threads=") - 8);
-      const std::int64_t threads = th == "default" ? -1 : std::stoll(th);
-      const std::string d = name.substr(name.find("depth=") + 6, name.find(':', name.find("depth=")) - name.find("depth=") - 6);
-      const bool contract = name.find("contract=off") == std::string::npos;
-      const ConsumerResult r =
-          measure_tokenfeed(base, rows, cols, threads, d == "auto" ? 0 : std::stoll(d), contract, seconds);
-      tf[v].push_back(r.batches_per_s);
-      tf_threads[v].push_back(r.threads_used);
-      tf_depth[v].push_back(r.depth_used);
-      csv << rep << ",tokenfeed " << name << ',' << r.batches_per_s << ',' << r.p50_us << ',' << r.p99_us << ','
-          << r.depth_used << '\n';
-      std::printf(", tokenfeed %s %.0f batches/s (depth %llu, %llu thread(s))", name.c_str(), r.batches_per_s,
-                  static_cast<unsigned long long>(r.depth_used), static_cast<unsigned long long>(r.threads_used));
-    }
-    std::printf("\n");
-    std::fflush(stdout);
-  }
+// Every repeat's figures, in the order the repeats ran; the tokenfeed ones per variant.
+struct Repeats {
+  std::vector<double> memcpy_gbs, plain_loop;
+  std::vector<std::vector<double>> tokenfeed;
+  std::vector<std::vector<std::uint64_t>> threads_used, depth_used;
 
+  explicit Repeats(std::size_t variants) : tokenfeed(variants), threads_used(variants), depth_used(variants) {}
+};
+
+// The summary written to --json: medians, every repeat's figures, the copy bound and the
+// bytes a batch must write and is written with (see the top of this file).
+nlohmann::json summary(const std::string& shape, std::int64_t rows, std::int64_t cols, bool mask, int repeats,
+                       const std::vector<Variant>& variants, const Repeats& r) {
   detail::BatchShape slot_shape;
   slot_shape.rows = static_cast<std::size_t>(rows);
   slot_shape.cols = static_cast<std::size_t>(cols);
-  slot_shape.with_mask = loop.mask;
-  slot_shape.mask_is_weights = loop.mask;  // as the Loader sets it for sft_episode
+  slot_shape.with_mask = mask;
+  slot_shape.mask_is_weights = mask;  // as the Loader sets it for sft_episode
   detail::BatchShape view_shape = slot_shape;
   view_shape.contract_fields = false;
   view_shape.mask_is_weights = false;
   const double positions = static_cast<double>(rows * cols);
-  const double must_write = positions * (16.0 + (loop.mask ? 4.0 : 0.0));
-  const double gbs = median(memcpy_gbs);
+  const double must_write = positions * (16.0 + (mask ? 4.0 : 0.0));
+  const double gbs = median(r.memcpy_gbs);
   nlohmann::json j;
   j["shape"] = shape;
-  j["mask"] = loop.mask;
+  j["mask"] = mask;
   j["repeats"] = repeats;
   j["memcpy_gbs"] = gbs;
   j["bytes_per_batch"] = must_write;
@@ -258,19 +231,90 @@ int main(int argc, char** argv) {
   j["written_bytes_per_position_without_contract"] = written_bytes_per_position(view_shape, &view_fields);
   j["written_fields_without_contract"] = view_fields;
   j["copy_bound_batches_per_s"] = gbs * 1e9 / must_write;
-  j["plain_loop_batches_per_s"] = median(plain);
-  j["memcpy_gbs_repeats"] = memcpy_gbs;
+  j["plain_loop_batches_per_s"] = median(r.plain_loop);
+  j["memcpy_gbs_repeats"] = r.memcpy_gbs;
   std::vector<double> bound_repeats;
-  for (const double g : memcpy_gbs) bound_repeats.push_back(g * 1e9 / must_write);
+  for (const double g : r.memcpy_gbs) bound_repeats.push_back(g * 1e9 / must_write);
   j["copy_bound_repeats"] = bound_repeats;
-  j["plain_loop_repeats"] = plain;
-  for (std::size_t v = 0; v < names.size(); ++v) {
-    j["tokenfeed"][names[v]] = median(tf[v]);
-    j["variants"][names[v]] = {{"batches_per_s", median(tf[v])},
-                               {"repeats", tf[v]},
-                               {"decode_threads", tf_threads[v]},
-                               {"depth_used", tf_depth[v]}};
+  j["plain_loop_repeats"] = r.plain_loop;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const std::string& name = variants[v].name;
+    j["tokenfeed"][name] = median(r.tokenfeed[v]);
+    j["variants"][name] = {{"batches_per_s", median(r.tokenfeed[v])},
+                           {"repeats", r.tokenfeed[v]},
+                           {"decode_threads", r.threads_used[v]},
+                           {"depth_used", r.depth_used[v]}};
   }
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path, csv_path, json_path, shape = "8x1024";
+  std::string variants = "threads=1:depth=auto,threads=2:depth=auto";
+  int repeats = 5;
+  double seconds = 1.0;
+  std::size_t memcpy_mb = 256;
+  int parallelism = 0;
+  CLI::App app{"Pure production of one batch shape: memcpy bound, a plain C++ loop and tokenfeed"};
+  app.add_option("--config", config_path, "Base XML config")->required();
+  app.add_option("--csv", csv_path, "Per-repeat rows")->required();
+  app.add_option("--json", json_path, "Summary (medians, copy bound)")->required();
+  app.add_option("--shape", shape)->capture_default_str();
+  app.add_option("--variants", variants, "tokenfeed variants: threads=N:depth=D,...")->capture_default_str();
+  app.add_option("--repeats", repeats)->capture_default_str();
+  app.add_option("--seconds", seconds, "Per measurement")->capture_default_str();
+  app.add_option("--memcpy-mb", memcpy_mb)->capture_default_str();
+  app.add_option("--tbb-parallelism", parallelism, "tbb::global_control max_allowed_parallelism (0: TBB's default)");
+  CLI11_PARSE(app, argc, argv);
+  std::unique_ptr<tbb::global_control> control;
+  if (parallelism > 0) {
+    control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, parallelism);
+  }
+  set_log_handler(nullptr);
+
+  Config base = load_config_file(config_path);
+  const std::int64_t rows = std::stoll(shape.substr(0, shape.find('x')));
+  const std::int64_t cols = std::stoll(shape.substr(shape.find('x') + 1));
+  base.batch_size = rows;
+  base.block_size = cols;
+  // The effective config (pad id, dtypes) as the Loader resolves it.
+  const Config effective = Loader(base).config();
+  PlainLoop loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+  const std::vector<std::uint64_t> perm =
+      numpy_permutation(static_cast<std::uint32_t>(effective.epoch_seed), loop.kept.size());
+  if (!plain_loop_matches_loader(base, loop, perm)) return 1;
+
+  std::vector<Variant> tf_variants;
+  for (const std::string& name : split_list(variants)) tf_variants.push_back(parse_variant(name));
+  Repeats r(tf_variants.size());
+  std::ofstream csv(csv_path);
+  csv << "repeat,variant,batches_per_s,p50_us,p99_us,depth_used\n";
+  for (int rep = 0; rep < repeats; ++rep) {
+    const double gbs = measure_memcpy(memcpy_mb << 20);
+    r.memcpy_gbs.push_back(gbs);
+    csv << rep << ",memcpy_gbs," << gbs << ",,,\n";
+    const double p = measure_plain_loop(loop, perm, seconds);
+    r.plain_loop.push_back(p);
+    csv << rep << ",plain_loop," << p << ",,,\n";
+    std::printf("rep %d: memcpy %.2f GB/s, plain loop %.0f batches/s", rep, gbs, p);
+    for (std::size_t v = 0; v < tf_variants.size(); ++v) {
+      const Variant& variant = tf_variants[v];
+      const ConsumerResult t = measure_tokenfeed(base, rows, cols, variant, seconds);
+      r.tokenfeed[v].push_back(t.batches_per_s);
+      r.threads_used[v].push_back(t.threads_used);
+      r.depth_used[v].push_back(t.depth_used);
+      csv << rep << ",tokenfeed " << variant.name << ',' << t.batches_per_s << ',' << t.p50_us << ',' << t.p99_us << ','
+          << t.depth_used << '\n';
+      std::printf(", tokenfeed %s %.0f batches/s (depth %llu, %llu thread(s))", variant.name.c_str(), t.batches_per_s,
+                  static_cast<unsigned long long>(t.depth_used), static_cast<unsigned long long>(t.threads_used));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  const nlohmann::json j = summary(shape, rows, cols, loop.mask, repeats, tf_variants, r);
   std::ofstream(json_path) << j.dump(2) << "\n";
   std::printf("%s\n", j.dump(2).c_str());
   return 0;

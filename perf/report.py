@@ -262,112 +262,138 @@ def busy(listing):
     return " ".join(entries) or "none"
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--raw", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--mode", default="full")
-    p.add_argument("--command", default="perf/run.sh")
-    a = p.parse_args()
-    raw, out = a.raw, a.out
-    if os.path.realpath(raw) == os.path.realpath(os.path.join(out, "raw")):
-        # OUT/raw is replaced by a copy of RAW: reading from it would delete the input.
-        p.error(f"--raw {raw} is OUT/raw, which the report replaces; pass the run's own raw "
-                f"directory (perf/run.sh keeps it in $TOKENFEED_PERF_BUILD/raw-<mode>)")
-    os.makedirs(out, exist_ok=True)
-    env = read_env(raw)
-    datasets = {name: dataset_stats(env, name) for name in DATASETS if os.path.isdir(os.path.join(env.get("data", ""), name))}
-    copied = copy_raw(raw, out, env, datasets)
+class Run:
+    """One run's raw files, read once: the environment, the datasets, the sweeps, the
+    `tokenfeed bench` runs by tag, the comparison (C++ and Python loaders) and the cold
+    start's analysis. Reading copies the raw files into OUT/raw (copy_raw) and the sweep
+    CSVs into OUT as prefetch_sweep_<mode>.csv. The sections below only read it."""
 
-    sweeps, sweep_meta = {}, {}
-    for mode in MODES:
-        path = os.path.join(raw, f"sweep_{mode}.csv")
-        if os.path.exists(path):
-            sweeps[mode], sweep_meta[mode] = read_sweep(path)
-            shutil.copy(path, os.path.join(out, f"prefetch_sweep_{mode}.csv"))
-    for mode, sweep in sweeps.items():
-        m = sweep_meta[mode]
-        mask = "" if mode == "token_stream" else ", mask on"
-        plot_sweep(sweep, f"prefetch-depth sweep, {mode}{mask}; medians of {m['repeats']} repeats\n"
-                   "batches/s (solid), get_batch p99 latency (dashed), auto at the depth it chose (star), "
-                   "the trainer's ceiling 1/step (dotted)", os.path.join(out, PLOT_NAME[mode]))
+    def __init__(self, raw, out):
+        self.raw = raw
+        self.env = read_env(raw)
+        self.datasets = {name: dataset_stats(self.env, name) for name in DATASETS
+                         if os.path.isdir(os.path.join(self.env.get("data", ""), name))}
+        self.copied = copy_raw(raw, out, self.env, self.datasets)
 
-    bench = defaultdict(list)
-    for line in open(os.path.join(raw, "bench.jsonl")):
-        j = json.loads(line)
-        if "waits" in j:  # `tokenfeed bench --waits-json`, kept beside the run's JSON object
-            j["result"]["waits"] = j["waits"]
-        bench[j["tag"]].append(j["result"])
+        self.sweeps, self.sweep_meta = {}, {}
+        for mode in MODES:
+            path = os.path.join(raw, f"sweep_{mode}.csv")
+            if os.path.exists(path):
+                self.sweeps[mode], self.sweep_meta[mode] = read_sweep(path)
+                shutil.copy(path, os.path.join(out, f"prefetch_sweep_{mode}.csv"))
 
-    def bvals(tag, field, sub=None):
-        return [(r[field][sub] if sub else r[field]) for r in bench.get(tag, [])]
+        self.bench = defaultdict(list)
+        for line in open(os.path.join(raw, "bench.jsonl")):
+            j = json.loads(line)
+            if "waits" in j:  # `tokenfeed bench --waits-json`, kept beside the run's JSON object
+                j["result"]["waits"] = j["waits"]
+            self.bench[j["tag"]].append(j["result"])
 
-    def bmed(tag, field, sub=None):
-        return med(bvals(tag, field, sub))
+        cmp = self.cmp = json.load(open(os.path.join(raw, "compare.json")))
+        py = [json.loads(l) for l in open(os.path.join(raw, "python.jsonl"))]
+        self.py_check = next((r for r in py if "check" in r), None)
+        py = [r for r in py if r.get("loader")]
+        self.numpy_rates = [r["batches_per_s"] for r in py if r["loader"] == "numpy"]
+        self.torch_rates = [r["batches_per_s"] for r in py if r["loader"] == "torch"]
+        self.numpy_rate, self.torch_rate = med(self.numpy_rates), med(self.torch_rates)
+        self.torch_version = next((r.get("torch_version") for r in py if r["loader"] == "torch"), "none")
+        self.torch_workers = next((r.get("workers") for r in py if r["loader"] == "torch"), "?")
+        self.bound = cmp["copy_bound_batches_per_s"]
+        self.bound_reps = cmp.get("copy_bound_repeats", [self.bound])
+        self.shape = cmp["shape"]
+        batch_rows, block = (int(x) for x in cmp["shape"].split("x"))
+        self.batch_rows, self.positions = batch_rows, batch_rows * block
+        self.must_bpp = cmp.get("must_write_bytes_per_position", cmp["bytes_per_batch"] / self.positions)
+        self.wr_bpp = cmp.get("written_bytes_per_position", float("nan"))
+        self.wr_view_bpp = cmp.get("written_bytes_per_position_without_contract", float("nan"))
+        self.variants = cmp.get("variants") or {k: {"batches_per_s": v, "repeats": [v], "decode_threads": []}
+                                                for k, v in cmp["tokenfeed"].items()}
+        self.cmp_repeats = cmp.get("repeats", len(self.bound_reps))
+        self.v_def, self.v_two = self.variant(True, True), self.variant(False, True)
+        self.v_def_view, self.v_two_view = self.variant(True, False), self.variant(False, False)
 
-    cmp = json.load(open(os.path.join(raw, "compare.json")))
-    py = [json.loads(l) for l in open(os.path.join(raw, "python.jsonl"))]
-    py_check = next((r for r in py if "check" in r), None)
-    py = [r for r in py if r.get("loader")]
-    numpy_rates = [r["batches_per_s"] for r in py if r["loader"] == "numpy"]
-    torch_rates = [r["batches_per_s"] for r in py if r["loader"] == "torch"]
-    numpy_rate, torch_rate = med(numpy_rates), med(torch_rates)
-    torch_version = next((r.get("torch_version") for r in py if r["loader"] == "torch"), "none")
-    torch_workers = next((r.get("workers") for r in py if r["loader"] == "torch"), "?")
-    bound = cmp["copy_bound_batches_per_s"]
-    bound_reps = cmp.get("copy_bound_repeats", [bound])
-    rows_, cols_ = (int(x) for x in cmp["shape"].split("x"))
-    positions = rows_ * cols_
-    must_bpp = cmp.get("must_write_bytes_per_position", cmp["bytes_per_batch"] / positions)
-    wr_bpp = cmp.get("written_bytes_per_position", float("nan"))
-    wr_view_bpp = cmp.get("written_bytes_per_position_without_contract", float("nan"))
-    variants = cmp.get("variants") or {k: {"batches_per_s": v, "repeats": [v], "decode_threads": []}
-                                       for k, v in cmp["tokenfeed"].items()}
-    cmp_repeats = cmp.get("repeats", len(bound_reps))
+        self.cold_summary = cold_analysis(self.bench) if self.bench.get("cold_ra1") else None
 
-    def threads_of(name):
+    # --- bench.jsonl ---
+    def bvals(self, tag, field, sub=None):
+        return [(r[field][sub] if sub else r[field]) for r in self.bench.get(tag, [])]
+
+    def bmed(self, tag, field, sub=None):
+        return med(self.bvals(tag, field, sub))
+
+    def episodes_of(self, name):
+        return self.datasets.get(name, {}).get("episodes", 0)
+
+    # --- the comparison's tokenfeed variants ---
+    def threads_of(self, name):
         """(label, threads it ran with) of a variant."""
         th = name.split(":")[0].split("=")[1]
-        used = sorted(set(variants[name].get("decode_threads", [])))
+        used = sorted(set(self.variants[name].get("decode_threads", [])))
         used_s = "/".join(str(u) for u in used) if used else "?"
         if th == "default":
             return f"decode_threads default ({used_s} here)", used_s
         return f"decode_threads={th}", th
 
-    def variant(th_default, contract):
+    def variant(self, th_default, contract):
         """The comparison variant: the default thread count or 2, contract fields on or off."""
-        for name in variants:
+        for name in self.variants:
             is_default = name.startswith("threads=default") or name.startswith("threads=1:")  # older runs: 1
             if is_default == th_default and (("contract=off" in name) != contract):
                 return name
         return None
 
-    v_def, v_two = variant(True, True), variant(False, True)
-    v_def_view, v_two_view = variant(True, False), variant(False, False)
+    def vrate(self, name):
+        return self.variants[name]["batches_per_s"] if name else float("nan")
 
-    def vrate(name):
-        return variants[name]["batches_per_s"] if name else float("nan")
+    def vreps(self, name):
+        return self.variants[name].get("repeats", []) if name else []
 
-    def vreps(name):
-        return variants[name].get("repeats", []) if name else []
-
-    def vs_bound(name):
+    def vs_bound(self, name):
         """Per repeat, this variant against the bound of the same repeat (interleaved)."""
-        reps = vreps(name)
-        ratios = [r / b for r, b in zip(reps, bound_reps)]
+        reps = self.vreps(name)
+        ratios = [r / b for r, b in zip(reps, self.bound_reps)]
         return ratios, sum(x >= 1 for x in ratios)
 
+    def bound_verdict(self, name, ratios, k):
+        """Whether a variant reaches the copy bound, and in how many repeats."""
+        x = self.vrate(name) / self.bound
+        word = "yes" if x >= 1 else "no"
+        if x >= 1 and k < len(ratios):
+            word += f" (fragile: at or above the bound in {k} of {len(ratios)} repeats)"
+        elif x < 1 and k > 0:
+            word += f" (at or above it in {k} of {len(ratios)} repeats)"
+        return word
+
+    def default_label(self):
+        """The label of the default variant's threads."""
+        return self.threads_of(self.v_def)[0] if self.v_def else "default"
+
+
+def write_sweep_plots(run, out):
+    """Writes one plot per swept mode (PLOT_NAME) into OUT."""
+    for mode, sweep in run.sweeps.items():
+        m = run.sweep_meta[mode]
+        mask = "" if mode == "token_stream" else ", mask on"
+        plot_sweep(sweep, f"prefetch-depth sweep, {mode}{mask}; medians of {m['repeats']} repeats\n"
+                   "batches/s (solid), get_batch p99 latency (dashed), auto at the depth it chose (star), "
+                   "the trainer's ceiling 1/step (dotted)", os.path.join(out, PLOT_NAME[mode]))
+
+
+def header_section(run, command, mode):
+    """RESULTS.md's title and preamble: the command and commit of the run, the raw files
+    kept, the machine and its load, and the datasets."""
+    env, datasets = run.env, run.datasets
     L = []
     L.append("# tokenfeed performance results")
     L.append("")
-    L.append(f"Produced by `{a.command}` ({a.mode} run) on {env.get('date')} at commit {env.get('commit')} "
+    L.append(f"Produced by `{command}` ({mode} run) on {env.get('date')} at commit {env.get('commit')} "
              f"(working tree: {env.get('dirty', 'unknown')}); every number below comes from that one run. "
              "The raw files are committed beside this file: the sweep CSVs (`prefetch_sweep_<mode>.csv`), "
-             "`comparison.csv`, and in `raw/` " + ", ".join(f"`{c}`" for c in copied) + ".")
-    if a.mode != "full":
+             "`comparison.csv`, and in `raw/` " + ", ".join(f"`{c}`" for c in run.copied) + ".")
+    if mode != "full":
         L.append("")
-        L.append(f"**A {a.mode} run: smaller grids, fewer repeats"
-                 + (", tiny datasets: its figures mean nothing" if a.mode == "smoke" else "") + ".**")
+        L.append(f"**A {mode} run: smaller grids, fewer repeats"
+                 + (", tiny datasets: its figures mean nothing" if mode == "smoke" else "") + ".**")
     L.append("")
     L.append(f"- Machine: {env.get('nproc')} cores ({env.get('cpu')}), {env.get('os', 'Debian')}; numpy "
              f"{env.get('numpy')}, torch {env.get('torch')} (Debian's python3-torch, CPU).")
@@ -395,13 +421,14 @@ def main():
             line += f"; token_stream: a {datasets['stream']['tokens'] / 1e6:,.0f}M-token {datasets['stream']['dtype']} stream"
         L.append(line + ".")
     L.append("")
+    return L
 
-    # --- targets ---
-    L.append("## Targets")
-    L.append("")
-    L.append("| target | figure | met |")
-    L.append("| --- | --- | --- |")
-    shape_s = cmp["shape"]
+
+def latency_target_rows(run):
+    """The targets' get_batch latency rows: p50, p99 and waits with a 500 us and a 2 ms
+    trainer step, judged on the medians and flagged fragile when some runs missed."""
+    bench, bvals, bmed = run.bench, run.bvals, run.bmed
+    L = []
     for tag, step_label in (("step500", "500 us"), ("step2000", "2 ms")):
         if not bench.get(tag):
             continue
@@ -418,114 +445,157 @@ def main():
             if ok50 and any(x >= P50_TARGET_US for x in p50s) else []
         if fragile and verdict == "yes":
             verdict = "yes (median; " + "; ".join(fragile) + ")"
-        L.append(f"| get_batch p50 < 2 us, p99 < 20 us, no waiting after warm-up; {shape_s}, {step_label} step, "
+        L.append(f"| get_batch p50 < 2 us, p99 < 20 us, no waiting after warm-up; {run.shape}, {step_label} step, "
                  f"defaults | p50 {p50:.2f} us ({spread(p50s, 2)}), p99 {p99:.2f} us ({spread(p99s, 2)}), max "
                  f"{bmed(tag, 'get_batch_us', 'max'):.1f} us over {len(bench[tag])} runs of "
                  f"{bench[tag][0]['batches']} steps after {bench[tag][0]['warmup']} of warm-up; steps that waited "
                  f"> 50 us per run: {', '.join(f'{x:.0f}' for x in waits)} | {verdict} |")
+    return L
+
+
+def production_target_rows(run):
+    """The targets' pure production rows: tokenfeed against numpy (>= 4x), and against the
+    single-core copy bound, per repeat, with the contract fields on and off."""
+    vrate, vreps, shape_s = run.vrate, run.vreps, run.shape
+    v_def, v_two, v_def_view, v_two_view = run.v_def, run.v_two, run.v_def_view, run.v_two_view
+    numpy_rate, bound = run.numpy_rate, run.bound
     n_ratio_def, n_ratio_two = vrate(v_def) / numpy_rate, vrate(v_two) / numpy_rate
-    def_label, def_threads = threads_of(v_def) if v_def else ("default", "?")
+    def_label = run.default_label()
+    L = []
     L.append(f"| pure production {shape_s} mask on >= 4x numpy | {def_label}: {fmt(vrate(v_def))} vs "
              f"{fmt(numpy_rate)} batches/s = {n_ratio_def:.1f}x (per repeat {spread(vreps(v_def))} vs "
-             f"{spread(numpy_rates)}); decode_threads=2: {n_ratio_two:.1f}x | "
+             f"{spread(run.numpy_rates)}); decode_threads=2: {n_ratio_two:.1f}x | "
              f"default: {'yes' if n_ratio_def >= 4 else 'no'}; decode_threads=2: {'yes' if n_ratio_two >= 4 else 'no'} |")
-    rd, kd = vs_bound(v_def)
-    r2, k2 = vs_bound(v_two)
-    rdv, kdv = vs_bound(v_def_view)
-    r2v, k2v = vs_bound(v_two_view)
-
-    def bound_verdict(name, ratios, k):
-        x = vrate(name) / bound
-        word = "yes" if x >= 1 else "no"
-        if x >= 1 and k < len(ratios):
-            word += f" (fragile: at or above the bound in {k} of {len(ratios)} repeats)"
-        elif x < 1 and k > 0:
-            word += f" (at or above it in {k} of {len(ratios)} repeats)"
-        return word
-
-    L.append(f"| ... and >= the single-core copy bound | bound {fmt(bound)} batches/s ({spread(bound_reps)}); "
+    rd, kd = run.vs_bound(v_def)
+    r2, k2 = run.vs_bound(v_two)
+    rdv, kdv = run.vs_bound(v_def_view)
+    r2v, k2v = run.vs_bound(v_two_view)
+    bound_verdict = run.bound_verdict
+    L.append(f"| ... and >= the single-core copy bound | bound {fmt(bound)} batches/s ({spread(run.bound_reps)}); "
              f"contract fields on (the default): {def_label} {vrate(v_def) / bound:.2f}x of the bound "
              f"(per repeat {spread(rd, 2)}), decode_threads=2 {vrate(v_two) / bound:.2f}x ({spread(r2, 2)}); "
              f"contract_fields=false: {def_label} {vrate(v_def_view) / bound:.2f}x ({spread(rdv, 2)}), "
              f"decode_threads=2 {vrate(v_two_view) / bound:.2f}x ({spread(r2v, 2)}) | "
              f"default settings: {bound_verdict(v_def, rd, kd)}; decode_threads=2: {bound_verdict(v_two, r2, k2)}; "
              f"contract_fields=false: {bound_verdict(v_def_view, rdv, kdv)} / {bound_verdict(v_two_view, r2v, k2v)} |")
+    return L
 
-    mem1, mem10 = bmed("mem_1x", "rss_anon_mb"), bmed("mem_10x", "rss_anon_mb")
 
-    def episodes_of(name):
-        return datasets.get(name, {}).get("episodes", 0)
-
+def memory_target_rows(run):
+    """The targets' memory row: RssAnon from 1x to 10x grows by no more than the index
+    (nothing when the run has no mem_1x runs)."""
+    if not run.bench.get("mem_1x"):
+        return []
+    bvals = run.bvals
+    mem1, mem10 = run.bmed("mem_1x", "rss_anon_mb"), run.bmed("mem_10x", "rss_anon_mb")
     # Index: spans (16 B per episode), kept ids (8 B), up to two cached epoch orders (8 B each).
-    index_growth_mb = (episodes_of("ep10x") - episodes_of("ep1x")) * 40 / 2 ** 20
-    if bench.get("mem_1x"):
-        L.append(f"| anonymous memory bounded by index + batch buffers | RssAnon {mem1:.1f} MiB at 1x "
-                 f"({spread(bvals('mem_1x', 'rss_anon_mb'), 1)}), {mem10:.1f} MiB at 10x "
-                 f"({spread(bvals('mem_10x', 'rss_anon_mb'), 1)}): +{mem10 - mem1:.1f} MiB for 10x the episodes and "
-                 f"tokens; the index grows by {index_growth_mb:.1f} MiB (memory table) | "
-                 + ("yes" if mem10 - mem1 <= index_growth_mb * 1.1 else "no") + " |")
-    open_ms = bmed("open_10m", "open_ms")
-    n10m = episodes_of("ep10m")
-    if bench.get("open_10m"):
-        judged = n10m >= 10_000_000
-        L.append(f"| open a 10M-episode dataset (validation included) < 2 s | {n10m:,} episodes: {open_ms:.0f} ms "
-                 f"({spread(bvals('open_10m', 'open_ms'))}) with the files in the page cache"
-                 + (f", {bmed('open_10m_cold', 'open_ms'):.0f} ms cold" if bench.get("open_10m_cold") else "")
-                 + " | " + (("yes" if open_ms < 2000 else "no") if judged else f"not judged: {n10m:,} episodes")
-                 + " |")
-    cold_summary = None
-    if bench.get("cold_ra1"):
-        cold_summary = cold_analysis(bench)
-        c1, w1, c0 = (bmed(t, "batches_per_s") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
-        s1, sw, s0 = (100 * bmed(t, "stall_fraction") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
-        cs = cold_summary
-        waits_ok = s1 <= max(2 * sw, sw + 0.1)
-        if c1 >= 0.95 * w1 and waits_ok:
-            verdict = "yes"
-        else:
-            verdict = ("throughput yes" if c1 >= 0.95 * w1 else "throughput no") + "; waits: " + \
-                ("yes" if waits_ok else f"no ({cs['where']})")
-        L.append(f"| cold start no worse than warm (read-ahead) | cold {fmt(c1)} batches/s, {s1:.2f}% of steps "
-                 f"waited; warm {fmt(w1)}, {sw:.2f}%; cold without read-ahead {fmt(c0)}, {s0:.2f}%. After the first "
-                 f"{FIRST_STEPS} steps: cold {cs['after_pct']['cold_ra1']:.2f}%, warm {cs['after_pct']['warm_ra1']:.2f}% "
-                 f"(cold start section) | {verdict} |")
-    else:
-        L.append(f"| cold start: read-ahead | {env.get('cold')} | not measured |")
-    L.append("")
+    index_growth_mb = (run.episodes_of("ep10x") - run.episodes_of("ep1x")) * 40 / 2 ** 20
+    return [f"| anonymous memory bounded by index + batch buffers | RssAnon {mem1:.1f} MiB at 1x "
+            f"({spread(bvals('mem_1x', 'rss_anon_mb'), 1)}), {mem10:.1f} MiB at 10x "
+            f"({spread(bvals('mem_10x', 'rss_anon_mb'), 1)}): +{mem10 - mem1:.1f} MiB for 10x the episodes and "
+            f"tokens; the index grows by {index_growth_mb:.1f} MiB (memory table) | "
+            + ("yes" if mem10 - mem1 <= index_growth_mb * 1.1 else "no") + " |"]
 
-    # --- comparison ---
+
+def open_target_rows(run):
+    """The targets' open row: a 10M-episode dataset opens in under 2 s, judged only when the
+    dataset has 10M episodes (nothing when the run has no open_10m runs)."""
+    bench, bmed = run.bench, run.bmed
+    if not bench.get("open_10m"):
+        return []
+    open_ms = bmed("open_10m", "open_ms")
+    n10m = run.episodes_of("ep10m")
+    judged = n10m >= 10_000_000
+    return [f"| open a 10M-episode dataset (validation included) < 2 s | {n10m:,} episodes: {open_ms:.0f} ms "
+            f"({spread(run.bvals('open_10m', 'open_ms'))}) with the files in the page cache"
+            + (f", {bmed('open_10m_cold', 'open_ms'):.0f} ms cold" if bench.get("open_10m_cold") else "")
+            + " | " + (("yes" if open_ms < 2000 else "no") if judged else f"not judged: {n10m:,} episodes")
+            + " |"]
+
+
+def cold_target_rows(run):
+    """The targets' cold start row: cold with read-ahead against warm, in throughput and in
+    waits (or why it was not measured)."""
+    if not run.cold_summary:
+        return [f"| cold start: read-ahead | {run.env.get('cold')} | not measured |"]
+    bmed, cs = run.bmed, run.cold_summary
+    c1, w1, c0 = (bmed(t, "batches_per_s") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
+    s1, sw, s0 = (100 * bmed(t, "stall_fraction") for t in ("cold_ra1", "warm_ra1", "cold_ra0"))
+    waits_ok = s1 <= max(2 * sw, sw + 0.1)
+    if c1 >= 0.95 * w1 and waits_ok:
+        verdict = "yes"
+    else:
+        verdict = ("throughput yes" if c1 >= 0.95 * w1 else "throughput no") + "; waits: " + \
+            ("yes" if waits_ok else f"no ({cs['where']})")
+    return [f"| cold start no worse than warm (read-ahead) | cold {fmt(c1)} batches/s, {s1:.2f}% of steps "
+            f"waited; warm {fmt(w1)}, {sw:.2f}%; cold without read-ahead {fmt(c0)}, {s0:.2f}%. After the first "
+            f"{FIRST_STEPS} steps: cold {cs['after_pct']['cold_ra1']:.2f}%, warm {cs['after_pct']['warm_ra1']:.2f}% "
+            f"(cold start section) | {verdict} |"]
+
+
+def targets_section(run):
+    """## Targets: a table of each target with its figure and whether it is met: get_batch
+    latency with a trainer step, pure production against numpy and the copy bound,
+    anonymous memory, open time, cold start."""
+    L = ["## Targets", "", "| target | figure | met |", "| --- | --- | --- |"]
+    L += latency_target_rows(run) + production_target_rows(run) + memory_target_rows(run) + open_target_rows(run)
+    L += cold_target_rows(run)
+    L.append("")
+    return L
+
+
+def comparison_rows(run):
+    """The comparison's rows, as (loader, batches/s, per-repeat batches/s): the copy bound,
+    the plain C++ loop, each tokenfeed variant, the numpy loader and PyTorch's DataLoader."""
+    cmp = run.cmp
     comparison = [
         (f"copy bound: {cmp['bytes_per_batch'] / 1024:.0f} KiB per batch (x, y int64 + mask float32: "
-         f"{must_bpp:.0f} bytes per position) / single-core memcpy {cmp['memcpy_gbs']:.1f} GB/s "
-         f"({spread(cmp.get('memcpy_gbs_repeats', []), 1)})", bound, bound_reps),
+         f"{run.must_bpp:.0f} bytes per position) / single-core memcpy {cmp['memcpy_gbs']:.1f} GB/s "
+         f"({spread(cmp.get('memcpy_gbs_repeats', []), 1)})", run.bound, run.bound_reps),
         ("plain single-threaded C++ loop (same rows into one reused buffer; no pipeline)",
          cmp["plain_loop_batches_per_s"], cmp.get("plain_loop_repeats", [])),
     ]
-    ordered = [v for v in (v_def, v_def_view, v_two, v_two_view) if v] + \
-        [v for v in variants if v not in (v_def, v_def_view, v_two, v_two_view)]
+    named = (run.v_def, run.v_def_view, run.v_two, run.v_two_view)
+    ordered = [v for v in named if v] + [v for v in run.variants if v not in named]
     for name in ordered:
-        label, _ = threads_of(name)
+        label, _ = run.threads_of(name)
         extra = ", contract_fields=false" if "contract=off" in name else ""
-        comparison.append((f"tokenfeed, {label}, prefetch_depth=auto{extra}", vrate(name), vreps(name)))
-    comparison.append(("numpy loader (memmap slices, pad, stack), one process", numpy_rate, numpy_rates))
-    comparison.append((f"PyTorch {torch_version} DataLoader, map-style Dataset, {torch_workers} workers", torch_rate,
-                       torch_rates))
+        comparison.append((f"tokenfeed, {label}, prefetch_depth=auto{extra}", run.vrate(name), run.vreps(name)))
+    comparison.append(("numpy loader (memmap slices, pad, stack), one process", run.numpy_rate, run.numpy_rates))
+    comparison.append((f"PyTorch {run.torch_version} DataLoader, map-style Dataset, {run.torch_workers} workers",
+                       run.torch_rate, run.torch_rates))
+    return comparison
+
+
+def write_comparison_csv(run, comparison, out):
+    """Writes OUT/comparison.csv: the comparison's rows with their spread, tokens/s and
+    ratios against numpy and the copy bound."""
     with open(os.path.join(out, "comparison.csv"), "w") as f:
         w = csv.writer(f)
         w.writerow(["loader", "batches_per_s", "min_batches_per_s", "max_batches_per_s", "repeats", "tokens_per_s",
                     "x_numpy", "x_copy_bound"])
         for name, rate, reps in comparison:
             w.writerow([name, f"{rate:.1f}", f"{min(reps):.1f}" if reps else "", f"{max(reps):.1f}" if reps else "",
-                        len(reps), f"{rate * positions:.0f}", f"{rate / numpy_rate:.2f}", f"{rate / bound:.3f}"])
+                        len(reps), f"{rate * run.positions:.0f}", f"{rate / run.numpy_rate:.2f}",
+                        f"{rate / run.bound:.3f}"])
 
-    L.append(f"## Comparison: pure production, {shape_s}, mask on, same dataset and batch semantics")
+
+def comparison_section(run, comparison):
+    """## Comparison: pure production of every loader in a table (batches/s, spread,
+    tokens/s, against numpy and the copy bound), then what limits tokenfeed: the bytes it
+    writes per position, with and without the contract fields."""
+    cmp, py_check, positions = run.cmp, run.py_check, run.positions
+    numpy_rate, bound, must_bpp = run.numpy_rate, run.bound, run.must_bpp
+    wr_bpp, wr_view_bpp = run.wr_bpp, run.wr_view_bpp
+    L = []
+    L.append(f"## Comparison: pure production, {run.shape}, mask on, same dataset and batch semantics")
     L.append("")
     L.append("The same batches (epoch order `RandomState(1337).permutation`, `x = t[:T]`, `y = t[1:T+1]`, "
              "`mask[1:T+1]`, padded with the pad id); the numpy loader was checked equal to `tokenfeed dump` "
              f"on the first {py_check['batches'] if py_check else '?'} batches (`raw/python.jsonl`, first line), and "
              "the plain C++ loop equal to the Loader's first batches (bench_compare stops otherwise). The consumer "
-             f"does nothing but take batches. C++ rows: {cmp_repeats} interleaved repeats (`raw/compare.csv`, "
-             f"`raw/compare.json`); Python rows: {len(numpy_rates)} (`raw/python.jsonl`). Medians, and the spread "
+             f"does nothing but take batches. C++ rows: {run.cmp_repeats} interleaved repeats (`raw/compare.csv`, "
+             f"`raw/compare.json`); Python rows: {len(run.numpy_rates)} (`raw/python.jsonl`). Medians, and the spread "
              "over the repeats.")
     L.append("")
     L.append("| loader | batches/s | min..max | tokens/s | x numpy | x copy bound |")
@@ -535,7 +605,7 @@ def main():
                  f"{rate / numpy_rate:.2f} | {rate / bound:.2f} |")
     L.append("")
     plain = cmp["plain_loop_batches_per_s"]
-    tf1, vw1, vw2 = vrate(v_def), vrate(v_def_view), vrate(v_two_view)
+    tf1, vw1, vw2 = run.vrate(run.v_def), run.vrate(run.v_def_view), run.vrate(run.v_two_view)
     fields = ", ".join(cmp.get("written_fields", [])) or "see bench_compare"
     view_fields = ", ".join(cmp.get("written_fields_without_contract", [])) or "x, y, mask"
     L.append(f"What limits tokenfeed here: the bytes it writes. With the batch contract (the default) a sft_episode "
@@ -553,8 +623,14 @@ def main():
              "default keeps one core for the trainer. Further cuts (x and y sharing one (B, T+1) buffer as strided "
              "views, int32 outputs) would need a new batch layout; they are not done.")
     L.append("")
+    return L
 
-    # --- latency ---
+
+def latency_section(run):
+    """## get_batch on the trainer's thread: latency with a 500 us and a 2 ms consumer step
+    and with none, then pure production per mode and dtype."""
+    bench, bvals, bmed = run.bench, run.bvals, run.bmed
+    L = []
     L.append("## get_batch on the trainer's thread (default settings: prefetch_depth=auto, decode_threads default)")
     L.append("")
     L.append("`tokenfeed bench --config ep1x.xml --consumer-us X --batches N --warmup W --json` (`raw/bench.jsonl`, "
@@ -571,7 +647,7 @@ def main():
                      f"{bmed(tag, 'get_batch_us', 'max'):.1f} | {100 * bmed(tag, 'stall_fraction'):.2f}% | "
                      f"{bmed(tag, 'prefetch_depth'):.0f} | {bmed(tag, 'decode_threads'):.0f} |")
     L.append("")
-    L.append(f"| pure production, {shape_s} | batches/s | min..max | tokens/s | real tokens/s |")
+    L.append(f"| pure production, {run.shape} | batches/s | min..max | tokens/s | real tokens/s |")
     L.append("| --- | ---: | ---: | ---: | ---: |")
     for tag, label in (("pure_u16", "sft_episode, uint16, mask on"), ("pure_u32", "sft_episode, uint32, mask on"),
                        ("pure_packed", "sft_packed, uint16, mask on"),
@@ -580,133 +656,170 @@ def main():
             L.append(f"| {label} | {fmt(bmed(tag, 'batches_per_s'))} | {spread(bvals(tag, 'batches_per_s'))} | "
                      f"{bmed(tag, 'tokens_per_s') / 1e6:,.0f} M | {bmed(tag, 'real_tokens_per_s') / 1e6:,.0f} M |")
     L.append("")
+    return L
 
-    # --- the Python trainer's thread ---
-    py_get_path = os.path.join(raw, "python_get_batch.jsonl")
-    if os.path.exists(py_get_path):
-        rows = [json.loads(l) for l in open(py_get_path)]
-        first = rows[0]
-        L.append("## get_batch on the Python trainer's thread")
-        L.append("")
-        L.append(f"`python python/bench_get_batch.py --config ep1x.xml --step-us "
-                 f"{','.join(f'{s:g}' for s in sorted({r['step_us'] for r in rows}))} --batches {first['batches']} "
-                 f"--repeats {first['repeats']}` (`raw/python_get_batch.jsonl`, `raw/python_get_batch.txt`): what one "
-                 f"{first['batch_size']}x{first['block_size']} batch (x, y, mask) costs the Python thread that trains, "
-                 "through the `tokenfeed` module (get_batch and the numpy views, no copy) and through the numpy loader "
-                 "a Python user writes (memmap slices, pad, stack) on that thread; both checked equal first. The "
-                 "trainer busy-waits the step between batches, holding the GIL. Medians over "
-                 f"{first['repeats']} interleaved repeats, in microseconds (the script keeps no per-repeat figures).")
-        L.append("")
-        L.append("| trainer step | loader | p50 us | p99 us | mean us | numpy mean / this mean |")
-        L.append("| --- | --- | ---: | ---: | ---: | ---: |")
-        for step in sorted({r["step_us"] for r in rows}):
-            at = {r["loader"]: r for r in rows if r["step_us"] == step}
-            for name in ("tokenfeed", "numpy"):
-                if name in at:
-                    r = at[name]
-                    ratio = at["numpy"]["mean"] / r["mean"] if "numpy" in at else float("nan")
-                    L.append(f"| {step:g} us | {name} | {r['p50']:.1f} | {r['p99']:.1f} | {r['mean']:.1f} | "
-                             f"{ratio:.2f} |")
-        L.append("")
 
-    # --- sweep ---
-    if sweeps:
-        L.append("## Prefetch-depth sweep")
-        L.append("")
-        L.append("`bench_prefetch` (perf/bench_prefetch.cpp): a fresh Loader per point, warmed up (300 batches, 150 "
-                 "with a 2 ms step), then measured; the trainer stand-in spins the consumer step after each "
-                 "get_batch. In each plot, solid lines are batches/s, dashed the get_batch p99 latency on the "
-                 "trainer's thread, the star is auto at the depth it settled on, the dotted line the most a trainer "
-                 "with that step can take. Within each (shape, step, threads) group the depths run in a new shuffled "
-                 "order every repeat (the CSVs record each point's position and the depth measured before it), so "
-                 "that no depth is always measured first, last, or after the same other one.")
-        L.append("")
-        for mode, sweep in sweeps.items():
-            m = sweep_meta[mode]
-            L.append(f"### {mode}")
-            L.append("")
-            L.append(f"![prefetch sweep, {mode}]({PLOT_NAME[mode]})")
-            L.append("")
-            L.append(f"Medians of {m['repeats']} repeats of about {m['seconds']:.2f} s each per point; raw: "
-                     f"`prefetch_sweep_{mode}.csv`. auto against the best fixed depth, and against the fixed depth it "
-                     "ran at (paired by repeat; blank when the grid has no such depth):")
-            L.append("")
-            L.append("| shape | step us | threads | best fixed depth | its batches/s | auto batches/s (depth) | "
-                     "auto / best | auto / fixed at auto's depth, per repeat | auto p99 us | smallest depth within 3% "
-                     "of best |")
-            L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-            within = 0
-            rows = auto_vs_best(sweep)
-            trailing = []
-            for key, best_depth, best, auto, enough, same, paired in rows:
-                ratio = auto["batches_per_s"] / best["batches_per_s"]
-                within += ratio >= 0.9
-                same_s = (f"{med(paired):.2f} ({spread(paired, 2)})" if paired else "")
-                if ratio < 0.9:
-                    trailing.append((key, ratio, paired))
-                L.append(f"| {key[0]} | {key[1]:g} | {key[2]} | {best_depth} | {fmt(best['batches_per_s'])} | "
-                         f"{fmt(auto['batches_per_s'])} ({auto['depth_used']:.0f}) | {ratio:.2f} | {same_s} | "
-                         f"{auto['p99_us']:.1f} | {enough} |")
-            L.append("")
-            L.append(f"auto within 10% of the best fixed depth's throughput in {within} of {len(rows)} cells. (The "
-                     "best fixed depth is the largest of several noisy medians, so it is biased upward on a busy "
-                     "machine; the paired column compares auto with the same depth fixed, measured in the same "
-                     "repeats.)")
-            for key, ratio, paired in trailing:
-                if paired and max(paired) < 1:
-                    L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto also trailed the fixed depth "
-                             f"it ran at in every repeat ({spread(paired, 2)}): settle it with `perf/ab_depth.py` "
-                             "(many interleaved pairs; see Reproduce).")
-                elif paired:
-                    L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto against the fixed depth it "
-                             f"ran at: {spread(paired, 2)} over the repeats, so the gap to the best is within the "
-                             "noise of the depths around it.")
-            L.append("")
+def python_thread_section(run):
+    """## get_batch on the Python trainer's thread: what a batch costs the training thread
+    through the `tokenfeed` module and through a numpy loader, per trainer step (from
+    python_get_batch.jsonl; nothing when the run has none)."""
+    py_get_path = os.path.join(run.raw, "python_get_batch.jsonl")
+    if not os.path.exists(py_get_path):
+        return []
+    rows = [json.loads(l) for l in open(py_get_path)]
+    first = rows[0]
+    L = []
+    L.append("## get_batch on the Python trainer's thread")
+    L.append("")
+    L.append(f"`python python/bench_get_batch.py --config ep1x.xml --step-us "
+             f"{','.join(f'{s:g}' for s in sorted({r['step_us'] for r in rows}))} --batches {first['batches']} "
+             f"--repeats {first['repeats']}` (`raw/python_get_batch.jsonl`, `raw/python_get_batch.txt`): what one "
+             f"{first['batch_size']}x{first['block_size']} batch (x, y, mask) costs the Python thread that trains, "
+             "through the `tokenfeed` module (get_batch and the numpy views, no copy) and through the numpy loader "
+             "a Python user writes (memmap slices, pad, stack) on that thread; both checked equal first. The "
+             "trainer busy-waits the step between batches, holding the GIL. Medians over "
+             f"{first['repeats']} interleaved repeats, in microseconds (the script keeps no per-repeat figures).")
+    L.append("")
+    L.append("| trainer step | loader | p50 us | p99 us | mean us | numpy mean / this mean |")
+    L.append("| --- | --- | ---: | ---: | ---: | ---: |")
+    for step in sorted({r["step_us"] for r in rows}):
+        at = {r["loader"]: r for r in rows if r["step_us"] == step}
+        for name in ("tokenfeed", "numpy"):
+            if name in at:
+                r = at[name]
+                ratio = at["numpy"]["mean"] / r["mean"] if "numpy" in at else float("nan")
+                L.append(f"| {step:g} us | {name} | {r['p50']:.1f} | {r['p99']:.1f} | {r['mean']:.1f} | "
+                         f"{ratio:.2f} |")
+    L.append("")
+    return L
 
-    # --- memory ---
-    if bench.get("mem_1x"):
-        L.append("## Anonymous memory at 1x and 10x dataset size")
-        L.append("")
-        mem_b = bench["mem_1x"][0]["batches"]
-        L.append(f"`tokenfeed bench --batches {mem_b} --warmup 0` (`raw/bench.jsonl`, tags mem_1x, mem_10x; "
-                 f"{mem_b} x {rows_} rows cross into epoch 1 at 1x, so two epoch orders are held), RssAnon from "
-                 "/proc/self/status at the end. The index estimate is 16 bytes per episode (spans) + 8 per kept "
-                 "episode + 8 per kept episode per cached epoch order (two); the buffers are the pool's slots "
-                 "(depth + 4 held) of the batch contract.")
-        L.append("")
-        L.append("| dataset | episodes | tokens on disk | RssAnon MiB | min..max | index estimate MiB | batch buffers MiB |")
-        L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for tag, name in (("mem_1x", "ep1x"), ("mem_10x", "ep10x")):
-            ds = datasets.get(name, {})
-            eps, toks = ds.get("episodes", 0), ds.get("tokens", 0)
-            index_mb = eps * (16 + 8 + 16) / 2 ** 20
-            depth = bmed(tag, "prefetch_depth")
-            buffers = cmp["slot_bytes"] * (depth + 4) / 2 ** 20
-            L.append(f"| {name} | {eps:,} | {toks / 1e6:,.0f} M | {bmed(tag, 'rss_anon_mb'):.1f} | "
-                     f"{spread(bvals(tag, 'rss_anon_mb'), 1)} | {index_mb:.1f} | {buffers:.1f} |")
-        L.append("")
 
-    # --- open ---
-    if bench.get("open_10m"):
-        ds = datasets.get("ep10m", {})
-        L.append(f"## Opening a {n10m:,}-episode dataset")
+def sweep_section(run):
+    """## Prefetch-depth sweep: per swept mode its plot and a table of auto against the
+    best fixed depth and against the fixed depth it ran at (nothing when nothing was
+    swept)."""
+    if not run.sweeps:
+        return []
+    L = []
+    L.append("## Prefetch-depth sweep")
+    L.append("")
+    L.append("`bench_prefetch` (perf/bench_prefetch.cpp): a fresh Loader per point, warmed up (300 batches, 150 "
+             "with a 2 ms step), then measured; the trainer stand-in spins the consumer step after each "
+             "get_batch. In each plot, solid lines are batches/s, dashed the get_batch p99 latency on the "
+             "trainer's thread, the star is auto at the depth it settled on, the dotted line the most a trainer "
+             "with that step can take. Within each (shape, step, threads) group the depths run in a new shuffled "
+             "order every repeat (the CSVs record each point's position and the depth measured before it), so "
+             "that no depth is always measured first, last, or after the same other one.")
+    L.append("")
+    for mode, sweep in run.sweeps.items():
+        m = run.sweep_meta[mode]
+        L.append(f"### {mode}")
         L.append("")
-        L.append(f"{n10m:,} episodes in {ds.get('shards', '?')} shards: open_ms of `tokenfeed bench --config ep10m.xml` "
-                 "(map, validate every record, hash the index, keep the ids; `raw/bench.jsonl`, tag open_10m): median "
-                 f"{open_ms:.0f} ms ({spread(bvals('open_10m', 'open_ms'))}) over {len(bench['open_10m'])} runs with "
-                 "the files in the page cache"
-                 + (f"; {bmed('open_10m_cold', 'open_ms'):.0f} ms right after dropping the page cache (open_10m_cold)."
-                    if bench.get("open_10m_cold") else ".") + f" RssAnon then: {bmed('open_10m', 'rss_anon_mb'):.0f} MiB.")
+        L.append(f"![prefetch sweep, {mode}]({PLOT_NAME[mode]})")
         L.append("")
+        L.append(f"Medians of {m['repeats']} repeats of about {m['seconds']:.2f} s each per point; raw: "
+                 f"`prefetch_sweep_{mode}.csv`. auto against the best fixed depth, and against the fixed depth it "
+                 "ran at (paired by repeat; blank when the grid has no such depth):")
+        L.append("")
+        L.append("| shape | step us | threads | best fixed depth | its batches/s | auto batches/s (depth) | "
+                 "auto / best | auto / fixed at auto's depth, per repeat | auto p99 us | smallest depth within 3% "
+                 "of best |")
+        L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        within = 0
+        rows = auto_vs_best(sweep)
+        trailing = []
+        for key, best_depth, best, auto, enough, same, paired in rows:
+            ratio = auto["batches_per_s"] / best["batches_per_s"]
+            within += ratio >= 0.9
+            same_s = (f"{med(paired):.2f} ({spread(paired, 2)})" if paired else "")
+            if ratio < 0.9:
+                trailing.append((key, ratio, paired))
+            L.append(f"| {key[0]} | {key[1]:g} | {key[2]} | {best_depth} | {fmt(best['batches_per_s'])} | "
+                     f"{fmt(auto['batches_per_s'])} ({auto['depth_used']:.0f}) | {ratio:.2f} | {same_s} | "
+                     f"{auto['p99_us']:.1f} | {enough} |")
+        L.append("")
+        L.append(f"auto within 10% of the best fixed depth's throughput in {within} of {len(rows)} cells. (The "
+                 "best fixed depth is the largest of several noisy medians, so it is biased upward on a busy "
+                 "machine; the paired column compares auto with the same depth fixed, measured in the same "
+                 "repeats.)")
+        for key, ratio, paired in trailing:
+            if paired and max(paired) < 1:
+                L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto also trailed the fixed depth "
+                         f"it ran at in every repeat ({spread(paired, 2)}): settle it with `perf/ab_depth.py` "
+                         "(many interleaved pairs; see Reproduce).")
+            elif paired:
+                L.append(f"In {key[0]}, step {key[1]:g} us, {key[2]} thread(s), auto against the fixed depth it "
+                         f"ran at: {spread(paired, 2)} over the repeats, so the gap to the best is within the "
+                         "noise of the depths around it.")
+        L.append("")
+    return L
 
-    # --- cold start ---
+
+def memory_section(run):
+    """## Anonymous memory at 1x and 10x: RssAnon per dataset beside the index and batch
+    buffer estimates (nothing when the run has no mem_1x runs)."""
+    bench = run.bench
+    if not bench.get("mem_1x"):
+        return []
+    L = []
+    L.append("## Anonymous memory at 1x and 10x dataset size")
+    L.append("")
+    mem_b = bench["mem_1x"][0]["batches"]
+    L.append(f"`tokenfeed bench --batches {mem_b} --warmup 0` (`raw/bench.jsonl`, tags mem_1x, mem_10x; "
+             f"{mem_b} x {run.batch_rows} rows cross into epoch 1 at 1x, so two epoch orders are held), RssAnon from "
+             "/proc/self/status at the end. The index estimate is 16 bytes per episode (spans) + 8 per kept "
+             "episode + 8 per kept episode per cached epoch order (two); the buffers are the pool's slots "
+             "(depth + 4 held) of the batch contract.")
+    L.append("")
+    L.append("| dataset | episodes | tokens on disk | RssAnon MiB | min..max | index estimate MiB | batch buffers MiB |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for tag, name in (("mem_1x", "ep1x"), ("mem_10x", "ep10x")):
+        ds = run.datasets.get(name, {})
+        eps, toks = ds.get("episodes", 0), ds.get("tokens", 0)
+        index_mb = eps * (16 + 8 + 16) / 2 ** 20
+        depth = run.bmed(tag, "prefetch_depth")
+        buffers = run.cmp["slot_bytes"] * (depth + 4) / 2 ** 20
+        L.append(f"| {name} | {eps:,} | {toks / 1e6:,.0f} M | {run.bmed(tag, 'rss_anon_mb'):.1f} | "
+                 f"{spread(run.bvals(tag, 'rss_anon_mb'), 1)} | {index_mb:.1f} | {buffers:.1f} |")
+    L.append("")
+    return L
+
+
+def open_section(run):
+    """## Opening a 10M-episode dataset: open time warm and cold, and RssAnon after
+    (nothing when the run has no open_10m runs)."""
+    bench, bmed = run.bench, run.bmed
+    if not bench.get("open_10m"):
+        return []
+    ds = run.datasets.get("ep10m", {})
+    n10m = run.episodes_of("ep10m")
+    open_ms = bmed("open_10m", "open_ms")
+    L = []
+    L.append(f"## Opening a {n10m:,}-episode dataset")
+    L.append("")
+    L.append(f"{n10m:,} episodes in {ds.get('shards', '?')} shards: open_ms of `tokenfeed bench --config ep10m.xml` "
+             "(map, validate every record, hash the index, keep the ids; `raw/bench.jsonl`, tag open_10m): median "
+             f"{open_ms:.0f} ms ({spread(run.bvals('open_10m', 'open_ms'))}) over {len(bench['open_10m'])} runs with "
+             "the files in the page cache"
+             + (f"; {bmed('open_10m_cold', 'open_ms'):.0f} ms right after dropping the page cache (open_10m_cold)."
+                if bench.get("open_10m_cold") else ".") + f" RssAnon then: {bmed('open_10m', 'rss_anon_mb'):.0f} MiB.")
+    L.append("")
+    return L
+
+
+def cold_section(run):
+    """## Cold start and read-ahead: cold and warm runs with read-ahead on and off, when
+    their waits and major faults happened, and what that says (or why the cold start was
+    not measured)."""
+    bench, bmed = run.bench, run.bmed
+    L = []
     L.append("## Cold start and read-ahead")
     L.append("")
-    if cold_summary:
-        cs = cold_summary
+    if run.cold_summary:
+        cs = run.cold_summary
         n_cold = len(bench["cold_ra1"])
         cb = bench["cold_ra1"][0]["batches"]
-        ds = datasets.get("ep10x", {})
+        ds = run.datasets.get("ep10x", {})
         L.append(f"The 10x dataset ({ds.get('episodes', 0):,} episodes, {ds.get('tokens', 0) / 1e6:,.0f} M tokens), a "
                  f"500 us consumer step, the first {cb} batches of epoch 0 with no warm-up. `cold`: right after "
                  "`echo 3 > /proc/sys/vm/drop_caches`; `warm`: the same batches again at once (same order, so the "
@@ -717,11 +830,12 @@ def main():
         L.append("| run | read-ahead | batches/s | mean get_batch us | p99 us | max us | steps waiting > 50 us | "
                  f"waits in the first {FIRST_STEPS} steps / after (all runs) | major faults (all runs) | depth chosen |")
         L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for tag, run, ra in (("cold_ra1", "cold", "on"), ("cold_ra0", "cold", "off"), ("warm_ra1", "warm", "on"),
-                             ("warm_ra0", "warm", "off")):
+        for tag, run_kind, ra in (("cold_ra1", "cold", "on"), ("cold_ra0", "cold", "off"), ("warm_ra1", "warm", "on"),
+                                  ("warm_ra0", "warm", "off")):
             if not bench.get(tag):
                 continue
-            L.append(f"| {run} | {ra} | {fmt(bmed(tag, 'batches_per_s'))} | {med(mean_us(r) for r in bench[tag]):.0f} | "
+            L.append(f"| {run_kind} | {ra} | {fmt(bmed(tag, 'batches_per_s'))} | "
+                     f"{med(mean_us(r) for r in bench[tag]):.0f} | "
                      f"{bmed(tag, 'get_batch_us', 'p99'):.0f} | {bmed(tag, 'get_batch_us', 'max'):.0f} | "
                      f"{100 * bmed(tag, 'stall_fraction'):.2f}% | "
                      + (f"{cs['first'][tag]} / {cs['after'][tag]}" if tag in cs["first"] else "n/a") + " | "
@@ -743,9 +857,14 @@ def main():
         else:
             L.append("(This run's `tokenfeed bench` did not record when the waits happened.)")
     else:
-        L.append(f"{env.get('cold', 'not measured').capitalize()}.")
+        L.append(f"{run.env.get('cold', 'not measured').capitalize()}.")
     L.append("")
+    return L
 
+
+def reproduce_section():
+    """## Reproduce: the commands that make these results again."""
+    L = []
     L.append("## Reproduce")
     L.append("")
     L.append("```sh")
@@ -758,6 +877,29 @@ def main():
     L.append("tokenfeed bench --config FILE --consumer-us 500 --json   # one config")
     L.append("```")
     L.append("")
+    return L
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--raw", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--mode", default="full")
+    p.add_argument("--command", default="perf/run.sh")
+    a = p.parse_args()
+    raw, out = a.raw, a.out
+    if os.path.realpath(raw) == os.path.realpath(os.path.join(out, "raw")):
+        # OUT/raw is replaced by a copy of RAW: reading from it would delete the input.
+        p.error(f"--raw {raw} is OUT/raw, which the report replaces; pass the run's own raw "
+                f"directory (perf/run.sh keeps it in $TOKENFEED_PERF_BUILD/raw-<mode>)")
+    os.makedirs(out, exist_ok=True)
+    run = Run(raw, out)
+    write_sweep_plots(run, out)
+    comparison = comparison_rows(run)
+    write_comparison_csv(run, comparison, out)
+    L = (header_section(run, a.command, a.mode) + targets_section(run) + comparison_section(run, comparison)
+         + latency_section(run) + python_thread_section(run) + sweep_section(run) + memory_section(run)
+         + open_section(run) + cold_section(run) + reproduce_section())
     with open(os.path.join(out, "RESULTS.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print(os.path.join(out, "RESULTS.md"))
