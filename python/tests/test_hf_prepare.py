@@ -436,3 +436,35 @@ def test_command_line(tokenizer_json, tmp_path):
     run = subprocess.run([sys.executable, "-m", "tokenfeed.hf_prepare", "--input", str(src), "--output-dir",
                           str(tmp_path / "o"), "--hf-tokenizer", str(hf_dir)], capture_output=True, text=True)
     assert run.returncode == 2 and "not empty" in run.stderr
+
+
+def test_tokenfeed_command_runs_the_python_preparation(tokenizer_json, tmp_path):
+    """`tokenfeed prepare --hf-tokenizer` (the C++ command) hands the run to this package and
+    gives the dataset the Python API gives, whatever the number of workers."""
+    from conftest import _find_cli
+    cli = _find_cli()
+    if cli is None:
+        pytest.skip("the tokenfeed command is not built (python/run_tests.sh sets TOKENFEED_CLI)")
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, LLAMA3)
+    src = write_jsonl(tmp_path / "c.jsonl", make_conversations(random.Random(9), 30))
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    run = subprocess.run([cli, "prepare", "--hf-tokenizer", str(hf_dir), "--input", str(src), "--output-dir",
+                          str(tmp_path / "cli"), "--val-split", "0.2", "--seed", "3", "--workers", "2",
+                          "--shard-tokens", "2000"], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "tokenfeed prepare: wrote" in run.stdout and run.stderr == ""
+    tokenfeed.prepare(src, tmp_path / "api", hf_tokenizer=hf_dir, val_split=0.2, seed=3, workers=1, shard_tokens=2000)
+    files = sorted(p.relative_to(tmp_path / "api") for p in (tmp_path / "api").rglob("*.*"))
+    assert len([f for f in files if f.name == "tokens.bin"]) > 2  # several shards, both splits
+    for f in files:
+        if f.suffix in (".bin", ".idx"):
+            assert (tmp_path / "cli" / f).read_bytes() == (tmp_path / "api" / f).read_bytes(), f
+    # Errors keep the command's exit statuses: a bad record is 4, a bad directory 2.
+    (tmp_path / "bad.jsonl").write_text("{oops\n")
+    run = subprocess.run([cli, "prepare", "--hf-tokenizer", str(hf_dir), "--input", str(tmp_path / "bad.jsonl"),
+                          "--output-dir", str(tmp_path / "bad")], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 4 and "bad.jsonl:1: invalid_json" in run.stderr and len(run.stderr.splitlines()) == 1
+    run = subprocess.run([cli, "prepare", "--hf-tokenizer", "org/model", "--input", str(src),
+                          "--output-dir", str(tmp_path / "bad")], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 2 and "Hub name" in run.stderr
+    assert not (tmp_path / "bad").exists()

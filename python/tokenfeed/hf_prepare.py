@@ -382,29 +382,39 @@ def _split_point(messages: Any, tools: Any, seed: int) -> float:
     return (top >> 11) * 2.0 ** -53
 
 
-def token_mask(text: str, offsets: Sequence[Tuple[int, int]], ids: Sequence[int], spans: Sequence[Tuple[int, int]],
-               special_ids: frozenset, trim_after_special: bool) -> np.ndarray:
-    """The 0/1 mask of the tokens whose characters overlap a span. With
-    ``trim_after_special``, a span's trailing tokens that are whitespace and come after a
-    special token of the span are left out (the newline after an end-of-turn token)."""
+def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], special_ids: frozenset,
+               trim_after_special: bool) -> np.ndarray:
+    """The 0/1 mask of the tokens of ``encoding`` (a tokenizers Encoding of ``text``) whose
+    characters overlap a span. With ``trim_after_special``, a span's trailing whitespace tokens
+    that follow a special token of the span are left out (the newline after an end-of-turn
+    token)."""
+    ids = encoding.ids
     n = len(ids)
     mask = np.zeros(n, dtype=np.uint8)
-    if n == 0 or not spans:
-        return mask
-    off = np.asarray(offsets, dtype=np.int64).reshape(n, 2)
-    starts, ends = off[:, 0], off[:, 1]
+    offsets = None
     for a, b in spans:
         if b <= a:
             continue
-        selected = np.flatnonzero((starts < b) & (ends > a))
-        if selected.size == 0:
-            continue
-        lo, hi = int(selected[0]), int(selected[-1]) + 1
+        # The first token ending after a and the last starting before b: the tokens holding
+        # characters a and b - 1 when every character belongs to a token, else from the offsets.
+        lo, last = encoding.char_to_token(a), encoding.char_to_token(b - 1)
+        if lo is None or last is None:
+            if offsets is None:
+                offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(n, 2)
+            selected = np.flatnonzero((offsets[:, 0] < b) & (offsets[:, 1] > a))
+            if selected.size == 0:
+                continue
+            lo, last = int(selected[0]), int(selected[-1])
+        hi = last + 1
         if trim_after_special:
-            last_special = max((i for i in range(lo, hi) if ids[i] in special_ids), default=None)
-            if last_special is not None:
-                while hi - 1 > last_special and not text[starts[hi - 1]:ends[hi - 1]].strip():
-                    hi -= 1
+            end = hi
+            while end > lo and ids[end - 1] not in special_ids:
+                start_char, end_char = encoding.token_to_chars(end - 1) or (0, 0)
+                if text[start_char:end_char].strip():
+                    break
+                end -= 1
+            if end < hi and end > lo and ids[end - 1] in special_ids:
+                hi = end
         mask[lo:hi] = 1
     return mask
 
@@ -427,12 +437,16 @@ class ConversationEncoder:
         for index, (name, raw) in enumerate(records):
             try:
                 if isinstance(raw, str):
+                    has_null = "null" in raw  # else there is no null to drop
                     try:
                         raw = json.loads(raw)
                     except ValueError as e:
                         raise BadRecord("invalid_json", str(e)) from e
-                messages, tools = _check_messages(_drop_nulls(raw) if isinstance(raw, dict) else raw,
-                                                  self.messages_field)
+                else:
+                    has_null = True
+                if has_null and isinstance(raw, dict):
+                    raw = _drop_nulls(raw)
+                messages, tools = _check_messages(raw, self.messages_field)
                 text, spans = self.template.assistant_spans(messages, tools)
                 val = self.val_split > 0 and _split_point(messages, tools, self.seed) < self.val_split
                 rendered.append((index, text, spans, val))
@@ -444,16 +458,15 @@ class ConversationEncoder:
         parts: Dict[bool, Tuple[List[np.ndarray], List[np.ndarray], List[int]]] = {False: ([], [], []),
                                                                                     True: ([], [], [])}
         for (index, text, spans, val), enc in zip(rendered, encodings):
-            ids = enc.ids
-            mask = token_mask(text, enc.offsets, ids, spans, special, trim)
+            mask = token_mask(text, enc, spans, special, trim)
             if not mask.any():
                 result.bad.append((index, records[index][0], "empty_mask",
                                    "no token is trained (every assistant message has weight 0 or renders empty)"))
                 continue
             tokens, masks, lengths = parts[val]
-            tokens.append(np.asarray(ids, dtype=np.uint32))
+            tokens.append(np.array(enc.ids, dtype=np.uint32))
             masks.append(mask)
-            lengths.append(len(ids))
+            lengths.append(len(mask))
         result.bad.sort()
         for val, (tokens, masks, lengths) in parts.items():
             if lengths:
@@ -479,7 +492,11 @@ _worker_encoder: Optional[ConversationEncoder] = None
 
 def _worker_init(args: Tuple[Any, ...]) -> None:
     global _worker_encoder
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends the pool
+    # The parent handles Ctrl-C and ends the pool with SIGTERM, which must end a worker
+    # silently, not raise the command's own handler's exception (inherited through fork).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers are the parallelism
     _worker_encoder = ConversationEncoder(*args)
 
@@ -791,8 +808,7 @@ def _end_of_turn_id(encoder: ConversationEncoder) -> Optional[int]:
         except BadRecord:
             continue
         enc = encoder.hf.tokenizer.encode(text, add_special_tokens=False)
-        mask = token_mask(text, enc.offsets, enc.ids, spans, encoder.hf.special_ids,
-                          not encoder.template.uses_generation)
+        mask = token_mask(text, enc, spans, encoder.hf.special_ids, not encoder.template.uses_generation)
         trained_special = [i for i, m in zip(enc.ids, mask) if m and i in encoder.hf.special_ids]
         if trained_special:
             return int(trained_special[-1])
