@@ -861,7 +861,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--hf-tokenizer", required=True,
                         help="local directory with tokenizer.json and tokenizer_config.json (chat_template)")
     parser.add_argument("--messages-field", default="messages", help="the field holding the messages")
-    parser.add_argument("--val-split", type=float, default=0.0)
+    parser.add_argument("--val-split", type=float, default=0.1, help="fraction of conversations in val (default 0.1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shard-tokens", type=int, default=0)
     parser.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
