@@ -468,3 +468,63 @@ def test_tokenfeed_command_runs_the_python_preparation(tokenizer_json, tmp_path)
                           "--output-dir", str(tmp_path / "bad")], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 2 and "Hub name" in run.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_interrupted_run_leaves_nothing(tokenizer_json, tmp_path):
+    """SIGTERM mid-run: the command removes its temporary output, says so and ends by the
+    signal. A FIFO as input keeps the run going until the signal arrives."""
+    import signal
+    import threading
+    import time
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, CHATML)
+    fifo = tmp_path / "chats.fifo"
+    os.mkfifo(fifo)
+    line = "".join(json.dumps(c) + "\n" for c in make_conversations(random.Random(10), 50)).encode()
+    stop = threading.Event()
+
+    def feed():
+        try:
+            with open(fifo, "wb") as f:
+                while not stop.is_set():
+                    f.write(line)
+        except OSError:
+            pass  # the reader is gone
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tokenfeed.hf_prepare", "--input", str(fifo), "--output-dir",
+                             str(out), "--hf-tokenizer", str(hf_dir), "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.startswith(".out.tmp-") for p in tmp_path.iterdir()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert "interrupted by SIGTERM" in stderr and "was not written" in stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_gzip_jsonl_gives_the_same_dataset(tokenizer_json, tmp_path):
+    import gzip
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, CHATML)
+    plain = write_jsonl(tmp_path / "c.jsonl", make_conversations(random.Random(11), 20))
+    packed = tmp_path / "c.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a = tokenfeed.prepare(plain, tmp_path / "a", hf_tokenizer=hf_dir, workers=1)
+    b = tokenfeed.prepare(packed, tmp_path / "b", hf_tokenizer=hf_dir, workers=1)
+    assert a["source"]["format"] == "jsonl" and b["source"]["format"] == "jsonl.gz"
+    for f in ("tokens.bin", "mask.bin", "episodes.idx"):
+        assert (tmp_path / "a" / "train" / "shard_00000" / f).read_bytes() == \
+            (tmp_path / "b" / "train" / "shard_00000" / f).read_bytes()
+    packed.write_bytes(gzip.compress(plain.read_bytes())[:-20])  # truncated
+    with pytest.raises(tokenfeed.FormatError, match="c.jsonl.gz"):
+        tokenfeed.prepare(packed, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)

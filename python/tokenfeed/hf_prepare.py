@@ -518,9 +518,9 @@ class _Input:
         self.path = path
         self.messages_field = messages_field
         self.chunk_records = chunk_records
-        if not os.path.isfile(path):
-            raise IoError(f"input '{path}' does not exist or is not a file")
-        self.size = os.path.getsize(path)
+        if not os.path.exists(path) or os.path.isdir(path):
+            raise IoError(f"input '{path}' does not exist or is a directory")
+        self.size = os.path.getsize(path)  # 0 for a pipe: no progress fraction
         self.is_parquet = path.endswith(".parquet")
         self.is_gzip = path.endswith(".gz")
         self.format = "parquet" if self.is_parquet else "jsonl.gz" if self.is_gzip else "jsonl"
@@ -545,9 +545,11 @@ class _Input:
             stream: Any = gzip.GzipFile(fileobj=raw) if self.is_gzip else raw
             chunk: List[Tuple[str, Any]] = []
             line_no = 0
+            read = 0
             try:
                 for line in stream:
                     line_no += 1
+                    read += len(line)
                     if not self.is_gzip:
                         sha.update(line)  # the gzip file's own bytes are hashed at the end
                     text = line.decode("utf-8", errors="replace").strip()
@@ -557,15 +559,16 @@ class _Input:
                     self.records += 1
                     chunk.append((f"{self.path}:{line_no}", text))
                     if len(chunk) >= self.chunk_records:
-                        self.done_bytes = raw.tell()
+                        self.done_bytes = raw.tell() if self.is_gzip else read  # compressed bytes for gzip
                         yield chunk
                         chunk = []
             except (OSError, EOFError, gzip.BadGzipFile) as e:
                 raise FormatError(f"'{self.path}': cannot read past line {line_no}: {e}") from e
-            self.done_bytes = self.size
+            self.done_bytes = self.size if self.is_gzip else read
             if chunk:
                 yield chunk
         self.sha256 = _sha256_file(self.path) if self.is_gzip else sha.hexdigest()
+        self.size = max(self.size, self.done_bytes)  # a pipe's size is what was read
 
     def _parquet_chunks(self) -> Iterator[List[Tuple[str, Any]]]:
         pq = _require("pyarrow.parquet", "parquet input")
