@@ -528,3 +528,36 @@ def test_gzip_jsonl_gives_the_same_dataset(tokenizer_json, tmp_path):
     packed.write_bytes(gzip.compress(plain.read_bytes())[:-20])  # truncated
     with pytest.raises(tokenfeed.FormatError, match="c.jsonl.gz"):
         tokenfeed.prepare(packed, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)
+
+
+def test_template_helpers_strftime_now_and_loop_controls(tokenizer_json, tmp_path):
+    """Llama 3.1-style: a date from strftime_now in the system header, system messages skipped
+    with {% continue %} and folded into it, {% break %} after a stop marker."""
+    import datetime
+    template = ("{{- bos_token }}{{- '<|start_header_id|>system<|end_header_id|>\\n\\nToday Date: ' + "
+                "strftime_now('%d %b %Y') }}{% for m in messages %}{% if m.role == 'system' %}{{ ' ' + m.content }}"
+                "{% endif %}{% endfor %}{{- '<|eot_id|>' }}"
+                "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+                "{% if m.content == 'STOP' %}{% break %}{% endif %}"
+                "{{- '<|start_header_id|>' + m.role + '<|end_header_id|>\\n\\n' + m.content | trim + '<|eot_id|>' }}"
+                "{% endfor %}{% if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+                "{% endif %}")
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, template)
+    conversation = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                 {"role": "assistant", "content": "Hello there."}, {"role": "user", "content": "More"},
+                                 {"role": "assistant", "content": "Sure thing."}]}
+    src = write_jsonl(tmp_path / "c.jsonl", [conversation])
+    before = datetime.datetime.now().strftime("%d %b %Y")
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
+    [(ids, mask)] = read_episodes(tmp_path / "o" / "train", np.uint16)
+    tok = tokenizers.Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    text = tok.decode(ids.tolist(), skip_special_tokens=False)
+    assert f"Today Date: {before}" in text or before != datetime.datetime.now().strftime("%d %b %Y")
+    assert "Be brief." in text and text.count("Be brief.") == 1
+    assert trained_runs(tok, ids, mask) == ["Hello there.<|eot_id|>", "Sure thing.<|eot_id|>"]
+    assert s["chat_template"]["strftime_now"].startswith(datetime.date.today().isoformat()[:4])
+    # {% break %} drops the last reply from the rendering: its span cannot be found, an error.
+    write_jsonl(src, [{"messages": conversation["messages"][:3] + [{"role": "user", "content": "STOP"},
+                                                                    {"role": "assistant", "content": "Dropped."}]}])
+    with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:1: inconsistent_template: .*assistant message 4"):
+        tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=hf_dir, workers=1)
