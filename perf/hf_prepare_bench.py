@@ -13,7 +13,8 @@ conversation). Without --hf-tokenizer, a byte-level BPE (8,000 tokens) is traine
 generated text. Prints conversations/s of each (wall clock) and the ratio, and the CPU
 seconds each used (this process's for the loop, the command's and its workers' for
 tokenfeed): on a shared machine the wall-clock ratio depends on how many cores are free, the
-CPU time much less. Checks that the datasets are identical. Needs tokenizers, jinja2 and transformers (python/run_tests.sh installs them).
+CPU time much less. Checks that the datasets are identical. Needs tokenizers, jinja2 and
+transformers (python/run_tests.sh installs them).
 """
 import argparse
 import json
@@ -116,7 +117,8 @@ def run_tokenfeed(cli, input_path, hf_dir, out_dir, workers):
         command = [cli, "prepare"]
     else:
         command = [sys.executable, "-m", "tokenfeed.hf_prepare"]
-    command += ["--hf-tokenizer", str(hf_dir), "--input", str(input_path), "--output-dir", str(out_dir), "--val-split", "0"]
+    command += ["--hf-tokenizer", str(hf_dir), "--input", str(input_path), "--output-dir", str(out_dir),
+                "--val-split", "0"]
     if workers is not None:
         command += ["--workers", str(workers)]
     env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)

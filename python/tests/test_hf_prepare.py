@@ -157,7 +157,8 @@ def trained_runs(tok, ids, mask):
 
 def tool_call_text(call):
     f = call["function"]
-    return '\n<tool_call>\n{"name": "' + f["name"] + '", "arguments": ' + json.dumps(f["arguments"], ensure_ascii=False) + "}\n</tool_call>"
+    arguments = json.dumps(f["arguments"], ensure_ascii=False)
+    return '\n<tool_call>\n{"name": "' + f["name"] + '", "arguments": ' + arguments + "}\n</tool_call>"
 
 
 # template, end-of-turn text, how a reply renders
@@ -213,7 +214,8 @@ def test_trained_tokens_are_exactly_the_replies_and_their_end_of_turn(style, tok
     assert meta["special_token_ids"] == {s: tok.token_to_id(s) for s in SPECIALS}
     assert "special_tokens" not in meta  # the built-in template's role ids do not apply
     import hashlib
-    assert meta["tokenizer"]["tokenizer_json_sha256"] == hashlib.sha256((hf_dir / "tokenizer.json").read_bytes()).hexdigest()
+    tokenizer_sha = hashlib.sha256((hf_dir / "tokenizer.json").read_bytes()).hexdigest()
+    assert meta["tokenizer"]["tokenizer_json_sha256"] == tokenizer_sha
     assert meta["tokenizer"]["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
     assert ("generation" in meta["chat_template"]["loss_mask"]) == (style == "generation")
 
@@ -281,7 +283,8 @@ def test_parquet_and_jsonl_give_the_same_dataset(tokenizer_json, tmp_path):
     # the data's key order (which the template's tojson sees), every key in every row (null
     # where absent), tools as a JSON string.
     arguments = pa.struct([("query", pa.string()), ("n", pa.int64())])
-    call = pa.struct([("type", pa.string()), ("function", pa.struct([("name", pa.string()), ("arguments", arguments)]))])
+    function = pa.struct([("name", pa.string()), ("arguments", arguments)])
+    call = pa.struct([("type", pa.string()), ("function", function)])
     message = pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.list_(call))])
     schema = pa.schema([("messages", pa.list_(message)), ("tools", pa.string())])
     rows = [{"messages": c["messages"], "tools": json.dumps(c["tools"]) if "tools" in c else None}
@@ -356,13 +359,14 @@ def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
     assert not (tmp_path / "o").exists()
     s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1)
     assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 1 and s["skipped"]["no_assistant"] == 1
-    assert s["skipped"]["bad_messages"] == 1 and s["first_skipped"]["no_assistant"].endswith("c.jsonl:3: "
-                                                                                            "the conversation has no assistant message")
+    assert s["skipped"]["bad_messages"] == 1
+    assert s["first_skipped"]["no_assistant"].endswith("c.jsonl:3: the conversation has no assistant message")
     meta = json.loads((tmp_path / "o" / "dataset_metadata.json").read_text())
     assert meta["skipped"]["invalid_json"] == 1 and meta["source"]["blank_lines"] == 1
     # A raise_exception in the template names the record and the template's message.
     strict = tokenizer_dir(tmp_path / "strict", tokenizer_json,
-                           "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}"
+                           "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}"
+                           "{% endif %}"
                            + CHATML)
     write_jsonl(src, [good, {"messages": [{"role": "system", "content": "s"}] + good["messages"]}])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: template_error: .*first must be user"):
@@ -561,3 +565,28 @@ def test_template_helpers_strftime_now_and_loop_controls(tokenizer_json, tmp_pat
                                                                     {"role": "assistant", "content": "Dropped."}]}])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:1: inconsistent_template: .*assistant message 4"):
         tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=hf_dir, workers=1)
+
+
+def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
+    """A run killed outright leaves .NAME.tmp-PID-RANDOM; the next run into NAME removes it
+    when its process is gone and nobody holds its lock, and leaves a live run's alone."""
+    import fcntl
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, CHATML)
+    src = write_jsonl(tmp_path / "c.jsonl", make_conversations(random.Random(12), 5))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f".out.tmp-{gone.stdout.strip()}-00ff"
+    (dead / ".train.tmp-1-2").mkdir(parents=True)
+    (dead / "dataset_metadata.json").write_text("{}")
+    live = tmp_path / f".out.tmp-{os.getpid()}-abcd"  # this process's, locked: a live run
+    live.mkdir()
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    foreign = tmp_path / f".out.tmp-{gone.stdout.strip()}-beef"
+    (foreign / "precious.txt").parent.mkdir()
+    (foreign / "precious.txt").write_text("not ours")
+    try:
+        s = tokenfeed.prepare(src, tmp_path / "out", hf_tokenizer=hf_dir, workers=1)
+    finally:
+        os.close(fd)
+    assert s["removed_stale_dirs"] == [str(dead)]
+    assert not dead.exists() and live.exists() and foreign.exists() and (tmp_path / "out" / "train").is_dir()

@@ -292,7 +292,8 @@ class ChatTemplate:
             raise BadRecord("template_error", f"the chat template failed: {type(e).__name__}: {e}") from e
         return "".join(recorder.chunks), recorder.spans
 
-    def assistant_spans(self, messages: Sequence[Dict[str, Any]], tools: Any = None) -> Tuple[str, List[Tuple[int, int]]]:
+    def assistant_spans(self, messages: Sequence[Dict[str, Any]],
+                        tools: Any = None) -> Tuple[str, List[Tuple[int, int]]]:
         """The conversation's rendering and the character ranges to train (see the module's
         doc). Raises BadRecord for an unusable conversation or an inconsistent template."""
         assistants = [k for k, m in enumerate(messages) if m.get("role") == "assistant"]
@@ -599,13 +600,98 @@ class _Input:
 # The run
 
 
-def _staging_dir(output_dir: str) -> str:
+class _Staging:
+    """PARENT/.NAME.tmp-PID-RANDOM, the directory the dataset is written into, locked with
+    flock(2) while this run uses it (the layout and lock of the command's own staging, so that
+    either kind of run can tell a live run's directory from a killed run's leftover)."""
+
+    def __init__(self, output_dir: str) -> None:
+        import fcntl
+        parent = os.path.dirname(output_dir) or "."
+        os.makedirs(parent, exist_ok=True)
+        self.path = os.path.join(parent, f".{os.path.basename(output_dir)}.tmp-{os.getpid()}-{os.urandom(8).hex()}")
+        os.mkdir(self.path)
+        self._fd: Optional[int] = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def publish(self, output_dir: str) -> None:
+        """Renames it to output_dir (absent or empty) and makes that durable."""
+        for root, _, files in os.walk(self.path):
+            for name in files:
+                _fsync_path(os.path.join(root, name), os.O_RDONLY)
+            _fsync_path(root, os.O_RDONLY | os.O_DIRECTORY)
+        if os.path.isdir(output_dir):
+            os.rmdir(output_dir)  # empty: checked by the caller just before
+        os.rename(self.path, output_dir)
+        _fsync_path(os.path.dirname(output_dir) or ".", os.O_RDONLY | os.O_DIRECTORY)
+        self._unlock()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# What a staging directory of a dataset may hold: the splits, their writers' own staging
+# directories, the two JSON files.
+_STAGING_CONTENT = re.compile(r"(train|val|\.(train|val)\..*|dataset_metadata\.json|tokenizer_state\.json)")
+
+
+def remove_stale_staging_dirs(output_dir: str) -> List[str]:
+    """Removes the staging directories of ``output_dir`` left by runs that are gone (killed):
+    named .NAME.tmp-PID[-SUFFIX], PID not a live process (or this one), nobody holding their
+    lock, and holding nothing but what a preparation writes. Returns their paths."""
+    import fcntl
     parent = os.path.dirname(output_dir) or "."
-    name = os.path.basename(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    path = os.path.join(parent, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
-    os.mkdir(path)
-    return path
+    pattern = re.compile(r"\." + re.escape(os.path.basename(output_dir)) + r"\.tmp-(\d+)(-[0-9A-Za-z]+)?")
+    removed: List[str] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(m.group(1))
+        if pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+                continue  # alive
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue  # alive, another user's, or cannot tell
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run holds it
+            if not all(_STAGING_CONTENT.fullmatch(name) for name in os.listdir(entry.path)):
+                continue
+            shutil.rmtree(entry.path)
+            removed.append(entry.path)
+        except OSError as e:
+            raise IoError(f"cannot remove '{entry.path}', left by an earlier run that was killed: {e}") from e
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_output(output_dir: str) -> None:
@@ -669,12 +755,13 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
     tokens_written = 0
     conversations = 0
     episodes = {False: 0, True: 0}
-    staging = _staging_dir(output)
+    removed_stale = remove_stale_staging_dirs(output)
+    staging: Optional[_Staging] = _Staging(output)
     pool = None
     writers: Dict[bool, DatasetWriter] = {}
     try:
-        writers.update({False: DatasetWriter(os.path.join(staging, "train"), dtype, shard_tokens=shard_tokens),
-                        True: DatasetWriter(os.path.join(staging, "val"), dtype, shard_tokens=shard_tokens)})
+        writers.update({False: DatasetWriter(os.path.join(staging.path, "train"), dtype, shard_tokens=shard_tokens),
+                        True: DatasetWriter(os.path.join(staging.path, "val"), dtype, shard_tokens=shard_tokens)})
 
         def consume(result: ChunkResult) -> None:
             nonlocal tokens_written, conversations
@@ -760,19 +847,16 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
             "on_error": on_error,
             "skipped": skipped,
         }
-        write_dataset_metadata(staging, token_dtype=dtype, mask_dtype="uint8", eot_token_id=eot_id,
+        write_dataset_metadata(staging.path, token_dtype=dtype, mask_dtype="uint8", eot_token_id=eot_id,
                                eos_token_id=eos_id, pad_token_id=pad_id, vocab_size=vocab_size,
                                special_token_ids=dict(hf.special_token_ids),
                                bos_token_id=hf.token_id("bos_token"), **summary_out,
                                created_by="tokenfeed prepare --hf-tokenizer", tokenfeed_version=__version__)
-        with open(os.path.join(staging, "tokenizer_state.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(staging.path, "tokenizer_state.json"), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2)
             f.write("\n")
         _check_output(output)
-        if os.path.isdir(output):
-            os.rmdir(output)  # empty, checked just above
-        os.rename(staging, output)
-        _fsync_dir(os.path.dirname(output) or ".")
+        staging.publish(output)
         staging = None
         summary_out["first_skipped"] = first_skipped
         summary_out["conversations"] = conversations
@@ -782,6 +866,7 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
         summary_out["eot_token_id"] = eot_id
         summary_out["seconds"] = time.monotonic() - started
         summary_out["output_dir"] = output
+        summary_out["removed_stale_dirs"] = removed_stale
         return summary_out
     finally:
         if pool is not None:
@@ -790,15 +875,7 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
         if staging is not None:
             for w in writers.values():
                 w.discard()
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            staging.remove()
 
 
 def _end_of_turn_id(encoder: ConversationEncoder) -> Optional[int]:
@@ -834,6 +911,8 @@ def _print_summary(s: Dict[str, Any], input_path: str) -> None:
         else:
             out.append(label + f"{sp['episodes']} conversations, {sp['tokens']} tokens ({sp['masked_tokens']} "
                        f"trained on), {sp['shards']} shards")
+    for path in s["removed_stale_dirs"]:
+        out.append(f"  removed    {path} (left by an earlier run that was killed)")
     out.append(f"  skipped    {sum(s['skipped'].values())} records")
     for reason, count in s["skipped"].items():
         if count:
