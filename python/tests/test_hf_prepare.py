@@ -590,3 +590,32 @@ def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
         os.close(fd)
     assert s["removed_stale_dirs"] == [str(dead)]
     assert not dead.exists() and live.exists() and foreign.exists() and (tmp_path / "out" / "train").is_dir()
+
+
+def test_trimmed_offsets_match_transformers(tmp_path):
+    """A GPT-2-style tokenizer whose post-processor trims offsets (whitespace tokens then
+    cover no character): the mask is still transformers' overlap rule, token for token."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    rng = random.Random(13)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    tok.train_from_iterator([sentence(rng) for _ in range(400)],
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    hf_dir = tokenizer_dir(tmp_path / "tok", tmp_path / "tokenizer.json", GENERATION)
+    conversations = make_conversations(rng, 20)
+    for c in conversations:  # replies of several paragraphs, and spaces around them
+        for m in c["messages"]:
+            if m["role"] == "assistant":
+                m["content"] = " " + m["content"] + "\n\n  " + sentence(rng) + "\n"
+    src = write_jsonl(tmp_path / "c.jsonl", conversations)
+    tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "o" / "train", np.uint16)):
+        ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
+                                         return_dict=True)
+        assert ids.tolist() == list(ref["input_ids"]) and mask.tolist() == list(ref["assistant_masks"])

@@ -103,6 +103,15 @@ def _token_text(value: Any) -> Optional[str]:
     return None
 
 
+def _trims_offsets(config: Any) -> bool:
+    """Whether a tokenizer.json post_processor (or one in a Sequence) trims offsets."""
+    if isinstance(config, dict):
+        return config.get("trim_offsets") is True or any(_trims_offsets(v) for v in config.values())
+    if isinstance(config, list):
+        return any(_trims_offsets(v) for v in config)
+    return False
+
+
 class HfTokenizer:
     """A local Hugging Face tokenizer directory: the fast tokenizer, the chat template and the
     special tokens. Read-only after construction."""
@@ -156,6 +165,10 @@ class HfTokenizer:
             if added.special:
                 self.special_token_ids[added.content] = int(token_id)
         self.special_ids = frozenset(self.special_token_ids.values())
+        # Whether every character of a text belongs to one of its tokens: not when a
+        # post-processor trims offsets (GPT-2-style ByteLevel with trim_offsets).
+        processor = self.tokenizer.post_processor
+        self.offsets_tile_text = processor is None or not _trims_offsets(json.loads(processor.__getstate__()))
 
     def _find_template(self) -> Tuple[str, str]:
         """The chat template: tokenizer_config.json's chat_template (a string, or a list of
@@ -384,11 +397,15 @@ def _split_point(messages: Any, tools: Any, seed: int) -> float:
 
 
 def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], special_ids: frozenset,
-               trim_after_special: bool) -> np.ndarray:
+               trim_after_special: bool, every_char_in_a_token: bool = False) -> np.ndarray:
     """The 0/1 mask of the tokens of ``encoding`` (a tokenizers Encoding of ``text``) whose
-    characters overlap a span. With ``trim_after_special``, a span's trailing whitespace tokens
-    that follow a special token of the span are left out (the newline after an end-of-turn
-    token)."""
+    characters (offsets) overlap a span, as transformers' ``return_assistant_tokens_mask``
+    does. With ``trim_after_special``, a span's trailing whitespace tokens that follow a
+    special token of the span are left out (the newline after an end-of-turn token).
+
+    ``every_char_in_a_token``: the offsets tile the text (no post-processor trims them), so a
+    span's tokens are those from the one holding its first character to the one holding its
+    last, found without converting every offset."""
     ids = encoding.ids
     n = len(ids)
     mask = np.zeros(n, dtype=np.uint8)
@@ -396,27 +413,27 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
     for a, b in spans:
         if b <= a:
             continue
-        # The first token ending after a and the last starting before b: the tokens holding
-        # characters a and b - 1 when every character belongs to a token, else from the offsets.
-        lo, last = encoding.char_to_token(a), encoding.char_to_token(b - 1)
-        if lo is None or last is None:
+        first = last = None
+        if every_char_in_a_token:
+            first, last = encoding.char_to_token(a), encoding.char_to_token(b - 1)
+        if first is not None and last is not None:
+            selected = np.arange(first, last + 1)
+        else:
             if offsets is None:
                 offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(n, 2)
             selected = np.flatnonzero((offsets[:, 0] < b) & (offsets[:, 1] > a))
-            if selected.size == 0:
-                continue
-            lo, last = int(selected[0]), int(selected[-1])
-        hi = last + 1
+        if selected.size == 0:
+            continue
         if trim_after_special:
-            end = hi
-            while end > lo and ids[end - 1] not in special_ids:
-                start_char, end_char = encoding.token_to_chars(end - 1) or (0, 0)
-                if text[start_char:end_char].strip():
+            keep = len(selected)
+            while keep > 0 and ids[selected[keep - 1]] not in special_ids:
+                chars = encoding.token_to_chars(int(selected[keep - 1]))
+                if chars is None or text[chars[0]:chars[1]].strip():
                     break
-                end -= 1
-            if end < hi and end > lo and ids[end - 1] in special_ids:
-                hi = end
-        mask[lo:hi] = 1
+                keep -= 1
+            if 0 < keep < len(selected) and ids[selected[keep - 1]] in special_ids:
+                selected = selected[:keep]
+        mask[selected] = 1
     return mask
 
 
@@ -459,7 +476,7 @@ class ConversationEncoder:
         parts: Dict[bool, Tuple[List[np.ndarray], List[np.ndarray], List[int]]] = {False: ([], [], []),
                                                                                     True: ([], [], [])}
         for (index, text, spans, val), enc in zip(rendered, encodings):
-            mask = token_mask(text, enc, spans, special, trim)
+            mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text)
             if not mask.any():
                 result.bad.append((index, records[index][0], "empty_mask",
                                    "no token is trained (every assistant message has weight 0 or renders empty)"))
@@ -888,7 +905,8 @@ def _end_of_turn_id(encoder: ConversationEncoder) -> Optional[int]:
         except BadRecord:
             continue
         enc = encoder.hf.tokenizer.encode(text, add_special_tokens=False)
-        mask = token_mask(text, enc, spans, encoder.hf.special_ids, not encoder.template.uses_generation)
+        mask = token_mask(text, enc, spans, encoder.hf.special_ids, not encoder.template.uses_generation,
+                          encoder.hf.offsets_tile_text)
         trained_special = [i for i, m in zip(enc.ids, mask) if m and i in encoder.hf.special_ids]
         if trained_special:
             return int(trained_special[-1])
