@@ -28,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import tokenfeed
 
 CHATML_GENERATION = (

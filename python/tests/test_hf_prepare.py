@@ -363,6 +363,7 @@ def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
     assert s["first_skipped"]["no_assistant"].endswith("c.jsonl:3: the conversation has no assistant message")
     meta = json.loads((tmp_path / "o" / "dataset_metadata.json").read_text())
     assert meta["skipped"]["invalid_json"] == 1 and meta["source"]["blank_lines"] == 1
+    assert list(meta["skipped"]) == list(hf_prepare.REASONS)  # every reason, counted or not
     # A raise_exception in the template names the record and the template's message.
     strict = tokenizer_dir(tmp_path / "strict", tokenizer_json,
                            "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}"
@@ -398,7 +399,7 @@ def test_tokenizer_directory_errors(tokenizer_json, tmp_path):
 
 
 def test_large_vocabulary_is_written_as_uint32(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, models, pre_tokenizers
     vocab = {f"w{i}": i for i in range(70000)}
     vocab["[UNK]"] = 70000
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
