@@ -340,6 +340,10 @@ def test_the_loader_reads_it_and_the_mask_aligns(tokenizer_json, tmp_path):
             assert y[n - 2] == eot
             seen += 1
     assert seen == 20
+    # No single role token in these templates, so no turn-aware truncation: a clear refusal.
+    with pytest.raises(tokenfeed.ConfigError, match="truncation=right"):
+        tokenfeed.Loader(dict(dataset_dir=str(out), batch_size=4, block_size=64, audit_log_dir="",
+                              dataset_mode="sft_episode", use_loss_mask=True, truncation="drop_oldest_turns"))
 
 
 def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
