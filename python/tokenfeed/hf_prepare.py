@@ -504,11 +504,12 @@ class ChunkResult:
         self.records = 0
 
 
-# Worker processes (fork): the encoder is built once per worker.
+# Worker processes (fork): each has the parent's encoder, copied by fork (not pickled), so
+# that the tokenizer and the template are loaded and compiled once.
 _worker_encoder: Optional[ConversationEncoder] = None
 
 
-def _worker_init(args: Tuple[Any, ...]) -> None:
+def _worker_init(encoder: ConversationEncoder) -> None:
     global _worker_encoder
     # The parent handles Ctrl-C and ends the pool with SIGTERM, which must end a worker
     # silently, not raise the command's own handler's exception (inherited through fork).
@@ -516,7 +517,7 @@ def _worker_init(args: Tuple[Any, ...]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers are the parallelism
-    _worker_encoder = ConversationEncoder(*args)
+    _worker_encoder = encoder
 
 
 def _worker_encode(records: Sequence[Tuple[str, Any]]) -> ChunkResult:
@@ -809,7 +810,7 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
         else:
             import multiprocessing
             ctx = multiprocessing.get_context("fork")
-            pool = ctx.Pool(workers, _worker_init, ((hf_dir, messages_field, int(seed), float(val_split), now),))
+            pool = ctx.Pool(workers, _worker_init, (encoder,))
             in_flight: collections.deque = collections.deque()
             for chunk in source.chunks():
                 in_flight.append(pool.apply_async(_worker_encode, (chunk,)))
