@@ -95,6 +95,13 @@ log "test and build requirements"
 # numpy: Debian's python3-numpy when it is there (torch 1.13 is built against it; pip
 # leaves an installed numpy alone), else PyPI's.
 pip_install numpy pytest "scikit-build-core>=0.10,<2" "nanobind>=2.0,<4"
+# The Hugging Face preparation (the package's [hf] extra: tokenizers, jinja2, pyarrow) and
+# transformers, which its tests compare against; pip is skipped once they import.
+if ! "$PY" -c "import tokenizers, jinja2, pyarrow, transformers" 2>/dev/null; then
+  log "installing tokenizers, jinja2, pyarrow, transformers (once per venv)"
+  # pyarrow below 21: later wheels refuse NumPy 1.x, which Debian's torch 1.13 is built against.
+  pip_install "tokenizers>=0.15" "jinja2>=3.1" "pyarrow>=12,<21" "transformers>=4.45"
+fi
 case "$TORCH" in
   pypi)
     if ! "$PY" -c "import torch" 2>/dev/null; then

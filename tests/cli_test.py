@@ -10,6 +10,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -391,6 +392,30 @@ with tempfile.TemporaryDirectory() as tmp:
                  "unknown key in --special-tokens", "special.json", '"tol"', status=2)
     expect_error(run("prepare", "--input", good, "--output-dir", out), "non-empty output", "not empty", status=2)
     check(not os.path.exists(o), "no output after the errors")
+
+    # --hf-tokenizer hands the run to the Python package (python/tests/test_hf_prepare.py runs
+    # it end to end); here: its options' conflicts, and the errors when Python or the package
+    # is missing.
+    hf_dir = os.path.join(tmp, "hf_tok")
+    os.makedirs(hf_dir)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--hf-tokenizer", hf_dir, "--tokenizer", "bytes"),
+                 "--hf-tokenizer with --tokenizer", "excludes", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--hf-tokenizer", hf_dir, "--system-text", "x"),
+                 "--hf-tokenizer with --system-text", "excludes", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--messages-field", "conv"),
+                 "--messages-field without --hf-tokenizer", "--hf-tokenizer", status=2)
+    expect_error(run("prepare", "--input", good, "--output-dir", o, "--workers", "2"),
+                 "--workers without --hf-tokenizer", "--hf-tokenizer", status=2)
+    no_python = dict(os.environ, TOKENFEED_PYTHON=os.path.join(tmp, "no-such-python"))
+    r = subprocess.run([TOKENFEED, "prepare", "--input", good, "--output-dir", o, "--hf-tokenizer", hf_dir],
+                       capture_output=True, text=True, timeout=120, env=no_python)
+    expect_error(r, "--hf-tokenizer without Python", "no-such-python", "tokenfeed[hf]", status=2)
+    bare = subprocess.run([sys.executable, "-c", "import tokenfeed.hf_prepare"], capture_output=True)
+    if bare.returncode != 0:  # this Python lacks the package: the command says what to install
+        r = subprocess.run([TOKENFEED, "prepare", "--input", good, "--output-dir", o, "--hf-tokenizer", hf_dir],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, TOKENFEED_PYTHON=sys.executable))
+        expect_error(r, "--hf-tokenizer without the package", "pip install 'tokenfeed[hf]'", status=2)
+    check(not os.path.exists(o), "no output after the --hf-tokenizer errors")
 
     # The split rule is the documented one (checked with hashlib): a conversation lands in val
     # exactly when its point is below --val-split, and train must not end up empty.

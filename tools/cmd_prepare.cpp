@@ -1,16 +1,21 @@
 // `tokenfeed prepare`: JSONL conversations -> an episode-indexed SFT dataset.
+// With --hf-tokenizer DIR the job is the Python package's (tokenfeed.hf_prepare): the
+// command replaces itself with that Python program and the same options.
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "prepare/prepare.hpp"
 #include "commands.hpp"
@@ -65,7 +70,29 @@ failure).
 
 Example:
   tokenfeed prepare --input chats.jsonl.gz --output-dir data/chat_sft --val-split 0.05
+
+With a model's own tokenizer (a local Hugging Face directory: tokenizer.json and
+tokenizer_config.json with its Jinja chat_template), JSONL or parquet input:
+  tokenfeed prepare --hf-tokenizer models/Qwen2.5-0.5B-Instruct --input chats.parquet --output-dir data/qwen_sft
+The conversations are rendered with the model's template and tokenized with its tokenizer;
+the loss mask covers what the template's {% generation %} blocks mark, or else each assistant
+reply and the end-of-turn token(s) after it, found by rendering prefixes of the conversation.
+This runs the tokenfeed Python package (python3 -m tokenfeed.hf_prepare; TOKENFEED_PYTHON
+names another interpreter), which needs `pip install 'tokenfeed[hf]'`; `python3 -m
+tokenfeed.hf_prepare --help` lists its options.
 )help";
+
+// Runs tokenfeed.hf_prepare with the given arguments; a missing package is one clear line.
+constexpr const char* kHfBootstrap = R"py(import sys
+try:
+    from tokenfeed import hf_prepare
+except ImportError as e:
+    sys.stderr.write("tokenfeed: error: --hf-tokenizer runs the tokenfeed Python package, which %s cannot "
+                     "import (%s); install it with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON to "
+                     "the Python that has it\n" % (sys.executable, e))
+    sys.exit(2)
+sys.exit(hf_prepare.main(sys.argv[1:]))
+)py";
 
 struct PrepareArgs {
   PrepareOptions options;
@@ -76,6 +103,9 @@ struct PrepareArgs {
   std::string system_text{kDefaultSystemText};
   const CLI::Option* system_text_option = nullptr;  // to tell a given --system-text from the default
   double progress_seconds = 5;  // when stderr is not a terminal
+  std::string hf_tokenizer;    // --hf-tokenizer DIR: run by the Python package
+  std::string messages_field;  // with --hf-tokenizer only
+  int workers = -1;            // with --hf-tokenizer only; -1: not given
 };
 
 // Stopping on a signal. The handler only records the signal (lock-free atomics are
@@ -239,8 +269,54 @@ void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
   std::cout << out.str() << std::flush;
 }
 
+std::string format_double(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+// Replaces the process with `PYTHON -c BOOTSTRAP` and the options, so that the Python run's
+// output, exit status and signals are the command's. Returns only by throwing.
+[[noreturn]] void exec_hf_prepare(const PrepareArgs& args) {
+  const PrepareOptions& o = args.options;
+  const char* env_python = std::getenv("TOKENFEED_PYTHON");
+  const std::string python = env_python != nullptr && *env_python != '\0' ? env_python : "python3";
+  std::vector<std::string> argv = {python,
+                                   "-c",
+                                   kHfBootstrap,
+                                   "--input",
+                                   o.input.string(),
+                                   "--output-dir",
+                                   o.output_dir.string(),
+                                   "--hf-tokenizer",
+                                   args.hf_tokenizer,
+                                   "--val-split",
+                                   format_double(o.val_split),
+                                   "--seed",
+                                   std::to_string(o.seed),
+                                   "--shard-tokens",
+                                   std::to_string(o.shard_tokens),
+                                   "--token-dtype",
+                                   args.token_dtype,
+                                   "--on-error",
+                                   args.on_error};
+  if (!args.messages_field.empty()) argv.insert(argv.end(), {"--messages-field", args.messages_field});
+  if (args.workers >= 0) argv.insert(argv.end(), {"--workers", std::to_string(args.workers)});
+  std::vector<char*> c_argv;
+  for (std::string& a : argv) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  std::cout.flush();
+  std::fflush(nullptr);
+  ::execvp(python.c_str(), c_argv.data());
+  const int err = errno;
+  throw Error(ErrorKind::config, "--hf-tokenizer runs the tokenfeed Python package, but '" + python +
+                                     "' cannot be started (" + std::strerror(err) +
+                                     "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
+}
+
 // Errors propagate to main(), which prints them on one line and sets the exit status.
 void run_prepare(PrepareArgs& args) {
+  if (!args.hf_tokenizer.empty()) exec_hf_prepare(args);
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   const auto clear_progress = [tty] {
     if (tty) std::fprintf(stderr, "\r\033[K");
@@ -329,12 +405,12 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--token-dtype", args->token_dtype, "Token file dtype; auto picks uint16 when the vocabulary fits")
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}))
       ->capture_default_str();
-  args->system_text_option =
-      cmd->add_option("--system-text", args->system_text,
-                      "System text injected when a conversation has no system message (text input only; "
-                      "\"\": no system turn)")
-          ->capture_default_str()
-          ->excludes(special);
+  auto* system_text = cmd->add_option("--system-text", args->system_text,
+                                      "System text injected when a conversation has no system message (text input "
+                                      "only; \"\": no system turn)")
+                          ->capture_default_str()
+                          ->excludes(special);
+  args->system_text_option = system_text;
   cmd->add_option("--progress-seconds", args->progress_seconds,
                   "When stderr is not a terminal: a progress line every this many seconds")
       ->check(CLI::NonNegativeNumber)
@@ -342,6 +418,19 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--on-error", args->on_error, "What to do with a bad line: fail (stop) or skip (count it)")
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
+  auto* hf = cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
+                             "A local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json with "
+                             "its chat_template): render and tokenize as that model does; JSONL or .parquet input "
+                             "(runs the Python package, see below)");
+  hf->excludes(tokenizer)->excludes(special)->excludes(system_text);
+  hf->excludes("--special-token-strings");
+  cmd->add_option("--messages-field", args->messages_field,
+                  "With --hf-tokenizer: the field (or parquet column) holding the messages (default messages)")
+      ->needs(hf);
+  cmd->add_option("--workers", args->workers,
+                  "With --hf-tokenizer: processes that render and tokenize (default 0: one per core)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(hf);
   cmd->callback([args] { run_prepare(*args); });
 }
 

@@ -36,7 +36,9 @@ of time on background C++ threads, for Python and PyTorch training loops.
   serialize.
 - Preparation: ``DatasetWriter`` writes an episode-indexed split from token ids made by any
   tokenizer, all or nothing; the chat-template functions build them from pre-tokenized
-  messages.
+  messages; ``prepare(input, output_dir, hf_tokenizer=DIR)`` makes a whole dataset from
+  conversations with a model's own Hugging Face tokenizer and chat template (the ``[hf]``
+  extra).
 """
 from __future__ import annotations
 
@@ -92,6 +94,7 @@ __all__ = [
     "make_tokenizer",
     "pack_sft_ids_and_mask",
     "plan_sft_window",
+    "prepare",
     "serialize_chat",
     "serialize_chat_text",
     "set_logging",
@@ -301,6 +304,26 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
         json.dump(meta, f, indent=2)
         f.write("\n")
     return path
+
+
+def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.PathLike[str]"], *,  # noqa: A002
+            hf_tokenizer: Optional[Union[str, "os.PathLike[str]"]] = None, val_split: float = 0.0, seed: int = 0,
+            shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
+            messages_field: str = "messages", workers: int = 0, progress: bool = False,
+            chunk_records: int = 256) -> Dict[str, Any]:
+    """Prepares an SFT dataset (train/, val/, dataset_metadata.json) from a JSONL or parquet
+    file of conversations with ``hf_tokenizer``, a local Hugging Face tokenizer directory
+    (tokenizer.json, tokenizer_config.json with its chat_template), the assistant-only loss
+    mask derived from the template; see ``tokenfeed.hf_prepare`` for the options. Needs
+    ``pip install 'tokenfeed[hf]'``; returns the run's summary."""
+    if hf_tokenizer is None:
+        raise UsageError("tokenfeed.prepare needs hf_tokenizer=DIR (a Hugging Face tokenizer directory); the "
+                         "built-in tokenizers are prepared by the `tokenfeed prepare` command")
+    from . import hf_prepare
+    return hf_prepare.prepare(input, output_dir, hf_tokenizer=hf_tokenizer, val_split=val_split, seed=seed,
+                              shard_tokens=shard_tokens, token_dtype=token_dtype, on_error=on_error,
+                              messages_field=messages_field, workers=workers, progress=progress,
+                              chunk_records=chunk_records)
 
 
 # ---------------------------------------------------------------------------------------

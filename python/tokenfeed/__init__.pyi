@@ -25,6 +25,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "collate_sft_batch",
+    "prepare",
     "make_tokenizer",
     "pack_sft_ids_and_mask",
     "plan_sft_window",
@@ -240,6 +241,10 @@ def write_dataset_metadata(dataset_dir: _Path, *, token_dtype: str, mask_dtype: 
                            special_tokens: Optional[Union[SpecialTokenIds, Mapping[str, int]]] = None,
                            **extra: Any) -> str: ...
 def special_token_ids_from_metadata(dataset_dir: _Path) -> SpecialTokenIds: ...
+def prepare(input: _Path, output_dir: _Path, *, hf_tokenizer: Optional[_Path] = None, val_split: float = ...,
+            seed: int = ..., shard_tokens: int = ..., token_dtype: str = ..., on_error: str = ...,
+            messages_field: str = ..., workers: int = ..., progress: bool = ...,
+            chunk_records: int = ...) -> Dict[str, Any]: ...
 def serialize_chat(messages: Sequence[Union[Mapping[str, Any], Tuple[str, _Ids]]], special: SpecialTokenIds,
                    default_system_ids: _Ids = ..., vocab_size: Optional[int] = None, with_mask: bool = False
                    ) -> Union[npt.NDArray[np.uint32], Tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]]: ...
