@@ -1,7 +1,7 @@
 """GRPO on a tiny policy through tokenfeed.RLLoader, on the CPU.
 
     pip install .          # the tokenfeed package; torch: Debian's python3-torch or pip install torch
-    python examples/grpo_tiny.py [--steps 60] [--check]
+    python examples/grpo_tiny.py [--steps 40] [--check] [--prefetch-groups N]
 
 The prompts are a small episode-indexed dataset written here with tokenfeed.DatasetWriter
 (random ids of a vocabulary of 8; 0 is the pad id). For each prompt the policy samples a
@@ -17,10 +17,13 @@ weighted cross-entropy trains the policy:
 Several sequences share a row: the model attends only within its own sequence (the
 sequences restart `position_ids` at 0; `cu_seqlens` holds the same boundaries for a
 varlen attention kernel). The mean reward of every completion sampled is printed every 10
-steps; it climbs from about 1/8 (a uniform policy) towards 1.
+steps; it climbs from about 1/8 (a uniform policy) towards 1. Once it is near 1, nearly
+every group's rewards are all 1 and the group is dropped: the run stops there ("solved")
+rather than reach max_attempts.
 
 --check exits 1 unless the last 10 steps' sampled reward is at least 0.5 and 0.25 above the
-first 10 steps'. Measured with Debian's torch 1.13 at 60 steps: from about 0.13 to about 0.9.
+first 10 steps'. Measured with Debian's torch 1.13 at 40 steps: 0.17 at step 1, 0.34 over
+the first 10 steps, 0.96 over the last 10.
 """
 import argparse
 import math
@@ -127,12 +130,13 @@ def grpo_loss(model, t):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=40)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--prefetch-groups", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--prefetch-groups", type=int, default=0,
+                   help="sample up to N groups ahead on a background thread (then with a policy up to a few steps old)")
     p.add_argument("--check", action="store_true")
     a = p.parse_args()
 
@@ -153,17 +157,26 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-            window.append(float(np.mean(sampler.rewards[seen:])))
-            seen = len(sampler.rewards)
-            if step % 10 == 0:
+            # With --prefetch-groups the sampler runs ahead on its own thread, so a step may
+            # have sampled nothing new.
+            new = sampler.rewards[seen:]
+            seen += len(new)
+            if new:
+                window.append(float(np.mean(new)))
+            if step == 1 or step % 10 == 0:
                 m = loader.metrics()["total"]
                 print(f"step {step:3d}  sampled reward {np.mean(window[-10:]):.3f}  loss {loss.item():+.4f}  "
                       f"groups kept {m['valid_groups']} dropped {m['zero_var_groups']}", flush=True)
             if step == a.steps:
                 break
+            if step >= 10 and np.mean(window[-10:]) >= 0.99:
+                # Solved: nearly every group would now be dropped (all rewards 1), and
+                # max_attempts would end the run.
+                print(f"step {step:3d}  solved", flush=True)
+                break
         loader.close()
     first, last = float(np.mean(window[:10])), float(np.mean(window[-10:]))
-    print(f"sampled reward: first 10 steps {first:.3f}, last 10 steps {last:.3f}")
+    print(f"sampled reward: step 1 {window[0]:.3f}, first 10 steps {first:.3f}, last 10 steps {last:.3f}")
     if a.check and not (last >= 0.5 and last >= first + 0.25):
         print("check failed: the reward did not go up enough", file=sys.stderr)
         return 1

@@ -291,7 +291,7 @@ def test_torch_views_share_the_batch_memory(prompts_dir):
 
 def test_grpo_example_reward_goes_up():
     require_torch()
-    result = subprocess.run([sys.executable, str(REPO / "examples" / "grpo_tiny.py"), "--steps", "60", "--check"],
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "grpo_tiny.py"), "--steps", "40", "--check"],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "step  60" in result.stdout
+    assert "step  40" in result.stdout
