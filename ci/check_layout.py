@@ -25,6 +25,9 @@ MAY_INCLUDE = {
     "pipeline": {"util", "io"},
     "modes": {"util", "io", "dataset", "sampling", "pipeline"},
     "loader": {"util", "io", "dataset", "sampling", "modes", "pipeline", "chat", "tokenizer"},
+    # RL batches: prompts read like a dataset split (resolving the config as the loader
+    # does), scored groups packed into pooled batches.
+    "rl": {"util", "io", "dataset", "sampling", "modes", "pipeline", "loader"},
     "tokenizer": {"util", "io"},
     "chat": {"util", "tokenizer"},
     "prepare": {"util", "io", "dataset", "tokenizer", "chat"},

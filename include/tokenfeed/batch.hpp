@@ -40,6 +40,15 @@
 //   doc_ids int32 (document-aware token streams; empty otherwise): the running document
 //           index of each input position
 //
+// RL batches (GroupBatcher, include/tokenfeed/rl.hpp) fill the contract with several
+// prompt+completion sequences per row, token_weights being each completion's advantage
+// on its label positions, and three fields that are empty in every other mode:
+//
+//   log_probs float32 B x T: the sampler's log-probabilities aligned to labels, 0 elsewhere
+//             (empty when the sampler gave none)
+//   rewards   float32, num_sequences(): each sequence's reward (0 for padding)
+//   group_ids int64, num_sequences(): each sequence's group (-1 for padding)
+//
 // Thread-safety: a Batch may be read from any thread; release/destruction must not race
 // with reads of the same Batch.
 #pragma once
@@ -110,8 +119,13 @@ class TOKENFEED_API Batch {
   // Input positions holding episode or window tokens; over rows() * cols() it is the
   // packing efficiency.
   std::size_t real_positions() const noexcept;
-  // sft_packed: the episodes in row order; empty in the other modes.
+  // sft_packed: the episodes in row order; RL: the sequences in row order (episode: the
+  // prompt's); empty in the other modes.
   std::span<const PackedSegment> segments() const noexcept;
+  // RL batches only (see above); empty in the other modes.
+  std::span<const float> log_probs() const noexcept;
+  std::span<const float> rewards() const noexcept;
+  std::span<const std::int64_t> group_ids() const noexcept;
 
   // How long get_batch waited for this batch on the caller's thread, in microseconds.
   double wait_us() const noexcept;

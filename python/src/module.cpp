@@ -50,6 +50,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "bindings.hpp"
 #include "measure/measure.hpp"
 #include "measure/nearest_rank.hpp"
 #include "tokenfeed/batch.hpp"
@@ -171,7 +172,8 @@ std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.
 // Batch
 
 enum Field : std::size_t {
-  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments, kFieldCount
+  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments,
+  kLogProbs, kRewards, kGroupIds, kFieldCount
 };
 
 // The Python Batch: the capsule that owns the C++ batch, and each field's array, made on
@@ -229,6 +231,10 @@ class PyBatch {
   nb::object doc_ids() { return grid(kDocIds, batch().doc_ids()); }
   nb::object cu_seqlens() { return vector(kCuSeqlens, batch().cu_seqlens()); }
   nb::object episode_ids() { return vector(kEpisodeIds, batch().episode_ids()); }
+  // RL batches only (empty arrays otherwise).
+  nb::object log_probs() { return grid(kLogProbs, batch().log_probs()); }
+  nb::object rewards() { return vector(kRewards, batch().rewards()); }
+  nb::object group_ids() { return vector(kGroupIds, batch().group_ids()); }
 
   // The PackedSegment records themselves, no copy: a 1-D numpy structured array (fields
   // row, column, positions, episode; segment_dtype()) over the batch's buffer.
@@ -278,7 +284,10 @@ class PyBatch {
     if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
-    if (!b.segments().empty()) d["segments"] = segments();  // sft_packed
+    if (!b.segments().empty()) d["segments"] = segments();  // sft_packed, RL
+    if (!b.log_probs().empty()) d["log_probs"] = log_probs();  // RL, when the sampler gave them
+    if (!b.rewards().empty()) d["rewards"] = rewards();        // RL
+    if (!b.group_ids().empty()) d["group_ids"] = group_ids();  // RL
     return d;
   }
 
@@ -909,6 +918,19 @@ void write_log_line_to_stderr(tokenfeed::LogLevel level, std::string_view line) 
 }  // namespace
 
 void bind_chat(nb::module_& m);  // chat.cpp
+namespace tokenfeed_python {
+
+nb::object wrap_batch(tokenfeed::Batch&& batch) {
+  return nb::cast(PyBatch(std::make_unique<tokenfeed::Batch>(std::move(batch))), nb::rv_policy::move);
+}
+
+tokenfeed::Config config_from_python(nb::handle source, const nb::kwargs& overrides) {
+  return make_config(source, overrides);
+}
+
+nb::dict config_to_python(const tokenfeed::Config& config) { return config_dict(config); }
+
+}  // namespace tokenfeed_python
 
 NB_MODULE(_tokenfeed, m) {
   m.doc() = "tokenfeed's C++ core; use the `tokenfeed` package, which re-exports it.";
@@ -948,6 +970,9 @@ NB_MODULE(_tokenfeed, m) {
       .def_prop_ro("window_ids", &PyBatch::episode_ids)
       .def_prop_ro("doc_ids", &PyBatch::doc_ids)
       .def_prop_ro("segments", &PyBatch::segments)
+      .def_prop_ro("log_probs", &PyBatch::log_probs)
+      .def_prop_ro("rewards", &PyBatch::rewards)
+      .def_prop_ro("group_ids", &PyBatch::group_ids)
       .def_prop_ro("split", [](const PyBatch& b) { return std::string(b.batch().split()); })
       .def_prop_ro("step", [](const PyBatch& b) { return b.batch().step(); })
       .def_prop_ro("epoch", [](const PyBatch& b) { return b.batch().epoch(); })
@@ -1115,4 +1140,6 @@ NB_MODULE(_tokenfeed, m) {
   m.def("_pack_sft_ids_and_mask", &pack_ids_and_mask, "ids"_a, "mask"_a, "S"_a, "special"_a, "pad_id"_a);
   m.def("_collate_sft_batch", &collate_batch, "rows"_a, "T"_a, "ignore_index"_a);
   bind_chat(m);
+
+  tokenfeed_python::bind_rl(m);
 }

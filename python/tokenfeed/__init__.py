@@ -34,6 +34,9 @@ of time on background C++ threads, for Python and PyTorch training loops.
   state, usage), ``OSError`` (io, format) or ``RuntimeError`` (pipeline); the chat template
   functions raise ``ConversationError`` (a ``ValueError``) for a conversation they cannot
   serialize.
+- RL: ``RLLoader(prompts_config, sample_and_score, group_size=, batch_size=, block_size=)``
+  packs scored groups of completions into the same batches, with GRPO advantages as
+  ``token_weights`` (see ``tokenfeed.rl``).
 - Preparation: ``DatasetWriter`` writes an episode-indexed split from token ids made by any
   tokenizer, all or nothing; the chat-template functions build them from pre-tokenized
   messages; ``prepare(input, output_dir, hf_tokenizer=DIR)`` makes a whole dataset from
@@ -70,6 +73,7 @@ from ._tokenfeed import (  # noqa: F401  (re-exports)
     set_logging,
 )
 from . import _tokenfeed as _core
+from .rl import RLLoader, ScoredGroup
 
 __all__ = [
     "Batch",
@@ -85,6 +89,8 @@ __all__ = [
     "Loader",
     "MAX_HELD_BATCHES",
     "PipelineError",
+    "RLLoader",
+    "ScoredGroup",
     "SpecialTokenIds",
     "StateError",
     "Tokenizer",

@@ -19,6 +19,8 @@ __all__ = [
     "Loader",
     "MAX_HELD_BATCHES",
     "PipelineError",
+    "RLLoader",
+    "ScoredGroup",
     "SpecialTokenIds",
     "StateError",
     "Tokenizer",
@@ -105,7 +107,17 @@ class Batch:
     def doc_ids(self) -> npt.NDArray[np.int32]: ...
     @property
     def segments(self) -> npt.NDArray[np.void]:
-        """sft_packed: the PackedSegment records, no copy: fields row, column, positions (uint32), episode (int64)."""
+        """sft_packed and RL: the PackedSegment records, no copy: fields row, column, positions (uint32),
+        episode (int64; RL: the prompt's episode)."""
+    @property
+    def log_probs(self) -> npt.NDArray[np.float32]:
+        """RL: the sampler's log-probs aligned to labels (B x T, 0 elsewhere); empty otherwise."""
+    @property
+    def rewards(self) -> npt.NDArray[np.float32]:
+        """RL: one reward per sequence of cu_seqlens (0 for padding); empty otherwise."""
+    @property
+    def group_ids(self) -> npt.NDArray[np.int64]:
+        """RL: one group id (the pull index) per sequence of cu_seqlens (-1 for padding); empty otherwise."""
     @property
     def split(self) -> str: ...
     @property
@@ -137,6 +149,39 @@ class Batch:
     def arrays(self) -> Dict[str, npt.NDArray[Any]]: ...
     def release(self) -> None: ...
     def to_torch(self, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Dict[str, Any]: ...
+
+class ScoredGroup:
+    """What sample_and_score returns: completions (token ids after the prompt), one reward per
+    completion, optional per-token log_probs of the same lengths."""
+    completions: Sequence[Any]
+    rewards: Sequence[float]
+    log_probs: Optional[Sequence[Any]]
+    def __init__(self, completions: Sequence[Any], rewards: Sequence[float],
+                 log_probs: Optional[Sequence[Any]] = None) -> None: ...
+
+class RLLoader(Iterator[Batch]):
+    """Packed RL batches with GRPO advantages as token_weights (see tokenfeed.rl)."""
+    group_size: int
+    prefetch_groups: int
+    def __init__(self, prompts_config: Union[_Path, Mapping[str, _ConfigValue]],
+                 sample_and_score: Any, *, group_size: int, batch_size: int, block_size: int,
+                 eps: float = 1e-6, max_attempts: int = 64, advantage: str = "grpo",
+                 prefetch_groups: int = 0, **overrides: _ConfigValue) -> None: ...
+    def next_batch(self) -> Batch: ...
+    def __iter__(self) -> RLLoader: ...
+    def __next__(self) -> Batch: ...
+    def metrics(self) -> Dict[str, Dict[str, Any]]: ...
+    @property
+    def cursor(self) -> int: ...
+    @property
+    def num_prompts(self) -> int: ...
+    @property
+    def config(self) -> Dict[str, str]: ...
+    def state_dict(self) -> Dict[str, Any]: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> RLLoader: ...
+    def __exit__(self, *exc: Any) -> None: ...
 
 class BatchIterator(Iterator[Batch]):
     def __iter__(self) -> BatchIterator: ...

@@ -22,6 +22,11 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   if (shape.contract_fields || shape.with_document_fields) slot->position_ids.resize(cells);
   if (shape.contract_fields) slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
   if (shape.packed) slot->segments.resize(cells);
+  if (shape.rl_fields) {
+    slot->log_probs.resize(cells);
+    slot->rewards.resize(shape.rows * (shape.cols + 1));
+    slot->group_ids.resize(shape.rows * (shape.cols + 1));
+  }
   return slot;
 }
 
@@ -138,6 +143,17 @@ std::span<const std::int32_t> Batch::doc_ids() const noexcept {
 }
 std::span<const std::int32_t> Batch::position_ids() const noexcept {
   return slot_ ? std::span<const std::int32_t>(slot_->position_ids) : std::span<const std::int32_t>();
+}
+std::span<const float> Batch::log_probs() const noexcept {
+  return slot_ && slot_->log_probs_given ? std::span<const float>(slot_->log_probs) : std::span<const float>();
+}
+std::span<const float> Batch::rewards() const noexcept {
+  return slot_ && !slot_->rewards.empty() ? std::span<const float>(slot_->rewards.data(), slot_->num_sequences)
+                                          : std::span<const float>();
+}
+std::span<const std::int64_t> Batch::group_ids() const noexcept {
+  return slot_ && !slot_->group_ids.empty() ? std::span<const std::int64_t>(slot_->group_ids.data(), slot_->num_sequences)
+                                            : std::span<const std::int64_t>();
 }
 double Batch::wait_us() const noexcept { return slot_ ? slot_->wait_us : 0.0; }
 

@@ -34,6 +34,7 @@ struct BatchShape {
   bool contract_fields = true;         // labels (unless y), token_weights, position_ids (unless
                                        // document fields), cu_seqlens; false leaves them empty
   bool packed = false;                 // sft_packed: segments are recorded
+  bool rl_fields = false;              // RL batches: log_probs, rewards and group_ids
 };
 
 
@@ -55,6 +56,12 @@ struct BatchSlot {
   std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
   std::vector<tokenfeed::PackedSegment> segments;   // packed mode; capacity rows * cols, `segment_count` used
   std::size_t segment_count = 0;
+  // RL batches only (empty otherwise): log_probs B x T, and per sequence of cu_seqlens its
+  // reward and group id (capacity as cu_seqlens; num_sequences used).
+  std::vector<float> log_probs;
+  std::vector<float> rewards;
+  std::vector<std::int64_t> group_ids;
+  bool log_probs_given = false;  // some group of the batch gave log-probs
 
   // Starts filling the slot for a batch: its bookkeeping, and empty sequence and segment
   // lists. Every decoder calls it first.
@@ -94,8 +101,9 @@ struct BatchSlot {
 
   // The bytes of every buffer above (what one slot costs in memory).
   std::size_t buffer_bytes() const noexcept {
-    return (x.capacity() + y.capacity() + episode_ids.capacity() + labels.capacity()) * sizeof(std::int64_t) +
-           (mask.capacity() + token_weights.capacity()) * sizeof(float) +
+    return (x.capacity() + y.capacity() + episode_ids.capacity() + labels.capacity() + group_ids.capacity()) *
+               sizeof(std::int64_t) +
+           (mask.capacity() + token_weights.capacity() + log_probs.capacity() + rewards.capacity()) * sizeof(float) +
            (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity()) * sizeof(std::int32_t) +
            segments.capacity() * sizeof(PackedSegment);
   }
