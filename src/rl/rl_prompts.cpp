@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "dataset_metadata.hpp"
-#include "episode_dataset.hpp"
-#include "episode_sampler.hpp"
-#include "hash.hpp"
+#include "dataset/dataset_metadata.hpp"
+#include "dataset/episode_dataset.hpp"
+#include "loader/launcher_ranks.hpp"
+#include "modes/epoch_orders.hpp"
+#include "sampling/episode_sampler.hpp"
+#include "util/hash.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/rl.hpp"
 
@@ -22,6 +24,7 @@ struct RLPrompts::Impl {
   Config config;
   std::optional<EpisodeSplit> split;
   std::optional<EpisodeSampler> sampler;
+  std::optional<EpochOrders> orders;  // the sampler's epoch orders in use, the next made ahead
   std::int64_t pad = 0;
   std::uint64_t fingerprint = 0;
 };
@@ -36,6 +39,9 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   if (!fs::is_directory(config.dataset_dir, ec)) {
     throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
   }
+  const LauncherRanks ranks = resolve_ranks(config);  // rank and world_size may come from the launcher
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
   const DatasetMetadata metadata = read_dataset_metadata(config.dataset_dir);
   if (config.token_dtype && metadata.token_dtype && *config.token_dtype != *metadata.token_dtype) {
     throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) + " but '" +
@@ -43,7 +49,12 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
                                        to_string(*metadata.token_dtype) + "; remove the key or fix the metadata");
   }
   if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;
-  if (!config.pad_token_id) config.pad_token_id = metadata.eot_token_id ? metadata.eot_token_id : metadata.eos_token_id;
+  // The loader's precedence: the config, the metadata's pad_token_id, eot_token_id, eos_token_id.
+  if (!config.pad_token_id) {
+    config.pad_token_id = metadata.pad_token_id   ? metadata.pad_token_id
+                          : metadata.eot_token_id ? metadata.eot_token_id
+                                                  : metadata.eos_token_id;
+  }
   s.pad = config.pad_token_id.value_or(0);
   if (!config.batch_sampling_mode) config.batch_sampling_mode = SamplingMode::epoch;
 
@@ -74,6 +85,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   settings.rank = static_cast<std::uint64_t>(config.rank);
   settings.split = "train";
   s.sampler.emplace(std::move(kept), settings);
+  s.orders.emplace(*s.sampler);
 
   Hasher h;
   h.add(std::string_view("tokenfeed-rl-prompts"));
@@ -92,7 +104,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
 RLPrompts::~RLPrompts() = default;
 
 Prompt RLPrompts::at(std::uint64_t index) const {
-  const BatchPlan plan = impl_->sampler->plan(index);
+  const SampledBatch plan = impl_->orders->sample(index);
   const std::int64_t id = impl_->sampler->row_episode(plan, 0);
   Prompt p;
   p.index = index;
