@@ -6,9 +6,6 @@
 namespace tokenfeed {
 namespace detail {
 
-namespace {
-
-// One slot with every buffer `shape` calls for.
 std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
   auto slot = std::make_unique<BatchSlot>();
@@ -22,10 +19,9 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   if (shape.contract_fields || shape.with_document_fields) slot->position_ids.resize(cells);
   if (shape.contract_fields) slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
   if (shape.packed) slot->segments.resize(cells);
+  if (shape.with_source_ids) slot->source_ids.resize(shape.rows);
   return slot;
 }
-
-}  // namespace
 
 BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split, std::size_t capacity)
     : shape_(shape), split_(std::move(split)), capacity_(std::max(slots, capacity)) {
@@ -138,6 +134,9 @@ std::span<const std::int32_t> Batch::doc_ids() const noexcept {
 }
 std::span<const std::int32_t> Batch::position_ids() const noexcept {
   return slot_ ? std::span<const std::int32_t>(slot_->position_ids) : std::span<const std::int32_t>();
+}
+std::span<const std::int32_t> Batch::source_ids() const noexcept {
+  return slot_ ? std::span<const std::int32_t>(slot_->source_ids) : std::span<const std::int32_t>();
 }
 double Batch::wait_us() const noexcept { return slot_ ? slot_->wait_us : 0.0; }
 
