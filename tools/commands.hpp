@@ -2,6 +2,8 @@
 // Each function adds its subcommand (options and callback) to the application.
 #pragma once
 
+#include <string>
+
 namespace CLI {
 class App;
 }
@@ -12,6 +14,10 @@ void add_run_command(CLI::App& app);      // cmd_run.cpp: stream batches, print 
 void add_dump_command(CLI::App& app);     // cmd_dump.cpp: write the next N batches as .npy
 void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and validate a dataset
 void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
-void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
+void add_bench_command(CLI::App& app);
+
+// cmd_inspect_mixture.cpp: `inspect --config FILE --steps N` for a mixture's blend and epochs.
+void inspect_mixture(const std::string& config_file,
+                     long steps);  // cmd_bench.cpp: get_batch latency and throughput like a trainer
 
 }  // namespace tokenfeed::cli
