@@ -51,6 +51,7 @@
 
 #include "measure/measure.hpp"
 #include "measure/nearest_rank.hpp"
+#include "mixture.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
@@ -170,7 +171,8 @@ std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.
 // Batch
 
 enum Field : std::size_t {
-  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments, kFieldCount
+  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments, kSourceIds,
+  kFieldCount
 };
 
 // The Python Batch: the capsule that owns the C++ batch, and each field's array, made on
@@ -228,6 +230,7 @@ class PyBatch {
   nb::object doc_ids() { return grid(kDocIds, batch().doc_ids()); }
   nb::object cu_seqlens() { return vector(kCuSeqlens, batch().cu_seqlens()); }
   nb::object episode_ids() { return vector(kEpisodeIds, batch().episode_ids()); }
+  nb::object source_ids() { return vector(kSourceIds, batch().source_ids()); }
 
   // The PackedSegment records themselves, no copy: a 1-D numpy structured array (fields
   // row, column, positions, episode; segment_dtype()) over the batch's buffer.
@@ -278,6 +281,7 @@ class PyBatch {
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
     if (!b.segments().empty()) d["segments"] = segments();  // sft_packed
+    if (!b.source_ids().empty()) d["source_ids"] = source_ids();  // a mixture
     return d;
   }
 
@@ -333,6 +337,7 @@ void apply_items(tokenfeed::Config& config, nb::handle mapping) {
     if (!PyUnicode_Check(k.ptr())) throw Error(ErrorKind::config, "config keys must be strings, got " + nb::cast<std::string>(nb::repr(k)));
     const std::string key = nb::cast<std::string>(k);
     if (v.is_none()) continue;  // absent: the default
+    if (tokenfeed::python::apply_mixture_key(config, key, v, value_text)) continue;
     tokenfeed::set_config_value(config, key, value_text(key, v));
     if (key == "dataset_dir" && config.dataset_dir.is_relative()) {
       config.dataset_dir = std::filesystem::absolute(config.dataset_dir).lexically_normal();
@@ -502,6 +507,9 @@ class PyLoader {
   }
   std::string fingerprint() {
     return locked([](tokenfeed::Loader& l) { return l.fingerprint(); });
+  }
+  std::vector<std::string> source_names() {
+    return locked([](tokenfeed::Loader& l) { return l.source_names(); });
   }
   std::vector<std::string> splits() {
     return locked([](tokenfeed::Loader& l) {
@@ -897,6 +905,7 @@ NB_MODULE(_tokenfeed, m) {
       .def_prop_ro("episode_ids", &PyBatch::episode_ids)
       .def_prop_ro("window_ids", &PyBatch::episode_ids)
       .def_prop_ro("doc_ids", &PyBatch::doc_ids)
+      .def_prop_ro("source_ids", &PyBatch::source_ids)
       .def_prop_ro("segments", &PyBatch::segments)
       .def_prop_ro("split", [](const PyBatch& b) { return std::string(b.batch().split()); })
       .def_prop_ro("step", [](const PyBatch& b) { return b.batch().step(); })
@@ -958,6 +967,7 @@ NB_MODULE(_tokenfeed, m) {
            "split"_a = "train")
       .def_prop_ro("config", &PyLoader::config)
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
+      .def_prop_ro("source_names", &PyLoader::source_names)
       .def_prop_ro("splits", &PyLoader::splits)
       .def_prop_ro("closed", &PyLoader::closed)
       .def("__repr__", &PyLoader::repr)
