@@ -74,15 +74,22 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const std::uint32_t i = rows[r].source;
     const Member& m = members_[i];
+    slot.source_ids[r] = static_cast<std::int32_t>(i);
+    const auto at = static_cast<std::ptrdiff_t>(r * T);
+    if (m.source->decode_row(rows[r].plan, slot, r)) {
+      // In place; what the source's own shape lacks is completed here.
+      if (!slot.y.empty() && m.shape.y_is_labels) std::copy_n(slot.labels.begin() + at, T, slot.y.begin() + at);
+      if (!slot.doc_ids.empty() && !m.shape.with_document_fields) std::fill_n(slot.doc_ids.begin() + at, T, 0);
+      continue;
+    }
+    // Else decoded in a slot of the source's own shape and copied.
     if (!scratch[i]) scratch[i] = detail::make_slot(m.shape);
     detail::BatchSlot& one = *scratch[i];
     m.source->decode(rows[r].plan, one);
-
-    const auto at = static_cast<std::ptrdiff_t>(r * T);
     std::copy_n(one.x.begin(), T, slot.x.begin() + at);
     if (!slot.y.empty()) {
-      // The row's own y: the raw next tokens of an episode row, the labels of a window or
-      // packed row (whose mode has y == labels).
+      // The row's own y: the raw next tokens of an episode row, the labels of a packed row
+      // (whose mode has y == labels).
       const std::vector<std::int64_t>& y = one.y.empty() ? one.labels : one.y;
       std::copy_n(y.begin(), T, slot.y.begin() + at);
     }
@@ -97,7 +104,6 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
       }
     }
     slot.episode_ids[r] = one.episode_ids[0];
-    slot.source_ids[r] = static_cast<std::int32_t>(i);
     slot.real_positions += one.real_positions;
     for (std::uint32_t q = 0; q < one.num_sequences; ++q) {
       slot.add_sequence(static_cast<std::size_t>(one.cu_seqlens[q + 1] - one.cu_seqlens[q]));

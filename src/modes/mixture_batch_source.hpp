@@ -4,9 +4,10 @@
 // rank * batch_size + i; the MixtureSchedule says which source it comes from and which row
 // k of that source's stream it is. Each source is a BatchSource over its own dataset opened
 // with batch_size 1 and world_size 1, so its batch k is exactly its row k: the mixture
-// plans that batch and decodes it into a one-row scratch slot, then copies the row into
-// its place. A source's rows are therefore bit-identical to its single-source stream, and
-// batch `step` depends on nothing but the step.
+// plans that batch and has the source decode it straight into its row
+// (BatchSource::decode_row), or, for a source that cannot (sft_packed), into a one-row
+// slot of the source's own shape whose row it then copies. A source's rows are therefore bit-identical to its
+// single-source stream, and batch `step` depends on nothing but the step.
 //
 // The mixture's own batches have no epochs (epoch 0, batch_in_epoch == step); each source
 // turns over its own epochs (epoch_of / epoch_first_row).
