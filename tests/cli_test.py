@@ -495,4 +495,39 @@ with tempfile.TemporaryDirectory() as tmp:
           in r.stdout, f"the summary reports the removed directory: {r.stdout}")
     check(staging_dirs(tmp, "killed") == [], "the killed run's temporary directory is gone")
 
+# A mixture: dump writes source_ids.npy; inspect --config --steps shows the blend per stage
+# and the epoch each source reaches.
+with tempfile.TemporaryDirectory() as tmp:
+    for name, count in (("chat", 12), ("code", 5)):
+        write_split(os.path.join(tmp, name), "train", [[100 * e + p + 1 for p in range(4 + e % 5)] for e in range(count)])
+        with open(os.path.join(tmp, name, "dataset_metadata.json"), "w") as f:
+            json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    config = os.path.join(tmp, "mix.xml")
+    with open(config, "w") as f:
+        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
+                "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"3\"/>"
+                "<source name=\"code\" dataset_dir=\"code\" weight=\"1\" epoch_seed=\"7\"/>"
+                "<stage until_step=\"3\"/><stage><weight source=\"chat\">1</weight></stage></mixture></training>")
+    out = os.path.join(tmp, "mixdump")
+    r = run("dump", "--config", config, "--batches", "5", "--out", out)
+    check(r.returncode == 0, f"mixture dump failed: {r.stderr}")
+    descr, shape, raw = read_npy(os.path.join(out, "source_ids.npy"))
+    check(descr == "<i4" and shape == (5, 4), f"source_ids.npy header {descr} {shape}")
+    ids = struct.unpack("<20i", raw)
+    # 3:1 for steps 0..2 (12 rows), then 1:1.
+    check(list(ids) == [0, 0, 1, 0] * 3 + [0, 1] * 4, f"source ids {ids}")
+    r = run("inspect", "--config", config, "--steps", "10")
+    check(r.returncode == 0, f"inspect --config failed: {r.stderr}")
+    for needle in ("stage 0  steps 0..2", "stage 1  steps 3..9", "chat", "75.00%", "50.00%", "code"):
+        check(needle in r.stdout, f"inspect --config should print {needle!r}: {r.stdout}")
+    # 3*3 + 14 = 23 chat rows over 12 episodes: epoch 1; 3 + 14 = 17 code rows over 5: epoch 3.
+    check("chat             epoch 1" in r.stdout and "code             epoch 3" in r.stdout, r.stdout)
+    bad = os.path.join(tmp, "bad.xml")
+    with open(bad, "w") as f:
+        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
+                "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"1\" batch_size=\"2\"/>"
+                "</mixture></training>")
+    expect_error(run("inspect", "--config", bad), "mixture with a loader-wide attribute", "mixture source 'chat'",
+                 "batch_size")
+
 finish("cli_test")

@@ -45,7 +45,8 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 // sft_packed: tokens, labels, weights, positions, and where each episode landed.
-void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::uint64_t>& grid) {
+void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::uint64_t>& grid,
+                 std::optional<NpyWriter>& sources) {
   const fs::path out(o.out);
   NpyWriter x(out / "x.npy", "<i8", grid);
   NpyWriter y(out / "y.npy", "<i8", grid);
@@ -59,6 +60,7 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
     y.append(b.labels());
     weights.append(b.token_weights());
     positions.append(b.position_ids());
+    if (sources) sources->append(b.source_ids());
     for (const PackedSegment& s : b.segments()) {
       segments.insert(segments.end(), {static_cast<std::int64_t>(i), s.row, s.column, s.positions, s.episode});
     }
@@ -67,6 +69,7 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
   NpyWriter seg(out / "segments.npy", "<i8", {segments.size() / 5, 5});
   seg.append(std::span<const std::int64_t>(segments));
   for (NpyWriter* w : {&x, &y, &weights, &positions, &seg}) w->finish();
+  if (sources) sources->finish();
   if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
   std::printf("wrote %ld packed batches of %s (%llu x %llu, %zu episodes, packing efficiency %.1f%%) to %s\n",
               o.batches, o.split.c_str(), static_cast<unsigned long long>(grid[0] / static_cast<std::uint64_t>(o.batches)),
@@ -100,8 +103,12 @@ void dump(const DumpOptions& o) {
                                       std::to_string(cols) + " would make x.npy larger than 16 TiB; dump fewer batches");
   }
   const std::vector<std::uint64_t> grid{n * rows, cols};
+  // A mixture: each row's source index (Loader::source_names order).
+  std::optional<NpyWriter> sources;
+  if (!c.mixture.empty())
+    sources.emplace(fs::path(o.out) / "source_ids.npy", "<i4", std::vector<std::uint64_t>{n, rows});
   if (packed) {
-    dump_packed(loader, o, grid);
+    dump_packed(loader, o, grid, sources);
     return;
   }
 
@@ -124,6 +131,7 @@ void dump(const DumpOptions& o) {
       position_ids->append(b.position_ids());
     }
     ids.append(b.episode_ids());
+    if (sources) sources->append(b.source_ids());
   }
   x.finish();
   y.finish();
@@ -131,6 +139,7 @@ void dump(const DumpOptions& o) {
     if (*writer) (*writer)->finish();
   }
   ids.finish();
+  if (sources) sources->finish();
   if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
   std::printf("wrote %llu batches of %s (%llu x %llu%s) to %s\n", static_cast<unsigned long long>(n), o.split.c_str(),
               static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols), mask ? ", with mask" : "",
@@ -145,7 +154,8 @@ void add_dump_command(CLI::App& app) {
       "dump",
       "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy; token streams write "
       "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware; sft_packed writes x.npy (tokens), "
-      "y.npy (labels), weights.npy, position_ids.npy and segments.npy (batch, row, column, positions, episode_id)");
+      "y.npy (labels), weights.npy, position_ids.npy and segments.npy (batch, row, column, positions, episode_id); "
+      "a mixture also writes source_ids.npy (int32, batches x batch_size)");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
   cmd->add_option("--batches", options->batches, "Number of batches")->check(CLI::PositiveNumber)->capture_default_str();

@@ -41,6 +41,8 @@ constexpr std::size_t kListedIds = 8;           // episode ids listed by --deep
 
 struct InspectOptions {
   std::string dataset_dir;
+  std::string config;  // --config: a mixture's config, inspected over --steps
+  long steps = 1000;
   long block_size = 0;
   bool deep = false;
   long eos_id = -1;  // overrides the metadata's end-of-text id for token streams
@@ -607,7 +609,16 @@ void inspect(const InspectOptions& o) {
 void add_inspect_command(CLI::App& app) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand("inspect", "Describe and validate a dataset (episode-indexed or token stream)");
-  cmd->add_option("dataset_dir", options->dataset_dir, "Dataset directory (holding train/ and val/)")->required();
+  CLI::Option* dir =
+      cmd->add_option("dataset_dir", options->dataset_dir, "Dataset directory (holding train/ and val/)");
+  CLI::Option* config = cmd->add_option("--config", options->config,
+                                        "A config with a <mixture>: print each stage's share of rows, real and "
+                                        "trained tokens per source over --steps, and the epoch each source reaches")
+                            ->check(CLI::ExistingFile)
+                            ->excludes(dir);
+  CLI::Option* steps = cmd->add_option("--steps", options->steps, "--config: the steps to read")
+                           ->check(CLI::PositiveNumber)
+                           ->capture_default_str();
   cmd->add_option("--block-size", options->block_size,
                   "Report what truncation to this block size would drop (episodes), or the windows it gives (token "
                   "streams); also the snippet's block_size")
@@ -631,7 +642,13 @@ void add_inspect_command(CLI::App& app) {
   CLI::Option* seed = cmd->add_option("--seed", options->seed, "--packed: epoch_seed (epoch 0's order)")
                           ->check(CLI::Range(0L, 4294967295L))
                           ->capture_default_str();
-  cmd->callback([options, truncation_name, lookahead, truncation, seed] {
+  cmd->callback([options, truncation_name, lookahead, truncation, seed, dir, config, steps] {
+    if (config->count() > 0) {
+      inspect_mixture(options->config, options->steps);
+      return;
+    }
+    if (dir->count() == 0) throw CLI::RequiredError("dataset_dir (or --config FILE for a mixture)");
+    if (steps->count() > 0) throw CLI::ValidationError("--steps", "needs --config");
     options->truncation = *truncation_name == "right" ? Truncation::right : Truncation::drop_oldest_turns;
     options->packing_option_given = lookahead->count() + truncation->count() + seed->count() > 0;
     inspect(*options);

@@ -2,6 +2,8 @@
 // Each function adds its subcommand (options and callback) to the application.
 #pragma once
 
+#include <string>
+
 namespace CLI {
 class App;
 }
@@ -14,5 +16,8 @@ void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and valid
 void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
 void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
 void add_show_command(CLI::App& app);     // cmd_show.cpp: rows of a batch as text, trained targets highlighted
+
+// cmd_inspect_mixture.cpp: `inspect --config FILE --steps N` for a mixture's blend and epochs.
+void inspect_mixture(const std::string& config_file, long steps);
 
 }  // namespace tokenfeed::cli

@@ -107,6 +107,9 @@ class TOKENFEED_API Batch {
   std::span<const std::int64_t> episode_ids() const noexcept;
   std::span<const std::int64_t> window_ids() const noexcept { return episode_ids(); }
   std::span<const std::int32_t> doc_ids() const noexcept;  // empty unless document-aware
+  // A mixture: each row's source, as its index in the config's declaration order (see
+  // Loader::source_names); empty for a single dataset.
+  std::span<const std::int32_t> source_ids() const noexcept;
 
   // The batch contract (see above).
   std::span<const std::int64_t> tokens() const noexcept;

@@ -50,10 +50,46 @@ enum class SamplingMode {
 // rank / world_size: take the value from the launcher's environment (see Config::rank).
 inline constexpr std::int64_t kFromLauncher = -1;
 
+// One dataset of a mixture: <source name="chat" dataset_dir="data/chat" weight="3" .../>
+// inside <training><mixture>.
+struct MixtureSource {
+  // Unique; names the source in messages, the open line and the audit log. Its index in
+  // Config::mixture is what Batch::source_ids records.
+  std::string name;
+  // Its weight in the first stage, as written: a non-negative integer or decimal ("3",
+  // "0.25"). Kept as text so that decimals stay exact (see the README's mixture rule).
+  std::string weight = "1";
+  // The per-dataset keys this source sets (attribute name, text value as in XML), applied
+  // over <training>'s keys; dataset_dir is required and, from XML, already resolved against
+  // the file's directory. Allowed: dataset_dir, dataset_mode, batch_sampling_mode,
+  // epoch_seed, epoch_shuffle, episode_min_tokens, document_aware, eos_token_id,
+  // truncation, token_dtype, mask_dtype, pack_lookahead.
+  std::vector<std::pair<std::string, std::string>> keys;
+};
+
+// A stage of a mixture's schedule: <stage until_step="N"><weight source="NAME">W</weight>...</stage>.
+struct MixtureStage {
+  // The global step (the loader's batch counter) where the stage ends, exclusive; absent
+  // on the last stage only.
+  std::optional<std::int64_t> until_step;
+  // The weights this stage changes (source name, weight text); unlisted sources keep the
+  // previous stage's weight (the first stage's previous weights are the sources' own).
+  std::vector<std::pair<std::string, std::string>> weights;
+};
+
 struct Config {
   // Directory holding train/ and val/ (and dataset_metadata.json). A relative path in
-  // an XML file is resolved against that file's directory. Required.
+  // an XML file is resolved against that file's directory. Required, unless `mixture` is
+  // given (then it must be empty).
   std::filesystem::path dataset_dir;
+
+  // Several datasets blended by weight, in place of dataset_dir: rows are assigned to
+  // sources by smooth weighted round-robin over the current stage's weights (README,
+  // "Mixtures and schedules"). Empty: one dataset.
+  std::vector<MixtureSource> mixture;
+  // The mixture's schedule; empty: the sources' weights hold for ever.
+  std::vector<MixtureStage> stages;
+
   DatasetMode dataset_mode = DatasetMode::auto_detect;
 
   // Rows per batch on this rank, and positions per row. Required, > 0.

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "tokenfeed/batch.hpp"
@@ -112,6 +113,16 @@ class TOKENFEED_API Loader {
   DatasetVocabulary vocabulary() const;
   // The dataset fingerprint recorded in states and the audit log (hex).
   std::string fingerprint() const;
+
+  // A mixture (Config::mixture): its sources' names in declaration order, which
+  // Batch::source_ids() indexes. Empty for a single dataset.
+  std::vector<std::string> source_names() const;
+  // A mixture: the epoch source `source` is in after the first `steps` batches of `split`
+  // (over all ranks; its epoch when its next row is read), or nullopt when the source has no
+  // epochs (random sampling). Throws Error(usage) for a bad split or source index, or a
+  // single dataset.
+  std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
+                                                  std::uint64_t steps) const;
 
  private:
   std::optional<Batch> next_batch(std::string_view split,

@@ -53,6 +53,7 @@
 #include "bindings.hpp"
 #include "measure/measure.hpp"
 #include "measure/nearest_rank.hpp"
+#include "mixture.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
@@ -173,7 +174,7 @@ std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.
 
 enum Field : std::size_t {
   kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments,
-  kLogProbs, kRewards, kGroupIds, kFieldCount
+  kLogProbs, kRewards, kGroupIds, kSourceIds, kFieldCount
 };
 
 // The Python Batch: the capsule that owns the C++ batch, and each field's array, made on
@@ -235,6 +236,7 @@ class PyBatch {
   nb::object log_probs() { return grid(kLogProbs, batch().log_probs()); }
   nb::object rewards() { return vector(kRewards, batch().rewards()); }
   nb::object group_ids() { return vector(kGroupIds, batch().group_ids()); }
+  nb::object source_ids() { return vector(kSourceIds, batch().source_ids()); }
 
   // The PackedSegment records themselves, no copy: a 1-D numpy structured array (fields
   // row, column, positions, episode; segment_dtype()) over the batch's buffer.
@@ -288,6 +290,7 @@ class PyBatch {
     if (!b.log_probs().empty()) d["log_probs"] = log_probs();  // RL, when the sampler gave them
     if (!b.rewards().empty()) d["rewards"] = rewards();        // RL
     if (!b.group_ids().empty()) d["group_ids"] = group_ids();  // RL
+    if (!b.source_ids().empty()) d["source_ids"] = source_ids();  // a mixture
     return d;
   }
 
@@ -343,6 +346,7 @@ void apply_items(tokenfeed::Config& config, nb::handle mapping) {
     if (!PyUnicode_Check(k.ptr())) throw Error(ErrorKind::config, "config keys must be strings, got " + nb::cast<std::string>(nb::repr(k)));
     const std::string key = nb::cast<std::string>(k);
     if (v.is_none()) continue;  // absent: the default
+    if (tokenfeed::python::apply_mixture_key(config, key, v, value_text)) continue;
     tokenfeed::set_config_value(config, key, value_text(key, v));
     if (key == "dataset_dir" && config.dataset_dir.is_relative()) {
       config.dataset_dir = std::filesystem::absolute(config.dataset_dir).lexically_normal();
@@ -524,6 +528,9 @@ class PyLoader {
   }
   std::string fingerprint() {
     return locked([](tokenfeed::Loader& l) { return l.fingerprint(); });
+  }
+  std::vector<std::string> source_names() {
+    return locked([](tokenfeed::Loader& l) { return l.source_names(); });
   }
   std::vector<std::string> splits() {
     return locked([](tokenfeed::Loader& l) {
@@ -969,6 +976,7 @@ NB_MODULE(_tokenfeed, m) {
       .def_prop_ro("episode_ids", &PyBatch::episode_ids)
       .def_prop_ro("window_ids", &PyBatch::episode_ids)
       .def_prop_ro("doc_ids", &PyBatch::doc_ids)
+      .def_prop_ro("source_ids", &PyBatch::source_ids)
       .def_prop_ro("segments", &PyBatch::segments)
       .def_prop_ro("log_probs", &PyBatch::log_probs)
       .def_prop_ro("rewards", &PyBatch::rewards)
@@ -1051,6 +1059,7 @@ NB_MODULE(_tokenfeed, m) {
            "split"_a = "train")
       .def_prop_ro("config", &PyLoader::config)
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
+      .def_prop_ro("source_names", &PyLoader::source_names)
       .def_prop_ro("splits", &PyLoader::splits)
       .def_prop_ro("closed", &PyLoader::closed)
       .def("__repr__", &PyLoader::repr)

@@ -27,6 +27,10 @@ of time on background C++ threads, for Python and PyTorch training loops.
   which keep the batch held as long as they live. Autograd keeps the input tensors of every
   micro-batch until ``backward()``: to accumulate gradients over more than
   ``MAX_HELD_BATCHES`` micro-batches, take copies with ``batch.to_torch(copy=True)``.
+- A mixture of datasets: the dict takes ``mixture`` (a list of source dicts: ``name``,
+  ``weight``, ``dataset_dir`` and any per-dataset key) and ``stages`` (a list of
+  ``{"until_step": N, "weights": {"name": w}}``, the last without ``until_step``);
+  ``batch.source_ids`` says each row's source, an index into ``loader.source_names``.
 - ``state_dict()`` / ``load_state_dict()``: a plain dict, safe to ``torch.save``.
 - ``stats(split)``: the figures of ``tokenfeed bench``, with its names and meanings;
   ``reset_stats()`` after a warm-up, as bench's ``--warmup``.

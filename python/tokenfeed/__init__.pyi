@@ -106,6 +106,9 @@ class Batch:
     @property
     def doc_ids(self) -> npt.NDArray[np.int32]: ...
     @property
+    def source_ids(self) -> npt.NDArray[np.int32]:
+        """A mixture: each row's source, its index in Loader.source_names; empty otherwise."""
+    @property
     def segments(self) -> npt.NDArray[np.void]:
         """sft_packed and RL: the PackedSegment records, no copy: fields row, column, positions (uint32),
         episode (int64; RL: the prompt's episode)."""
@@ -218,6 +221,9 @@ class Loader:
     def config(self) -> Dict[str, str]: ...
     @property
     def fingerprint(self) -> str: ...
+    @property
+    def source_names(self) -> List[str]:
+        """A mixture's sources in declaration order (what Batch.source_ids indexes); [] otherwise."""
     @property
     def splits(self) -> List[str]: ...
     @property

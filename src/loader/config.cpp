@@ -9,6 +9,7 @@
 
 #include <pugixml.hpp>
 
+#include "sampling/mixture_schedule.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -239,6 +240,158 @@ void apply_split_element(Config& config, pugi::xml_node element, const std::stri
   }
 }
 
+// ---- Mixtures: <mixture> with <source .../> and <stage> children ----
+
+// The per-dataset keys a mixture source may set; the rest are the loader's (shape,
+// threads, depth, rank, the audit log) or single-dataset only (epoch_drop_last).
+constexpr std::string_view kSourceKeys[] = {
+    "dataset_dir",    "dataset_mode", "batch_sampling_mode", "epoch_seed",  "epoch_shuffle", "episode_min_tokens",
+    "document_aware", "eos_token_id", "truncation",          "token_dtype", "mask_dtype",    "pack_lookahead"};
+
+bool is_source_key(std::string_view key) {
+  return std::find(std::begin(kSourceKeys), std::end(kSourceKeys), key) != std::end(kSourceKeys);
+}
+
+std::string source_keys_text() {
+  std::string text;
+  for (const std::string_view key : kSourceKeys) text += (text.empty() ? "" : ", ") + std::string(key);
+  return text;
+}
+
+// Reads <mixture> into config.mixture and config.stages (replacing an inherited mixture).
+void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string& origin,
+                       const std::filesystem::path& base_dir) {
+  config.mixture.clear();
+  config.stages.clear();
+  for (const pugi::xml_attribute attr : mixture.attributes()) {
+    config_error(origin + ": unknown attribute '" + std::string(attr.name()) + "' on <mixture>");
+  }
+  for (const pugi::xml_node child : mixture.children()) {
+    if (child.type() == pugi::node_comment) continue;
+    const std::string_view tag = child.name();
+    if (child.type() != pugi::node_element || (tag != "source" && tag != "stage")) {
+      config_error(origin + ": <mixture> holds only <source> and <stage> elements, found " +
+                   (child.type() == pugi::node_element ? "<" + std::string(tag) + ">" : std::string("text")));
+    }
+    if (tag == "source") {
+      if (!config.stages.empty()) config_error(origin + ": <mixture>: every <source> must come before the <stage>s");
+      MixtureSource source;
+      source.name = std::string(trim(child.attribute("name").value()));
+      const std::string who = origin + ": mixture source '" + source.name + "'";
+      if (source.name.empty()) config_error(origin + ": a mixture <source> has no name attribute");
+      bool has_weight = false;
+      for (const pugi::xml_attribute attr : child.attributes()) {
+        const std::string key = attr.name();
+        if (key == "name") continue;
+        if (key == "weight") {
+          source.weight = std::string(trim(attr.value()));
+          has_weight = true;
+          continue;
+        }
+        std::string value = attr.value();
+        if (key == "dataset_dir" && !trim(value).empty() &&
+            std::filesystem::path(std::string(trim(value))).is_relative()) {
+          value = (base_dir / std::string(trim(value))).lexically_normal().string();
+        }
+        for (const auto& [k, v] : source.keys) {
+          if (k == key) config_error(who + ": attribute '" + key + "' is given twice");
+        }
+        source.keys.emplace_back(key, std::move(value));
+      }
+      if (!has_weight) config_error(who + " has no weight attribute");
+      config.mixture.push_back(std::move(source));
+    } else {
+      MixtureStage stage;
+      for (const pugi::xml_attribute attr : child.attributes()) {
+        if (std::string_view(attr.name()) != "until_step") {
+          config_error(origin + ": unknown attribute '" + std::string(attr.name()) + "' on mixture <stage> " +
+                       std::to_string(config.stages.size()));
+        }
+        stage.until_step = parse_int("until_step", attr.value());
+      }
+      for (const pugi::xml_node w : child.children()) {
+        if (w.type() == pugi::node_comment) continue;
+        if (w.type() != pugi::node_element || std::string_view(w.name()) != "weight") {
+          config_error(origin + ": mixture <stage> " + std::to_string(config.stages.size()) +
+                       " holds only <weight source=\"NAME\">W</weight> elements");
+        }
+        stage.weights.emplace_back(std::string(trim(w.attribute("source").value())), std::string(trim(w.text().get())));
+      }
+      config.stages.push_back(std::move(stage));
+    }
+  }
+  if (config.mixture.empty()) config_error(origin + ": <mixture> has no <source>");
+}
+
+// Checks a mixture's sources and stages: names, keys and their values, weights, stage ends.
+void validate_mixture(const Config& c) {
+  if (c.mixture.empty()) {
+    if (!c.stages.empty()) config_error("mixture stages are given without a mixture of sources");
+    return;
+  }
+  if (!c.dataset_dir.empty()) {
+    config_error("config has both 'dataset_dir' and a <mixture>; a mixture names each source's dataset_dir instead");
+  }
+  if (!c.contract_fields) {
+    config_error(
+        "config key 'contract_fields' cannot be false with a mixture: its rows are joined through the "
+        "contract fields (labels, token_weights, position_ids, cu_seqlens)");
+  }
+  std::vector<std::string> names;
+  for (const MixtureSource& source : c.mixture) {
+    const std::string who = "mixture source '" + source.name + "'";
+    if (source.name.empty()) config_error("a mixture source has no name");
+    if (std::find(names.begin(), names.end(), source.name) != names.end()) {
+      config_error(who + " is declared twice; source names must be unique");
+    }
+    names.push_back(source.name);
+    if (!parse_mixture_weight(source.weight)) {
+      config_error(who + ": weight '" + source.weight +
+                   "' is not a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
+    }
+    Config probe;
+    bool has_dir = false;
+    for (const auto& [key, value] : source.keys) {
+      if (!is_source_key(key)) {
+        config_error(who + ": unknown or loader-wide attribute '" + key + "' (a source may set: " + source_keys_text() +
+                     ")");
+      }
+      try {
+        find_key(key).set(probe, value);
+      } catch (const Error& e) {
+        config_error(who + ": " + e.what());
+      }
+      if (key == "dataset_dir") has_dir = !probe.dataset_dir.empty();
+    }
+    if (!has_dir) config_error(who + " has no dataset_dir");
+  }
+  std::optional<std::int64_t> previous_end;
+  for (std::size_t s = 0; s < c.stages.size(); ++s) {
+    const MixtureStage& stage = c.stages[s];
+    const std::string where = "mixture stage " + std::to_string(s);
+    for (const auto& [name, weight] : stage.weights) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        config_error(where + ": a weight names source '" + name + "', which the mixture does not declare");
+      }
+      if (!parse_mixture_weight(weight)) {
+        config_error(where + ": weight '" + weight + "' of source '" + name +
+                     "' is not a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
+      }
+    }
+    const bool last = s + 1 == c.stages.size();
+    if (!last && !stage.until_step) config_error(where + " has no until_step; only the last stage may omit it");
+    if (last && stage.until_step) {
+      config_error(where + " is the last stage and has until_step=" + std::to_string(*stage.until_step) +
+                   "; the last stage holds for ever, remove until_step");
+    }
+    if (stage.until_step && *stage.until_step <= previous_end.value_or(0)) {
+      config_error(where + ": until_step=" + std::to_string(*stage.until_step) + " must be greater than " +
+                   std::to_string(previous_end.value_or(0)) + " (the stage's first step)");
+    }
+    previous_end = stage.until_step;
+  }
+}
+
 // Applies the <training> element of `xml` (from `origin`, for messages) onto `config`,
 // after applying its `inherits` base. `chain` holds the files being loaded, for cycles.
 void apply_xml(Config& config, std::string_view xml, const std::string& origin,
@@ -287,6 +440,10 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin,
     if (!seen.insert(key).second) config_error(origin + ": config key '" + key + "' is given twice");
     if (key == "train" || key == "val") {  // per-split settings: <val><epoch_shuffle>...</epoch_shuffle></val>
       apply_split_element(config, child, origin);
+      continue;
+    }
+    if (key == "mixture") {
+      apply_mixture_xml(config, child, origin, base_dir);
       continue;
     }
     if (child.find_child([](pugi::xml_node n) { return n.type() == pugi::node_element; })) {
@@ -347,7 +504,8 @@ void set_config_value(Config& config, std::string_view key, std::string_view val
 }
 
 void validate_config(const Config& c) {
-  if (c.dataset_dir.empty()) config_error("config key 'dataset_dir' is required");
+  validate_mixture(c);
+  if (c.dataset_dir.empty() && c.mixture.empty()) config_error("config key 'dataset_dir' is required");
   require_positive("batch_size", c.batch_size);
   require_positive("block_size", c.block_size);
   if (c.episode_min_tokens < 2) {
@@ -417,6 +575,19 @@ void validate_config(const Config& c) {
 std::vector<std::pair<std::string, std::string>> config_entries(const Config& config) {
   std::vector<std::pair<std::string, std::string>> entries;
   for (const auto& h : key_handlers()) entries.emplace_back(std::string(h.name), h.get(config));
+  if (!config.mixture.empty()) {
+    // name:weight per source, then each stage as until_step:name=weight,...
+    std::string sources;
+    for (const MixtureSource& s : config.mixture) sources += (sources.empty() ? "" : " ") + s.name + ":" + s.weight;
+    entries.emplace_back("mixture", sources);
+    std::string stages;
+    for (const MixtureStage& st : config.stages) {
+      std::string text = st.until_step ? std::to_string(*st.until_step) : std::string("end");
+      for (const auto& [name, w] : st.weights) text += "," + name + "=" + w;
+      stages += (stages.empty() ? "" : " ") + text;
+    }
+    entries.emplace_back("stages", stages);
+  }
   return entries;
 }
 

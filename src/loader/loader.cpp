@@ -16,6 +16,8 @@
 #include "sampling/episode_sampler.hpp"
 #include "modes/epoch_orders.hpp"
 #include "modes/episode_window.hpp"
+#include "modes/mixture_batch_source.hpp"
+#include "sampling/mixture_schedule.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
 #include "loader/launcher_ranks.hpp"
@@ -78,6 +80,11 @@ struct Loader::Impl {
     // get_batch on it throws Error(unusable_kind) with this text. Empty when usable.
     std::string unusable;
     ErrorKind unusable_kind = ErrorKind::config;
+    // A mixture's split: its source (also `source`), its slots' shape, and per mixture
+    // source the epoch whose start was last written to the audit log.
+    MixtureBatchSource* mixture_source = nullptr;
+    detail::BatchShape mixture_shape;
+    std::vector<std::optional<std::uint64_t>> source_announced;
   };
 
   Config config;
@@ -93,6 +100,17 @@ struct Loader::Impl {
 
   std::mutex pipelines_mutex;  // guards pipeline creation against a concurrent stop()
   std::atomic<bool> stopped{false};
+
+  // A mixture (Config::mixture): one Impl per source, opened on that source's keys with
+  // batch_size 1 and world_size 1 so that its batch k is its row k (no pipeline of its
+  // own; the mixture's splits read rows through its sources), and the schedule choosing
+  // the source of each global row.
+  std::vector<std::unique_ptr<Impl>> members;
+  std::unique_ptr<MixtureSchedule> schedule;
+  bool mixture() const noexcept { return !config.mixture.empty(); }
+  void open_mixture();
+  Config member_config(const MixtureSource& source) const;
+  void on_consumed_mixture(Split& split, const detail::BatchSlot& slot);
 
   explicit Impl(Config c);
   // The SFT modes read episode-indexed datasets.
@@ -129,6 +147,10 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
   rank_source = ranks.source;
+  if (mixture()) {
+    open_mixture();
+    return;
+  }
   std::error_code ec;
   if (!fs::is_directory(config.dataset_dir, ec)) {
     throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
@@ -466,6 +488,10 @@ Loader::Impl::Split& Loader::Impl::find(std::string_view name) {
 }
 
 void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
+  if (mixture()) {
+    on_consumed_mixture(split, slot);
+    return;
+  }
   split.consumed = slot.step + 1;
   if (*config.batch_sampling_mode != SamplingMode::epoch) {
     split.next_batch_in_epoch = split.consumed;
@@ -617,6 +643,7 @@ std::optional<Batch> Loader::next_batch(std::string_view split_name,
     // sft_episode's mask equals its token weights, so with both only the weights are written.
     shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
     shape.packed = s.packed_mode();
+    if (s.mixture()) shape = split.mixture_shape;
     split.source->seek(s.next_position(split));
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
     const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
@@ -667,7 +694,10 @@ void Loader::load_state(std::string_view text) {
     if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
     const BatchSource& source = *it->second.source;
     SplitPosition resolved = pos;
-    if (!it->second.unusable.empty()) {
+    if (s.mixture()) {  // a mixture's batch k is a function of k alone, like random mode
+      resolved.epoch = 0;
+      resolved.batch_in_epoch = pos.step;
+    } else if (!it->second.unusable.empty()) {
       if (pos.step != 0) throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".step=" +
                                                            std::to_string(pos.step) + " but " + it->second.unusable);
       resolved = SplitPosition{};
@@ -699,6 +729,7 @@ void Loader::load_state(std::string_view text) {
     split.next_batch_in_epoch = pos.batch_in_epoch;
     split.next_row_in_epoch = pos.row_in_epoch;
     split.announced_epoch.reset();
+    std::fill(split.source_announced.begin(), split.source_announced.end(), std::nullopt);
   }
 }
 
@@ -712,6 +743,24 @@ SplitInfo Loader::split_info(std::string_view name) const {
   const Impl::Split& split = impl_->find(name);
   SplitInfo info;
   info.name = split.name;
+  if (impl_->mixture()) {
+    // The sources' totals; a mixture has no epochs of its own.
+    for (const auto& member : impl_->members) {
+      const Impl::Split& part = member->find(name);
+      if (part.episodes) {
+        info.episodes += part.episodes->num_episodes();
+        info.kept_episodes += part.sampler->size();
+        info.tokens += part.episodes->total_tokens();
+        info.shards += part.episodes->shards().size();
+      } else {
+        info.windows += part.sampler->size();
+        info.tokens += part.stream->total_tokens();
+        info.shards += part.stream->files().size();
+      }
+    }
+    info.mask = split.mask;
+    return info;
+  }
   if (split.episodes) {
     info.episodes = split.episodes->num_episodes();
     info.kept_episodes = split.sampler->size();
@@ -739,5 +788,267 @@ DatasetVocabulary Loader::vocabulary() const {
 SplitStats Loader::split_stats(std::string_view name) const { return impl_->find(name).stats; }
 
 std::string Loader::fingerprint() const { return impl_->fingerprint; }
+
+// ---- Mixtures (Config::mixture) ----
+
+namespace {
+
+// The one-row shape a source's own loader would give its slots (see get_batch).
+detail::BatchShape one_row_shape(const Config& c, bool mask) {
+  const bool episode = c.dataset_mode != DatasetMode::token_stream;
+  const bool packed = c.dataset_mode == DatasetMode::sft_packed;
+  detail::BatchShape shape;
+  shape.rows = 1;
+  shape.cols = static_cast<std::size_t>(c.block_size);
+  shape.with_mask = mask;
+  shape.with_document_fields = c.document_aware;
+  shape.y_is_labels = !episode || packed;
+  shape.contract_fields = c.contract_fields;
+  shape.mask_is_weights = packed || (episode && c.contract_fields);
+  shape.packed = packed;
+  return shape;
+}
+
+}  // namespace
+
+Config Loader::Impl::member_config(const MixtureSource& source) const {
+  Config c = config;
+  c.mixture.clear();
+  c.stages.clear();
+  c.dataset_dir.clear();
+  for (const auto& [key, value] : source.keys) set_config_value(c, key, value);
+  // A source's row k is its batch k at batch_size 1 and world_size 1, read by the mixture's
+  // pipeline: the source has no ranks, no audit log and no threads of its own.
+  c.batch_size = 1;
+  c.world_size = 1;
+  c.rank = 0;
+  c.epoch_drop_last = false;  // at one row per batch nothing is dropped anyway
+  c.audit_log_dir.clear();
+  c.decode_threads = 1;
+  return c;
+}
+
+void Loader::Impl::open_mixture() {
+  if (config.decode_threads == 0) {
+    config.decode_threads =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
+  }
+  const bool packed = config.dataset_mode == DatasetMode::sft_packed;
+  std::vector<std::string> names;
+  for (const MixtureSource& source : config.mixture) {
+    const std::string who = "mixture source '" + source.name + "'";
+    try {
+      members.push_back(std::make_unique<Impl>(member_config(source)));
+    } catch (const Error& e) {
+      throw Error(e.kind(), who + ": " + e.what());
+    }
+    const DatasetMode mode = members.back()->config.dataset_mode;
+    if (packed != (mode == DatasetMode::sft_packed)) {
+      throw Error(ErrorKind::config,
+                  who + " has dataset_mode=" + to_string(mode) +
+                      (packed ? "; with dataset_mode=sft_packed for the mixture every source must be an sft_packed "
+                                "episode dataset (each packed row holds episodes of one source)"
+                              : "; sft_packed is set for the whole mixture (dataset_mode=sft_packed in <training>), "
+                                "not per source"));
+    }
+    names.push_back(source.name);
+  }
+
+  // Each stage's full weight list: the previous stage's with this stage's changes.
+  std::vector<MixtureSchedule::StageSpec> specs;
+  std::vector<std::string> weights;
+  for (const MixtureSource& source : config.mixture) weights.push_back(source.weight);
+  if (config.stages.empty()) specs.push_back({weights, std::nullopt});
+  for (const MixtureStage& stage : config.stages) {
+    for (const auto& [name, weight] : stage.weights) {
+      weights[static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin())] = weight;
+    }
+    std::optional<std::uint64_t> until;
+    if (stage.until_step) until = static_cast<std::uint64_t>(*stage.until_step);
+    specs.push_back({weights, until});
+  }
+  const auto B = static_cast<std::uint64_t>(config.batch_size);
+  const auto W = static_cast<std::uint64_t>(config.world_size);
+  schedule = std::make_unique<MixtureSchedule>(names, std::move(specs), B * W);
+
+  for (const char* name : kSplitNames) {
+    std::string lacking;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i]->splits.count(name) == 0) lacking += (lacking.empty() ? "" : ", ") + names[i];
+    }
+    if (!lacking.empty()) {
+      if (std::string_view(name) == "train") {
+        throw Error(ErrorKind::io, "mixture source(s) " + lacking + " have no train split");
+      }
+      if (lacking.size() != 0 && members.size() > 1) {
+        log_line(LogLevel::info,
+                 "[tokenfeed] mixture: no split=" + std::string(name) + " (source(s) " + lacking + " lack it)");
+      }
+      continue;
+    }
+    auto [it, inserted] = splits.emplace(name, Split{});
+    Split& split = it->second;
+    split.name = name;
+    std::vector<MixtureBatchSource::Member> parts;
+    bool any_episode = false;
+    bool any_document = false;
+    for (const auto& member : members) {
+      Split& own = member->splits.at(name);
+      MixtureBatchSource::Member part;
+      part.source = own.source.get();
+      part.shape = one_row_shape(member->config, own.mask);
+      part.epochs = *member->config.batch_sampling_mode != SamplingMode::epoch
+                        ? MixtureBatchSource::Member::Epochs::none
+                    : member->packed_mode() ? MixtureBatchSource::Member::Epochs::varying
+                                            : MixtureBatchSource::Member::Epochs::equal;
+      parts.push_back(part);
+      any_episode = any_episode || (member->episode_mode() && !member->packed_mode());
+      any_document = any_document || member->config.document_aware;
+      split.mask = split.mask || own.mask;
+    }
+    detail::BatchShape& shape = split.mixture_shape;
+    shape.rows = static_cast<std::size_t>(B);
+    shape.cols = static_cast<std::size_t>(config.block_size);
+    shape.with_mask = split.mask;
+    shape.with_document_fields = any_document;
+    shape.y_is_labels = !any_episode;  // episode rows keep their raw y next to the labels
+    shape.contract_fields = true;
+    shape.mask_is_weights = true;
+    shape.packed = packed;
+    shape.with_source_ids = true;
+    auto source = std::make_unique<MixtureBatchSource>(
+        std::move(parts), *schedule, shape, MixtureBatchSource::Options{B, W, static_cast<std::uint64_t>(config.rank)});
+    split.mixture_source = source.get();
+    split.source = std::move(source);
+    split.source_announced.assign(members.size(), std::nullopt);
+    split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
+    split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+  }
+
+  Hasher h;
+  h.add(std::string_view("tokenfeed-mixture-v1"));
+  h.add(B);
+  h.add(W);
+  h.add(static_cast<std::uint64_t>(config.block_size));
+  h.add(std::string_view(to_string(config.dataset_mode)));
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    h.add(std::string_view(names[i]));
+    h.add(std::string_view(members[i]->fingerprint));
+  }
+  for (std::size_t st = 0; st < schedule->stages(); ++st) {
+    h.add(schedule->stage_first_step(st));
+    for (const std::uint64_t w : schedule->stage_weights(st)) h.add(w);
+  }
+  fingerprint = hex64(h.digest());
+
+  std::string line = "[tokenfeed] mixture sources=" + std::to_string(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const Config& c = members[i]->config;
+    line += " " + names[i] + "(weight=" + config.mixture[i].weight + " mode=" + to_string(c.dataset_mode) +
+            " dir=" + c.dataset_dir.string() + ")";
+  }
+  line += " stages=" + std::to_string(schedule->stages());
+  log_line(LogLevel::info, line);
+
+  audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
+  AuditLog::Fields fields;
+  for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
+  fields.emplace_back("dataset_fingerprint", fingerprint);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const Impl& m = *members[i];
+    fields.emplace_back("source_" + names[i] + "_dataset_dir", m.config.dataset_dir.string());
+    fields.emplace_back("source_" + names[i] + "_mode", to_string(m.config.dataset_mode));
+    fields.emplace_back("source_" + names[i] + "_fingerprint", m.fingerprint);
+    fields.emplace_back("source_" + names[i] + "_" + (m.episode_mode() ? "kept_" : "sampled_") + m.unit(),
+                        std::to_string(m.splits.at("train").sampler->size()));
+  }
+  audit->write("dataset_load", fields);
+}
+
+void Loader::Impl::on_consumed_mixture(Split& split, const detail::BatchSlot& slot) {
+  const std::uint64_t step = slot.step;
+  split.consumed = step + 1;
+  split.next_epoch = 0;  // a mixture's position is its step alone
+  split.next_batch_in_epoch = split.consumed;
+  const auto rank = std::to_string(config.rank);
+  const std::size_t stage = schedule->stage_of_step(step);
+  if (schedule->stage_first_step(stage) == step) {
+    std::string weights;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      weights += (weights.empty() ? "" : ",") + config.mixture[i].name + "=" + schedule->stage_weight_texts(stage)[i];
+    }
+    log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " stage=" + std::to_string(stage) +
+                                 " step=" + std::to_string(step) + " weights=" + weights);
+    audit->write("stage_start", {{"split", split.name},
+                                 {"stage", std::to_string(stage)},
+                                 {"step", std::to_string(step)},
+                                 {"weights", weights},
+                                 {"rank", rank}});
+  }
+  // Each source's epochs that the global batch `step` opened or closed (every rank writes
+  // the same events: they follow from the step alone).
+  const std::uint64_t per_step = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  const MixtureBatchSource& source = *split.mixture_source;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!source.has_epochs(i)) continue;
+    const auto index = static_cast<std::uint32_t>(i);
+    const std::uint64_t before = schedule->rows_before(index, step * per_step);
+    const std::uint64_t after = schedule->rows_before(index, (step + 1) * per_step);
+    if (after == before) continue;
+    const Impl& m = *members[i];
+    const std::string& name = config.mixture[i].name;
+    const std::uint64_t last = source.epoch_of(i, after - 1);
+    for (std::uint64_t e = source.epoch_of(i, before); e <= last; ++e) {
+      const std::uint64_t first = source.epoch_first_row(i, e);
+      const std::uint64_t end = source.epoch_first_row(i, e + 1);
+      const auto seed = std::to_string(m.config.epoch_seed + static_cast<std::int64_t>(e));
+      if (split.source_announced[i] != e) {
+        split.source_announced[i] = e;
+        const bool resumed = first < before;
+        AuditLog::Fields fields{{"split", split.name},
+                                {"source", name},
+                                {"epoch", std::to_string(e)},
+                                {"seed", seed},
+                                {"rows", std::to_string(end - first)},
+                                {"rank", rank}};
+        if (resumed) fields.emplace_back("resumed_at_row", std::to_string(before - first));
+        audit->write(resumed ? "epoch_resume" : "epoch_start", fields);
+        log_line(LogLevel::info, "[tokenfeed] split=" + split.name + " source=" + name + " epoch=" + std::to_string(e) +
+                                     (resumed ? " resumed_at_row=" + std::to_string(before - first) : std::string()) +
+                                     " rows=" + std::to_string(end - first));
+      }
+      if (end <= after) {
+        audit->write("epoch_complete", {{"split", split.name},
+                                        {"source", name},
+                                        {"epoch", std::to_string(e)},
+                                        {"seed_used", seed},
+                                        {"rows_seen", std::to_string(end - first)},
+                                        {"rank", rank}});
+      }
+    }
+  }
+}
+
+std::vector<std::string> Loader::source_names() const {
+  std::vector<std::string> names;
+  for (const MixtureSource& source : impl_->config.mixture) names.push_back(source.name);
+  return names;
+}
+
+std::optional<std::uint64_t> Loader::source_epoch_after(std::string_view split_name, std::size_t source,
+                                                        std::uint64_t steps) const {
+  const Impl& s = *impl_;
+  if (!s.mixture()) throw Error(ErrorKind::usage, "source_epoch_after: the loader reads one dataset, not a mixture");
+  const Impl::Split& split = s.find(split_name);
+  if (source >= s.members.size()) {
+    throw Error(ErrorKind::usage, "source_epoch_after: source index " + std::to_string(source) +
+                                      " but the mixture has " + std::to_string(s.members.size()) + " sources");
+  }
+  if (!split.mixture_source->has_epochs(source)) return std::nullopt;
+  const std::uint64_t rows =
+      s.schedule->rows_before(static_cast<std::uint32_t>(source),
+                              steps * static_cast<std::uint64_t>(s.config.batch_size * s.config.world_size));
+  return split.mixture_source->epoch_of(source, rows);
+}
 
 }  // namespace tokenfeed

@@ -42,6 +42,7 @@ class EpisodeBatchSource final : public BatchSource {
 
   BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  bool decode_row(const BatchPlan& plan, detail::BatchSlot& slot, std::size_t row) const override;
   void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
   void will_need(const BatchPlan& plan) const noexcept override;
@@ -54,6 +55,9 @@ class EpisodeBatchSource final : public BatchSource {
   const EpisodeSampler& sampler_;
   const EpisodeWindows& windows_;
   Options options_;
+
+  // Row `plan_row` of the sampled batch into row `r` of `slot`.
+  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot, std::size_t r) const;
 };
 
 // Completes one row's contract fields after its first `real` input positions were filled

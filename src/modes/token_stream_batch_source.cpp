@@ -53,49 +53,57 @@ BatchPlan TokenStreamBatchSource::plan(std::uint64_t step) { return plan_sampled
 void TokenStreamBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
   const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
   const std::size_t rows = slot.episode_ids.size();
-  const std::size_t T = options_.block_size;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
+  for (std::size_t r = 0; r < rows; ++r) decode_into(plan, r, slot, r);
+}
+
+bool TokenStreamBatchSource::decode_row(const BatchPlan& batch_plan, detail::BatchSlot& slot, std::size_t row) const {
+  decode_into(batch_plan.mode_data_as<SampledBatch>(), 0, slot, row);
+  return true;
+}
+
+void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
+                                         std::size_t r) const {
+  const std::size_t T = options_.block_size;
   const bool contract = options_.contract_fields;
-  for (std::size_t r = 0; r < rows; ++r) {
-    std::int64_t* x = slot.x.data() + r * T;
-    std::int64_t* y = slot.labels.data() + r * T;  // y is the labels here
-    // Empty (null) without the contract fields; positions stay with the document fields.
-    float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
-    std::int32_t* positions = slot.position_ids.empty() ? nullptr : slot.position_ids.data() + r * T;
-    const std::int64_t id = sampler_.row_episode(plan, r);
-    if (id < 0) {
-      // A fill row (epoch mode without drop_last): nothing to learn from.
-      slot.episode_ids[r] = -1;
-      std::fill(x, x + T, 0);
-      std::fill(y, y + T, options_.ignore_index);
-      if (weights != nullptr) std::fill(weights, weights + T, 0.0f);
-      if (positions != nullptr) std::iota(positions, positions + T, 0);
-      if (!slot.doc_ids.empty()) std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
-      slot.add_sequence(T);
-      continue;
-    }
-    const Location loc = locate(static_cast<std::uint64_t>(id));
-    slot.episode_ids[r] = loc.window_id;
-    split_.read(loc.file, loc.offset, T, x);
-    split_.read(loc.file, loc.offset + 1, T, y);
-    slot.real_positions += T;
-    if (!options_.eos_token_id) {
-      if (!contract) continue;
-      std::fill(weights, weights + T, 1.0f);
-      std::iota(positions, positions + T, 0);
-      slot.add_sequence(T);
-      continue;
-    }
-    std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
-    apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
-    if (!contract) continue;
-    std::size_t start = 0;
-    for (std::size_t i = 0; i < T; ++i) {
-      weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
-      if (i + 1 == T || doc_ids[i + 1] != doc_ids[i]) {
-        slot.add_sequence(i + 1 - start);  // one sequence per document piece in the row
-        start = i + 1;
-      }
+  std::int64_t* x = slot.x.data() + r * T;
+  std::int64_t* y = slot.labels.data() + r * T;  // y is the labels here
+  // Empty (null) without the contract fields; positions stay with the document fields.
+  float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
+  std::int32_t* positions = slot.position_ids.empty() ? nullptr : slot.position_ids.data() + r * T;
+  const std::int64_t id = sampler_.row_episode(plan, plan_row);
+  if (id < 0) {
+    // A fill row (epoch mode without drop_last): nothing to learn from.
+    slot.episode_ids[r] = -1;
+    std::fill(x, x + T, 0);
+    std::fill(y, y + T, options_.ignore_index);
+    if (weights != nullptr) std::fill(weights, weights + T, 0.0f);
+    if (positions != nullptr) std::iota(positions, positions + T, 0);
+    if (!slot.doc_ids.empty()) std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
+    slot.add_sequence(T);
+    return;
+  }
+  const Location loc = locate(static_cast<std::uint64_t>(id));
+  slot.episode_ids[r] = loc.window_id;
+  split_.read(loc.file, loc.offset, T, x);
+  split_.read(loc.file, loc.offset + 1, T, y);
+  slot.real_positions += T;
+  if (!options_.eos_token_id) {
+    if (!contract) return;
+    std::fill(weights, weights + T, 1.0f);
+    std::iota(positions, positions + T, 0);
+    slot.add_sequence(T);
+    return;
+  }
+  std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
+  apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+  if (!contract) return;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < T; ++i) {
+    weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
+    if (i + 1 == T || doc_ids[i + 1] != doc_ids[i]) {
+      slot.add_sequence(i + 1 - start);  // one sequence per document piece in the row
+      start = i + 1;
     }
   }
 }

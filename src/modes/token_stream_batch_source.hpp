@@ -48,6 +48,7 @@ class TokenStreamBatchSource final : public BatchSource {
 
   BatchPlan plan(std::uint64_t step) override;
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  bool decode_row(const BatchPlan& plan, detail::BatchSlot& slot, std::size_t row) const override;
   void check_intact() const override { split_.check_intact(); }
   std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
   std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
@@ -68,6 +69,9 @@ class TokenStreamBatchSource final : public BatchSource {
   const EpisodeSampler& sampler_;
   Options options_;
   std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample
+
+  // Row `plan_row` of the sampled batch into row `r` of `slot`.
+  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot, std::size_t r) const;
 };
 
 // Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label

@@ -6,9 +6,6 @@
 namespace tokenfeed {
 namespace detail {
 
-namespace {
-
-// One slot with every buffer `shape` calls for.
 std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
   auto slot = std::make_unique<BatchSlot>();
@@ -27,10 +24,9 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
     slot->rewards.resize(shape.rows * (shape.cols + 1));
     slot->group_ids.resize(shape.rows * (shape.cols + 1));
   }
+  if (shape.with_source_ids) slot->source_ids.resize(shape.rows);
   return slot;
 }
-
-}  // namespace
 
 BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split, std::size_t capacity)
     : shape_(shape), split_(std::move(split)), capacity_(std::max(slots, capacity)) {
@@ -154,6 +150,9 @@ std::span<const float> Batch::rewards() const noexcept {
 std::span<const std::int64_t> Batch::group_ids() const noexcept {
   return slot_ && !slot_->group_ids.empty() ? std::span<const std::int64_t>(slot_->group_ids.data(), slot_->num_sequences)
                                             : std::span<const std::int64_t>();
+}
+std::span<const std::int32_t> Batch::source_ids() const noexcept {
+  return slot_ ? std::span<const std::int32_t>(slot_->source_ids) : std::span<const std::int32_t>();
 }
 double Batch::wait_us() const noexcept { return slot_ ? slot_->wait_us : 0.0; }
 

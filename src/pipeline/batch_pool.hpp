@@ -35,6 +35,7 @@ struct BatchShape {
                                        // document fields), cu_seqlens; false leaves them empty
   bool packed = false;                 // sft_packed: segments are recorded
   bool rl_fields = false;              // RL batches: log_probs, rewards and group_ids
+  bool with_source_ids = false;        // a mixture: each row's source index is recorded
 };
 
 
@@ -44,6 +45,7 @@ struct BatchSlot {
   std::vector<std::int64_t> x, y, episode_ids;  // y is empty when it is a view of labels
   std::vector<float> mask;                       // empty when off or a view of token_weights
   std::vector<std::int32_t> doc_ids;             // empty unless document-aware
+  std::vector<std::int32_t> source_ids;          // one per row; empty unless with_source_ids
 
   // The batch contract every mode fills (see include/tokenfeed/batch.hpp), unless the
   // shape leaves it out (contract_fields false): then these are empty.
@@ -104,7 +106,8 @@ struct BatchSlot {
     return (x.capacity() + y.capacity() + episode_ids.capacity() + labels.capacity() + group_ids.capacity()) *
                sizeof(std::int64_t) +
            (mask.capacity() + token_weights.capacity() + log_probs.capacity() + rewards.capacity()) * sizeof(float) +
-           (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity()) * sizeof(std::int32_t) +
+           (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity() + source_ids.capacity()) *
+               sizeof(std::int32_t) +
            segments.capacity() * sizeof(PackedSegment);
   }
 
@@ -115,6 +118,9 @@ struct BatchSlot {
   void publish() noexcept { handoff.fetch_add(1, std::memory_order_release); }
   void observe() const noexcept { (void)handoff.load(std::memory_order_acquire); }
 };
+
+// One slot with every buffer `shape` calls for, outside any pool (a mode's scratch rows).
+std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape);
 
 class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:

@@ -26,6 +26,17 @@ class BatchSource {
   virtual BatchPlan plan(std::uint64_t step) = 0;
   // Fills every buffer of `slot` (and its bookkeeping) for `plan`. May throw.
   virtual void decode(const BatchPlan& plan, detail::BatchSlot& slot) const = 0;
+  // Writes row 0 of `plan`'s batch into row `row` of `slot`, appending its sequences and
+  // real positions, without begin_batch: for a source whose rows another source gathers
+  // (a mixture). `slot` has the contract fields and at least the buffers this source's own
+  // shape has. Returns false when the source does not support it (the caller then decodes
+  // into a slot of the source's own shape and copies). May throw.
+  virtual bool decode_row(const BatchPlan& plan, detail::BatchSlot& slot, std::size_t row) const {
+    (void)plan;
+    (void)slot;
+    (void)row;
+    return false;
+  }
   // A hint, from the sampler stage, that `plan` will be decoded soon: a source may ask the
   // kernel to read its pages ahead (madvise WILLNEED). Must not throw; the default does
   // nothing.

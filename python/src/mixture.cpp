@@ -1,0 +1,95 @@
+#include "mixture.hpp"
+
+#include <filesystem>
+
+#include "tokenfeed/error.hpp"
+
+namespace nb = nanobind;
+
+namespace tokenfeed::python {
+namespace {
+
+std::string repr_of(nb::handle value) { return nb::cast<std::string>(nb::repr(value)); }
+
+// A weight's exact text: a float by its shortest round-trip decimal (repr), so 0.1 is "0.1".
+std::string weight_text(const std::string& where, nb::handle value) {
+  PyObject* v = value.ptr();
+  if (PyBool_Check(v)) throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+  if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
+  if (PyFloat_Check(v)) {
+    std::string text = repr_of(value);
+    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+    return text;
+  }
+  if (PyLong_Check(v) || PyIndex_Check(v)) return nb::cast<std::string>(nb::str(value));
+  throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+}
+
+nb::list as_list(const char* key, nb::handle value) {
+  if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) {
+    throw Error(ErrorKind::config, std::string("config key '") + key + "' must be a list, got " + repr_of(value));
+  }
+  return nb::list(value);
+}
+
+nb::dict as_dict(const std::string& where, nb::handle value) {
+  if (!PyDict_Check(value.ptr())) throw Error(ErrorKind::config, where + " must be a dict, got " + repr_of(value));
+  return nb::borrow<nb::dict>(value);
+}
+
+}  // namespace
+
+bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, const ValueText& value_text) {
+  if (key == "mixture") {
+    config.mixture.clear();
+    std::size_t i = 0;
+    for (nb::handle item : as_list("mixture", value)) {
+      const std::string where = "mixture[" + std::to_string(i++) + "]";
+      MixtureSource source;
+      bool has_weight = false;
+      for (auto [k, v] : as_dict(where, item)) {
+        const std::string name = nb::cast<std::string>(nb::str(k));
+        if (name == "name") {
+          source.name = nb::cast<std::string>(nb::str(v));
+        } else if (name == "weight") {
+          source.weight = weight_text(where, v);
+          has_weight = true;
+        } else {
+          std::string text = value_text(name, v);
+          if (name == "dataset_dir" && std::filesystem::path(text).is_relative()) {
+            text = std::filesystem::absolute(text).lexically_normal().string();
+          }
+          source.keys.emplace_back(name, std::move(text));
+        }
+      }
+      if (!has_weight) throw Error(ErrorKind::config, where + " ('" + source.name + "') has no weight");
+      config.mixture.push_back(std::move(source));
+    }
+    return true;
+  }
+  if (key == "stages") {
+    config.stages.clear();
+    std::size_t i = 0;
+    for (nb::handle item : as_list("stages", value)) {
+      const std::string where = "stages[" + std::to_string(i++) + "]";
+      MixtureStage stage;
+      for (auto [k, v] : as_dict(where, item)) {
+        const std::string name = nb::cast<std::string>(nb::str(k));
+        if (name == "until_step") {
+          if (!v.is_none()) stage.until_step = std::stoll(value_text("until_step", v));
+        } else if (name == "weights") {
+          for (auto [source, w] : as_dict(where + "['weights']", v)) {
+            stage.weights.emplace_back(nb::cast<std::string>(nb::str(source)), weight_text(where, w));
+          }
+        } else {
+          throw Error(ErrorKind::config, where + ": unknown key '" + name + "' (a stage has until_step and weights)");
+        }
+      }
+      config.stages.push_back(std::move(stage));
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace tokenfeed::python

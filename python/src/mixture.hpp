@@ -1,0 +1,27 @@
+// A mixture given from Python: the config mapping's `mixture` (a list of source dicts) and
+// `stages` (a list of stage dicts), turned into Config::mixture and Config::stages.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <nanobind/nanobind.h>
+
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed::python {
+
+// How a config value becomes its XML text (module.cpp's rule for every key).
+using ValueText = std::function<std::string(std::string_view key, nanobind::handle value)>;
+
+// True when `key` is "mixture" or "stages" (then applied to `config`), false otherwise.
+//   mixture: [{"name": "chat", "dataset_dir": "data/chat", "weight": 3, "epoch_seed": 7, ...}, ...]
+//            every key but name and weight is a per-dataset key (Config::MixtureSource::keys);
+//            a relative dataset_dir resolves against the working directory.
+//   stages:  [{"until_step": 2000}, {"weights": {"chat": 1, "web": 1}}]
+// Weights may be int, float (its shortest decimal text, repr) or str. Throws Error(config)
+// naming the entry for a value of the wrong type.
+bool apply_mixture_key(Config& config, std::string_view key, nanobind::handle value, const ValueText& value_text);
+
+}  // namespace tokenfeed::python

@@ -1,0 +1,130 @@
+#include "modes/mixture_batch_source.hpp"
+
+#include <algorithm>
+#include <memory>
+
+namespace tokenfeed {
+namespace {
+
+struct MixtureRow {
+  std::uint32_t source = 0;
+  BatchPlan plan;  // the source's batch k (its row k)
+};
+using MixturePlan = std::vector<MixtureRow>;
+
+}  // namespace
+
+MixtureBatchSource::MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule,
+                                       detail::BatchShape shape, Options options)
+    : members_(std::move(members)), schedule_(schedule), shape_(shape), options_(options) {
+  epoch_starts_.resize(members_.size(), std::vector<std::uint64_t>{0});
+}
+
+std::uint64_t MixtureBatchSource::epoch_of(std::size_t source, std::uint64_t k) const {
+  const Member& m = members_[source];
+  if (m.epochs == Member::Epochs::equal) return k / m.source->batches_in_epoch(0);
+  std::lock_guard lock(epochs_mutex_);
+  std::vector<std::uint64_t>& starts = epoch_starts_[source];
+  while (starts.back() <= k) {
+    starts.push_back(starts.back() + m.source->batches_in_epoch(starts.size() - 1));
+  }
+  // starts[e] <= k < starts[e + 1]
+  return static_cast<std::uint64_t>(std::upper_bound(starts.begin(), starts.end(), k) - starts.begin()) - 1;
+}
+
+std::uint64_t MixtureBatchSource::epoch_first_row(std::size_t source, std::uint64_t epoch) const {
+  const Member& m = members_[source];
+  if (m.epochs == Member::Epochs::equal) return epoch * m.source->batches_in_epoch(0);
+  std::lock_guard lock(epochs_mutex_);
+  std::vector<std::uint64_t>& starts = epoch_starts_[source];
+  while (starts.size() <= epoch) starts.push_back(starts.back() + m.source->batches_in_epoch(starts.size() - 1));
+  return starts[epoch];
+}
+
+BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
+  auto rows = std::make_shared<MixturePlan>(options_.batch_size);
+  const std::uint64_t first = (step * options_.world_size + options_.rank) * options_.batch_size;
+  for (std::uint64_t r = 0; r < options_.batch_size; ++r) {
+    const MixtureSchedule::Pick pick = schedule_.pick(first + r);
+    Member& m = members_[pick.source];
+    std::uint64_t epoch = 0;
+    std::uint64_t in_epoch = pick.index;
+    if (m.epochs != Member::Epochs::none) {
+      epoch = epoch_of(pick.source, pick.index);
+      in_epoch = pick.index - epoch_first_row(pick.source, epoch);
+    }
+    // Sources whose batch k follows from k alone ignore the seek; packed epochs need it
+    // (a source's batch is one row here, so its row in the epoch is its batch in the epoch).
+    m.source->seek(SplitPosition{pick.index, epoch, in_epoch, in_epoch});
+    (*rows)[r].source = pick.source;
+    (*rows)[r].plan = m.source->plan(pick.index);
+  }
+  BatchPlan plan;
+  plan.step = step;
+  plan.epoch = 0;
+  plan.batch_in_epoch = step;
+  plan.mode_data = std::move(rows);
+  return plan;
+}
+
+void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
+  const MixturePlan& rows = batch_plan.mode_data_as<MixturePlan>();
+  const std::size_t T = shape_.cols;
+  slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size());
+  std::vector<std::unique_ptr<detail::BatchSlot>> scratch(members_.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::uint32_t i = rows[r].source;
+    const Member& m = members_[i];
+    slot.source_ids[r] = static_cast<std::int32_t>(i);
+    const auto at = static_cast<std::ptrdiff_t>(r * T);
+    if (m.source->decode_row(rows[r].plan, slot, r)) {
+      // In place; what the source's own shape lacks is completed here.
+      if (!slot.y.empty() && m.shape.y_is_labels) std::copy_n(slot.labels.begin() + at, T, slot.y.begin() + at);
+      if (!slot.doc_ids.empty() && !m.shape.with_document_fields) std::fill_n(slot.doc_ids.begin() + at, T, 0);
+      continue;
+    }
+    // Else decoded in a slot of the source's own shape and copied.
+    if (!scratch[i]) scratch[i] = detail::make_slot(m.shape);
+    detail::BatchSlot& one = *scratch[i];
+    m.source->decode(rows[r].plan, one);
+    std::copy_n(one.x.begin(), T, slot.x.begin() + at);
+    if (!slot.y.empty()) {
+      // The row's own y: the raw next tokens of an episode row, the labels of a packed row
+      // (whose mode has y == labels).
+      const std::vector<std::int64_t>& y = one.y.empty() ? one.labels : one.y;
+      std::copy_n(y.begin(), T, slot.y.begin() + at);
+    }
+    std::copy_n(one.labels.begin(), T, slot.labels.begin() + at);
+    std::copy_n(one.token_weights.begin(), T, slot.token_weights.begin() + at);
+    std::copy_n(one.position_ids.begin(), T, slot.position_ids.begin() + at);
+    if (!slot.doc_ids.empty()) {
+      if (one.doc_ids.empty()) {
+        std::fill_n(slot.doc_ids.begin() + at, T, 0);
+      } else {
+        std::copy_n(one.doc_ids.begin(), T, slot.doc_ids.begin() + at);
+      }
+    }
+    slot.episode_ids[r] = one.episode_ids[0];
+    slot.real_positions += one.real_positions;
+    for (std::uint32_t q = 0; q < one.num_sequences; ++q) {
+      slot.add_sequence(static_cast<std::size_t>(one.cu_seqlens[q + 1] - one.cu_seqlens[q]));
+    }
+    if (!slot.segments.empty()) {
+      for (std::size_t q = 0; q < one.segment_count; ++q) {
+        PackedSegment segment = one.segments[q];
+        segment.row = static_cast<std::uint32_t>(r);
+        slot.segments[slot.segment_count++] = segment;
+      }
+    }
+  }
+}
+
+void MixtureBatchSource::will_need(const BatchPlan& batch_plan) const noexcept {
+  for (const MixtureRow& row : batch_plan.mode_data_as<MixturePlan>()) members_[row.source].source->will_need(row.plan);
+}
+
+void MixtureBatchSource::check_intact() const {
+  for (const Member& m : members_) m.source->check_intact();
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,75 @@
+// MixtureBatchSource: a mixture's batches, each row taken from one source's own stream.
+//
+// Row i of this rank's batch `step` is global row g = step * batch_size * world_size +
+// rank * batch_size + i; the MixtureSchedule says which source it comes from and which row
+// k of that source's stream it is. Each source is a BatchSource over its own dataset opened
+// with batch_size 1 and world_size 1, so its batch k is exactly its row k: the mixture
+// plans that batch and has the source decode it straight into its row
+// (BatchSource::decode_row), or, for a source that cannot (sft_packed), into a one-row
+// slot of the source's own shape whose row it then copies. A source's rows are therefore bit-identical to its
+// single-source stream, and batch `step` depends on nothing but the step.
+//
+// The mixture's own batches have no epochs (epoch 0, batch_in_epoch == step); each source
+// turns over its own epochs (epoch_of / epoch_first_row).
+//
+// Thread-safety: plan() and seek() are called by the pipeline's serial stage; decode() and
+// the const members may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "modes/epoch_orders.hpp"
+#include "pipeline/batch_pool.hpp"
+#include "pipeline/batch_source.hpp"
+#include "sampling/mixture_schedule.hpp"
+
+namespace tokenfeed {
+
+class MixtureBatchSource final : public BatchSource {
+ public:
+  struct Member {
+    BatchSource* source = nullptr;  // batch k is the source's row k
+    detail::BatchShape shape;       // that source's own one-row shape
+    // Epochs: none (random sampling), all of batches_in_epoch(0) rows, or of varying
+    // length (sft_packed) walked in order.
+    enum class Epochs { none, equal, varying } epochs = Epochs::equal;
+  };
+  struct Options {
+    std::uint64_t batch_size = 1;  // rows per rank
+    std::uint64_t world_size = 1;
+    std::uint64_t rank = 0;
+  };
+
+  // REQUIRES: every member's source and the schedule outlive this; shape describes the
+  // mixture's slots (contract fields on, source ids on).
+  MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule, detail::BatchShape shape,
+                     Options options);
+
+  BatchPlan plan(std::uint64_t step) override;
+  void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
+  void will_need(const BatchPlan& plan) const noexcept override;
+  void check_intact() const override;
+  std::uint64_t batches_in_epoch(std::uint64_t) const override { return 0; }
+  std::uint64_t samples_in_epoch(std::uint64_t) const override { return 0; }
+
+  // The epoch of source `source`'s row k, and the first row of its epoch e. REQUIRES: the
+  // source has epochs.
+  std::uint64_t epoch_of(std::size_t source, std::uint64_t k) const;
+  std::uint64_t epoch_first_row(std::size_t source, std::uint64_t epoch) const;
+  bool has_epochs(std::size_t source) const noexcept { return members_[source].epochs != Member::Epochs::none; }
+
+ private:
+  std::vector<Member> members_;
+  const MixtureSchedule& schedule_;
+  detail::BatchShape shape_;
+  Options options_;
+
+  // Varying-length epochs: per source, the first row of each epoch seen so far.
+  mutable std::mutex epochs_mutex_;
+  mutable std::vector<std::vector<std::uint64_t>> epoch_starts_;  // GUARDED_BY(epochs_mutex_)
+};
+
+}  // namespace tokenfeed

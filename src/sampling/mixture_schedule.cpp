@@ -1,0 +1,153 @@
+#include "sampling/mixture_schedule.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+
+std::optional<ExactWeight> parse_mixture_weight(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\n')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\n')) text.remove_suffix(1);
+  ExactWeight w;
+  int whole_digits = 0;
+  bool point = false;
+  for (const char c : text) {
+    if (c == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (c < '0' || c > '9') return std::nullopt;
+    if (point) {
+      if (++w.decimals > 6) return std::nullopt;
+    } else if (++whole_digits > 9) {
+      return std::nullopt;
+    }
+    w.mantissa = w.mantissa * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (whole_digits + w.decimals == 0) return std::nullopt;
+  return w;
+}
+
+MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> specs,
+                                 std::uint64_t rows_per_step)
+    : names_(std::move(names)), rows_per_step_(rows_per_step) {
+  const std::size_t n = names_.size();
+  std::uint64_t first_step = 0;
+  for (std::size_t s = 0; s < specs.size(); ++s) {
+    const StageSpec& spec = specs[s];
+    const std::string where = "mixture stage " + std::to_string(s);
+    Stage stage;
+    stage.first_step = first_step;
+    stage.first_row = first_step * rows_per_step_;
+    stage.texts = spec.weights;
+    // Exact decimals to integers: scale by 10^(most decimals), reduce by the gcd.
+    std::vector<ExactWeight> exact(n);
+    int decimals = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto w = parse_mixture_weight(spec.weights[i]);
+      if (!w) {
+        throw Error(ErrorKind::config, where + ": weight '" + spec.weights[i] + "' of source '" + names_[i] +
+                                           "' is not a non-negative integer or decimal (at most 9 digits before "
+                                           "the point and 6 after)");
+      }
+      exact[i] = *w;
+      decimals = std::max(decimals, w->decimals);
+    }
+    stage.weights.resize(n);
+    std::uint64_t divisor = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t w = exact[i].mantissa;
+      for (int d = exact[i].decimals; d < decimals; ++d) w *= 10;
+      stage.weights[i] = w;
+      divisor = std::gcd(divisor, w);
+    }
+    if (divisor == 0) {
+      throw Error(ErrorKind::config, where + ": every source's weight is zero; at least one must be positive");
+    }
+    for (std::uint64_t& w : stage.weights) {
+      w /= divisor;
+      stage.total += w;
+      if (stage.total > kMaxPeriod) {
+        throw Error(ErrorKind::config, where + ": the weights in lowest integer terms sum to more than " +
+                                           std::to_string(kMaxPeriod) +
+                                           " (the round-robin's period); use weights with fewer decimals");
+      }
+    }
+    // One period of the smooth weighted round-robin.
+    stage.sequence.resize(stage.total);
+    stage.positions.resize(n);
+    for (std::size_t i = 0; i < n; ++i) stage.positions[i].reserve(stage.weights[i]);
+    std::vector<std::int64_t> current(n, 0);
+    const auto total = static_cast<std::int64_t>(stage.total);
+    for (std::uint64_t p = 0; p < stage.total; ++p) {
+      std::size_t best = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        current[i] += static_cast<std::int64_t>(stage.weights[i]);
+        if (current[i] > current[best]) best = i;
+      }
+      current[best] -= total;
+      stage.sequence[p] = static_cast<std::uint32_t>(best);
+      stage.positions[best].push_back(static_cast<std::uint32_t>(p));
+    }
+    stage.base.assign(n, 0);
+    if (s > 0) {
+      const Stage& prev = stages_.back();
+      const std::uint64_t rows = stage.first_row - prev.first_row;
+      for (std::size_t i = 0; i < n; ++i) {
+        stage.base[i] = prev.base[i] + rows_in_stage(prev, static_cast<std::uint32_t>(i), rows);
+      }
+    }
+    if (s + 1 < specs.size()) {
+      if (!spec.until) throw Error(ErrorKind::config, where + " has no until_step; only the last stage may omit it");
+      if (*spec.until <= first_step) {
+        throw Error(ErrorKind::config, where + ": until_step=" + std::to_string(*spec.until) +
+                                           " must be greater than the stage's first step " +
+                                           std::to_string(first_step));
+      }
+      first_step = *spec.until;
+    } else if (spec.until) {
+      throw Error(ErrorKind::config, where + " is the last stage and has until_step=" + std::to_string(*spec.until) +
+                                         "; the last stage holds for ever, remove until_step");
+    }
+    stages_.push_back(std::move(stage));
+  }
+  if (stages_.empty()) throw Error(ErrorKind::config, "a mixture needs at least one stage of weights");
+}
+
+std::uint64_t MixtureSchedule::rows_in_stage(const Stage& stage, std::uint32_t source,
+                                             std::uint64_t local_row) const noexcept {
+  const std::vector<std::uint32_t>& at = stage.positions[source];
+  const std::uint64_t place = local_row % stage.total;
+  const auto before = static_cast<std::uint64_t>(std::lower_bound(at.begin(), at.end(), place) - at.begin());
+  return (local_row / stage.total) * stage.weights[source] + before;
+}
+
+std::size_t MixtureSchedule::stage_of_row(std::uint64_t global_row) const noexcept {
+  std::size_t s = 0;
+  while (s + 1 < stages_.size() && stages_[s + 1].first_row <= global_row) ++s;
+  return s;
+}
+
+std::size_t MixtureSchedule::stage_of_step(std::uint64_t step) const noexcept {
+  std::size_t s = 0;
+  while (s + 1 < stages_.size() && stages_[s + 1].first_step <= step) ++s;
+  return s;
+}
+
+MixtureSchedule::Pick MixtureSchedule::pick(std::uint64_t global_row) const noexcept {
+  const Stage& stage = stages_[stage_of_row(global_row)];
+  const std::uint64_t local = global_row - stage.first_row;
+  Pick pick;
+  pick.source = stage.sequence[local % stage.total];
+  pick.index = stage.base[pick.source] + rows_in_stage(stage, pick.source, local);
+  return pick;
+}
+
+std::uint64_t MixtureSchedule::rows_before(std::uint32_t source, std::uint64_t global_row) const noexcept {
+  const Stage& stage = stages_[stage_of_row(global_row)];
+  return stage.base[source] + rows_in_stage(stage, source, global_row - stage.first_row);
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,90 @@
+// MixtureSchedule: which source each global row of a mixture comes from, and which row of
+// that source's own stream it is.
+//
+// Global rows are numbered g = step * rows_per_step + i (rows_per_step = batch_size *
+// world_size; rank r holds i in [r * batch_size, (r + 1) * batch_size)). Within a stage,
+// rows are assigned by smooth weighted round-robin over the stage's weights: at each pick
+// every source's `current += weight`, the source with the largest `current` wins (ties to
+// the earliest declared) and the winner's `current -= total`; the round-robin restarts at
+// each stage's first row. A source's k-th row over the whole run (all stages, all ranks)
+// is row k of its own stream.
+//
+// Exactness without replay: weights are exact decimals, scaled to integers by a power of
+// ten and reduced by their gcd (the round-robin over c * w picks the same sources as over w,
+// since every `current` scales by c). After `total` picks every source has won exactly its
+// weight and every `current` is 0 again, so the sequence is periodic with period `total`;
+// one period is stored, and row g's source and index follow from g's place in it in
+// O(log weight).
+//
+// Thread-safety: immutable after construction; every member may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tokenfeed {
+
+// A weight written as a non-negative decimal: value = mantissa / 10^decimals. nullopt for
+// text that is not one (a sign, an exponent, more than 6 decimals, more than 9 digits
+// before the point).
+struct ExactWeight {
+  std::uint64_t mantissa = 0;
+  int decimals = 0;
+};
+std::optional<ExactWeight> parse_mixture_weight(std::string_view text);
+
+class MixtureSchedule {
+ public:
+  // The longest period (sum of a stage's reduced integer weights) allowed: one period is
+  // stored (12 bytes per pick).
+  static constexpr std::uint64_t kMaxPeriod = std::uint64_t{1} << 22;
+
+  struct StageSpec {
+    std::vector<std::string> weights;    // one per source, as text
+    std::optional<std::uint64_t> until;  // exclusive end step; absent on the last stage
+  };
+
+  // Throws Error(config) naming the source or stage for a malformed weight, a stage whose
+  // weights are all zero, a period above kMaxPeriod, or stage ends that do not increase.
+  // REQUIRES: names.size() == every stage's weights.size(); rows_per_step > 0.
+  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step);
+
+  struct Pick {
+    std::uint32_t source = 0;
+    std::uint64_t index = 0;  // the row of the source's own stream
+  };
+  Pick pick(std::uint64_t global_row) const noexcept;
+  // Rows of `source` among global rows [0, global_row).
+  std::uint64_t rows_before(std::uint32_t source, std::uint64_t global_row) const noexcept;
+
+  std::size_t sources() const noexcept { return names_.size(); }
+  std::size_t stages() const noexcept { return stages_.size(); }
+  std::size_t stage_of_step(std::uint64_t step) const noexcept;
+  std::uint64_t stage_first_step(std::size_t stage) const noexcept { return stages_[stage].first_step; }
+  // The stage's weights in lowest integer terms (the round-robin's), and as written.
+  const std::vector<std::uint64_t>& stage_weights(std::size_t stage) const noexcept { return stages_[stage].weights; }
+  const std::vector<std::string>& stage_weight_texts(std::size_t stage) const noexcept { return stages_[stage].texts; }
+
+ private:
+  struct Stage {
+    std::uint64_t first_step = 0;
+    std::uint64_t first_row = 0;
+    std::vector<std::string> texts;
+    std::vector<std::uint64_t> weights;                 // reduced integers
+    std::uint64_t total = 0;                            // the period
+    std::vector<std::uint32_t> sequence;                // one period: the source of each pick
+    std::vector<std::vector<std::uint32_t>> positions;  // per source: its picks' places in a period
+    std::vector<std::uint64_t> base;                    // per source: its rows before this stage
+  };
+  std::size_t stage_of_row(std::uint64_t global_row) const noexcept;
+  std::uint64_t rows_in_stage(const Stage& stage, std::uint32_t source, std::uint64_t local_row) const noexcept;
+
+  std::vector<std::string> names_;
+  std::uint64_t rows_per_step_ = 1;
+  std::vector<Stage> stages_;
+};
+
+}  // namespace tokenfeed
