@@ -47,6 +47,44 @@ DatasetMode detect_mode(const fs::path& dataset_dir) {
                                  "token stream (train.bin, or *.bin / *.npy files in train/)");
 }
 
+constexpr std::uint64_t kMaxNumpySeed = 0xffffffffULL;
+// No run reaches this many batches (2^53: 285 years at a million batches a second); a state
+// past it is corrupt or forged, and refusing it keeps every step, row and counter
+// computation far from overflow.
+constexpr std::uint64_t kMaxResumeStep = 1ULL << 53;
+// A packed epoch that forms no batch is skipped, at most 64 in a row before the loader
+// refuses the split, so a run at step k is at most in epoch 64 * (k + 1).
+constexpr std::uint64_t kMaxEmptyEpochsInARow = 64;
+
+// epoch_seed + epoch as the audit log records it: epoch_seed is validated to [0, 2^32-1]
+// and resumed epochs to below 2^60, so the unsigned sum cannot wrap.
+std::string epoch_seed_text(const Config& config, std::uint64_t epoch) {
+  return std::to_string(static_cast<std::uint64_t>(config.epoch_seed) + epoch);
+}
+
+// Refuses a resume position no run of this config can reach. REQUIRES: a validated config.
+void check_reachable(const std::string& name, const SplitPosition& pos, const Config& config, bool packed) {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(ErrorKind::state, "invalid resume state: splits." + name + "." + what);
+  };
+  if (pos.step > kMaxResumeStep) {
+    refuse("step=" + std::to_string(pos.step) + " is beyond any run (at most 2^53 batches)");
+  }
+  const std::uint64_t rows_per_step = static_cast<std::uint64_t>(config.batch_size) *
+                                      static_cast<std::uint64_t>(config.world_size);
+  if (rows_per_step != 0 && pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
+    refuse("step=" + std::to_string(pos.step) + " times batch_size * world_size overflows the sample counter");
+  }
+  if (packed && *config.batch_sampling_mode == SamplingMode::epoch) {
+    if (pos.epoch > kMaxEmptyEpochsInARow * (pos.step + 1)) {
+      refuse("epoch=" + std::to_string(pos.epoch) + " cannot be reached in " + std::to_string(pos.step) + " steps");
+    }
+    if (pos.batch_in_epoch > pos.step) {
+      refuse("batch_in_epoch=" + std::to_string(pos.batch_in_epoch) + " exceeds step=" + std::to_string(pos.step));
+    }
+  }
+}
+
 }  // namespace
 
 struct Loader::Impl {
@@ -95,6 +133,10 @@ struct Loader::Impl {
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
   void check_forms_a_batch(Split& split);
+  detail::BatchShape batch_shape(const Split& split) const;
+  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb.
+  SplitPipeline::Depths pool_depths(const detail::BatchShape& shape) const;
+  void check_memory_bound() const;
   void stop_pipelines();
 };
 
@@ -218,6 +260,7 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     h.add(static_cast<std::uint64_t>(config.block_size));  // windows are carved at block_size + 1
   }
   fingerprint = hex64(h.digest());
+  check_memory_bound();
 
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
@@ -394,7 +437,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
     AuditLog::Fields fields{{"split", split.name},
                             {"epoch", std::to_string(slot.epoch)},
-                            {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                            {"seed", epoch_seed_text(config, slot.epoch)},
                             {"shuffle", bool_text(config.epoch_shuffle)},
                             {std::string("num_") + unit(), std::to_string(kept)},
                             {"batches", std::to_string(batches)},
@@ -407,10 +450,56 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     const std::uint64_t seen = split.source->samples_in_epoch(slot.epoch);
     audit->write("epoch_complete", {{"split", split.name},
                                     {"epoch", std::to_string(slot.epoch)},
-                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                                    {"seed_used", epoch_seed_text(config, slot.epoch)},
                                     {std::string(unit()) + "_seen", std::to_string(seen)},
                                     {std::string(unit()) + "_skipped", std::to_string(kept - seen)},
                                     {"rank", std::to_string(config.rank)}});
+  }
+}
+
+detail::BatchShape Loader::Impl::batch_shape(const Split& split) const {
+  detail::BatchShape shape;
+  shape.rows = static_cast<std::size_t>(config.batch_size);
+  shape.cols = static_cast<std::size_t>(config.block_size);
+  shape.with_mask = split.mask;
+  shape.with_document_fields = config.document_aware;
+  shape.y_is_labels = !episode_mode() || packed_mode();
+  shape.contract_fields = config.contract_fields;
+  // sft_episode's mask equals its token weights, so with both only the weights are written.
+  shape.mask_is_weights = packed_mode() || (episode_mode() && config.contract_fields);
+  shape.packed = packed_mode();
+  return shape;
+}
+
+SplitPipeline::Depths Loader::Impl::pool_depths(const detail::BatchShape& shape) const {
+  return SplitPipeline::plan_depths(config.prefetch_depth, config.prefetch_memory_mb,
+                                    detail::BatchPool::bytes_per_slot(shape), static_cast<std::size_t>(config.decode_threads),
+                                    kMaxHeldBatches);
+}
+
+// The batch buffers every split's pool may grow to, computed before any is allocated, against
+// max_memory_mb: a small config must not be able to ask for more memory than the machine has.
+void Loader::Impl::check_memory_bound() const {
+  const std::uint64_t limit_mb = effective_max_memory_mb(config);
+  std::uint64_t total = 0;
+  std::string parts;
+  for (const auto& [name, split] : splits) {
+    const detail::BatchShape shape = batch_shape(split);
+    const std::uint64_t slot = detail::BatchPool::bytes_per_slot(shape);
+    const std::uint64_t slots = pool_depths(shape).max + kMaxHeldBatches;
+    // Saturating: an absurd shape must not wrap around to a small figure.
+    const std::uint64_t bytes = slot > UINT64_MAX / slots ? UINT64_MAX : slot * slots;
+    total = bytes > UINT64_MAX - total ? UINT64_MAX : total + bytes;
+    parts += (parts.empty() ? "" : ", ") + name + ": " + std::to_string(slots) + " batches of " +
+             std::to_string(slot >> 20) + " MiB";
+  }
+  if (total / (1ULL << 20) > limit_mb) {
+    throw Error(ErrorKind::config,
+                "the batch buffers need " + std::to_string(total >> 20) + " MiB (" + parts +
+                    "; prefetch_depth plus " + std::to_string(kMaxHeldBatches) +
+                    " batches the trainer may hold), more than max_memory_mb=" + std::to_string(limit_mb) +
+                    (config.max_memory_mb == 0 ? " (auto: half of the physical memory)" : "") +
+                    "; lower prefetch_depth, batch_size or block_size, or raise max_memory_mb");
   }
 }
 
@@ -444,21 +533,10 @@ Batch Loader::get_batch(std::string_view split_name) {
     if (s.stopped.load(std::memory_order_acquire)) {
       throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\") after the loader was stopped");
     }
-    detail::BatchShape shape;
-    shape.rows = static_cast<std::size_t>(s.config.batch_size);
-    shape.cols = static_cast<std::size_t>(s.config.block_size);
-    shape.with_mask = split.mask;
-    shape.with_document_fields = s.config.document_aware;
-    shape.y_is_labels = !s.episode_mode() || s.packed_mode();
-    shape.contract_fields = s.config.contract_fields;
-    // sft_episode's mask equals its token weights, so with both only the weights are written.
-    shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
-    shape.packed = s.packed_mode();
+    const detail::BatchShape shape = s.batch_shape(split);
     split.source->seek(split.consumed, split.next_epoch, split.next_batch_in_epoch);
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
-    const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
-        s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
-        kMaxHeldBatches);  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb
+    const SplitPipeline::Depths depth = s.pool_depths(shape);
     split.pool = std::make_shared<detail::BatchPool>(depth.initial + kMaxHeldBatches, shape, split.name,
                                                      depth.max + kMaxHeldBatches);
     split.pipeline = std::make_unique<SplitPipeline>(
@@ -508,6 +586,7 @@ void Loader::load_state(std::string_view text) {
   for (const auto& [name, pos] : state.splits) {
     const auto it = s.splits.find(name);
     if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
+    check_reachable(name, pos, s.config, s.packed_mode());
     const BatchSource& source = *it->second.source;
     SplitPosition resolved = pos;
     if (*s.config.batch_sampling_mode != SamplingMode::epoch) {
@@ -525,6 +604,13 @@ void Loader::load_state(std::string_view text) {
       throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".batch_in_epoch=" +
                                         std::to_string(pos.batch_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
                                         " has " + std::to_string(source.batches_in_epoch(pos.epoch)) + " batches");
+    }
+    if (*s.config.batch_sampling_mode == SamplingMode::epoch && s.config.epoch_shuffle &&
+        static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch > kMaxNumpySeed) {
+      throw Error(ErrorKind::state, "invalid resume state: splits." + name + " resumes in epoch " +
+                                        std::to_string(resolved.epoch) + ", and epoch_seed + epoch = " +
+                                        std::to_string(static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch) +
+                                        " exceeds numpy's seed range [0, 2^32-1]");
     }
     positions[name] = resolved;
   }

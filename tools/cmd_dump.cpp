@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "io/regular_file.hpp"
 #include "npy.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
@@ -29,13 +30,7 @@ struct DumpOptions {
   std::string save_state;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open state file '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string read_file(const std::string& path) { return read_regular_file(path, "state file"); }
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

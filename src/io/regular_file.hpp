@@ -1,0 +1,30 @@
+// Reading small files named by outside input (configs and their `inherits`, dataset
+// metadata, resume states, special-token files, tokenizer models) without blocking on or
+// exhausting memory from whatever the name points at.
+//
+// A FIFO would block open() until a writer appears, and /dev/zero never ends: the file is
+// opened non-blocking and must be a regular file of at most `max_bytes`.
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace tokenfeed {
+
+inline constexpr std::size_t kMaxSmallFileBytes = std::size_t{16} << 20;  // configs, JSON documents
+
+// Opens `path` read-only without blocking and returns the descriptor (O_CLOEXEC) of a
+// regular file. Throws Error(io) naming `what` (e.g. "config file") and the path when it
+// cannot be opened or is not a regular file (a FIFO, a device, a directory, a socket).
+int open_regular_file(const std::filesystem::path& path, std::string_view what);
+
+// The whole content of the regular file `path`. Throws as open_regular_file, and
+// Error(io) when it is larger than `max_bytes` (or grows past it while being read).
+std::string read_regular_file(const std::filesystem::path& path, std::string_view what,
+                              std::size_t max_bytes = kMaxSmallFileBytes);
+
+}  // namespace tokenfeed
