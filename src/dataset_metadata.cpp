@@ -79,6 +79,24 @@ DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) 
     }
     meta.special_tokens = ids;
   }
+  if (doc.contains("content_sha256") && !doc["content_sha256"].is_null()) {
+    const json& all = doc["content_sha256"];
+    const auto bad = [&](const std::string& what) {
+      throw Error(ErrorKind::format, file + ": field 'content_sha256' " + what);
+    };
+    if (!all.is_object()) bad("must be an object of shards");
+    for (const auto& [shard, files] : all.items()) {
+      if (!files.is_object()) bad("entry " + quote_json(json(shard)) + " must be an object of files");
+      auto& recorded = meta.content_sha256[shard];
+      for (const auto& [name, hex] : files.items()) {
+        const bool ok = hex.is_string() && hex.get_ref<const std::string&>().size() == 64 &&
+                        hex.get_ref<const std::string&>().find_first_not_of("0123456789abcdef") == std::string::npos;
+        if (!ok) bad("entry " + quote_json(json(shard + "/" + name)) + " must be 64 lowercase hex digits, got " +
+                     quote_json(hex));
+        recorded[name] = hex.get<std::string>();
+      }
+    }
+  }
   return meta;
 }
 

@@ -35,6 +35,10 @@ struct EpisodeDatasetWriterOptions {
   bool write_mask = true;               // write mask.bin (uint8 0/1) beside tokens.bin
   std::uint64_t shard_tokens = 0;       // max tokens per shard; 0 means one shard
   bool overwrite = false;               // finish() replaces a non-empty split_dir instead of refusing it
+  // finish() records the SHA-256 of each shard's files under "content_sha256" in the
+  // dataset_metadata.json beside split_dir (created when absent, other fields kept), for
+  // `tokenfeed inspect --deep` to verify. false leaves the metadata to the caller.
+  bool record_checksums = true;
 };
 
 struct EpisodeDatasetWriterSummary {

@@ -271,7 +271,9 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
     """Writes ``dataset_dir/dataset_metadata.json`` with the fields the loader reads
     (``token_dtype``, ``mask_dtype``, ``eot_token_id``/``eos_token_id`` - the default pad and
     end-of-text ids -, ``vocab_size``, ``special_tokens`` for turn-aware truncation) plus
-    any ``extra`` JSON-serializable fields. Returns the file's path."""
+    any ``extra`` JSON-serializable fields. The ``content_sha256`` checksums that
+    ``DatasetWriter.finish()`` recorded in an existing file are kept (unless ``extra`` gives
+    them); the file is written to a temporary name and renamed. Returns the file's path."""
     meta: Dict[str, Any] = {"format_version": 1, "token_dtype": token_dtype}
     if mask_dtype is not None:
         meta["mask_dtype"] = mask_dtype
@@ -288,12 +290,22 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
         else:
             special = {k: int(v) for k, v in special_tokens.items()}
         meta["special_tokens"] = special
-    meta.update(extra)
     os.makedirs(dataset_dir, exist_ok=True)
     path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
-    with open(path, "w", encoding="utf-8") as f:
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                previous = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            previous = None
+        if isinstance(previous, dict) and isinstance(previous.get("content_sha256"), dict):
+            meta["content_sha256"] = previous["content_sha256"]
+    meta.update(extra)
+    tmp = os.path.join(os.fspath(dataset_dir), f".dataset_metadata.json.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
+    os.replace(tmp, path)
     return path
 
 
