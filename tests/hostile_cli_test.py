@@ -88,6 +88,14 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(run("prepare", "--input", jsonl, "--output-dir", os.path.join(tmp, "p2"), "--special-tokens", special),
            "deep --special-tokens file", 2, "nesting deeper than 64")
 
+    # --save-state replaces the state file whole (temp file + rename) and leaves no temp file.
+    saved = os.path.join(tmp, "saved_state.json")
+    for n in ("1", "3"):
+        r = run("dump", "--config", config, "--batches", n, "--out", os.path.join(tmp, "d" + n), "--save-state", saved)
+        check(r.returncode == 0, f"dump --save-state: {r.stderr}")
+    check(json.load(open(saved))["splits"]["train"]["step"] == 3, "the second save replaced the first")
+    check(not [e for e in os.listdir(tmp) if e.startswith(".saved_state.json.tmp-")], "no temporary state file left")
+
     # inherits and datasets: regular files only, never a hang.
     child = os.path.join(tmp, "child.xml")
     with open(child, "w") as f:

@@ -85,4 +85,36 @@ std::string read_regular_file(const std::filesystem::path& path, std::string_vie
   return text;
 }
 
+void write_file_atomically(const std::filesystem::path& path, std::string_view text, std::string_view what) {
+  const std::filesystem::path tmp =
+      path.parent_path() / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error(what, path, std::string("cannot be written: ") + std::strerror(errno));
+  const auto fail = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    io_error(what, path, std::string("cannot be written (") + step + "): " + std::strerror(err));
+  };
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_error(what, path, std::string("cannot be written (close): ") + std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_error(what, path, std::string("cannot be replaced: ") + std::strerror(err));
+  }
+}
+
 }  // namespace tokenfeed

@@ -27,4 +27,10 @@ int open_regular_file(const std::filesystem::path& path, std::string_view what);
 std::string read_regular_file(const std::filesystem::path& path, std::string_view what,
                               std::size_t max_bytes = kMaxSmallFileBytes);
 
+// Replaces `path` with `text` so that no reader, and no crash or SIGKILL at any instant,
+// ever sees a partial file: the text goes to a temporary file beside it (".NAME.tmp-PID"),
+// which is flushed to disk and renamed over `path`. On failure the temporary file is
+// removed, `path` is as it was, and Error(io) names `what` and the path.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text, std::string_view what);
+
 }  // namespace tokenfeed
