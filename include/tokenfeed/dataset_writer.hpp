@@ -66,7 +66,9 @@ class TOKENFEED_API EpisodeDatasetWriter {
   // Flushes and closes the files and moves the split into `split_dir`; returns what was
   // written. Idempotent once it succeeded. On failure (a write error, or `split_dir`
   // having become non-empty meanwhile without overwrite) it throws Error(io), the
-  // temporary directory is removed and the writer is discarded.
+  // temporary directory is removed and the writer is discarded. With record_checksums, a
+  // dataset_metadata.json beside the split that cannot be read or replaced makes it throw
+  // Error(io) or Error(format) after the split is in place (finished() is then true).
   EpisodeDatasetWriterSummary finish();
 
   // Abandons the split: removes the temporary directory and everything written into it;
