@@ -2,7 +2,8 @@
 (kill_soak_child.py) is killed with SIGKILL at random instants, including while it writes
 its state, and restarted from its last state until it has consumed every step; the
 batches it consumed, counted by step, must equal an uninterrupted run's: none missing,
-none repeated. Every mode, both sampling modes, across epoch boundaries, world_size 2."""
+none repeated. Every mode, both sampling modes, across epoch boundaries, world_size 2.
+The audit logs the killed processes left stay parseable (tokenfeed.read_audit_log)."""
 import json
 import os
 import random
@@ -45,6 +46,7 @@ def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir
         assert total > reference.batches_per_epoch(), "the run must cross an epoch boundary"
     reference.close()
 
+    keys["audit_log_dir"] = str(tmp_path / "audit")  # one log per process, killed mid-run
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     rng = random.Random(name)
     kills = 0
@@ -67,3 +69,11 @@ def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir
     got = [(int(s), int(c)) for s, c in (line.split() for line in lines)]
     assert [s for s, _ in got] == list(range(total)), "a step is missing or repeated"
     assert got == expected
+    # Every audit log a killed process left is parseable line by line; a line the kill cut
+    # short is reported as torn, not read as an event.
+    logs = sorted((tmp_path / "audit").iterdir())
+    assert 1 <= len(logs) <= kills + 1  # a process killed before it opened the loader has none
+    for log in logs:
+        events, torn = tokenfeed.read_audit_log(log)
+        assert events and events[0]["action"] == "dataset_load"
+        assert torn is None or not torn.endswith("\n")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -93,6 +94,7 @@ __all__ = [
     "special_token_ids_from_metadata",
     "to_torch",
     "write_dataset_metadata",
+    "read_audit_log",
 ]
 
 _UINT32_MAX = 2**32 - 1
@@ -260,6 +262,83 @@ class DatasetWriter:
             self._writer.discard()  # an incomplete split must not look complete
         elif not self._writer.finished:
             self._writer.finish()
+
+
+_AUDIT_PREFIX = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \| TRAINING \| (\w+) \| ")
+_AUDIT_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
+
+
+def _parse_audit_line(line: str) -> Optional[Dict[str, str]]:
+    m = _AUDIT_PREFIX.match(line)
+    if m is None:
+        return None
+    event = {"time": m.group(1), "level": m.group(2)}
+    i, n = m.end(), len(line)
+    while True:
+        eq = line.find("=", i)
+        if eq < 0:
+            return None
+        key = line[i:eq]
+        i = eq + 1
+        if i < n and line[i] == '"':
+            value, i = [], i + 1
+            while True:
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\":
+                    if i + 1 >= n:
+                        return None
+                    e = line[i + 1]
+                    if e == "x":
+                        try:
+                            value.append(chr(int(line[i + 2:i + 4], 16)))
+                        except ValueError:
+                            return None
+                        i += 4
+                        continue
+                    if e not in _AUDIT_ESCAPES:
+                        return None
+                    value.append(_AUDIT_ESCAPES[e])
+                    i += 2
+                    continue
+                value.append(c)
+                i += 1
+            text = "".join(value)
+        else:
+            end = line.find(" | ", i)
+            end = n if end < 0 else end
+            text, i = line[i:end], end
+        event[key] = text
+        if i == n:
+            return event
+        if not line.startswith(" | ", i):
+            return None
+        i += 3
+
+
+def read_audit_log(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[Dict[str, str]], Optional[str]]:
+    """The events of an audit log file, and its torn last line.
+
+    Each complete line (ended by a newline) is one event: a dict of ``time``, ``level``,
+    ``action`` and the event's fields, quoted values unescaped. A last line without its
+    newline was cut short (the process was killed while writing it): it is returned as the
+    second item, never taken for an event; ``None`` when the file ends cleanly. A complete
+    line that is not an event raises ``FormatError`` naming the file and line."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    torn = lines.pop() or None  # the text after the last newline
+    events = []
+    for number, line in enumerate(lines, 1):
+        event = _parse_audit_line(line)
+        if event is None:
+            raise FormatError(f"{os.fspath(path)}: line {number} is not an audit event: {line[:120]!r}")
+        events.append(event)
+    return events, torn
 
 
 def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token_dtype: str,
