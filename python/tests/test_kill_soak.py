@@ -49,12 +49,28 @@ def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir
     keys["audit_log_dir"] = str(tmp_path / "audit")  # one log per process, killed mid-run
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     rng = random.Random(name)
+    records = tmp_path / "records.txt"
+
+    def consumed():
+        try:
+            return records.read_bytes().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
     kills = 0
-    for attempt in range(60):
+    for _ in range(40):
+        before = consumed()
         child = subprocess.Popen([sys.executable, CHILD, str(tmp_path), str(total), "7", "0.003"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if attempt < 40:
-            time.sleep(rng.uniform(0.15, 0.9))
+        if kills < 8:
+            # Kill once the child has gone 1..30 steps past where the last one stopped (its
+            # checkpoints are every 7), at a random instant within a few milliseconds, so
+            # that some kills land while it writes its state; however loaded the machine.
+            target = before + rng.randint(1, 30)
+            deadline = time.monotonic() + 120
+            while child.poll() is None and consumed() < target and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0, 0.004))
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)
                 kills += 1
@@ -64,7 +80,7 @@ def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir
         assert child.returncode == -signal.SIGKILL, err.decode()
     else:
         pytest.fail("the consumer never finished")
-    assert kills >= 3, f"only {kills} kills landed: the soak proved little"
+    assert kills >= 5, f"only {kills} kills landed: the soak proved little"
     lines = (tmp_path / "records.txt").read_text().splitlines()
     got = [(int(s), int(c)) for s, c in (line.split() for line in lines)]
     assert [s for s, _ in got] == list(range(total)), "a step is missing or repeated"
