@@ -29,7 +29,7 @@ MAY_INCLUDE = {
     # does), scored groups packed into pooled batches.
     "rl": {"util", "io", "dataset", "sampling", "modes", "pipeline", "loader"},
     "tokenizer": {"util", "io"},
-    "chat": {"util", "tokenizer"},
+    "chat": {"util", "io", "tokenizer"},
     "prepare": {"util", "io", "dataset", "tokenizer", "chat"},
     # Measurement helpers for tools/, perf/ and python/: not part of the library's core.
     "measure": {"util"},

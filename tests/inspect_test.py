@@ -8,7 +8,9 @@ content line of `tokenfeed run`:
   lookahead packs (checked against the dump's segments), and its usage errors;
 - verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
 - --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
-  first out-of-vocabulary token located by file, offset and episode;
+  first out-of-vocabulary token located by file, offset and episode; uint8 mask values
+  outside {0, 1}, negative float32 weights (NaN/inf: refused by the loader), and the
+  recorded content checksums;
 - `run` reports trained positions from the loss weights in every mode.
 
 Usage: inspect_test.py PATH/TO/tokenfeed   (standard library only; run by ctest)"""
@@ -304,6 +306,64 @@ def test_deep(tmp):
           in r.stdout, f"the bad id is located by shard, offset and episode: {r.stdout}")
 
 
+def sha256_of(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_deep_corruption(tmp):
+    """--deep reports uint8 mask values outside {0, 1} and negative float32 weights with the
+    first offending episode; the loader refuses NaN/inf float32 weights; recorded content
+    checksums are verified shard by shard."""
+    root = os.path.join(tmp, "corrupt_mask")
+    episodes = [([1, 2, 3, 4], [0, 1, 1, 1]) for _ in range(6)]
+    episodes[4] = ([1, 2, 3, 4], [0, 1, 7, 1])  # a flipped bit
+    write_episodes(root, "train", [episodes])
+    with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    r = run("inspect", root, "--deep")
+    check(r.returncode == 4, f"--deep with a uint8 mask value 7 exits 4: {r.returncode} {r.stdout}")
+    mask_file = os.path.join(root, "train", "shard_00000", "mask.bin")
+    check(f"1 mask values outside {{0, 1}} (read as 1) (first: 7 at value offset 18 of '{mask_file}', "
+          f"episode 4 position 2)" in r.stdout, f"the uint8 value is located: {r.stdout}")
+    check("INVALID: mask values out of range" in r.stdout, f"verdict: {r.stdout}")
+    check(run("inspect", root).returncode == 0, "without --deep the uint8 value passes (the loader reads it as 1)")
+
+    # float32 weights: a negative one is a --deep finding; NaN is refused by the loader itself.
+    for value, status, needle in ((-0.5, 4, "1 mask values negative (first: -0.5 at value offset 9"),
+                                  (float("nan"), 4, "float32 mask value is NaN or infinite (first: nan at value offset 9")):
+        with open(mask_file, "wb") as f:
+            weights = [1.0] * 24
+            weights[9] = value
+            f.write(struct.pack("<24f", *weights))
+        with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+            json.dump({"token_dtype": "uint16", "mask_dtype": "float32", "eot_token_id": 0}, f)
+        r = run("inspect", root, "--deep")
+        check(r.returncode == status and needle in r.stdout + r.stderr and "episode 2 position 1" in r.stdout + r.stderr,
+              f"float32 {value}: exit {r.returncode}, {r.stdout} {r.stderr}")
+
+    # Content checksums: recorded, verified, and a changed byte is caught.
+    root = os.path.join(tmp, "checksums")
+    write_episodes(root, "train", [[([1, 2, 3], [0, 1, 1])] * 4, [([5, 6], [1, 1])] * 3])
+    sums = {}
+    for shard in ("shard_00000", "shard_00001"):
+        d = os.path.join(root, "train", shard)
+        sums[f"train/{shard}"] = {name: sha256_of(os.path.join(d, name)) for name in ("episodes.idx", "tokens.bin", "mask.bin")}
+    with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0, "content_sha256": sums}, f)
+    r = run("inspect", root, "--deep")
+    check(r.returncode == 0 and "content checksums ok (2 shards, sha256)" in r.stdout, f"checksums verified: {r.stdout}")
+    tokens = os.path.join(root, "train", "shard_00001", "tokens.bin")
+    with open(tokens, "r+b") as f:
+        f.seek(2)
+        f.write(b"\x07")
+    r = run("inspect", root, "--deep")
+    check(r.returncode == 4 and "train/shard_00001/tokens.bin differs" in r.stdout
+          and "INVALID: content checksum mismatch" in r.stdout, f"a changed byte is caught: {r.returncode} {r.stdout}")
+    check(run("inspect", root).returncode == 0, "checksums are verified by --deep only")
+
+
 def test_run_trained_positions(tmp):
     trained = re.compile(r"content   (\d+) real positions \([\d.]+%\), (\d+) trained positions")
 
@@ -365,6 +425,7 @@ with tempfile.TemporaryDirectory() as tmp:
     test_packed(tmp)
     test_verdicts(tmp)
     test_deep(tmp)
+    test_deep_corruption(tmp)
     test_run_trained_positions(tmp)
 
 finish("inspect_test")

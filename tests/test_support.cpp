@@ -29,7 +29,9 @@ void write_split(const std::filesystem::path& dataset_dir, const std::string& sp
   std::size_t next = 0;
   for (std::size_t s = 0; s < shards; ++s) {
     const std::filesystem::path dir = dataset_dir / split;
-    EpisodeDatasetWriterOptions options{dtype, with_mask, 0};
+    // No content checksums: the helper writes through a temporary split name, and tests
+    // that want a dataset_metadata.json write their own.
+    EpisodeDatasetWriterOptions options{dtype, with_mask, 0, false, false};
     // One writer per shard, each writing into its own shard_NNNNN directory.
     const std::filesystem::path tmp = dataset_dir / (".tmp_" + split + "_" + std::to_string(s));
     {

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "io/npy.hpp"
+#include "io/regular_file.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -29,19 +30,11 @@ struct DumpOptions {
   std::string save_state;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open state file '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string read_file(const std::string& path) { return read_regular_file(path, "state file"); }
 
+// A state file is never torn: a trainer killed while it saves keeps the previous one.
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text << '\n';
-  out.close();
-  if (!out) throw Error(ErrorKind::io, "cannot write state file '" + path + "'");
+  write_file_atomically(path, text + "\n", "state file");
 }
 
 // sft_packed: tokens, labels, weights, positions, and where each episode landed.

@@ -4,12 +4,15 @@
 // validate, no episode left after filtering, no window at the given block size), or a
 // dataset without train, is INVALID and the command exits with the status the loader's
 // error would give. --deep adds checks the loader does not make (token ids against
-// vocab_size), whose failure is also INVALID.
+// vocab_size, uint8 mask values other than 0 and 1, negative float32 weights, the shards'
+// content against the SHA-256 recorded in dataset_metadata.json), whose failure is also
+// INVALID.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +20,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "dataset/content_checksum.hpp"
 #include "dataset/dataset_metadata.hpp"
+#include "dataset/mask_values.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "sampling/episode_packer.hpp"
 #include "sampling/episode_sampler.hpp"
@@ -68,6 +73,8 @@ struct Refusal {
 struct Findings {
   std::optional<Refusal> refused;
   bool bad_token_ids = false;                    // --deep: ids >= vocab_size
+  bool bad_mask_values = false;                  // --deep: uint8 not 0/1, float32 negative
+  bool bad_checksums = false;                    // --deep: content differs from the recorded sha256
   bool mask = false;
   std::optional<TokenDtype> dtype;                // episodes: the split's token dtype
   std::optional<TokenDtype> bin_dtype;            // streams: the --token-dtype their .bin files were read with
@@ -215,6 +222,78 @@ void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadat
   if (o.packed) report_packing(o, meta, name, split, kept, found);
 }
 
+// --deep: mask values no mask should hold, with the first offender located: uint8 values
+// other than 0 and 1 (the loader trains them as 1), float32 negative weights. (NaN and
+// infinite weights already made the split INVALID: the loader refuses them.)
+void deep_check_mask_values(const EpisodeSplit& split, Findings& found) {
+  const MaskDtype dtype = *split.mask_dtype();
+  std::uint64_t total = 0;
+  std::string first;
+  for (std::size_t s = 0; s < split.shards().size(); ++s) {
+    const EpisodeShard& shard = split.shards()[s];
+    const MaskValueScan scan = scan_mask_values(shard.mask.bytes(), dtype);
+    const MaskValueCount& bad = dtype == MaskDtype::uint8 ? scan.not_binary : scan.negative;
+    total += bad.count;
+    if (bad.count != 0 && first.empty()) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", static_cast<double>(bad.first_value));
+      first = std::string(" (first: ") + value + " at value offset " + std::to_string(bad.first_offset) + " of '" +
+              (shard.dir / "mask.bin").string() + "'" + split.locate(s, bad.first_offset) + ")";
+    }
+  }
+  std::printf("  deep         %llu mask values %s%s\n", static_cast<unsigned long long>(total),
+              dtype == MaskDtype::uint8 ? "outside {0, 1} (read as 1)" : "negative", first.c_str());
+  found.bad_mask_values = found.bad_mask_values || total > 0;
+}
+
+// --deep: each shard's files against the SHA-256 recorded in dataset_metadata.json.
+void deep_check_checksums(const fs::path& root, const DatasetMetadata& meta, const std::string& name,
+                          const EpisodeSplit& split, Findings& found) {
+  std::size_t recorded = 0;
+  for (const auto& [shard, files] : meta.content_sha256) recorded += shard == name || shard.starts_with(name + "/");
+  if (recorded == 0) {
+    std::printf("  deep         content checksums not recorded in dataset_metadata.json\n");
+    return;
+  }
+  std::vector<std::string> problems;
+  std::set<std::string> seen;
+  for (const EpisodeShard& shard : split.shards()) {
+    const std::string key = shard.dir.lexically_relative(root).generic_string();
+    seen.insert(key);
+    const auto it = meta.content_sha256.find(key);
+    const ShardChecksums actual = checksum_shard(shard.dir);
+    if (it == meta.content_sha256.end()) {
+      problems.push_back(key + " has no recorded checksum");
+      continue;
+    }
+    for (const auto& [file, hex] : it->second) {
+      const auto got = actual.find(file);
+      if (got == actual.end()) {
+        problems.push_back(key + "/" + file + " is missing");
+      } else if (got->second != hex) {
+        problems.push_back(key + "/" + file + " differs (sha256 " + got->second.substr(0, 16) + "..., recorded " +
+                           hex.substr(0, 16) + "...)");
+      }
+    }
+    for (const auto& [file, hex] : actual) {
+      if (it->second.count(file) == 0) problems.push_back(key + "/" + file + " has no recorded checksum");
+    }
+  }
+  for (const auto& [shard, files] : meta.content_sha256) {
+    if ((shard == name || shard.starts_with(name + "/")) && seen.count(shard) == 0) {
+      problems.push_back(shard + " is recorded but missing");
+    }
+  }
+  if (problems.empty()) {
+    std::printf("  deep         content checksums ok (%zu shard%s, sha256)\n", split.shards().size(),
+                split.shards().size() == 1 ? "" : "s");
+    return;
+  }
+  std::printf("  deep         content checksums: %zu mismatch%s: %s%s\n", problems.size(),
+              problems.size() == 1 ? "" : "es", problems.front().c_str(), problems.size() > 1 ? ", ..." : "");
+  found.bad_checksums = true;
+}
+
 // --deep on an episode split: token ids against vocab_size (the first offender located by
 // file, offset and episode), and kept episodes with nothing to train on: an all-zero mask
 // over their label positions mask[1:n] (mask[0] aligns with no label).
@@ -253,6 +332,7 @@ void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split,
     std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
   }
   if (!split.has_mask()) return;
+  deep_check_mask_values(split, found);
   std::vector<float> mask;
   std::vector<std::uint64_t> listed;
   std::uint64_t all_zero = 0;
@@ -322,8 +402,16 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
   }
   if (o.block_size > 0) report_truncation_and_packing(o, meta, name, split, kept, found);
   const bool bad_before = found.bad_token_ids;
-  if (o.deep) deep_check_episodes(meta, split, kept, found);
-  std::printf("  verdict      %s\n", found.bad_token_ids && !bad_before ? "INVALID: token ids out of vocabulary" : "ok");
+  const bool bad_mask_before = found.bad_mask_values;
+  const bool bad_sums_before = found.bad_checksums;
+  if (o.deep) {
+    deep_check_episodes(meta, split, kept, found);
+    deep_check_checksums(fs::path(o.dataset_dir), meta, name, split, found);
+  }
+  std::printf("  verdict      %s\n", found.bad_token_ids && !bad_before              ? "INVALID: token ids out of vocabulary"
+                                    : found.bad_mask_values && !bad_mask_before   ? "INVALID: mask values out of range"
+                                    : found.bad_checksums && !bad_sums_before     ? "INVALID: content checksum mismatch"
+                                                                                  : "ok");
 }
 
 void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
@@ -602,6 +690,13 @@ void inspect(const InspectOptions& o) {
   if (found.bad_token_ids) {
     throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");
   }
+  if (found.bad_checksums) {
+    throw Error(ErrorKind::format, "dataset '" + o.dataset_dir +
+                                       "' does not match the content checksums in its dataset_metadata.json");
+  }
+  if (found.bad_mask_values) {
+    throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds mask values out of range");
+  }
 }
 
 }  // namespace
@@ -623,7 +718,9 @@ void add_inspect_command(CLI::App& app) {
                   "Report what truncation to this block size would drop (episodes), or the windows it gives (token "
                   "streams); also the snippet's block_size")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--deep", options->deep, "Also check every token against vocab_size and flag all-zero masks");
+  cmd->add_flag("--deep", options->deep,
+                "Also check every token against vocab_size, mask values (uint8 not 0/1, float32 negative), all-zero "
+                "masks, and each shard against the content checksums in dataset_metadata.json");
   cmd->add_option("--eos-id", options->eos_id, "End-of-text id for counting documents in a token stream")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--token-dtype", options->token_dtype,

@@ -166,6 +166,12 @@ struct Config {
   // this many. Raise it for gradient accumulation over more micro-batches with zero-copy
   // tensors (autograd keeps every micro-batch's inputs until backward()).
   std::int64_t max_held_batches = 4;
+  // The most memory the batch buffers of all splits together may take, in MiB: every slot
+  // a pool may grow to (the largest prefetch depth, fixed or auto, plus the batches the
+  // trainer may hold), computed before anything is allocated. A loader whose buffers would
+  // need more is refused with Error(config) giving the figures. 0 ("auto" in XML, the
+  // default): half of the machine's physical memory.
+  std::int64_t max_memory_mb = 0;
   // Threads decoding batches in parallel; 0 means one per hardware thread but the
   // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
   std::int64_t decode_threads = 0;
@@ -214,12 +220,17 @@ TOKENFEED_API Config parse_config_xml(std::string_view xml, const std::filesyste
 // Throws Error(config) naming the key for unknown keys and bad values.
 TOKENFEED_API void set_config_value(Config& config, std::string_view key, std::string_view value);
 
-// Checks ranges and combinations (sizes > 0, rank < world_size, ...). Throws Error(config).
+// Checks ranges and combinations (sizes > 0, rank < world_size, batch_size * block_size at
+// most 2^34 positions, ...). Throws Error(config).
 TOKENFEED_API void validate_config(const Config& config);
 
 // Every key with its effective text value (defaults included; "" for absent optionals and unset sizes),
 // in a fixed order: for the audit log and for printing.
 TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
+
+// max_memory_mb as a number of MiB: the key's value, or for 0 (auto) half of the physical
+// memory.
+TOKENFEED_API std::uint64_t effective_max_memory_mb(const Config& config) noexcept;
 
 TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
 TOKENFEED_API const char* to_string(SamplingMode mode) noexcept;

@@ -35,6 +35,10 @@ struct EpisodeDatasetWriterOptions {
   bool write_mask = true;               // write mask.bin (uint8 0/1) beside tokens.bin
   std::uint64_t shard_tokens = 0;       // max tokens per shard; 0 means one shard
   bool overwrite = false;               // finish() replaces a non-empty split_dir instead of refusing it
+  // finish() records the SHA-256 of each shard's files under "content_sha256" in the
+  // dataset_metadata.json beside split_dir (created when absent, other fields kept), for
+  // `tokenfeed inspect --deep` to verify. false leaves the metadata to the caller.
+  bool record_checksums = true;
 };
 
 struct EpisodeDatasetWriterSummary {
@@ -62,7 +66,9 @@ class TOKENFEED_API EpisodeDatasetWriter {
   // Flushes and closes the files and moves the split into `split_dir`; returns what was
   // written. Idempotent once it succeeded. On failure (a write error, or `split_dir`
   // having become non-empty meanwhile without overwrite) it throws Error(io), the
-  // temporary directory is removed and the writer is discarded.
+  // temporary directory is removed and the writer is discarded. With record_checksums, a
+  // dataset_metadata.json beside the split that cannot be read or replaced makes it throw
+  // Error(io) or Error(format) after the split is in place (finished() is then true).
   EpisodeDatasetWriterSummary finish();
 
   // Abandons the split: removes the temporary directory and everything written into it;

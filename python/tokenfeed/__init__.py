@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -112,6 +113,7 @@ __all__ = [
     "special_token_ids_from_metadata",
     "to_torch",
     "write_dataset_metadata",
+    "read_audit_log",
 ]
 
 _UINT32_MAX = 2**32 - 1
@@ -281,6 +283,83 @@ class DatasetWriter:
             self._writer.finish()
 
 
+_AUDIT_PREFIX = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \| TRAINING \| (\w+) \| ")
+_AUDIT_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
+
+
+def _parse_audit_line(line: str) -> Optional[Dict[str, str]]:
+    m = _AUDIT_PREFIX.match(line)
+    if m is None:
+        return None
+    event = {"time": m.group(1), "level": m.group(2)}
+    i, n = m.end(), len(line)
+    while True:
+        eq = line.find("=", i)
+        if eq < 0:
+            return None
+        key = line[i:eq]
+        i = eq + 1
+        if i < n and line[i] == '"':
+            value, i = [], i + 1
+            while True:
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\":
+                    if i + 1 >= n:
+                        return None
+                    e = line[i + 1]
+                    if e == "x":
+                        try:
+                            value.append(chr(int(line[i + 2:i + 4], 16)))
+                        except ValueError:
+                            return None
+                        i += 4
+                        continue
+                    if e not in _AUDIT_ESCAPES:
+                        return None
+                    value.append(_AUDIT_ESCAPES[e])
+                    i += 2
+                    continue
+                value.append(c)
+                i += 1
+            text = "".join(value)
+        else:
+            end = line.find(" | ", i)
+            end = n if end < 0 else end
+            text, i = line[i:end], end
+        event[key] = text
+        if i == n:
+            return event
+        if not line.startswith(" | ", i):
+            return None
+        i += 3
+
+
+def read_audit_log(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[Dict[str, str]], Optional[str]]:
+    """The events of an audit log file, and its torn last line.
+
+    Each complete line (ended by a newline) is one event: a dict of ``time``, ``level``,
+    ``action`` and the event's fields, quoted values unescaped. A last line without its
+    newline was cut short (the process was killed while writing it): it is returned as the
+    second item, never taken for an event; ``None`` when the file ends cleanly. A complete
+    line that is not an event raises ``FormatError`` naming the file and line."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    torn = lines.pop() or None  # the text after the last newline
+    events = []
+    for number, line in enumerate(lines, 1):
+        event = _parse_audit_line(line)
+        if event is None:
+            raise FormatError(f"{os.fspath(path)}: line {number} is not an audit event: {line[:120]!r}")
+        events.append(event)
+    return events, torn
+
+
 def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token_dtype: str,
                            mask_dtype: Optional[str] = "uint8", eot_token_id: Optional[int] = None,
                            eos_token_id: Optional[int] = None, pad_token_id: Optional[int] = None,
@@ -290,7 +369,9 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
     """Writes ``dataset_dir/dataset_metadata.json`` with the fields the loader reads
     (``token_dtype``, ``mask_dtype``, ``eot_token_id``/``eos_token_id`` - the default pad and
     end-of-text ids -, ``vocab_size``, ``special_tokens`` for turn-aware truncation) plus
-    any ``extra`` JSON-serializable fields. Returns the file's path."""
+    any ``extra`` JSON-serializable fields. The ``content_sha256`` checksums that
+    ``DatasetWriter.finish()`` recorded in an existing file are kept (unless ``extra`` gives
+    them); the file is written to a temporary name and renamed. Returns the file's path."""
     meta: Dict[str, Any] = {"format_version": 1, "token_dtype": token_dtype}
     if mask_dtype is not None:
         meta["mask_dtype"] = mask_dtype
@@ -307,12 +388,22 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
         else:
             special = {k: int(v) for k, v in special_tokens.items()}
         meta["special_tokens"] = special
-    meta.update(extra)
     os.makedirs(dataset_dir, exist_ok=True)
     path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
-    with open(path, "w", encoding="utf-8") as f:
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                previous = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            previous = None
+        if isinstance(previous, dict) and isinstance(previous.get("content_sha256"), dict):
+            meta["content_sha256"] = previous["content_sha256"]
+    meta.update(extra)
+    tmp = os.path.join(os.fspath(dataset_dir), f".dataset_metadata.json.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
+    os.replace(tmp, path)
     return path
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "special_token_ids_from_metadata",
     "to_torch",
     "write_dataset_metadata",
+    "read_audit_log",
 ]
 
 __version__: str
@@ -286,6 +287,7 @@ class DatasetWriter:
     def __enter__(self) -> DatasetWriter: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
 
+def read_audit_log(path: _Path) -> Tuple[List[Dict[str, str]], Optional[str]]: ...
 def write_dataset_metadata(dataset_dir: _Path, *, token_dtype: str, mask_dtype: Optional[str] = "uint8",
                            eot_token_id: Optional[int] = None, eos_token_id: Optional[int] = None,
                            pad_token_id: Optional[int] = None, vocab_size: Optional[int] = None,

@@ -6,7 +6,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/regular_file.hpp"
 #include "tokenfeed/error.hpp"
+#include "util/bounded_json.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -24,44 +26,43 @@ const char* type_name(const json& v) {
   return "a value";
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
-std::string json_error_text(const json::exception& e) {
+// A JSONL line is one JSON line: say "column N", not "line 1, column N".
+std::string line_error_text(const JsonParseError& e) {
   std::string text = e.what();
-  if (text.starts_with("[json.exception.")) {
-    if (const auto close = text.find("] "); close != std::string::npos) text.erase(0, close + 2);
-  }
-  // A JSONL line is one JSON line: say "column N", not "line 1, column N".
   if (const auto at = text.find("at line 1, column "); at != std::string::npos) text.erase(at + 3, 8);
-  // nlohmann quotes what it last read, which can be a whole long string: keep messages short.
-  constexpr std::size_t kMaxLength = 300;
-  if (text.size() > kMaxLength) {
-    std::size_t cut = kMaxLength;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8 boundary
-    text.resize(cut);
-    text += "...";
-  }
   return text;
+}
+
+// A conversation line keeps only what prepare reads: "messages" at the top, and "role",
+// "content", "ids", "weight" and "tool_calls" in each message. Anything else (metadata,
+// other payloads) is parsed but never stored, so an unread field costs no memory however
+// large it is.
+bool keep_conversation_key(std::size_t depth, std::string_view key) {
+  if (depth == 1) return key == "messages";
+  if (depth == 3) {
+    return key == "role" || key == "content" || key == "ids" || key == "weight" || key == "tool_calls";
+  }
+  return true;
 }
 
 std::string label(std::size_t index) { return "message " + std::to_string(index + 1); }
 
 json read_json_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open '" + file.string() + "'");
+  const std::string text = read_regular_file(file, "JSON file");
   try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::config, file.string() + ": invalid JSON: " + json_error_text(e));
+    return parse_bounded_json(text);
+  } catch (const JsonParseError& e) {
+    throw Error(ErrorKind::config, file.string() + ": invalid JSON: " + e.what());
   }
 }
 
 std::uint32_t read_uint32(const json& v, const std::string& where) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
-    throw Error(ErrorKind::config, where + " must be a non-negative integer, got " + v.dump());
+    throw Error(ErrorKind::config, where + " must be a non-negative integer, got " + quote_json(v));
   }
   const auto value = v.get<std::uint64_t>();
   if (value > std::numeric_limits<std::uint32_t>::max()) {
-    throw Error(ErrorKind::config, where + " must fit in 32 bits, got " + v.dump());
+    throw Error(ErrorKind::config, where + " must fit in 32 bits, got " + quote_json(v));
   }
   return static_cast<std::uint32_t>(value);
 }
@@ -154,9 +155,9 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
   out.tokenized.clear();
   json doc;
   try {
-    doc = json::parse(line);
-  } catch (const json::exception& e) {
-    return LineDefect{std::string(kReasonInvalidJson), json_error_text(e)};
+    doc = parse_bounded_json(line, keep_conversation_key);
+  } catch (const JsonParseError& e) {
+    return LineDefect{std::string(kReasonInvalidJson), line_error_text(e)};
   }
   if (!doc.is_object()) {
     return LineDefect{std::string(kReasonWrongType),
@@ -238,7 +239,7 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
         const bool ok = id.is_number_unsigned() || (id.is_number_integer() && id.get<std::int64_t>() >= 0);
         if (!ok || id.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
           return LineDefect{std::string(kReasonWrongType),
-                            label(i) + " \"ids\" holds " + id.dump() + ", expected integers in [0, 2^32)"};
+                            label(i) + " \"ids\" holds " + quote_json(id) + ", expected integers in [0, 2^32)"};
         }
         message.ids.push_back(static_cast<std::uint32_t>(id.get<std::uint64_t>()));
       }

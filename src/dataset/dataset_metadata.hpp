@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "tokenfeed/special_tokens.hpp"
@@ -22,6 +23,9 @@ struct DatasetMetadata {
   std::optional<std::int64_t> pad_token_id;  // what `prepare` and the Python writer record
   std::optional<std::int64_t> vocab_size;
   std::optional<SpecialTokenIds> special_tokens;  // the chat template's ids, as `prepare` records them
+  // "content_sha256": shard (relative to the dataset directory) -> file name -> hex SHA-256
+  // (dataset/content_checksum.hpp); empty when not recorded.
+  std::map<std::string, std::map<std::string, std::string>> content_sha256;
 };
 
 // Reads `dataset_dir/dataset_metadata.json` if it exists. Throws Error(format) naming the

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "dataset/content_checksum.hpp"
 #include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -256,6 +257,14 @@ EpisodeDatasetWriterSummary EpisodeDatasetWriter::finish() {
     throw;
   }
   s.state = Impl::State::finished;
+  if (s.options.record_checksums) {
+    ContentChecksums sums;
+    const std::string split = s.split_dir.filename().string();
+    for (std::uint64_t i = 0; i < s.summary.shards; ++i) {
+      sums[split + "/" + shard_name(i)] = checksum_shard(s.split_dir / shard_name(i));
+    }
+    record_content_checksums(s.split_dir.parent_path(), split, sums);
+  }
   return s.summary;
 }
 

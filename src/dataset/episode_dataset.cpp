@@ -1,5 +1,7 @@
 #include "dataset/episode_dataset.hpp"
 
+#include "dataset/mask_values.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -224,6 +226,22 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
       for (EpisodeShard& shard : split.shards_) shard.mask = MappedFile(shard.dir / "mask.bin");
       split.mask_dtype_ = split.mask_file_dtype_;
     }
+    // A NaN or infinite loss weight would poison every gradient it reaches: refused here,
+    // one sequential read of the float32 masks. (uint8 values above 1 read as 1; inspect
+    // --deep reports them.)
+    if (split.mask_file_dtype_ == MaskDtype::float32) {
+      for (std::size_t s = 0; s < split.shards_.size(); ++s) {
+        const EpisodeShard& shard = split.shards_[s];
+        const MappedFile scratch = options.want_mask ? MappedFile() : MappedFile(shard.dir / "mask.bin");
+        const MappedFile& mask = options.want_mask ? shard.mask : scratch;
+        const MaskValueCount bad = scan_mask_values(mask.bytes(), MaskDtype::float32).not_finite;
+        if (bad.count == 0) continue;
+        format_error("'" + (shard.dir / "mask.bin").string() + "': " + std::to_string(bad.count) +
+                     " float32 mask value" + (bad.count == 1 ? " is" : "s are") + " NaN or infinite (first: " +
+                     std::to_string(bad.first_value) + " at value offset " + std::to_string(bad.first_offset) +
+                     split.locate(s, bad.first_offset) + "); loss weights must be finite");
+      }
+    }
   }
   // Whether masks exist is part of the data; whether this run maps them is not (a state
   // saved with use_loss_mask on resumes with it off: the order is the same).
@@ -262,6 +280,17 @@ void EpisodeSplit::read_tokens(std::uint64_t episode, std::uint64_t first, std::
     const auto* src = reinterpret_cast<const std::uint32_t*>(tokens) + begin;
     for (std::size_t i = 0; i < count; ++i) out[i] = src[i];
   }
+}
+
+std::string EpisodeSplit::locate(std::size_t shard_index, std::uint64_t offset) const {
+  const EpisodeShard& shard = shards_[shard_index];
+  for (std::uint64_t e = shard.first_episode; e < shard.first_episode + shard.episodes; ++e) {
+    const EpisodeSpan span = spans_[e];
+    if (offset >= span.start && offset - span.start < span.length) {
+      return ", episode " + std::to_string(e) + " position " + std::to_string(offset - span.start);
+    }
+  }
+  return ", in no episode";
 }
 
 void EpisodeSplit::read_mask(std::uint64_t episode, std::uint64_t first, std::size_t count,

@@ -70,12 +70,16 @@ class EpisodeSplit {
   std::uint64_t fingerprint() const noexcept { return fingerprint_; }
 
   std::size_t shard_of(std::uint64_t episode) const noexcept;
+  // Where token offset `offset` of shard `shard` lies, for messages: ", episode E position P"
+  // or ", in no episode".
+  std::string locate(std::size_t shard, std::uint64_t offset) const;
 
   // Copies tokens [first, first+count) of `episode` into `out`, widened to int64.
   // REQUIRES: episode < num_episodes(), first + count <= the episode's length.
   void read_tokens(std::uint64_t episode, std::uint64_t first, std::size_t count, std::int64_t* out) const noexcept;
   // Copies mask values [first, first+count) of `episode` into `out` (uint8 masks as 0/1,
-  // float32 masks as they are). REQUIRES: has_mask(), and the range as for read_tokens.
+  // any non-zero byte reading as 1; float32 masks as they are, which open() checked to be
+  // finite). REQUIRES: has_mask(), and the range as for read_tokens.
   void read_mask(std::uint64_t episode, std::uint64_t first, std::size_t count, float* out) const noexcept;
 
   // Reads one token / mask value (0 or 1 as float). REQUIRES: in range.

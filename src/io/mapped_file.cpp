@@ -25,7 +25,9 @@ namespace {
 }  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in a dataset would block open() until a writer appears; opened
+  // non-blocking it is refused below. It has no effect on the regular files mapped.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) io_error(path, "open", errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cerrno>
@@ -30,15 +31,55 @@ std::string utc_timestamp(bool compact) {
   return std::string(text) + "." + std::to_string(1000 + millis).substr(1) + "Z";
 }
 
-std::string quote_if_needed(const std::string& value) {
-  if (value.find_first_of(" ,|\"=") == std::string::npos && !value.empty()) return value;
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
+// A control character as an escape: \n, \r, \t, else \xHH. No raw control character ever
+// reaches the file, so a value cannot end a line and start a forged event.
+void append_escaped(std::string& out, char c) {
+  switch (c) {
+    case '\n': out += "\\n"; return;
+    case '\r': out += "\\r"; return;
+    case '\t': out += "\\t"; return;
+    default: break;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto byte = static_cast<unsigned char>(c);
+  out += "\\x";
+  out.push_back(kHex[byte >> 4]);
+  out.push_back(kHex[byte & 0xf]);
+}
+
+// Values holding a separator, a quote, a backslash or a control character are quoted, with
+// '"' and '\\' backslash-escaped and control characters escaped.
+std::string quote_if_needed(std::string_view value) {
+  const bool plain = !value.empty() && value.find_first_of(" ,|\"=\\") == std::string_view::npos &&
+                     std::none_of(value.begin(), value.end(), is_control);
+  if (plain) return std::string(value);
   std::string quoted = "\"";
   for (const char c : value) {
+    if (is_control(c)) {
+      append_escaped(quoted, c);
+      continue;
+    }
     if (c == '"' || c == '\\') quoted.push_back('\\');
     quoted.push_back(c);
   }
   quoted.push_back('"');
   return quoted;
+}
+
+// Keys and actions are tokenfeed's own names; escaped all the same, so that no field of a
+// line can hold a raw control character.
+std::string escape_name(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    if (is_control(c)) {
+      append_escaped(out, c);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -75,8 +116,8 @@ AuditLog::~AuditLog() {
 
 void AuditLog::write(std::string_view action, const Fields& fields) {
   if (file_ == nullptr) return;
-  std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + std::string(action);
-  for (const auto& [key, value] : fields) line += " | " + key + "=" + quote_if_needed(value);
+  std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + escape_name(action);
+  for (const auto& [key, value] : fields) line += " | " + escape_name(key) + "=" + quote_if_needed(value);
   line.push_back('\n');
   std::lock_guard lock(mutex_);
   const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;

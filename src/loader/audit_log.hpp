@@ -32,9 +32,11 @@ class AuditLog {
   bool enabled() const noexcept { return file_ != nullptr; }
   const std::filesystem::path& path() const noexcept { return path_; }
 
-  // Appends `action=<action> | key=value | ...`; values holding spaces, commas or '|'
-  // are double-quoted. Write errors are reported once through the log hook, not thrown:
-  // the audit trail must not stop training.
+  // Appends `action=<action> | key=value | ...`; values holding spaces, commas, '|', '=',
+  // '"', '\\' or control characters are double-quoted, with '"' and '\\' backslash-escaped
+  // and control characters written as \n, \r, \t or \xHH: one event is always one line.
+  // Write errors are reported once through the log hook, not thrown: the audit trail must
+  // not stop training.
   void write(std::string_view action, const Fields& fields);
 
  private:

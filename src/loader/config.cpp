@@ -7,13 +7,21 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <pugixml.hpp>
 
 #include "sampling/mixture_schedule.hpp"
+#include "io/regular_file.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
 namespace {
+
+constexpr std::int64_t kMaxBatchPositions = std::int64_t{1} << 34;
+constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
+// A chain longer than this is a mistake (or built to exhaust the stack): refused.
+constexpr std::size_t kMaxInheritsDepth = 32;
 
 [[noreturn]] void config_error(const std::string& message) { throw Error(ErrorKind::config, message); }
 
@@ -170,6 +178,11 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::to_string(c.prefetch_memory_mb); }},
       {"max_held_batches", [](Config& c, std::string_view v) { c.max_held_batches = parse_int("max_held_batches", v); },
        [](const Config& c) { return std::to_string(c.max_held_batches); }},
+      {"max_memory_mb",
+       [](Config& c, std::string_view v) {
+         c.max_memory_mb = trim(v) == "auto" ? 0 : parse_int("max_memory_mb", v);
+       },
+       [](const Config& c) { return c.max_memory_mb == 0 ? std::string("auto") : std::to_string(c.max_memory_mb); }},
       {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
        [](const Config& c) { return std::to_string(c.decode_threads); }},
       {"rank", [](Config& c, std::string_view v) { c.rank = parse_rank("rank", v); },
@@ -210,13 +223,10 @@ const KeyHandler& find_key(std::string_view key) {
   config_error("unknown config key '" + std::string(key) + "' (known keys: " + known + ")");
 }
 
+// A config is a few KiB; the limit stops `inherits="/dev/zero"`-like names, and FIFOs are
+// refused rather than waited on.
 std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open config file '" + path.string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::io, "cannot read config file '" + path.string() + "'");
-  return text.str();
+  return read_regular_file(path, "config file", kMaxConfigBytes);
 }
 
 // Applies a <train> or <val> element: epoch_shuffle and epoch_drop_last for that split.
@@ -425,6 +435,9 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin,
     if (std::find(chain.begin(), chain.end(), base) != chain.end()) {
       config_error(origin + ": inherits '" + base.string() + "', which forms a cycle");
     }
+    if (chain.size() >= kMaxInheritsDepth) {
+      config_error(origin + ": inherits chain deeper than " + std::to_string(kMaxInheritsDepth) + " files");
+    }
     chain.push_back(base);
     apply_xml(config, read_text_file(base), base.string(), base.parent_path(), chain);
     chain.pop_back();
@@ -466,6 +479,14 @@ void require_positive(std::string_view key, std::int64_t value) {
 }
 
 }  // namespace
+
+std::uint64_t effective_max_memory_mb(const Config& config) noexcept {
+  if (config.max_memory_mb > 0) return static_cast<std::uint64_t>(config.max_memory_mb);
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::uint64_t{8} << 10;  // unknown: 8 GiB
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2 >> 20;
+}
 
 const char* to_string(DatasetMode mode) noexcept {
   switch (mode) {
@@ -523,6 +544,15 @@ void validate_config(const Config& c) {
   if (c.prefetch_memory_mb < 1 || c.prefetch_memory_mb > (1LL << 20)) {
     config_error("config key 'prefetch_memory_mb' must be in [1, 1048576] (MiB), got " +
                  std::to_string(c.prefetch_memory_mb));
+  }
+  if (c.max_memory_mb < 0 || c.max_memory_mb > (1LL << 30)) {
+    config_error("config key 'max_memory_mb' must be auto (0) or in [1, 1073741824] (MiB), got " +
+                 std::to_string(c.max_memory_mb));
+  }
+  // No batch is this large: refused before the product of the two can overflow a buffer size.
+  if (c.block_size > kMaxBatchPositions || c.batch_size > kMaxBatchPositions / c.block_size) {
+    config_error("batch_size * block_size = " + std::to_string(c.batch_size) + " * " + std::to_string(c.block_size) +
+                 " exceeds 2^34 positions per batch");
   }
   if (c.decode_threads < 0 || c.decode_threads > 256) {
     config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +

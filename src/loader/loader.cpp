@@ -53,6 +53,61 @@ DatasetMode detect_mode(const fs::path& dataset_dir) {
                                  "token stream (train.bin, or *.bin / *.npy files in train/)");
 }
 
+constexpr std::uint64_t kMaxNumpySeed = 0xffffffffULL;
+// No run reaches this many batches (2^53: 285 years at a million batches a second); a state
+// past it is corrupt or forged, and refusing it keeps every step, row and counter
+// computation far from overflow.
+constexpr std::uint64_t kMaxResumeStep = 1ULL << 53;
+// A packed epoch that forms no batch is skipped, at most 64 in a row before the loader
+// refuses the split, so a run at step k is at most in epoch 64 * (k + 1).
+constexpr std::uint64_t kMaxEmptyEpochsInARow = 64;
+
+// epoch_seed + epoch as the audit log records it: epoch_seed is validated to [0, 2^32-1]
+// and resumed epochs to below 2^60, so the unsigned sum cannot wrap.
+std::string epoch_seed_text(const Config& config, std::uint64_t epoch) {
+  return std::to_string(static_cast<std::uint64_t>(config.epoch_seed) + epoch);
+}
+
+// Refuses a resume position no run of this config can reach. REQUIRES: a validated config.
+void check_reachable(const std::string& name, const SplitPosition& pos, const Config& config, bool packed) {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(ErrorKind::state, "invalid resume state: splits." + name + "." + what);
+  };
+  if (pos.step > kMaxResumeStep) {
+    refuse("step=" + std::to_string(pos.step) + " is beyond any run (at most 2^53 batches)");
+  }
+  const std::uint64_t rows_per_step =
+      static_cast<std::uint64_t>(config.batch_size) * static_cast<std::uint64_t>(config.world_size);
+  if (rows_per_step != 0 && pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
+    refuse("step=" + std::to_string(pos.step) + " times batch_size * world_size overflows the sample counter");
+  }
+  if (packed && *config.batch_sampling_mode == SamplingMode::epoch) {
+    if (pos.epoch > kMaxEmptyEpochsInARow * (pos.step + 1)) {
+      refuse("epoch=" + std::to_string(pos.epoch) + " cannot be reached in " + std::to_string(pos.step) + " steps");
+    }
+    if (pos.batch_in_epoch > pos.step) {
+      refuse("batch_in_epoch=" + std::to_string(pos.batch_in_epoch) + " exceeds step=" + std::to_string(pos.step));
+    }
+  }
+}
+
+// The shape of the slots a loader with config `c` fills, with `rows` rows.
+detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) {
+  const bool episode = c.dataset_mode != DatasetMode::token_stream;
+  const bool packed = c.dataset_mode == DatasetMode::sft_packed;
+  detail::BatchShape shape;
+  shape.rows = rows;
+  shape.cols = static_cast<std::size_t>(c.block_size);
+  shape.with_mask = mask;
+  shape.with_document_fields = c.document_aware;
+  shape.y_is_labels = !episode || packed;
+  shape.contract_fields = c.contract_fields;
+  // sft_episode's mask equals its token weights, so with both only the weights are written.
+  shape.mask_is_weights = packed || (episode && c.contract_fields);
+  shape.packed = packed;
+  return shape;
+}
+
 }  // namespace
 
 struct Loader::Impl {
@@ -127,6 +182,18 @@ struct Loader::Impl {
   const Split& find(std::string_view name) const { return const_cast<Impl*>(this)->find(name); }
   void on_consumed(Split& split, const detail::BatchSlot& slot);
   void check_forms_a_batch(Split& split);
+  detail::BatchShape batch_shape(const Split& split) const {
+    return mixture() ? split.mixture_shape
+                     : batch_shape_of(config, static_cast<std::size_t>(config.batch_size), split.mask);
+  }
+  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb.
+  SplitPipeline::Depths pool_depths(const detail::BatchShape& shape) const {
+    return SplitPipeline::plan_depths(config.prefetch_depth, config.prefetch_memory_mb,
+                                      detail::BatchPool::bytes_per_slot(shape),
+                                      static_cast<std::size_t>(config.decode_threads),
+                                      static_cast<std::size_t>(config.max_held_batches));
+  }
+  void check_memory_bound() const;
   SplitPosition next_position(const Split& split) const {
     return SplitPosition{split.consumed, split.next_epoch, split.next_batch_in_epoch, split.next_row_in_epoch};
   }
@@ -280,6 +347,7 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     h.add(std::string_view(value));
   }
   fingerprint = hex64(h.digest());
+  check_memory_bound();
 
   log_line(LogLevel::info, "[tokenfeed] open dataset=" + config.dataset_dir.string() +
                                " mode=" + to_string(config.dataset_mode) + " rank=" + std::to_string(config.rank) +
@@ -533,7 +601,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
     AuditLog::Fields fields{{"split", split.name},
                             {"epoch", std::to_string(slot.epoch)},
-                            {"seed", std::to_string(config.epoch_seed + static_cast<std::int64_t>(slot.epoch))},
+                            {"seed", epoch_seed_text(config, slot.epoch)},
                             {"shuffle", bool_text(config.shuffle_for(split.name))},
                             {std::string("num_") + unit(), std::to_string(kept)},
                             {"batches", std::to_string(batches)},
@@ -546,7 +614,7 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
     const std::uint64_t seen = split.source->samples_in_epoch(epoch);
     audit->write("epoch_complete", {{"split", split.name},
                                     {"epoch", std::to_string(epoch)},
-                                    {"seed_used", std::to_string(config.epoch_seed + static_cast<std::int64_t>(epoch))},
+                                    {"seed_used", epoch_seed_text(config, epoch)},
                                     {std::string(unit()) + "_seen", std::to_string(seen)},
                                     {std::string(unit()) + "_skipped", std::to_string(kept - seen)},
                                     {"rank", std::to_string(config.rank)}});
@@ -594,6 +662,33 @@ std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
   return out.empty() ? "the fingerprint differs but no order field does" : out;
 }
 
+// The batch buffers every split's pool may grow to, computed before any is allocated, against
+// max_memory_mb: a small config must not be able to ask for more memory than the machine has.
+void Loader::Impl::check_memory_bound() const {
+  const std::uint64_t limit_mb = effective_max_memory_mb(config);
+  const auto held = static_cast<std::uint64_t>(config.max_held_batches);
+  std::uint64_t total = 0;
+  std::string parts;
+  for (const auto& [name, split] : splits) {
+    const detail::BatchShape shape = batch_shape(split);
+    const std::uint64_t slot = detail::BatchPool::bytes_per_slot(shape);
+    const std::uint64_t slots = pool_depths(shape).max + held;
+    // Saturating: an absurd shape must not wrap around to a small figure.
+    const std::uint64_t bytes = slot > UINT64_MAX / slots ? UINT64_MAX : slot * slots;
+    total = bytes > UINT64_MAX - total ? UINT64_MAX : total + bytes;
+    parts += (parts.empty() ? "" : ", ") + name + ": " + std::to_string(slots) + " batches of " +
+             std::to_string(slot >> 20) + " MiB";
+  }
+  if (total / (1ULL << 20) > limit_mb) {
+    throw Error(ErrorKind::config,
+                "the batch buffers need " + std::to_string(total >> 20) + " MiB (" + parts +
+                    "; prefetch_depth plus " + std::to_string(held) +
+                    " batches the trainer may hold), more than max_memory_mb=" + std::to_string(limit_mb) +
+                    (config.max_memory_mb == 0 ? " (auto: half of the physical memory)" : "") +
+                    "; lower prefetch_depth, batch_size or block_size, or raise max_memory_mb");
+  }
+}
+
 void Loader::Impl::stop_pipelines() {
   std::lock_guard lock(pipelines_mutex);
   stopped.store(true, std::memory_order_release);
@@ -633,22 +728,10 @@ std::optional<Batch> Loader::next_batch(std::string_view split_name,
     if (s.stopped.load(std::memory_order_acquire)) {
       throw Error(ErrorKind::usage, "get_batch(\"" + split.name + "\") after the loader was stopped");
     }
-    detail::BatchShape shape;
-    shape.rows = static_cast<std::size_t>(s.config.batch_size);
-    shape.cols = static_cast<std::size_t>(s.config.block_size);
-    shape.with_mask = split.mask;
-    shape.with_document_fields = s.config.document_aware;
-    shape.y_is_labels = !s.episode_mode() || s.packed_mode();
-    shape.contract_fields = s.config.contract_fields;
-    // sft_episode's mask equals its token weights, so with both only the weights are written.
-    shape.mask_is_weights = s.packed_mode() || (s.episode_mode() && s.config.contract_fields);
-    shape.packed = s.packed_mode();
-    if (s.mixture()) shape = split.mixture_shape;
+    const detail::BatchShape shape = s.batch_shape(split);
     split.source->seek(s.next_position(split));
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
-    const SplitPipeline::Depths depth = SplitPipeline::plan_depths(
-        s.config.prefetch_depth, s.config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape), threads,
-        max_held);  // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb
+    const SplitPipeline::Depths depth = s.pool_depths(shape);
     split.pool = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape, split.name,
                                                      depth.max + max_held);
     split.pipeline = std::make_unique<SplitPipeline>(
@@ -692,6 +775,7 @@ void Loader::load_state(std::string_view text) {
   for (const auto& [name, pos] : state.splits) {
     const auto it = s.splits.find(name);
     if (it == s.splits.end()) throw Error(ErrorKind::state, "resume state names split '" + name + "', which this dataset lacks");
+    check_reachable(name, pos, s.config, s.packed_mode());
     const BatchSource& source = *it->second.source;
     SplitPosition resolved = pos;
     if (s.mixture()) {  // a mixture's batch k is a function of k alone, like random mode
@@ -715,6 +799,13 @@ void Loader::load_state(std::string_view text) {
                                           std::to_string(pos.row_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
                                           " packs into " + std::to_string(rows) + " rows");
       }
+    }
+    if (!s.mixture() && *s.config.batch_sampling_mode == SamplingMode::epoch && s.config.shuffle_for(name) &&
+        static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch > kMaxNumpySeed) {
+      throw Error(ErrorKind::state, "invalid resume state: splits." + name + " resumes in epoch " +
+                                        std::to_string(resolved.epoch) + ", and epoch_seed + epoch = " +
+                                        std::to_string(static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch) +
+                                        " exceeds numpy's seed range [0, 2^32-1]");
     }
     positions[name] = resolved;
   }
@@ -794,20 +885,7 @@ std::string Loader::fingerprint() const { return impl_->fingerprint; }
 namespace {
 
 // The one-row shape a source's own loader would give its slots (see get_batch).
-detail::BatchShape one_row_shape(const Config& c, bool mask) {
-  const bool episode = c.dataset_mode != DatasetMode::token_stream;
-  const bool packed = c.dataset_mode == DatasetMode::sft_packed;
-  detail::BatchShape shape;
-  shape.rows = 1;
-  shape.cols = static_cast<std::size_t>(c.block_size);
-  shape.with_mask = mask;
-  shape.with_document_fields = c.document_aware;
-  shape.y_is_labels = !episode || packed;
-  shape.contract_fields = c.contract_fields;
-  shape.mask_is_weights = packed || (episode && c.contract_fields);
-  shape.packed = packed;
-  return shape;
-}
+detail::BatchShape one_row_shape(const Config& c, bool mask) { return batch_shape_of(c, 1, mask); }
 
 }  // namespace
 
@@ -940,6 +1018,7 @@ void Loader::Impl::open_mixture() {
     for (const std::uint64_t w : schedule->stage_weights(st)) h.add(w);
   }
   fingerprint = hex64(h.digest());
+  check_memory_bound();
 
   std::string line = "[tokenfeed] mixture sources=" + std::to_string(members.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -1001,7 +1080,7 @@ void Loader::Impl::on_consumed_mixture(Split& split, const detail::BatchSlot& sl
     for (std::uint64_t e = source.epoch_of(i, before); e <= last; ++e) {
       const std::uint64_t first = source.epoch_first_row(i, e);
       const std::uint64_t end = source.epoch_first_row(i, e + 1);
-      const auto seed = std::to_string(m.config.epoch_seed + static_cast<std::int64_t>(e));
+      const auto seed = epoch_seed_text(m.config, e);
       if (split.source_announced[i] != e) {
         split.source_announced[i] = e;
         const bool resumed = first < before;

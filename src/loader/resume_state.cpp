@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenfeed/error.hpp"
+#include "util/bounded_json.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -19,7 +20,7 @@ std::uint64_t read_count(const json& object, const char* field, const std::strin
   if (!object.contains(field)) state_error(where + " lacks '" + field + "'");
   const json& v = object[field];
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
-    state_error(where + "." + field + " must be a non-negative integer, got " + v.dump());
+    state_error(where + "." + field + " must be a non-negative integer, got " + quote_json(v));
   }
   return v.get<std::uint64_t>();
 }
@@ -40,14 +41,14 @@ std::string serialize_resume_state(const ResumeState& state) {
 ResumeState parse_resume_state(std::string_view text) {
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
+    doc = parse_bounded_json(text);
+  } catch (const JsonParseError& e) {
     state_error(std::string("not JSON: ") + e.what());
   }
   if (!doc.is_object()) state_error("expected a JSON object");
   if (!doc.contains("format") || doc["format"] != kFormat) state_error("field 'format' must be \"tokenfeed-state\"");
   if (!doc.contains("version") || doc["version"] != kVersion) {
-    state_error("unsupported version " + (doc.contains("version") ? doc["version"].dump() : std::string("(none)")) +
+    state_error("unsupported version " + (doc.contains("version") ? quote_json(doc["version"]) : std::string("(none)")) +
                 " (this build reads version 1)");
   }
   if (!doc.contains("fingerprint") || !doc["fingerprint"].is_string()) state_error("field 'fingerprint' must be a string");

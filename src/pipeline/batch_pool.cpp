@@ -36,7 +36,32 @@ BatchPool::BatchPool(std::size_t slots, BatchShape shape, std::string split, std
   grow_to(slots);
 }
 
-std::size_t BatchPool::bytes_per_slot(const BatchShape& shape) { return make_slot(shape)->buffer_bytes(); }
+std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
+  // The sizes make_slot allocates, computed with saturating arithmetic, so that an absurd
+  // shape is measured rather than allocated (or wrapped to a small figure).
+  const auto mul = [](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  const auto add = [](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  const std::uint64_t cells = mul(shape.rows, shape.cols);
+  std::uint64_t bytes = mul(cells, sizeof(std::int64_t));                             // x
+  if (!shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));        // y
+  bytes = add(bytes, mul(shape.rows, sizeof(std::int64_t)));                          // episode_ids
+  if (shape.with_mask && !shape.mask_is_weights) bytes = add(bytes, mul(cells, sizeof(float)));
+  if (shape.with_document_fields) bytes = add(bytes, mul(cells, sizeof(std::int32_t)));
+  if (shape.contract_fields || shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));
+  if (shape.contract_fields) bytes = add(bytes, mul(cells, sizeof(float)));
+  if (shape.contract_fields || shape.with_document_fields) bytes = add(bytes, mul(cells, sizeof(std::int32_t)));
+  if (shape.contract_fields) {
+    bytes = add(bytes, mul(add(mul(shape.rows, add(shape.cols, 1)), 1), sizeof(std::int32_t)));
+  }
+  if (shape.packed) bytes = add(bytes, mul(cells, sizeof(PackedSegment)));
+  return bytes;
+}
 
 void BatchPool::grow_to(std::size_t slots) {
   slots = std::min(slots, capacity_);

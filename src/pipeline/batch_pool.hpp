@@ -124,8 +124,9 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape);
 
 class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:
-  // The bytes of one slot's buffers for `shape`.
-  static std::size_t bytes_per_slot(const BatchShape& shape);
+  // The bytes of one slot's buffers for `shape`, computed without allocating (saturated at
+  // UINT64_MAX), so that a pool's size can be checked before it is built.
+  static std::uint64_t bytes_per_slot(const BatchShape& shape) noexcept;
 
   // Allocates `slots` slots now; grow_to may add more, up to `capacity` (at least `slots`).
   BatchPool(std::size_t slots, BatchShape shape, std::string split, std::size_t capacity = 0);

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <vector>
 
+#include "dataset/content_checksum.hpp"
 #include "io/line_reader.hpp"
 #include "util/sha256.hpp"
 #include "io/staging_dir.hpp"
@@ -353,7 +354,8 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   StagingDir staging(out_dir);
 
   LineReader reader(options.input, options.max_line_bytes);
-  const EpisodeDatasetWriterOptions writer_options{dtype, true, options.shard_tokens};
+  // The checksums go into the metadata written below, with the rest of it.
+  const EpisodeDatasetWriterOptions writer_options{dtype, true, options.shard_tokens, false, false};
   EpisodeDatasetWriter train(staging.path() / "train", writer_options);
   EpisodeDatasetWriter val(staging.path() / "val", writer_options);
 
@@ -537,6 +539,20 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     skipped[reason] = it == summary.skipped.end() ? 0 : it->second.count;
   }
   meta["skipped"] = skipped;
+  ordered_json checksums = ordered_json::object();
+  for (const char* split : {"train", "val"}) {
+    const fs::path split_dir = staging.path() / split;
+    if (!fs::is_directory(split_dir, ec)) continue;
+    std::vector<fs::path> shards;
+    for (const auto& entry : fs::directory_iterator(split_dir)) shards.push_back(entry.path());
+    std::sort(shards.begin(), shards.end());
+    for (const fs::path& shard : shards) {
+      ordered_json files = ordered_json::object();
+      for (const auto& [file, hex] : checksum_shard(shard)) files[file] = hex;
+      checksums[std::string(split) + "/" + shard.filename().string()] = files;
+    }
+  }
+  meta["content_sha256"] = checksums;
   meta["created_by"] = "tokenfeed prepare";
   meta["tokenfeed_version"] = version();
   write_json_file(staging.path() / "dataset_metadata.json", meta);

@@ -10,11 +10,16 @@
 #include "tokenizer/sentencepiece_model.hpp"
 #include "util/sha256.hpp"
 #include "tokenizer/special_strings.hpp"
+#include "io/regular_file.hpp"
+#include "util/third_party.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/tokenizer.hpp"
 
 namespace tokenfeed {
 namespace {
+
+// Models hold up to a few million pieces; this is far above any real one.
+constexpr std::size_t kMaxModelBytes = std::size_t{1} << 30;
 
 struct ResolvedSpecials {
   SpecialTokenIds ids;
@@ -99,7 +104,8 @@ class SentencePieceTokenizer final : public Tokenizer {
  protected:
   void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const override {
     std::vector<int> ids;
-    const auto status = sp_->Encode(text, &ids);
+    const auto status = call_third_party(ErrorKind::format, "SentencePiece cannot encode the text",
+                                         [&] { return sp_->Encode(text, &ids); });
     if (!status.ok()) {
       throw Error(ErrorKind::format, "SentencePiece cannot encode the text: " + std::string(status.message()));
     }
@@ -113,7 +119,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     const auto flush = [&] {
       if (run.empty()) return;
       std::string piece;
-      const auto status = sp_->Decode(run, &piece);
+      const auto status = call_third_party(ErrorKind::format, "SentencePiece cannot decode the ids",
+                                           [&] { return sp_->Decode(run, &piece); });
       if (!status.ok()) {
         throw Error(ErrorKind::format, "SentencePiece cannot decode the ids: " + std::string(status.message()));
       }
@@ -148,33 +155,29 @@ class SentencePieceTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::filesystem::path& model,
                                                         const SpecialTokenStrings& strings) {
   check_special_token_strings(strings, "sentencepiece tokenizer");
-  std::ifstream in(model, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open SentencePiece model '" + model.string() + "'");
-  std::string bytes;
-  std::vector<char> chunk(1 << 16);
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    bytes.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  if (in.bad()) throw Error(ErrorKind::io, "error while reading SentencePiece model '" + model.string() + "'");
+  const std::string bytes = read_regular_file(model, "SentencePiece model", kMaxModelBytes);
 
-  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = sp->LoadFromSerializedProto(bytes);
-  if (!status.ok()) {
-    throw Error(ErrorKind::io,
-                "cannot load SentencePiece model '" + model.string() + "': " + std::string(status.message()));
-  }
-  if (sp->GetPieceSize() <= 0 ||
-      static_cast<std::uint64_t>(sp->GetPieceSize()) + 5 > std::numeric_limits<std::uint32_t>::max()) {
-    throw Error(ErrorKind::format, "SentencePiece model '" + model.string() + "' has an unusable vocabulary size " +
-                                       std::to_string(sp->GetPieceSize()));
-  }
-  const std::vector<SentencePieceType> types =
-      checked_piece_types(*sp, bytes, "SentencePiece model '" + model.string() + "'");
-  const ResolvedSpecials specials = resolve_specials(*sp, types, strings);
-  Sha256 sha;
-  sha.update(bytes);
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), strings, specials, model, Sha256::hex(sha.finish()));
+  // Loading builds SentencePiece's tries, which throw on some malformed models.
+  return call_third_party(ErrorKind::format, "cannot load SentencePiece model '" + model.string() + "'", [&] {
+    auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const auto status = sp->LoadFromSerializedProto(bytes);
+    if (!status.ok()) {
+      throw Error(ErrorKind::io,
+                  "cannot load SentencePiece model '" + model.string() + "': " + std::string(status.message()));
+    }
+    if (sp->GetPieceSize() <= 0 ||
+        static_cast<std::uint64_t>(sp->GetPieceSize()) + 5 > std::numeric_limits<std::uint32_t>::max()) {
+      throw Error(ErrorKind::format, "SentencePiece model '" + model.string() + "' has an unusable vocabulary size " +
+                                         std::to_string(sp->GetPieceSize()));
+    }
+    const std::vector<SentencePieceType> types =
+        checked_piece_types(*sp, bytes, "SentencePiece model '" + model.string() + "'");
+    const ResolvedSpecials specials = resolve_specials(*sp, types, strings);
+    Sha256 sha;
+    sha.update(bytes);
+    return std::unique_ptr<Tokenizer>(
+        std::make_unique<SentencePieceTokenizer>(std::move(sp), strings, specials, model, Sha256::hex(sha.finish())));
+  });
 }
 
 }  // namespace tokenfeed
