@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::filesystem::create_directories(train);
   fuzz::write_file(train / "episodes.idx", std::string_view(p, idx_len));
   fuzz::write_file(train / "tokens.bin", std::string_view(p + idx_len, tok_len));
-  if (flags & 1) fuzz::write_file(train / "mask.bin", std::string_view(p + idx_len + tok_len, size - 5 - idx_len - tok_len));
+  if (flags & 1)
+    fuzz::write_file(train / "mask.bin", std::string_view(p + idx_len + tok_len, size - 5 - idx_len - tok_len));
 
   EpisodeSplitOptions options;
   if (flags & 2) options.token_dtype = (flags & 4) ? TokenDtype::uint32 : TokenDtype::uint16;

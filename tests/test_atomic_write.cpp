@@ -20,8 +20,8 @@ TEST_CASE("atomic write: replaces the file whole and leaves no temporary file") 
   CHECK(entries == 1);
   // A failure (here: the target is a directory) leaves what was there and no temporary file.
   std::filesystem::create_directories(dir / "taken");
-  CHECK(error_of([&] { write_file_atomically(dir / "taken", "x", "state file"); }, ErrorKind::io)
-            .find("state file") != std::string::npos);
+  CHECK(error_of([&] { write_file_atomically(dir / "taken", "x", "state file"); }, ErrorKind::io).find("state file") !=
+        std::string::npos);
   CHECK(std::filesystem::is_directory(dir / "taken"));
   entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;

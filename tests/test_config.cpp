@@ -70,8 +70,9 @@ TEST_CASE("config: errors name the key and the problem") {
   CHECK(error_of([] { parse("<batch_size>8x</batch_size>"); }).find("batch_size") != std::string::npos);
   CHECK(error_of([] { parse("<epoch_shuffle>yes</epoch_shuffle>"); }).find("'epoch_shuffle': expected true or false") !=
         std::string::npos);
-  CHECK(error_of([] { parse("<use_loss_mask>yes</use_loss_mask>"); })
-            .find("'use_loss_mask': expected auto, true or false") != std::string::npos);
+  CHECK(error_of([] {
+          parse("<use_loss_mask>yes</use_loss_mask>");
+        }).find("'use_loss_mask': expected auto, true or false") != std::string::npos);
   CHECK_FALSE(parse("<use_loss_mask> auto </use_loss_mask>").use_loss_mask.has_value());
   CHECK(parse("<use_loss_mask>0</use_loss_mask>").use_loss_mask == std::optional<bool>(false));
   CHECK(error_of([] { parse("<dataset_mode>packed</dataset_mode>"); }).find("'dataset_mode': unknown value 'packed'") !=
@@ -173,10 +174,12 @@ TEST_CASE("config: per-split epoch settings in <train> and <val>, and max_held_b
   Config flat;
   set_config_value(flat, "val.epoch_shuffle", "false");
   bool listed = false;
-  for (const auto& [key, value] : config_entries(flat)) listed = listed || (key == "val.epoch_shuffle" && value == "false");
+  for (const auto& [key, value] : config_entries(flat))
+    listed = listed || (key == "val.epoch_shuffle" && value == "false");
   CHECK(listed);
-  CHECK(error_of([] { parse("<val><batch_size>3</batch_size></val>"); })
-            .find("unknown key 'batch_size' in <val> (per-split keys: epoch_shuffle, epoch_drop_last)") !=
+  CHECK(error_of([] {
+          parse("<val><batch_size>3</batch_size></val>");
+        }).find("unknown key 'batch_size' in <val> (per-split keys: epoch_shuffle, epoch_drop_last)") !=
         std::string::npos);
   CHECK(error_of([] { parse("<val><epoch_shuffle>maybe</epoch_shuffle></val>"); }).find("val.epoch_shuffle") !=
         std::string::npos);

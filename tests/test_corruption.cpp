@@ -44,8 +44,8 @@ TEST_CASE("corruption: scan_mask_values finds uint8 values outside {0, 1} and ba
   CHECK(u8.not_binary.count == 2);
   CHECK(u8.not_binary.first_offset == 4);
   CHECK(u8.not_binary.first_value == 3.0f);
-  const std::vector<float> weights = {1.0f, 0.5f, -2.0f, std::numeric_limits<float>::infinity(), 0.0f,
-                                      std::nanf(""), -0.0f};
+  const std::vector<float> weights = {1.0f, 0.5f,          -2.0f, std::numeric_limits<float>::infinity(),
+                                      0.0f, std::nanf(""), -0.0f};
   const MaskValueScan f32 = scan_mask_values(std::as_bytes(std::span(weights)), MaskDtype::float32);
   CHECK(f32.negative.count == 1);
   CHECK(f32.negative.first_offset == 2);
@@ -57,9 +57,11 @@ TEST_CASE("corruption: the loader refuses NaN or infinite float32 weights at ope
   TempDir dir;
   write_masked_split(dir / "train", std::vector<float>{1, 1, 1, 1, 1, std::nanf(""), 1, 1});
   for (const bool want_mask : {true, false}) {
-    const std::string message =
-        error_of([&] { EpisodeSplit::open(dir / "train", {TokenDtype::uint16, MaskDtype::float32, want_mask}); },
-                 ErrorKind::format);
+    const std::string message = error_of(
+        [&] {
+          EpisodeSplit::open(dir / "train", {TokenDtype::uint16, MaskDtype::float32, want_mask});
+        },
+        ErrorKind::format);
     CHECK(message.find("NaN or infinite") != std::string::npos);
     CHECK(message.find("value offset 5, episode 1 position 1") != std::string::npos);
   }
@@ -94,7 +96,7 @@ TEST_CASE("corruption: the writer records each shard's SHA-256 in dataset_metada
     CHECK(writer.finish().shards == 3);
   }
   const DatasetMetadata meta = read_dataset_metadata(dir.path());
-  CHECK(meta.token_dtype == TokenDtype::uint16);  // kept
+  CHECK(meta.token_dtype == TokenDtype::uint16);               // kept
   CHECK(meta.content_sha256.count("train/shard_00009") == 0);  // the split's old entries replaced
   CHECK(meta.content_sha256.count("val/shard_00000") == 1);    // other splits' kept
   for (const char* shard : {"train/shard_00000", "train/shard_00001", "train/shard_00002"}) {

@@ -21,7 +21,7 @@ using namespace tokenfeed::test;
 
 namespace {
 
-constexpr const char* kLauncherVariables[] = {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+constexpr const char* kLauncherVariables[] = {"RANK",     "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                               "PMI_RANK", "PMI_SIZE"};
 
 // Sets launcher variables for its lifetime (the others unset), and restores them after.
@@ -140,7 +140,8 @@ std::vector<Row> global_rows(std::vector<std::unique_ptr<Loader>>& ranks, int st
 std::vector<std::unique_ptr<Loader>> open_ranks(const Datasets& data, const Case& k, std::int64_t batch,
                                                 std::int64_t world) {
   std::vector<std::unique_ptr<Loader>> ranks;
-  for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(case_config(data, k, batch, world, r)));
+  for (std::int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<Loader>(case_config(data, k, batch, world, r)));
   return ranks;
 }
 
@@ -156,7 +157,8 @@ const Case kCases[] = {
 
 }  // namespace
 
-TEST_CASE("ranks: from the launcher's variables by default or with env; explicit values win; the open line says which") {
+TEST_CASE(
+    "ranks: from the launcher's variables by default or with env; explicit values win; the open line says which") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(16, {4}));
   Config c = make_config(dir.path(), 2, 4);
@@ -184,7 +186,8 @@ TEST_CASE("ranks: from the launcher's variables by default or with env; explicit
     CHECK(open_line(given).find("(rank from config, world_size from WORLD_SIZE)") != std::string::npos);
   }
   {
-    LauncherEnv env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}});
+    LauncherEnv env(
+        {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}});
     CHECK(Loader(c).config().rank == 1);
     CHECK(open_line(c).find("(OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE)") != std::string::npos);
   }
@@ -284,13 +287,13 @@ TEST_CASE("elastic resume: the fingerprint guards the global batch and the order
   const std::string state = saved.save_state();
   CHECK(Loader(case_config(data, k, 6, 2, 0)).fingerprint() == saved.fingerprint());
 
-  const std::string other_batch = error_of([&] { Loader(case_config(data, k, 4, 2, 0)).load_state(state); },
-                                           ErrorKind::state);
+  const std::string other_batch =
+      error_of([&] { Loader(case_config(data, k, 4, 2, 0)).load_state(state); }, ErrorKind::state);
   CHECK(other_batch.find("fingerprint") != std::string::npos);
   CHECK(other_batch.find("global_batch_size (batch_size x world_size) is 12 in the state but 8 here: set batch_size x "
                          "world_size = 12 (batch_size=6 at world_size=2)") != std::string::npos);
-  const std::string indivisible = error_of([&] { Loader(case_config(data, k, 2, 5, 0)).load_state(state); },
-                                           ErrorKind::state);
+  const std::string indivisible =
+      error_of([&] { Loader(case_config(data, k, 2, 5, 0)).load_state(state); }, ErrorKind::state);
   CHECK(indivisible.find("12 is not a multiple of world_size=5") != std::string::npos);
 
   Config seed = case_config(data, k, 6, 2, 0);

@@ -34,8 +34,8 @@ constexpr std::size_t kDeep = 200000;
 }  // namespace
 
 TEST_CASE("hostile: deeply nested JSON in a resume state is refused without echoing it") {
-  const std::string state = R"({"format":"tokenfeed-state","version":)" + nested_array(kDeep) +
-                            R"(,"fingerprint":"x","splits":{}})";
+  const std::string state =
+      R"({"format":"tokenfeed-state","version":)" + nested_array(kDeep) + R"(,"fingerprint":"x","splits":{}})";
   const std::string message = error_of([&] { parse_resume_state(state); }, ErrorKind::state);
   CHECK(message.find("nesting deeper than 64") != std::string::npos);
   CHECK(message.size() < 400);
@@ -155,8 +155,9 @@ TEST_CASE("hostile: resume states no run can reach are refused before they overf
     CHECK(error_of([&] { loader.load_state(state_with(fp, kMax, 0, 0)); }, ErrorKind::state).find("step=") !=
           std::string::npos);
     // Within the step bound but past numpy's seed range: refused at load, not mid-run.
-    CHECK(error_of([&] { loader.load_state(state_with(fp, (1ULL << 40), 0, 0)); }, ErrorKind::state)
-              .find("seed range") != std::string::npos);
+    CHECK(
+        error_of([&] { loader.load_state(state_with(fp, (1ULL << 40), 0, 0)); }, ErrorKind::state).find("seed range") !=
+        std::string::npos);
     loader.load_state(state_with(fp, 7, 0, 0));
     CHECK(loader.get_batch().step() == 7);
   }
@@ -221,7 +222,8 @@ TEST_CASE("hostile: control characters in audit fields cannot forge an event lin
   {
     AuditLog audit(dir / "logs", 0);
     audit.write("epoch_start", {{"split", "train\n2026-01-01T00:00:00.000Z | TRAINING | INFO | action=forged"},
-                                {"path", std::string("a\rb\x01" "c\\d")},
+                                {"path", std::string("a\rb\x01"
+                                                     "c\\d")},
                                 {"key\nforged", "v"}});
     log = audit.path();
   }
@@ -315,8 +317,8 @@ TEST_CASE("hostile: a SentencePiece model whose trie builder throws is an Error,
   // ModelProto { pieces { piece: "<unk>" type: UNKNOWN } pieces { piece: "\0" type: NORMAL } }:
   // SentencePiece passes pieces to its trie builder as C strings, and "\0" is a zero-length key.
   const auto piece = [](const std::string& text, char type) {
-    std::string body = std::string("\x0a") + static_cast<char>(text.size()) + text + std::string("\x15\0\0\0\0", 5) +
-                       "\x18" + type;
+    std::string body =
+        std::string("\x0a") + static_cast<char>(text.size()) + text + std::string("\x15\0\0\0\0", 5) + "\x18" + type;
     return std::string("\x0a") + static_cast<char>(body.size()) + body;
   };
   TempDir dir;

@@ -63,9 +63,7 @@ TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos;
     Batch b = loader.get_batch();
     return b.x()[5];  // past the 3 tokens of episode 0
   };
-  const auto open_line = [&](const Config& config) {
-    return logged_lines([&] { Loader loader(config); });
-  };
+  const auto open_line = [&](const Config& config) { return logged_lines([&] { Loader loader(config); }); };
 
   write_text(dir / "dataset_metadata.json", R"({"pad_token_id": 9, "eot_token_id": 7, "eos_token_id": 8})");
   CHECK(pad_of(c) == 9);

@@ -175,7 +175,8 @@ TEST_CASE("rl: advantages, weights, labels and log-probs match a reference, for 
       groups += batcher.batch_metrics().valid_groups;
       // A group is whole in one batch: its sequences' rewards have a mean equal to the group's.
       std::map<std::int64_t, int> per_group;
-      for (std::int64_t g : b.group_ids()) if (g >= 0) ++per_group[g];
+      for (std::int64_t g : b.group_ids())
+        if (g >= 0) ++per_group[g];
       for (const auto& [g, n] : per_group) CHECK(n == 4);
     }
     CHECK(batcher.total_metrics().valid_groups == groups);
@@ -193,7 +194,8 @@ TEST_CASE("rl: zero-variance groups are dropped and counted; the metrics add up"
   RLMetrics sum;
   for (int step = 0; step < 5; ++step) {
     Batch b = batcher.next_batch(sampler);
-    for (std::int64_t g : b.group_ids()) if (g >= 0) seen.insert(g);
+    for (std::int64_t g : b.group_ids())
+      if (g >= 0) seen.insert(g);
     const RLMetrics& m = batcher.batch_metrics();
     CHECK(m.attempts == m.valid_groups + m.zero_var_groups);
     CHECK(m.sequences == 4 * m.valid_groups);
@@ -227,7 +229,11 @@ TEST_CASE("rl: max_attempts consecutive dropped groups is an error naming the pr
   GroupBatcherOptions o = options(4, 24);
   o.max_attempts = 5;
   GroupBatcher batcher(o);
-  const std::string message = error_of([&] { for (;;) batcher.next_batch(sampler); }, ErrorKind::pipeline);
+  const std::string message = error_of(
+      [&] {
+        for (;;) batcher.next_batch(sampler);
+      },
+      ErrorKind::pipeline);
   CHECK(message.find("max_attempts (5)") != std::string::npos);
   for (const char* name : {"pull index 3 (prompt episode 7003)", "pull index 7 (prompt episode 7007)"}) {
     CHECK_MESSAGE(message.find(name) != std::string::npos, message);
@@ -299,7 +305,8 @@ TEST_CASE("rl: identical batches from a deterministic sampler, and after save_st
   CHECK(asked.front() == cursor);
   for (std::size_t k = 0; k < asked.size(); ++k) CHECK(asked[k] == cursor + k);
 
-  CHECK(error_of([&] { resumed.load_state("{\"format\": \"x\"}"); }, ErrorKind::state).find("format") != std::string::npos);
+  CHECK(error_of([&] { resumed.load_state("{\"format\": \"x\"}"); }, ErrorKind::state).find("format") !=
+        std::string::npos);
   CHECK(error_of([&] { resumed.load_state("nope"); }, ErrorKind::state).find("JSON") != std::string::npos);
 }
 
@@ -339,11 +346,18 @@ TEST_CASE("rl: malformed groups and a group too big for a batch are usage errors
   };
   CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.rewards.pop_back(); })); }, ErrorKind::usage)
             .find("3 rewards for 4 completions") != std::string::npos);
-  CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.completions[1].clear(); g.log_probs[1].clear(); })); },
-                 ErrorKind::usage)
+  CHECK(error_of(
+            [&] {
+              batcher.next_batch(with([](ScoredGroup& g) {
+                g.completions[1].clear();
+                g.log_probs[1].clear();
+              }));
+            },
+            ErrorKind::usage)
             .find("completion 1 is empty") != std::string::npos);
-  CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.log_probs[2].push_back(0); })); }, ErrorKind::usage)
-            .find("log_probs") != std::string::npos);
+  CHECK(
+      error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.log_probs[2].push_back(0); })); }, ErrorKind::usage)
+          .find("log_probs") != std::string::npos);
   CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.rewards[0] = NAN; })); }, ErrorKind::usage)
             .find("not finite") != std::string::npos);
   CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.prompt.assign(25, 1); })); }, ErrorKind::usage)
@@ -352,8 +366,8 @@ TEST_CASE("rl: malformed groups and a group too big for a batch are usage errors
             .find("group_size is 4") != std::string::npos);
   // Four sequences of 24 positions need four rows; the batch has two.
   sampler.extra = 30;
-  CHECK(error_of([&] { batcher.next_batch(sampler); }, ErrorKind::usage).find("does not fit an empty batch of 2 rows x 24") !=
-        std::string::npos);
+  CHECK(error_of([&] { batcher.next_batch(sampler); }, ErrorKind::usage)
+            .find("does not fit an empty batch of 2 rows x 24") != std::string::npos);
   CHECK(batcher.cursor() == 0);
   GroupBatcherOptions bad = options(2, 24);
   bad.group_size = 1;

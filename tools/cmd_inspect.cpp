@@ -408,10 +408,10 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
     deep_check_episodes(meta, split, kept, found);
     deep_check_checksums(fs::path(o.dataset_dir), meta, name, split, found);
   }
-  std::printf("  verdict      %s\n", found.bad_token_ids && !bad_before              ? "INVALID: token ids out of vocabulary"
-                                    : found.bad_mask_values && !bad_mask_before   ? "INVALID: mask values out of range"
-                                    : found.bad_checksums && !bad_sums_before     ? "INVALID: content checksum mismatch"
-                                                                                  : "ok");
+  std::printf("  verdict      %s\n", found.bad_token_ids && !bad_before ? "INVALID: token ids out of vocabulary"
+                                     : found.bad_mask_values && !bad_mask_before ? "INVALID: mask values out of range"
+                                     : found.bad_checksums && !bad_sums_before   ? "INVALID: content checksum mismatch"
+                                                                                 : "ok");
 }
 
 void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
@@ -577,8 +577,9 @@ void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout m
   if (episodes) {
     std::printf("  <batch_sampling_mode>epoch</batch_sampling_mode>\n");
     // auto (the default) is what the loader does: on when every shard has mask.bin.
-    std::printf("  <use_loss_mask>auto</use_loss_mask>%s\n",
-                note(found.mask ? "on: the dataset has mask.bin" : "off: no mask.bin, every position is trained on").c_str());
+    std::printf(
+        "  <use_loss_mask>auto</use_loss_mask>%s\n",
+        note(found.mask ? "on: the dataset has mask.bin" : "off: no mask.bin, every position is trained on").c_str());
     if (!meta.eot_token_id && !meta.eos_token_id) std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
     if (o.packed) {
       // The settings the packing efficiency above was measured with.
@@ -691,8 +692,8 @@ void inspect(const InspectOptions& o) {
     throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");
   }
   if (found.bad_checksums) {
-    throw Error(ErrorKind::format, "dataset '" + o.dataset_dir +
-                                       "' does not match the content checksums in its dataset_metadata.json");
+    throw Error(ErrorKind::format,
+                "dataset '" + o.dataset_dir + "' does not match the content checksums in its dataset_metadata.json");
   }
   if (found.bad_mask_values) {
     throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds mask values out of range");

@@ -102,10 +102,10 @@ struct PrepareArgs {
   std::string special_token_strings_file;
   std::string system_text{kDefaultSystemText};
   const CLI::Option* system_text_option = nullptr;  // to tell a given --system-text from the default
-  double progress_seconds = 5;  // when stderr is not a terminal
-  std::string hf_tokenizer;    // --hf-tokenizer DIR: run by the Python package
-  std::string messages_field;  // with --hf-tokenizer only
-  int workers = -1;            // with --hf-tokenizer only; -1: not given
+  double progress_seconds = 5;                      // when stderr is not a terminal
+  std::string hf_tokenizer;                         // --hf-tokenizer DIR: run by the Python package
+  std::string messages_field;                       // with --hf-tokenizer only
+  int workers = -1;                                 // with --hf-tokenizer only; -1: not given
 };
 
 // Stopping on a signal. The handler only records the signal (lock-free atomics are
@@ -219,8 +219,9 @@ void print_progress_line(const PrepareProgress& p) {
   std::string share;
   if (p.input_bytes_total > 0) {
     char percent[16];
-    std::snprintf(percent, sizeof percent, "%.0f%% ",
-                  std::min(100.0, 100.0 * static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total)));
+    std::snprintf(
+        percent, sizeof percent, "%.0f%% ",
+        std::min(100.0, 100.0 * static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total)));
     share = percent;
   }
   std::fprintf(stderr, "tokenfeed prepare: %s%s / %s read, %s lines, %stokens/s, %.0f s\n", share.c_str(),

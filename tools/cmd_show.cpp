@@ -67,8 +67,10 @@ std::unique_ptr<Tokenizer> dataset_tokenizer(const fs::path& dataset_dir, std::s
       return nullptr;
     }
     SpecialTokenStrings strings;
-    const std::pair<const char*, std::string*> fields[] = {{"system", &strings.system}, {"user", &strings.user},
-                                                           {"assistant", &strings.assistant}, {"tool", &strings.tool},
+    const std::pair<const char*, std::string*> fields[] = {{"system", &strings.system},
+                                                           {"user", &strings.user},
+                                                           {"assistant", &strings.assistant},
+                                                           {"tool", &strings.tool},
                                                            {"eot", &strings.eot}};
     if (const auto specials = state.find("special_tokens"); specials != state.end() && specials->is_object()) {
       for (const auto& [role, target] : fields) {
@@ -145,11 +147,20 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -187,12 +198,13 @@ void show(ShowOptions o) {
                        (tokenizer ? std::string("decoded with the dataset's tokenizer") : "token ids (" + why + ")") +
                        "; " + (weights.empty() ? "no mask: every target is trained" : "trained targets highlighted");
   std::string text = header + "\n";
-  std::string html = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tokenfeed show</title><style>"
-                     "body{font-family:sans-serif} pre{white-space:pre-wrap;border:1px solid #ccc;padding:6px} "
-                     ".t{background:#c8f7c5} .s{color:#888} .p{color:#bbb}</style></head><body>\n<p>" +
-                     html_escape(header) +
-                     "</p>\n<p>Legend: <span class=\"t\">trained target</span>, <span class=\"s\">special "
-                     "token</span>, <span class=\"p\">padding</span>.</p>\n";
+  std::string html =
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tokenfeed show</title><style>"
+      "body{font-family:sans-serif} pre{white-space:pre-wrap;border:1px solid #ccc;padding:6px} "
+      ".t{background:#c8f7c5} .s{color:#888} .p{color:#bbb}</style></head><body>\n<p>" +
+      html_escape(header) +
+      "</p>\n<p>Legend: <span class=\"t\">trained target</span>, <span class=\"s\">special "
+      "token</span>, <span class=\"p\">padding</span>.</p>\n";
   for (std::size_t r = 0; r < rows; ++r) {
     std::vector<std::int64_t> tokens(b.x().begin() + static_cast<std::ptrdiff_t>(r * T),
                                      b.x().begin() + static_cast<std::ptrdiff_t>((r + 1) * T));
@@ -213,7 +225,10 @@ void show(ShowOptions o) {
       } else {
         text += p.trained ? "[[" + p.text + "]]" : p.text;
       }
-      const char* cls = p.trained ? "t" : p.kind == Piece::Kind::special ? "s" : p.kind == Piece::Kind::padding ? "p" : "";
+      const char* cls = p.trained                        ? "t"
+                        : p.kind == Piece::Kind::special ? "s"
+                        : p.kind == Piece::Kind::padding ? "p"
+                                                         : "";
       html += *cls != '\0' ? "<span class=\"" + std::string(cls) + "\">" + html_escape(p.text) + "</span>"
                            : html_escape(p.text);
     }
@@ -242,7 +257,9 @@ void add_show_command(CLI::App& app) {
       "Show rows of a batch as text (the dataset's tokenizer, else token ids) with the trained targets highlighted: "
       "ANSI colour on a terminal, [[...]] otherwise, or an HTML page with --html");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
+  cmd->add_option("--split", options->split, "Split to read")
+      ->check(CLI::IsMember({"train", "val"}))
+      ->capture_default_str();
   cmd->add_option("--batch", options->batch, "Which batch of the run to show (0: the first)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

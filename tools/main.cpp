@@ -63,12 +63,12 @@ int main(int argc, char** argv) {
   // Progress lines go to stdout with the command's own output; stderr carries only
   // warnings and the final error line.
   // Debug lines (each split at open, each epoch boundary) only with TOKENFEED_LOG_LEVEL=debug.
-  tokenfeed::set_log_handler([threshold = tokenfeed::log_level_from_environment()](tokenfeed::LogLevel level,
-                                                                                 std::string_view line) {
-    if (level < threshold) return;
-    std::FILE* out = level >= tokenfeed::LogLevel::warning ? stderr : stdout;
-    std::fprintf(out, "%.*s\n", static_cast<int>(line.size()), line.data());
-  });
+  tokenfeed::set_log_handler(
+      [threshold = tokenfeed::log_level_from_environment()](tokenfeed::LogLevel level, std::string_view line) {
+        if (level < threshold) return;
+        std::FILE* out = level >= tokenfeed::LogLevel::warning ? stderr : stdout;
+        std::fprintf(out, "%.*s\n", static_cast<int>(line.size()), line.data());
+      });
   tokenfeed::cli::add_run_command(app);
   tokenfeed::cli::add_dump_command(app);
   tokenfeed::cli::add_inspect_command(app);

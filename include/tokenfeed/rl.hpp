@@ -72,12 +72,12 @@ TOKENFEED_API Advantage parse_advantage(std::string_view text);
 
 // One prompt and its sampled, scored completions.
 struct ScoredGroup {
-  std::vector<std::int64_t> prompt;                   // >= 1 token
-  std::vector<std::vector<std::int64_t>> completions; // each >= 1 token
-  std::vector<std::vector<float>> log_probs;          // empty, or one per completion, of its length
-  std::vector<double> rewards;                        // one per completion, finite
-  std::int64_t group_id = -1;                         // -1: the pull index
-  std::int64_t episode = -1;                          // the prompt's episode id, if any (segments)
+  std::vector<std::int64_t> prompt;                    // >= 1 token
+  std::vector<std::vector<std::int64_t>> completions;  // each >= 1 token
+  std::vector<std::vector<float>> log_probs;           // empty, or one per completion, of its length
+  std::vector<double> rewards;                         // one per completion, finite
+  std::int64_t group_id = -1;                          // -1: the pull index
+  std::int64_t episode = -1;                           // the prompt's episode id, if any (segments)
 };
 
 struct GroupBatcherOptions {
@@ -101,7 +101,7 @@ struct RLMetrics {
   std::uint64_t valid_groups = 0;     // placed in the batches
   std::uint64_t sequences = 0;        // completions placed
   std::uint64_t truncated_sequences = 0;
-  double reward_sum = 0;              // over the placed sequences
+  double reward_sum = 0;  // over the placed sequences
   double advantage_sum = 0;
   double abs_advantage_sum = 0;
 
@@ -110,7 +110,9 @@ struct RLMetrics {
   double mean_abs_advantage() const noexcept {
     return sequences ? abs_advantage_sum / static_cast<double>(sequences) : 0.0;
   }
-  double attempts_per_batch() const noexcept { return batches ? static_cast<double>(attempts) / static_cast<double>(batches) : 0.0; }
+  double attempts_per_batch() const noexcept {
+    return batches ? static_cast<double>(attempts) / static_cast<double>(batches) : 0.0;
+  }
   RLMetrics& operator+=(const RLMetrics& other) noexcept {
     batches += other.batches;
     attempts += other.attempts;

@@ -173,8 +173,21 @@ std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.
 // Batch
 
 enum Field : std::size_t {
-  kX, kY, kMask, kLabels, kTokenWeights, kPositionIds, kCuSeqlens, kEpisodeIds, kDocIds, kSegments,
-  kLogProbs, kRewards, kGroupIds, kSourceIds, kFieldCount
+  kX,
+  kY,
+  kMask,
+  kLabels,
+  kTokenWeights,
+  kPositionIds,
+  kCuSeqlens,
+  kEpisodeIds,
+  kDocIds,
+  kSegments,
+  kLogProbs,
+  kRewards,
+  kGroupIds,
+  kSourceIds,
+  kFieldCount
 };
 
 // The Python Batch: the capsule that owns the C++ batch, and each field's array, made on
@@ -286,10 +299,10 @@ class PyBatch {
     if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
-    if (!b.segments().empty()) d["segments"] = segments();  // sft_packed, RL
-    if (!b.log_probs().empty()) d["log_probs"] = log_probs();  // RL, when the sampler gave them
-    if (!b.rewards().empty()) d["rewards"] = rewards();        // RL
-    if (!b.group_ids().empty()) d["group_ids"] = group_ids();  // RL
+    if (!b.segments().empty()) d["segments"] = segments();        // sft_packed, RL
+    if (!b.log_probs().empty()) d["log_probs"] = log_probs();     // RL, when the sampler gave them
+    if (!b.rewards().empty()) d["rewards"] = rewards();           // RL
+    if (!b.group_ids().empty()) d["group_ids"] = group_ids();     // RL
     if (!b.source_ids().empty()) d["source_ids"] = source_ids();  // a mixture
     return d;
   }
@@ -954,9 +967,10 @@ NB_MODULE(_tokenfeed, m) {
                                                                       {"info", tokenfeed::LogLevel::info},
                                                                       {"warning", tokenfeed::LogLevel::warning},
                                                                       {"error", tokenfeed::LogLevel::error}};
-        const auto* found = std::find_if(std::begin(levels), std::end(levels),
-                                         [&](const auto& l) { return level == l.first; });
-        if (found == std::end(levels)) usage_error("set_logging: level must be debug, info, warning or error, not '" + level + "'");
+        const auto* found =
+            std::find_if(std::begin(levels), std::end(levels), [&](const auto& l) { return level == l.first; });
+        if (found == std::end(levels))
+          usage_error("set_logging: level must be debug, info, warning or error, not '" + level + "'");
         g_log_threshold.store(found->second, std::memory_order_relaxed);
         tokenfeed::set_log_handler(enabled ? tokenfeed::LogHandler(write_log_line_to_stderr) : tokenfeed::LogHandler());
       },
@@ -1001,16 +1015,16 @@ NB_MODULE(_tokenfeed, m) {
       .def("__repr__", &PyBatch::repr);
 
   nb::class_<PyLoader>(m, "Loader",
-                      "Loader(config, **overrides): batches of an XML config's dataset (or a mapping of its keys), "
-                      "prepared on background threads.\n\n"
-                      "get_batch(split) returns a Batch whose arrays view the loader's pooled buffers. A batch stays "
-                      "held while it, or any array or tensor made from it without a copy, is alive; holding "
-                      "MAX_HELD_BATCHES (4) batches of a split, the next get_batch raises UsageError. Gradient "
-                      "accumulation reaches that limit: autograd keeps each micro-batch's input tensors until "
-                      "backward(), so over more than 4 micro-batches take batch.to_torch(copy=True).\n\n"
-                      "stats(split) reports `tokenfeed bench`'s figures under its names (stall_fraction: steps whose "
-                      "batch waited > 50 us for data; slow_call_fraction: calls that took > 50 us); reset_stats() "
-                      "after a warm-up, as bench's --warmup.")
+                       "Loader(config, **overrides): batches of an XML config's dataset (or a mapping of its keys), "
+                       "prepared on background threads.\n\n"
+                       "get_batch(split) returns a Batch whose arrays view the loader's pooled buffers. A batch stays "
+                       "held while it, or any array or tensor made from it without a copy, is alive; holding "
+                       "MAX_HELD_BATCHES (4) batches of a split, the next get_batch raises UsageError. Gradient "
+                       "accumulation reaches that limit: autograd keeps each micro-batch's input tensors until "
+                       "backward(), so over more than 4 micro-batches take batch.to_torch(copy=True).\n\n"
+                       "stats(split) reports `tokenfeed bench`'s figures under its names (stall_fraction: steps whose "
+                       "batch waited > 50 us for data; slow_call_fraction: calls that took > 50 us); reset_stats() "
+                       "after a warm-up, as bench's --warmup.")
       .def(
           "__init__",
           [](PyLoader* self, nb::handle config, const nb::kwargs& overrides) {
@@ -1029,21 +1043,26 @@ NB_MODULE(_tokenfeed, m) {
       .def("epoch", &epoch_iterator, "split"_a = "train",
            "The batches left in the current epoch of `split` (all of the next one at an epoch boundary); "
            "len() is their number.")
-      .def("__iter__", [](nb::handle self) { return BatchIterator(nb::borrow(self), "train", std::nullopt); },
-           "The train split for ever, as iter(\"train\").")
-      .def_prop_ro("vocab_size", [](PyLoader& l) { return l.vocabulary().vocab_size; },
-                   "dataset_metadata.json's vocab_size, or None.")
-      .def_prop_ro("pad_token_id", [](PyLoader& l) { return l.effective_config().pad_token_id; },
-                   "The id padding rows hold: the config's, else the metadata's eot_token_id, else eos_token_id "
-                   "(None when neither applies, as in token_stream without them).")
-      .def_prop_ro("eot_token_id",
-                   [](PyLoader& l) {
-                     const tokenfeed::DatasetVocabulary v = l.vocabulary();
-                     return v.eot_token_id ? v.eot_token_id : v.eos_token_id;
-                   },
-                   "The end-of-text id: dataset_metadata.json's eot_token_id, else eos_token_id, else None.")
-      .def_prop_ro("special_token_ids", [](PyLoader& l) { return l.vocabulary().special_tokens; },
-                   "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")
+      .def(
+          "__iter__", [](nb::handle self) { return BatchIterator(nb::borrow(self), "train", std::nullopt); },
+          "The train split for ever, as iter(\"train\").")
+      .def_prop_ro(
+          "vocab_size", [](PyLoader& l) { return l.vocabulary().vocab_size; },
+          "dataset_metadata.json's vocab_size, or None.")
+      .def_prop_ro(
+          "pad_token_id", [](PyLoader& l) { return l.effective_config().pad_token_id; },
+          "The id padding rows hold: the config's, else the metadata's eot_token_id, else eos_token_id "
+          "(None when neither applies, as in token_stream without them).")
+      .def_prop_ro(
+          "eot_token_id",
+          [](PyLoader& l) {
+            const tokenfeed::DatasetVocabulary v = l.vocabulary();
+            return v.eot_token_id ? v.eot_token_id : v.eos_token_id;
+          },
+          "The end-of-text id: dataset_metadata.json's eot_token_id, else eos_token_id, else None.")
+      .def_prop_ro(
+          "special_token_ids", [](PyLoader& l) { return l.vocabulary().special_tokens; },
+          "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")
       .def("save_state", &PyLoader::save_state)
       .def("load_state", &PyLoader::load_state, "state"_a)
       .def("state_dict", &PyLoader::state_dict)
@@ -1051,12 +1070,16 @@ NB_MODULE(_tokenfeed, m) {
       .def("stats", &PyLoader::stats, "split"_a = "train")
       .def("reset_stats", &PyLoader::reset_stats, "split"_a = nb::none())
       .def("info", &PyLoader::info, "split"_a = "train")
-      .def("num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
-           "split"_a = "train")
-      .def("num_windows", [](PyLoader& l, const std::string& split) { return l.split_info(split).windows; },
-           "split"_a = "train")
-      .def("batches_per_epoch", [](PyLoader& l, const std::string& split) { return l.split_info(split).batches_per_epoch; },
-           "split"_a = "train")
+      .def(
+          "num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
+          "split"_a = "train")
+      .def(
+          "num_windows", [](PyLoader& l, const std::string& split) { return l.split_info(split).windows; },
+          "split"_a = "train")
+      .def(
+          "batches_per_epoch",
+          [](PyLoader& l, const std::string& split) { return l.split_info(split).batches_per_epoch; },
+          "split"_a = "train")
       .def_prop_ro("config", &PyLoader::config)
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
       .def_prop_ro("source_names", &PyLoader::source_names)
@@ -1066,8 +1089,9 @@ NB_MODULE(_tokenfeed, m) {
       .def("stop", &PyLoader::stop)
       .def("close", &PyLoader::close)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](PyLoader& l, nb::handle, nb::handle, nb::handle) { l.close(); }, "exc_type"_a.none(),
-           "exc"_a.none(), "traceback"_a.none());
+      .def(
+          "__exit__", [](PyLoader& l, nb::handle, nb::handle, nb::handle) { l.close(); }, "exc_type"_a.none(),
+          "exc"_a.none(), "traceback"_a.none());
 
   nb::class_<BatchIterator>(m, "BatchIterator")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })

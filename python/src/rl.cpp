@@ -37,7 +37,8 @@ template <typename A, typename T>
 std::vector<T> to_vector(nb::handle value, const char* what) {
   A a;
   if (!nb::try_cast(value, a)) {
-    throw tokenfeed::Error(tokenfeed::ErrorKind::usage, std::string("RL group: ") + what + " is not a contiguous 1-D array of the expected dtype");
+    throw tokenfeed::Error(tokenfeed::ErrorKind::usage,
+                           std::string("RL group: ") + what + " is not a contiguous 1-D array of the expected dtype");
   }
   return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
@@ -138,7 +139,8 @@ void bind_rl(nb::module_& m) {
       .def("total_metrics", [](const tokenfeed::GroupBatcher& b) { return metrics_dict(b.total_metrics()); })
       .def_prop_ro("cursor", &tokenfeed::GroupBatcher::cursor)
       .def("save_state", &tokenfeed::GroupBatcher::save_state)
-      .def("load_state", [](tokenfeed::GroupBatcher& b, const std::string& s) { b.load_state(s); }, "state"_a);
+      .def(
+          "load_state", [](tokenfeed::GroupBatcher& b, const std::string& s) { b.load_state(s); }, "state"_a);
 }
 
 }  // namespace tokenfeed_python

@@ -195,9 +195,9 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
     const auto tool_calls = m.find("tool_calls");
     const bool has_tool_calls = tool_calls != m.end() && !tool_calls->is_null();
     if (has_tool_calls && role_name != "assistant") {
-      return LineDefect{std::string(kReasonWrongType),
-                        label(i) + " has \"tool_calls\" but is a " + role_name + " message; only assistant messages "
-                                   "call tools"};
+      return LineDefect{std::string(kReasonWrongType), label(i) + " has \"tool_calls\" but is a " + role_name +
+                                                           " message; only assistant messages "
+                                                           "call tools"};
     }
     if (input == ConversationInput::text) {
       if (content == m.end() && !has_tool_calls) {

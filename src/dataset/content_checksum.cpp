@@ -27,7 +27,8 @@ ShardChecksums checksum_shard(const fs::path& shard_dir) {
   return sums;
 }
 
-void record_content_checksums(const fs::path& dataset_dir, const std::string& split, const ContentChecksums& checksums) {
+void record_content_checksums(const fs::path& dataset_dir, const std::string& split,
+                              const ContentChecksums& checksums) {
   using ordered_json = nlohmann::ordered_json;
   const fs::path path = dataset_dir / "dataset_metadata.json";
   ordered_json doc = ordered_json::object();

@@ -18,7 +18,7 @@
 
 namespace tokenfeed {
 
-using ShardChecksums = std::map<std::string, std::string>;     // file name -> hex SHA-256
+using ShardChecksums = std::map<std::string, std::string>;       // file name -> hex SHA-256
 using ContentChecksums = std::map<std::string, ShardChecksums>;  // shard -> its files
 
 inline constexpr const char* kChecksummedFiles[] = {"episodes.idx", "tokens.bin", "mask.bin"};

@@ -18,8 +18,8 @@ std::optional<std::int64_t> read_id(const json& doc, const char* field, const st
   if (!doc.contains(field) || doc[field].is_null()) return std::nullopt;
   const json& v = doc[field];
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0xffffffffLL) {
-    throw Error(ErrorKind::format, file + ": field '" + field + "' must be a non-negative 32-bit integer, got " +
-                                       quote_json(v));
+    throw Error(ErrorKind::format,
+                file + ": field '" + field + "' must be a non-negative 32-bit integer, got " + quote_json(v));
   }
   return v.get<std::int64_t>();
 }
@@ -44,14 +44,16 @@ DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) 
   if (doc.contains("token_dtype") && !doc["token_dtype"].is_null()) {
     const json& v = doc["token_dtype"];
     if (!v.is_string() || !parse_token_dtype(v.get<std::string>())) {
-      throw Error(ErrorKind::format, file + ": field 'token_dtype' must be \"uint16\" or \"uint32\", got " + quote_json(v));
+      throw Error(ErrorKind::format,
+                  file + ": field 'token_dtype' must be \"uint16\" or \"uint32\", got " + quote_json(v));
     }
     meta.token_dtype = parse_token_dtype(v.get<std::string>());
   }
   if (doc.contains("mask_dtype") && !doc["mask_dtype"].is_null()) {
     const json& v = doc["mask_dtype"];
     if (!v.is_string() || !parse_mask_dtype(v.get<std::string>())) {
-      throw Error(ErrorKind::format, file + ": field 'mask_dtype' must be \"uint8\" or \"float32\", got " + quote_json(v));
+      throw Error(ErrorKind::format,
+                  file + ": field 'mask_dtype' must be \"uint8\" or \"float32\", got " + quote_json(v));
     }
     meta.mask_dtype = parse_mask_dtype(v.get<std::string>());
   }
@@ -92,8 +94,9 @@ DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) 
       for (const auto& [name, hex] : files.items()) {
         const bool ok = hex.is_string() && hex.get_ref<const std::string&>().size() == 64 &&
                         hex.get_ref<const std::string&>().find_first_not_of("0123456789abcdef") == std::string::npos;
-        if (!ok) bad("entry " + quote_json(json(shard + "/" + name)) + " must be 64 lowercase hex digits, got " +
-                     quote_json(hex));
+        if (!ok)
+          bad("entry " + quote_json(json(shard + "/" + name)) + " must be 64 lowercase hex digits, got " +
+              quote_json(hex));
         recorded[name] = hex.get<std::string>();
       }
     }

@@ -37,10 +37,17 @@ bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x
 // reaches the file, so a value cannot end a line and start a forged event.
 void append_escaped(std::string& out, char c) {
   switch (c) {
-    case '\n': out += "\\n"; return;
-    case '\r': out += "\\r"; return;
-    case '\t': out += "\\t"; return;
-    default: break;
+    case '\n':
+      out += "\\n";
+      return;
+    case '\r':
+      out += "\\r";
+      return;
+    case '\t':
+      out += "\\t";
+      return;
+    default:
+      break;
   }
   static constexpr char kHex[] = "0123456789abcdef";
   const auto byte = static_cast<unsigned char>(c);

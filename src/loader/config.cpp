@@ -141,7 +141,9 @@ const std::vector<KeyHandler>& key_handlers() {
        [](Config& c, std::string_view v) { c.train_overrides.epoch_shuffle = parse_bool("train.epoch_shuffle", v); },
        [](const Config& c) { return optional_bool_text(c.train_overrides.epoch_shuffle); }},
       {"train.epoch_drop_last",
-       [](Config& c, std::string_view v) { c.train_overrides.epoch_drop_last = parse_bool("train.epoch_drop_last", v); },
+       [](Config& c, std::string_view v) {
+         c.train_overrides.epoch_drop_last = parse_bool("train.epoch_drop_last", v);
+       },
        [](const Config& c) { return optional_bool_text(c.train_overrides.epoch_drop_last); }},
       {"val.epoch_shuffle",
        [](Config& c, std::string_view v) { c.val_overrides.epoch_shuffle = parse_bool("val.epoch_shuffle", v); },
@@ -169,9 +171,7 @@ const std::vector<KeyHandler>& key_handlers() {
        },
        [](const Config& c) { return c.mask_dtype ? std::string(to_string(*c.mask_dtype)) : std::string(); }},
       {"prefetch_depth",
-       [](Config& c, std::string_view v) {
-         c.prefetch_depth = trim(v) == "auto" ? 0 : parse_int("prefetch_depth", v);
-       },
+       [](Config& c, std::string_view v) { c.prefetch_depth = trim(v) == "auto" ? 0 : parse_int("prefetch_depth", v); },
        [](const Config& c) { return c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth); }},
       {"prefetch_memory_mb",
        [](Config& c, std::string_view v) { c.prefetch_memory_mb = parse_int("prefetch_memory_mb", v); },
@@ -179,9 +179,7 @@ const std::vector<KeyHandler>& key_handlers() {
       {"max_held_batches", [](Config& c, std::string_view v) { c.max_held_batches = parse_int("max_held_batches", v); },
        [](const Config& c) { return std::to_string(c.max_held_batches); }},
       {"max_memory_mb",
-       [](Config& c, std::string_view v) {
-         c.max_memory_mb = trim(v) == "auto" ? 0 : parse_int("max_memory_mb", v);
-       },
+       [](Config& c, std::string_view v) { c.max_memory_mb = trim(v) == "auto" ? 0 : parse_int("max_memory_mb", v); },
        [](const Config& c) { return c.max_memory_mb == 0 ? std::string("auto") : std::to_string(c.max_memory_mb); }},
       {"decode_threads", [](Config& c, std::string_view v) { c.decode_threads = parse_int("decode_threads", v); },
        [](const Config& c) { return std::to_string(c.decode_threads); }},

@@ -56,9 +56,10 @@ LauncherRanks resolve_ranks(const Config& config) {
       const auto rank_text = env(found->rank);
       const auto size_text = env(found->size);
       if (!rank_text || !size_text) {
-        throw Error(ErrorKind::config, std::string("environment variable ") + (rank_text ? found->size : found->rank) +
-                                           " is not set but " + (rank_text ? found->rank : found->size) +
-                                           " is: a launcher sets both; set rank and world_size in the config otherwise");
+        throw Error(ErrorKind::config,
+                    std::string("environment variable ") + (rank_text ? found->size : found->rank) +
+                        " is not set but " + (rank_text ? found->rank : found->size) +
+                        " is: a launcher sets both; set rank and world_size in the config otherwise");
       }
       if (!rank_given) {
         out.rank = env_int(found->rank, *rank_text);
@@ -85,8 +86,8 @@ LauncherRanks resolve_ranks(const Config& config) {
     out.source = "rank from " + rank_from + ", world_size from " + size_from;
   }
   if (out.world_size < 1) {
-    throw Error(ErrorKind::config, "world_size must be >= 1, got " + std::to_string(out.world_size) + " (from " +
-                                       size_from + ")");
+    throw Error(ErrorKind::config,
+                "world_size must be >= 1, got " + std::to_string(out.world_size) + " (from " + size_from + ")");
   }
   if (out.rank < 0 || out.rank >= out.world_size) {
     throw Error(ErrorKind::config, "rank " + std::to_string(out.rank) + " (from " + rank_from +

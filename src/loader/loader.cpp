@@ -124,7 +124,7 @@ struct Loader::Impl {
     std::uint64_t consumed = 0;               // batches the trainer took: the next step
     std::uint64_t next_epoch = 0;             // the next batch's place in its epoch
     std::uint64_t next_batch_in_epoch = 0;
-    std::uint64_t next_row_in_epoch = 0;      // sft_packed
+    std::uint64_t next_row_in_epoch = 0;  // sft_packed
     // The epoch whose start (or resumption) was last logged; a run that starts or resumes
     // mid-epoch logs epoch_resume for it, so that every epoch_complete has an opening line.
     std::optional<std::uint64_t> announced_epoch;
@@ -147,7 +147,7 @@ struct Loader::Impl {
   std::map<std::string, Split, std::less<>> splits;
   std::string fingerprint;
   std::unique_ptr<AuditLog> audit;
-  std::string pad_source;  // where pad_token_id came from (SFT modes), for the open line
+  std::string pad_source;   // where pad_token_id came from (SFT modes), for the open line
   std::string rank_source;  // where rank and world_size came from (LauncherRanks::source)
   // What the order depends on, by name; the fingerprint hashes them and
   // the resume state carries them, so that a refusal can name the field that differs.
@@ -188,10 +188,9 @@ struct Loader::Impl {
   }
   // prefetch_depth 0 (auto): a start and a cap under prefetch_memory_mb.
   SplitPipeline::Depths pool_depths(const detail::BatchShape& shape) const {
-    return SplitPipeline::plan_depths(config.prefetch_depth, config.prefetch_memory_mb,
-                                      detail::BatchPool::bytes_per_slot(shape),
-                                      static_cast<std::size_t>(config.decode_threads),
-                                      static_cast<std::size_t>(config.max_held_batches));
+    return SplitPipeline::plan_depths(
+        config.prefetch_depth, config.prefetch_memory_mb, detail::BatchPool::bytes_per_slot(shape),
+        static_cast<std::size_t>(config.decode_threads), static_cast<std::size_t>(config.max_held_batches));
   }
   void check_memory_bound() const;
   SplitPosition next_position(const Split& split) const {
@@ -263,7 +262,8 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
       pad_source = "metadata eos_token_id";
     } else {
       throw Error(ErrorKind::config,
-                  "config key 'pad_token_id' is not set and '" + (config.dataset_dir / "dataset_metadata.json").string() +
+                  "config key 'pad_token_id' is not set and '" +
+                      (config.dataset_dir / "dataset_metadata.json").string() +
                       "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
     }
   }
@@ -281,8 +281,9 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   if (!episode_mode()) {
     if (config.use_loss_mask.value_or(false)) {
-      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
-                                  "batches have no mask");
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+               "batches have no mask");
     }
     config.use_loss_mask = false;
   }
@@ -327,7 +328,8 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
   if (episode_mode()) order_fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
   // Per-split overrides, only when given: a config without them keeps its fingerprint.
-  for (const auto& [name, overrides] : {std::pair{"train", config.train_overrides}, std::pair{"val", config.val_overrides}}) {
+  for (const auto& [name, overrides] :
+       {std::pair{"train", config.train_overrides}, std::pair{"val", config.val_overrides}}) {
     if (!overrides.epoch_shuffle && !overrides.epoch_drop_last) continue;
     order_fields[std::string(name) + ".epoch_shuffle"] = bool_text(config.shuffle_for(name));
     order_fields[std::string(name) + ".epoch_drop_last"] = bool_text(config.drop_last_for(name));
@@ -349,11 +351,12 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   fingerprint = hex64(h.digest());
   check_memory_bound();
 
-  log_line(LogLevel::info, "[tokenfeed] open dataset=" + config.dataset_dir.string() +
-                               " mode=" + to_string(config.dataset_mode) + " rank=" + std::to_string(config.rank) +
-                               " world_size=" + std::to_string(config.world_size) + " (" + rank_source + ")" +
-                               (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
-                                               : std::string()));
+  log_line(LogLevel::info,
+           "[tokenfeed] open dataset=" + config.dataset_dir.string() + " mode=" + to_string(config.dataset_mode) +
+               " rank=" + std::to_string(config.rank) + " world_size=" + std::to_string(config.world_size) + " (" +
+               rank_source + ")" +
+               (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
+                               : std::string()));
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
@@ -390,8 +393,9 @@ void Loader::Impl::resolve_use_loss_mask() {
     }
     config.use_loss_mask = !with.empty();
     if (with.empty()) {
-      log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
-                                  "every position is trained on");
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
+               "every position is trained on");
     }
     return;
   }
@@ -400,8 +404,10 @@ void Loader::Impl::resolve_use_loss_mask() {
                                     without + "); returning x and y only");
   }
   if (!*config.use_loss_mask && !with.empty()) {
-    log_line(LogLevel::info, "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
-                             "although the dataset has mask.bin (split " + with + ")");
+    log_line(LogLevel::info,
+             "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
+             "although the dataset has mask.bin (split " +
+                 with + ")");
   }
 }
 
@@ -472,10 +478,10 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   log_line(LogLevel::debug, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
-                               " kept=" + std::to_string(split.sampler->size()) +
-                               " tokens=" + std::to_string(data.total_tokens()) +
-                               " shards=" + std::to_string(data.shards().size()) +
-                               " dtype=" + to_string(data.token_dtype()) + " mask=" + bool_text(split.mask));
+                                " kept=" + std::to_string(split.sampler->size()) +
+                                " tokens=" + std::to_string(data.total_tokens()) +
+                                " shards=" + std::to_string(data.shards().size()) +
+                                " dtype=" + to_string(data.token_dtype()) + " mask=" + bool_text(split.mask));
 }
 
 void Loader::Impl::open_stream_split(const std::string& name) {
@@ -489,9 +495,9 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   if (samples == 0) {
     // Like a split too small for one batch (check_forms_a_batch): an error at open for
     // train, and for val only when it is used.
-    split.unusable = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                     std::to_string(data.total_tokens()) + " tokens but no file holds one window of block_size + 1 = " +
-                     std::to_string(block + 1) + " tokens";
+    split.unusable =
+        "split '" + name + "' of '" + config.dataset_dir.string() + "' has " + std::to_string(data.total_tokens()) +
+        " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
     split.unusable_kind = ErrorKind::format;  // what train that small is at open
     if (name == "train") throw Error(split.unusable_kind, split.unusable);
     log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + name + "\") will fail");
@@ -511,10 +517,10 @@ void Loader::Impl::open_stream_split(const std::string& name) {
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   const auto dtype = data.common_dtype();
   log_line(LogLevel::debug, "[tokenfeed] split=" + name + " tokens=" + std::to_string(data.total_tokens()) +
-                               " files=" + std::to_string(data.files().size()) +
-                               " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
-                               (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
-                               std::to_string(samples) + " document_aware=" + bool_text(config.document_aware));
+                                " files=" + std::to_string(data.files().size()) +
+                                " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
+                                (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
+                                std::to_string(samples) + " document_aware=" + bool_text(config.document_aware));
 }
 
 // In epoch mode with epoch_drop_last, a split smaller than one global batch yields no
@@ -587,15 +593,14 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
   if (split.announced_epoch != slot.epoch) {
     split.announced_epoch = slot.epoch;
     const bool resumed = slot.batch_in_epoch != 0;
-    log_line(LogLevel::debug, "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
-                                 (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
-                                 " " + unit() + "=" + std::to_string(kept) +
-                                 " batches=" + std::to_string(batches) +
-                                 " shuffle=" + bool_text(config.shuffle_for(split.name)) +
-                                 " drop_last=" + bool_text(config.drop_last_for(split.name)) +
-                                 (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) +
-                                                       " mask=" + bool_text(split.mask)
-                                                 : std::string(" document_aware=") + bool_text(config.document_aware)));
+    log_line(LogLevel::debug,
+             "[tokenfeed] split=" + split.name + " epoch=" + std::to_string(slot.epoch) +
+                 (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) + " " + unit() +
+                 "=" + std::to_string(kept) + " batches=" + std::to_string(batches) +
+                 " shuffle=" + bool_text(config.shuffle_for(split.name)) +
+                 " drop_last=" + bool_text(config.drop_last_for(split.name)) +
+                 (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " mask=" + bool_text(split.mask)
+                                 : std::string(" document_aware=") + bool_text(config.document_aware)));
     const auto order = split.orders->get(slot.epoch);
     const std::vector<std::uint64_t> first(order->begin(),
                                            order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
@@ -646,10 +651,10 @@ std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
       const auto [end, ec] = std::from_chars(was.data(), was.data() + was.size(), global);
       const auto world = static_cast<std::uint64_t>(config.world_size);
       if (ec == std::errc() && end == was.data() + was.size() && global > 0) {
-        fix += global % world == 0 ? " (batch_size=" + std::to_string(global / world) + " at world_size=" +
-                                         std::to_string(world) + ")"
-                                   : " (" + was + " is not a multiple of world_size=" + std::to_string(world) +
-                                         ": run with a world size that divides it)";
+        fix += global % world == 0
+                   ? " (batch_size=" + std::to_string(global / world) + " at world_size=" + std::to_string(world) + ")"
+                   : " (" + was + " is not a multiple of world_size=" + std::to_string(world) +
+                         ": run with a world size that divides it)";
       }
       add("global_batch_size (batch_size x world_size) is " + was + " in the state but " + is + " here: " + fix);
     } else if (key.rfind("data.", 0) == 0) {
@@ -681,8 +686,8 @@ void Loader::Impl::check_memory_bound() const {
   }
   if (total / (1ULL << 20) > limit_mb) {
     throw Error(ErrorKind::config,
-                "the batch buffers need " + std::to_string(total >> 20) + " MiB (" + parts +
-                    "; prefetch_depth plus " + std::to_string(held) +
+                "the batch buffers need " + std::to_string(total >> 20) + " MiB (" + parts + "; prefetch_depth plus " +
+                    std::to_string(held) +
                     " batches the trainer may hold), more than max_memory_mb=" + std::to_string(limit_mb) +
                     (config.max_memory_mb == 0 ? " (auto: half of the physical memory)" : "") +
                     "; lower prefetch_depth, batch_size or block_size, or raise max_memory_mb");
@@ -732,8 +737,7 @@ std::optional<Batch> Loader::next_batch(std::string_view split_name,
     split.source->seek(s.next_position(split));
     const auto threads = static_cast<std::size_t>(s.config.decode_threads);
     const SplitPipeline::Depths depth = s.pool_depths(shape);
-    split.pool = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape, split.name,
-                                                     depth.max + max_held);
+    split.pool = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape, split.name, depth.max + max_held);
     split.pipeline = std::make_unique<SplitPipeline>(
         *split.source, split.pool, SplitPipeline::Options{depth.initial, threads, split.consumed, depth.max});
   }
@@ -766,8 +770,8 @@ void Loader::load_state(std::string_view text) {
   const ResumeState state = parse_resume_state(text);
   if (state.fingerprint != s.fingerprint) {
     throw Error(ErrorKind::state, "resume state belongs to another dataset or sampling config (state fingerprint " +
-                                      state.fingerprint + ", this loader " + s.fingerprint + "): " +
-                                      s.explain_mismatch(state));
+                                      state.fingerprint + ", this loader " + s.fingerprint +
+                                      "): " + s.explain_mismatch(state));
   }
   // Where each split resumes. Epochs of equal length give the position from the step
   // alone; packed epochs differ in length, so their position is read from the state.
@@ -795,17 +799,18 @@ void Loader::load_state(std::string_view text) {
     } else {
       const std::uint64_t rows = static_cast<const PackedBatchSource&>(source).packing(pos.epoch)->rows();
       if (pos.row_in_epoch >= rows) {
-        throw Error(ErrorKind::state, "invalid resume state: splits." + name + ".row_in_epoch=" +
-                                          std::to_string(pos.row_in_epoch) + " but epoch " + std::to_string(pos.epoch) +
-                                          " packs into " + std::to_string(rows) + " rows");
+        throw Error(ErrorKind::state, "invalid resume state: splits." + name +
+                                          ".row_in_epoch=" + std::to_string(pos.row_in_epoch) + " but epoch " +
+                                          std::to_string(pos.epoch) + " packs into " + std::to_string(rows) + " rows");
       }
     }
     if (!s.mixture() && *s.config.batch_sampling_mode == SamplingMode::epoch && s.config.shuffle_for(name) &&
         static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch > kMaxNumpySeed) {
-      throw Error(ErrorKind::state, "invalid resume state: splits." + name + " resumes in epoch " +
-                                        std::to_string(resolved.epoch) + ", and epoch_seed + epoch = " +
-                                        std::to_string(static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch) +
-                                        " exceeds numpy's seed range [0, 2^32-1]");
+      throw Error(ErrorKind::state,
+                  "invalid resume state: splits." + name + " resumes in epoch " + std::to_string(resolved.epoch) +
+                      ", and epoch_seed + epoch = " +
+                      std::to_string(static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch) +
+                      " exceeds numpy's seed range [0, 2^32-1]");
     }
     positions[name] = resolved;
   }

@@ -48,7 +48,8 @@ ResumeState parse_resume_state(std::string_view text) {
   if (!doc.is_object()) state_error("expected a JSON object");
   if (!doc.contains("format") || doc["format"] != kFormat) state_error("field 'format' must be \"tokenfeed-state\"");
   if (!doc.contains("version") || doc["version"] != kVersion) {
-    state_error("unsupported version " + (doc.contains("version") ? quote_json(doc["version"]) : std::string("(none)")) +
+    state_error("unsupported version " +
+                (doc.contains("version") ? quote_json(doc["version"]) : std::string("(none)")) +
                 " (this build reads version 1)");
   }
   if (!doc.contains("fingerprint") || !doc["fingerprint"].is_string()) state_error("field 'fingerprint' must be a string");

@@ -48,9 +48,9 @@ std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
   };
   const std::uint64_t cells = mul(shape.rows, shape.cols);
-  std::uint64_t bytes = mul(cells, sizeof(std::int64_t));                             // x
-  if (!shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));        // y
-  bytes = add(bytes, mul(shape.rows, sizeof(std::int64_t)));                          // episode_ids
+  std::uint64_t bytes = mul(cells, sizeof(std::int64_t));                        // x
+  if (!shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));  // y
+  bytes = add(bytes, mul(shape.rows, sizeof(std::int64_t)));                     // episode_ids
   if (shape.with_mask && !shape.mask_is_weights) bytes = add(bytes, mul(cells, sizeof(float)));
   if (shape.with_document_fields) bytes = add(bytes, mul(cells, sizeof(std::int32_t)));
   if (shape.contract_fields || shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));
@@ -173,8 +173,9 @@ std::span<const float> Batch::rewards() const noexcept {
                                           : std::span<const float>();
 }
 std::span<const std::int64_t> Batch::group_ids() const noexcept {
-  return slot_ && !slot_->group_ids.empty() ? std::span<const std::int64_t>(slot_->group_ids.data(), slot_->num_sequences)
-                                            : std::span<const std::int64_t>();
+  return slot_ && !slot_->group_ids.empty()
+             ? std::span<const std::int64_t>(slot_->group_ids.data(), slot_->num_sequences)
+             : std::span<const std::int64_t>();
 }
 std::span<const std::int32_t> Batch::source_ids() const noexcept {
   return slot_ ? std::span<const std::int32_t>(slot_->source_ids) : std::span<const std::int32_t>();

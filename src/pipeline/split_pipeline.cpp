@@ -348,9 +348,9 @@ struct SplitPipeline::Impl {
 SplitPipeline::SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchPool> pool, Options options)
     : impl_(std::make_unique<Impl>(source, std::move(pool), options)) {
   if (impl_->auto_depth) {
-    log_line(LogLevel::debug, "[tokenfeed] split=" + impl_->pool->split() + " prefetch_depth=" +
-                                  std::to_string(options.prefetch_depth) + " (auto start, max " +
-                                 std::to_string(impl_->max_depth) + ")");
+    log_line(LogLevel::debug, "[tokenfeed] split=" + impl_->pool->split() +
+                                  " prefetch_depth=" + std::to_string(options.prefetch_depth) + " (auto start, max " +
+                                  std::to_string(impl_->max_depth) + ")");
   }
   impl_->arena.execute([this] { impl_->build(); });
   try {

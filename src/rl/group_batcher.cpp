@@ -17,8 +17,10 @@ namespace tokenfeed {
 
 const char* to_string(Advantage advantage) noexcept {
   switch (advantage) {
-    case Advantage::grpo: return "grpo";
-    case Advantage::mean_only: return "mean_only";
+    case Advantage::grpo:
+      return "grpo";
+    case Advantage::mean_only:
+      return "mean_only";
   }
   return "?";
 }
@@ -41,7 +43,7 @@ struct PreparedGroup {
   ScoredGroup group;
   std::vector<std::size_t> kept;  // completion tokens kept, per completion
   std::vector<double> advantages;
-  std::uint64_t next_index = 0;   // the pull index after this group
+  std::uint64_t next_index = 0;  // the pull index after this group
   RLMetrics metrics;
 };
 
@@ -85,7 +87,9 @@ struct GroupBatcher::Impl {
       throw Error(ErrorKind::usage, where(index, g) + " has " + std::to_string(n) + " completions; group_size is " +
                                         std::to_string(options.group_size));
     }
-    if (n < 2) throw Error(ErrorKind::usage, where(index, g) + " has " + std::to_string(n) + " completions; a group needs at least 2");
+    if (n < 2)
+      throw Error(ErrorKind::usage,
+                  where(index, g) + " has " + std::to_string(n) + " completions; a group needs at least 2");
     if (g.rewards.size() != n) {
       throw Error(ErrorKind::usage, where(index, g) + " has " + std::to_string(g.rewards.size()) + " rewards for " +
                                         std::to_string(n) + " completions");
@@ -101,7 +105,8 @@ struct GroupBatcher::Impl {
                                         " leaves no room for a completion");
     }
     for (std::size_t i = 0; i < n; ++i) {
-      if (g.completions[i].empty()) throw Error(ErrorKind::usage, where(index, g) + ": completion " + std::to_string(i) + " is empty");
+      if (g.completions[i].empty())
+        throw Error(ErrorKind::usage, where(index, g) + ": completion " + std::to_string(i) + " is empty");
       if (!g.log_probs.empty() && g.log_probs[i].size() != g.completions[i].size()) {
         throw Error(ErrorKind::usage, where(index, g) + ": completion " + std::to_string(i) + " has " +
                                           std::to_string(g.completions[i].size()) + " tokens but " +
@@ -126,7 +131,8 @@ struct GroupBatcher::Impl {
     // A sequence of n tokens takes n - 1 input positions; at most block_size + 1 tokens.
     const std::size_t room = options.block_size + 1 - g.prompt.size();
     for (std::size_t i = 0; i < n; ++i) {
-      p.advantages[i] = options.advantage == Advantage::grpo ? (g.rewards[i] - mean) / (sd + options.eps) : g.rewards[i] - mean;
+      p.advantages[i] =
+          options.advantage == Advantage::grpo ? (g.rewards[i] - mean) / (sd + options.eps) : g.rewards[i] - mean;
       p.kept[i] = std::min(g.completions[i].size(), room);
       if (p.kept[i] < g.completions[i].size()) ++p.metrics.truncated_sequences;
       p.metrics.reward_sum += g.rewards[i];
@@ -165,7 +171,8 @@ struct GroupBatcher::Impl {
         }
         throw Error(ErrorKind::pipeline, "max_attempts (" + std::to_string(options.max_attempts) +
                                              ") consecutive groups were dropped because their rewards do not vary "
-                                             "(std <= eps = " + std::to_string(options.eps) + "): " + list);
+                                             "(std <= eps = " +
+                                             std::to_string(options.eps) + "): " + list);
       }
     }
   }
@@ -350,14 +357,17 @@ void GroupBatcher::load_state(std::string_view state) {
   nlohmann::json j = nlohmann::json::parse(state, nullptr, false);
   const auto bad = [](const std::string& what) { return Error(ErrorKind::state, "RL state: " + what); };
   if (j.is_discarded() || !j.is_object()) throw bad("not a JSON object");
-  if (!j.contains("format") || j["format"] != kStateFormat) throw bad("field 'format' is not '" + std::string(kStateFormat) + "'");
+  if (!j.contains("format") || j["format"] != kStateFormat)
+    throw bad("field 'format' is not '" + std::string(kStateFormat) + "'");
   if (!j.contains("version") || j["version"] != 1) throw bad("field 'version' is not 1");
   const auto count = [&](const nlohmann::json& obj, const char* key) {
-    if (!obj.contains(key) || !obj[key].is_number_unsigned()) throw bad(std::string("field '") + key + "' is not a non-negative integer");
+    if (!obj.contains(key) || !obj[key].is_number_unsigned())
+      throw bad(std::string("field '") + key + "' is not a non-negative integer");
     return obj[key].get<std::uint64_t>();
   };
   const auto real = [&](const nlohmann::json& obj, const char* key) {
-    if (!obj.contains(key) || !obj[key].is_number()) throw bad(std::string("field 'metrics.") + key + "' is not a number");
+    if (!obj.contains(key) || !obj[key].is_number())
+      throw bad(std::string("field 'metrics.") + key + "' is not a number");
     return obj[key].get<double>();
   };
   const std::uint64_t cursor = count(j, "cursor");

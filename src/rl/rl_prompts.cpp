@@ -37,15 +37,16 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   validate_config(config);
   std::error_code ec;
   if (!fs::is_directory(config.dataset_dir, ec)) {
-    throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
+    throw Error(ErrorKind::io,
+                "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
   }
   const LauncherRanks ranks = resolve_ranks(config);  // rank and world_size may come from the launcher
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
   const DatasetMetadata metadata = read_dataset_metadata(config.dataset_dir);
   if (config.token_dtype && metadata.token_dtype && *config.token_dtype != *metadata.token_dtype) {
-    throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) + " but '" +
-                                       (config.dataset_dir / "dataset_metadata.json").string() + "' says " +
+    throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) +
+                                       " but '" + (config.dataset_dir / "dataset_metadata.json").string() + "' says " +
                                        to_string(*metadata.token_dtype) + "; remove the key or fix the metadata");
   }
   if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;
@@ -72,8 +73,8 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   if (kept.size() < static_cast<std::uint64_t>(config.world_size)) {
     throw Error(ErrorKind::config, "split '" + dir.string() + "' has " + std::to_string(kept.size()) +
                                        " prompts with episode_min_tokens=" + std::to_string(config.episode_min_tokens) +
-                                       " <= length <= " + std::to_string(max_tokens) + ", fewer than world_size=" +
-                                       std::to_string(config.world_size));
+                                       " <= length <= " + std::to_string(max_tokens) +
+                                       ", fewer than world_size=" + std::to_string(config.world_size));
   }
   EpisodeSampler::Settings settings;
   settings.mode = *config.batch_sampling_mode;
