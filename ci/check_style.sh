@@ -24,7 +24,10 @@ mapfile -t changed < <(git diff --name-only --diff-filter=AM "$base" -- \
   'perf/*.cpp' 'perf/*.hpp' 'python/src/*.cpp' 'fuzz/*.cpp')
 status=0
 
-format_diff=$(git diff -U0 --no-color "$base" -- "${changed[@]}" /dev/null | clang-format-diff -p1 || true)
+format_diff=""
+if [ ${#changed[@]} -gt 0 ]; then
+  format_diff=$(git diff -U0 --no-color "$base" -- "${changed[@]}" | clang-format-diff -p1 || true)
+fi
 if [ -n "$format_diff" ]; then
   echo "$format_diff"
   echo "check_style: the lines above are not formatted as .clang-format says; run" >&2
