@@ -51,7 +51,7 @@ std::string open_line(const Config& c) {
   std::string found;
   const LogHandler previous = set_log_handler([&](LogLevel, std::string_view line) {
     std::lock_guard lock(mutex);
-    if (line.find("[tokenfeed] open ") != std::string_view::npos) found = line;
+    if (line.find("[tokenfeed] opened ") != std::string_view::npos) found = line;
   });
   try {
     Loader loader(c);

@@ -10,5 +10,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/log.hpp"
+#include "tokenfeed/rl.hpp"
+#include "tokenfeed/special_tokens.hpp"
 #include "tokenfeed/tokenizer.hpp"
 #include "tokenfeed/version.hpp"

@@ -351,12 +351,6 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   fingerprint = hex64(h.digest());
   check_memory_bound();
 
-  log_line(LogLevel::info,
-           "[tokenfeed] open dataset=" + config.dataset_dir.string() + " mode=" + to_string(config.dataset_mode) +
-               " rank=" + std::to_string(config.rank) + " world_size=" + std::to_string(config.world_size) + " (" +
-               rank_source + ")" +
-               (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")"
-                               : std::string()));
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
@@ -375,7 +369,10 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     line += " " + name + "=" + std::to_string(split.sampler->size()) + (episode_mode() ? "_episodes" : "_windows");
   }
   line += std::string(" mask=") + bool_text(config.use_loss_mask.value_or(false)) +
-          " audit_log=" + (audit->enabled() ? audit->path().string() : std::string("off"));
+          " rank=" + std::to_string(config.rank) + " world_size=" + std::to_string(config.world_size) + " (" +
+          rank_source + ")";
+  if (episode_mode()) line += " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")";
+  line += " audit_log=" + (audit->enabled() ? audit->path().string() : std::string("off"));
   log_line(LogLevel::info, line);
 }
 
