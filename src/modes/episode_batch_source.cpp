@@ -15,20 +15,6 @@ void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t co
   if (real < cols) slot.add_sequence(cols - real);
 }
 
-BatchPlan EpisodeBatchSource::plan(std::uint64_t step) { return plan_sampled_batch(orders_.sample(step)); }
-
-void EpisodeBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
-  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
-  const std::size_t rows = slot.episode_ids.size();
-  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
-  for (std::size_t r = 0; r < rows; ++r) decode_into(plan, r, slot, r);
-}
-
-bool EpisodeBatchSource::decode_row(const BatchPlan& batch_plan, detail::BatchSlot& slot, std::size_t row) const {
-  decode_into(batch_plan.mode_data_as<SampledBatch>(), 0, slot, row);
-  return true;
-}
-
 void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
                                      std::size_t r) const {
   const std::size_t T = options_.block_size;

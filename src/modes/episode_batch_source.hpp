@@ -17,11 +17,12 @@
 #include "pipeline/batch_source.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "modes/epoch_orders.hpp"
+#include "modes/sampled_row_source.hpp"
 #include "modes/episode_window.hpp"
 
 namespace tokenfeed {
 
-class EpisodeBatchSource final : public BatchSource {
+class EpisodeBatchSource final : public SampledRowSource {
  public:
   struct Options {
     std::int64_t pad_token_id = 0;
@@ -36,28 +37,22 @@ class EpisodeBatchSource final : public BatchSource {
   // REQUIRES: split, orders (and its sampler) and windows outlive the source.
   EpisodeBatchSource(const EpisodeSplit& split, const EpochOrders& orders, const EpisodeWindows& windows,
                      Options options) noexcept
-      : split_(split), orders_(orders), sampler_(orders.sampler()), windows_(windows), options_(options) {
+      : SampledRowSource(orders), split_(split), windows_(windows), options_(options) {
     split_.advise_random_access();  // rows are read in shuffled order; see will_need
   }
 
-  BatchPlan plan(std::uint64_t step) override;
-  void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
-  bool decode_row(const BatchPlan& plan, detail::BatchSlot& slot, std::size_t row) const override;
   void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
   void will_need(const BatchPlan& plan) const noexcept override;
-  std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
-  std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 
  private:
   const EpisodeSplit& split_;
-  const EpochOrders& orders_;
-  const EpisodeSampler& sampler_;
   const EpisodeWindows& windows_;
   Options options_;
 
   // Row `plan_row` of the sampled batch into row `r` of `slot`.
-  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot, std::size_t r) const;
+  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
+                   std::size_t r) const override;
 };
 
 // Completes one row's contract fields after its first `real` input positions were filled

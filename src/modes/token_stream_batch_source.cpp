@@ -23,7 +23,7 @@ std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split
 
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
-    : split_(split), orders_(orders), sampler_(orders.sampler()), options_(options) {
+    : SampledRowSource(orders), split_(split), options_(options) {
   std::uint64_t next = 0;
   for (const StreamFile& f : split.files()) {
     first_sample_.push_back(next);
@@ -46,20 +46,6 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
     loc.window_id = static_cast<std::int64_t>(split_.files()[loc.file].first_token + local);
   }
   return loc;
-}
-
-BatchPlan TokenStreamBatchSource::plan(std::uint64_t step) { return plan_sampled_batch(orders_.sample(step)); }
-
-void TokenStreamBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
-  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
-  const std::size_t rows = slot.episode_ids.size();
-  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
-  for (std::size_t r = 0; r < rows; ++r) decode_into(plan, r, slot, r);
-}
-
-bool TokenStreamBatchSource::decode_row(const BatchPlan& batch_plan, detail::BatchSlot& slot, std::size_t row) const {
-  decode_into(batch_plan.mode_data_as<SampledBatch>(), 0, slot, row);
-  return true;
 }
 
 void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,

@@ -23,10 +23,11 @@
 #include "pipeline/batch_source.hpp"
 #include "dataset/token_stream.hpp"
 #include "modes/epoch_orders.hpp"
+#include "modes/sampled_row_source.hpp"
 
 namespace tokenfeed {
 
-class TokenStreamBatchSource final : public BatchSource {
+class TokenStreamBatchSource final : public SampledRowSource {
  public:
   struct Options {
     std::size_t block_size = 0;
@@ -46,12 +47,7 @@ class TokenStreamBatchSource final : public BatchSource {
   // from sample_count().
   TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders, Options options);
 
-  BatchPlan plan(std::uint64_t step) override;
-  void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
-  bool decode_row(const BatchPlan& plan, detail::BatchSlot& slot, std::size_t row) const override;
   void check_intact() const override { split_.check_intact(); }
-  std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
-  std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 
   // The file and in-file token offset where sample `id` starts, and the id recorded in
   // window_ids (the global window number in epoch mode, the global token offset in random
@@ -65,13 +61,12 @@ class TokenStreamBatchSource final : public BatchSource {
 
  private:
   const TokenStreamSplit& split_;
-  const EpochOrders& orders_;
-  const EpisodeSampler& sampler_;
   Options options_;
   std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample
 
   // Row `plan_row` of the sampled batch into row `r` of `slot`.
-  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot, std::size_t r) const;
+  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
+                   std::size_t r) const override;
 };
 
 // Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label
