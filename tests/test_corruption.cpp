@@ -20,12 +20,6 @@ using namespace tokenfeed::test;
 
 namespace {
 
-void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes) {
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-}
-
 // Two episodes of 4 tokens each in the flat layout, with `mask` (8 values) as mask.bin.
 template <typename T>
 void write_masked_split(const std::filesystem::path& dir, const std::vector<T>& mask) {

@@ -15,12 +15,6 @@ using namespace tokenfeed::test;
 
 namespace {
 
-void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes) {
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-}
-
 void write_index(const std::filesystem::path& path, const std::vector<std::uint64_t>& pairs) {
   write_raw(path, pairs.data(), pairs.size() * 8);
 }

@@ -71,6 +71,12 @@ std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<
   return episodes;
 }
 
+void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -46,6 +46,8 @@ std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<
 
 // Writes a dataset_metadata.json with the given JSON body.
 void write_text(const std::filesystem::path& path, const std::string& text);
+// Writes `bytes` bytes at `data` to `path` (its directories created), replacing it.
+void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes);
 
 // A config for dataset_dir with the audit log off and a fixed pad id.
 Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_size, std::int64_t block_size);
