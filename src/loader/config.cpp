@@ -426,10 +426,15 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin,
     const std::string_view target = trim(inherits.value());
     if (target.empty()) config_error(origin + ": <training inherits=\"\"> names no file");
     std::filesystem::path base = base_dir / std::filesystem::path(std::string(target));
-    if (!std::filesystem::exists(base)) {
-      config_error(origin + ": inherited config '" + base.string() + "' does not exist");
+    // The error_code forms: a name the file system refuses (too long, ...) is a config
+    // error naming it, never a std::filesystem exception.
+    std::error_code ec;
+    if (!std::filesystem::exists(base, ec)) {
+      config_error(origin + ": inherited config '" + base.string() + "' does not exist" +
+                   (ec ? " (" + ec.message() + ")" : std::string()));
     }
-    base = std::filesystem::weakly_canonical(base);
+    base = std::filesystem::weakly_canonical(base, ec);
+    if (ec) config_error(origin + ": inherited config '" + base.string() + "': " + ec.message());
     if (std::find(chain.begin(), chain.end(), base) != chain.end()) {
       config_error(origin + ": inherits '" + base.string() + "', which forms a cycle");
     }
@@ -510,8 +515,13 @@ Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_
 }
 
 Config load_config_file(const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw Error(ErrorKind::io, "config file '" + path.string() + "' does not exist");
-  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw Error(ErrorKind::io, "config file '" + path.string() + "' does not exist" +
+                                   (ec ? " (" + ec.message() + ")" : std::string()));
+  }
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, ec);
+  if (ec) throw Error(ErrorKind::io, "config file '" + path.string() + "': " + ec.message());
   Config config;
   std::vector<std::filesystem::path> chain{canonical};
   apply_xml(config, read_text_file(canonical), path.string(), canonical.parent_path(), chain);
