@@ -187,7 +187,9 @@ TEST_CASE("config: per-split epoch settings in <train> and <val>, and max_held_b
 }
 
 TEST_CASE("config: an inherits name the file system refuses is a config error, not a filesystem exception") {
-  const std::string xml = "<training inherits=\"" + std::string(5000, 'x') + ".xml\"><batch_size>1</batch_size></training>";
-  const std::string message = test::error_of([&] { (void)parse_config_xml(xml, std::filesystem::temp_directory_path()); });
+  const std::string xml =
+      "<training inherits=\"" + std::string(5000, 'x') + ".xml\"><batch_size>1</batch_size></training>";
+  const std::string message =
+      test::error_of([&] { (void)parse_config_xml(xml, std::filesystem::temp_directory_path()); });
   CHECK(message.find("inherited config") != std::string::npos);
 }
