@@ -2,10 +2,19 @@
 // the comparison in perf/RESULTS.md. One measure_* per variant, repeats interleaved:
 //
 //   measure_memcpy      single-core memcpy bandwidth over buffers far larger than the caches
-//   measure_plain_loop  a plain single-threaded C++ loop making the same batches (same epoch
-//                       order, the padding rule, x/y int64 and the float32 mask) into one
-//                       reused buffer: no pipeline, no prefetch
+//   measure_plain_loop  a plain single-threaded C++ loop making the same batches into one
+//                       reused buffer, no pipeline, no prefetch, in the config's mode:
+//                       sft_episode: the epoch order, the padding rule, x/y int64 and the
+//                         float32 mask;
+//                       sft_packed: the Loader's own packing (recorded from its first
+//                         batches), x int64, y int64 (-100 where the mask is 0 and on
+//                         padding) and position_ids int32;
+//                       token_stream: the Loader's own windows (recorded likewise), x/y int64
 //   measure_tokenfeed   the Loader, get_batch in a tight loop (threads and depth as given)
+//
+// Both also report CPU time per batch: the plain loop's thread, and every thread of the
+// process for tokenfeed (getrusage), so that the pipeline's cost in cores is stated beside
+// its speed.
 //
 //   bench_compare --config base.xml --csv out.csv --json summary.json [--shape 8x1024]
 //                 [--repeats 5] [--seconds 1] [--variants threads=1:depth=auto,...]
@@ -26,6 +35,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +47,7 @@
 #include "pipeline/batch_pool.hpp"
 #include "bench_common.hpp"
 #include "dataset/episode_dataset.hpp"
+#include "dataset/token_stream.hpp"
 #include "sampling/numpy_random.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -56,19 +68,30 @@ double measure_memcpy(std::size_t bytes) {
   return static_cast<double>(bytes) / s / 1e9;
 }
 
-struct PlainLoop {
+// A plain loop: makes batch k into its own reused buffers.
+class PlainLoop {
+ public:
+  virtual ~PlainLoop() = default;
+  virtual void make(std::uint64_t k) = 0;
+  // Whether batch k equals the Loader's batch `b` (the same step).
+  virtual bool matches(std::uint64_t k, const Batch& b) = 0;
+  virtual bool has_mask() const = 0;
+};
+
+struct EpisodeLoop final : PlainLoop {
   EpisodeSplit split;
-  std::vector<std::uint64_t> kept;
+  std::vector<std::uint64_t> kept, perm;
   std::int64_t pad;
   std::size_t B, T;
   bool mask;
   std::vector<std::int64_t> x, y;
   std::vector<float> m;
 
-  PlainLoop(const Config& c, std::size_t rows, std::size_t cols)
+  EpisodeLoop(const Config& c, std::size_t rows, std::size_t cols)
       : split(EpisodeSplit::open(c.dataset_dir / "train",
                                  EpisodeSplitOptions{c.token_dtype, c.mask_dtype, c.use_loss_mask.value_or(true)})),
         kept(kept_episodes(split, static_cast<std::uint64_t>(c.episode_min_tokens))),
+        perm(numpy_permutation(static_cast<std::uint32_t>(c.epoch_seed), kept.size())),
         pad(c.pad_token_id.value_or(0)),
         B(rows),
         T(cols),
@@ -77,8 +100,10 @@ struct PlainLoop {
         y(rows * cols),
         m(mask ? rows * cols : 0) {}
 
+  bool has_mask() const override { return mask; }
+
   // Batch k of epoch 0 (seed), into x, y, m.
-  void make(const std::vector<std::uint64_t>& perm, std::uint64_t k) {
+  void make(std::uint64_t k) override {
     for (std::size_t r = 0; r < B; ++r) {
       const std::uint64_t id = kept[perm[(k * B + r) % perm.size()]];
       const std::uint64_t n = split.spans()[id].length;
@@ -97,17 +122,164 @@ struct PlainLoop {
       }
     }
   }
+
+  bool matches(std::uint64_t k, const Batch& b) override {
+    make(k);
+    return std::equal(x.begin(), x.end(), b.x().begin()) && std::equal(y.begin(), y.end(), b.y().begin()) &&
+           (!mask || std::equal(m.begin(), m.end(), b.mask().begin()));
+  }
 };
 
-double measure_plain_loop(PlainLoop& loop, const std::vector<std::uint64_t>& perm, double seconds) {
+// Batches recorded from the Loader's first steps: enough that the plain loop reads as much
+// distinct data as the Loader does in a measurement, not a cache-resident few (a whole
+// packed epoch of the perf datasets; random windows covering the stream several times).
+constexpr std::uint64_t kRecordedPackedBatches = 4096;
+constexpr std::uint64_t kRecordedWindowBatches = 65536;
+
+// The first `n` batches of a one-thread Loader over `c`, each as `take(batch)` returns it.
+template <typename Take>
+auto record_batches(const Config& c, std::uint64_t n, Take take) {
+  Config one = c;
+  one.decode_threads = 1;
+  Loader loader(one);
+  std::vector<decltype(take(std::declval<const Batch&>()))> out;
+  for (std::uint64_t k = 0; k < n; ++k) out.push_back(take(loader.get_batch("train")));
+  return out;
+}
+
+struct PackedLoop final : PlainLoop {
+  EpisodeSplit split;
+  std::int64_t pad;
+  std::size_t B, T;
+  bool mask;
+  std::vector<std::vector<PackedSegment>> batches;  // the Loader's packing, batch by batch
+  std::vector<std::int64_t> x, y;
+  std::vector<std::int32_t> positions;
+  std::vector<std::size_t> used;   // per row: input positions holding episodes
+  std::vector<float> mask_values;  // one segment's mask, at most a row
+
+  PackedLoop(const Config& c, std::size_t rows, std::size_t cols)
+      : split(EpisodeSplit::open(c.dataset_dir / "train",
+                                 EpisodeSplitOptions{c.token_dtype, c.mask_dtype, c.use_loss_mask.value_or(true)})),
+        pad(c.pad_token_id.value_or(0)),
+        B(rows),
+        T(cols),
+        mask(split.has_mask()),
+        batches(record_batches(
+            c, kRecordedPackedBatches,
+            [](const Batch& b) { return std::vector<PackedSegment>(b.segments().begin(), b.segments().end()); })),
+        x(rows * cols),
+        y(rows * cols),
+        positions(rows * cols),
+        used(rows),
+        mask_values(cols) {}
+
+  bool has_mask() const override { return mask; }
+
+  void make(std::uint64_t k) override {
+    const std::vector<PackedSegment>& segments = batches[k % batches.size()];
+    std::fill(used.begin(), used.end(), 0);
+    for (const PackedSegment& s : segments) {
+      const std::size_t at = s.row * T + s.column;
+      const auto id = static_cast<std::uint64_t>(s.episode);
+      split.read_tokens(id, 0, s.positions, x.data() + at);
+      split.read_tokens(id, 1, s.positions, y.data() + at);
+      if (mask) {
+        // -100 where the target carries no loss; the mask is read in the same 0/1 form.
+        float* w = mask_values.data();
+        split.read_mask(id, 1, s.positions, w);
+        for (std::size_t i = 0; i < s.positions; ++i) y[at + i] = w[i] != 0.0f ? y[at + i] : -100;
+      }
+      std::iota(positions.data() + at, positions.data() + at + s.positions, 0);
+      used[s.row] = std::max<std::size_t>(used[s.row], s.column + s.positions);
+    }
+    for (std::size_t r = 0; r < B; ++r) {
+      std::fill(x.data() + r * T + used[r], x.data() + (r + 1) * T, pad);
+      std::fill(y.data() + r * T + used[r], y.data() + (r + 1) * T, -100);
+      std::iota(positions.data() + r * T + used[r], positions.data() + (r + 1) * T, 0);
+    }
+  }
+
+  bool matches(std::uint64_t k, const Batch& b) override {
+    make(k);
+    return std::equal(x.begin(), x.end(), b.x().begin()) && std::equal(y.begin(), y.end(), b.labels().begin()) &&
+           std::equal(positions.begin(), positions.end(), b.position_ids().begin());
+  }
+};
+
+struct StreamLoop final : PlainLoop {
+  TokenStreamSplit split;
+  std::size_t B, T;
+  std::vector<std::vector<std::int64_t>> batches;  // the Loader's windows (global token offsets)
+  std::vector<std::int64_t> x, y;
+
+  StreamLoop(const Config& c, std::size_t rows, std::size_t cols)
+      : split(TokenStreamSplit::open(c.dataset_dir, "train", c.token_dtype)),
+        B(rows),
+        T(cols),
+        batches(record_batches(
+            c, kRecordedWindowBatches,
+            [](const Batch& b) { return std::vector<std::int64_t>(b.episode_ids().begin(), b.episode_ids().end()); })),
+        x(rows * cols),
+        y(rows * cols) {}
+
+  bool has_mask() const override { return false; }
+
+  void make(std::uint64_t k) override {
+    const std::vector<std::int64_t>& windows = batches[k % batches.size()];
+    for (std::size_t r = 0; r < B; ++r) {
+      // The file holding the window's first token, and the window's offset in it.
+      const auto first = static_cast<std::uint64_t>(windows[r]);
+      std::size_t f = split.files().size() - 1;
+      while (split.files()[f].first_token > first) --f;
+      const std::uint64_t offset = first - split.files()[f].first_token;
+      split.read(f, offset, T, x.data() + r * T);
+      split.read(f, offset + 1, T, y.data() + r * T);
+    }
+  }
+
+  bool matches(std::uint64_t k, const Batch& b) override {
+    make(k);
+    return std::equal(x.begin(), x.end(), b.x().begin()) && std::equal(y.begin(), y.end(), b.y().begin());
+  }
+};
+
+// The plain loop of the config's (resolved) dataset mode. Throws for a mode it has none
+// for, and for token_stream in epoch mode (window ids are then not token offsets).
+std::unique_ptr<PlainLoop> make_plain_loop(const Config& c, std::size_t rows, std::size_t cols) {
+  switch (c.dataset_mode) {
+    case DatasetMode::sft_episode:
+      return std::make_unique<EpisodeLoop>(c, rows, cols);
+    case DatasetMode::sft_packed:
+      return std::make_unique<PackedLoop>(c, rows, cols);
+    case DatasetMode::token_stream:
+      if (c.batch_sampling_mode != SamplingMode::random || c.document_aware) {
+        throw std::runtime_error("bench_compare: token_stream needs batch_sampling_mode=random, not document_aware");
+      }
+      return std::make_unique<StreamLoop>(c, rows, cols);
+    default:
+      throw std::runtime_error(std::string("bench_compare: no plain loop for dataset_mode ") +
+                               to_string(c.dataset_mode));
+  }
+}
+
+// Batches per second of the plain loop, and its CPU seconds per batch.
+struct PlainResult {
+  double batches_per_s = 0;
+  double cpu_us_per_batch = 0;
+};
+
+PlainResult measure_plain_loop(PlainLoop& loop, double seconds) {
   std::uint64_t k = 0;
   const auto start = Clock::now();
+  const double cpu0 = measure::thread_cpu_seconds();
   double s = 0;
   do {
-    for (int i = 0; i < 16; ++i) loop.make(perm, k++);
+    for (int i = 0; i < 16; ++i) loop.make(k++);
     s = std::chrono::duration<double>(Clock::now() - start).count();
   } while (s < seconds);
-  return static_cast<double>(k) / s;
+  const double cpu = measure::thread_cpu_seconds() - cpu0;
+  return {static_cast<double>(k) / s, cpu * 1e6 / static_cast<double>(k)};
 }
 
 // Bytes per position a slot of `shape` is written with: its buffers of one element per
@@ -172,19 +344,15 @@ ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int
   return run_consumer(loader, 0, 500, seconds, 1000, 10000000);
 }
 
-// Whether the plain loop makes the same batches as the Loader (batch 0 and 1 of epoch 0);
-// says which differs on stderr when not.
-bool plain_loop_matches_loader(const Config& base, PlainLoop& loop, const std::vector<std::uint64_t>& perm) {
+// Whether the plain loop makes the same batches as the Loader (its first two); says which
+// differs on stderr when not.
+bool plain_loop_matches_loader(const Config& base, PlainLoop& loop) {
   Config c = base;
   c.decode_threads = 1;
   Loader loader(c);
   for (std::uint64_t k = 0; k < 2; ++k) {
     Batch b = loader.get_batch("train");
-    loop.make(perm, k);
-    const bool same = std::equal(loop.x.begin(), loop.x.end(), b.x().begin()) &&
-                      std::equal(loop.y.begin(), loop.y.end(), b.y().begin()) &&
-                      (!loop.mask || std::equal(loop.m.begin(), loop.m.end(), b.mask().begin()));
-    if (!same) {
+    if (!loop.matches(k, b)) {
       std::fprintf(stderr, "bench_compare: the plain loop's batch %llu differs from the Loader's\n",
                    static_cast<unsigned long long>(k));
       return false;
@@ -195,11 +363,12 @@ bool plain_loop_matches_loader(const Config& base, PlainLoop& loop, const std::v
 
 // Every repeat's figures, in the order the repeats ran; the tokenfeed ones per variant.
 struct Repeats {
-  std::vector<double> memcpy_gbs, plain_loop;
-  std::vector<std::vector<double>> tokenfeed;
+  std::vector<double> memcpy_gbs, plain_loop, plain_cpu_us;
+  std::vector<std::vector<double>> tokenfeed, tokenfeed_cpu_us;
   std::vector<std::vector<std::uint64_t>> threads_used, depth_used;
 
-  explicit Repeats(std::size_t variants) : tokenfeed(variants), threads_used(variants), depth_used(variants) {}
+  explicit Repeats(std::size_t variants)
+      : tokenfeed(variants), tokenfeed_cpu_us(variants), threads_used(variants), depth_used(variants) {}
 };
 
 // The summary written to --json: medians, every repeat's figures, the copy bound and the
@@ -238,11 +407,15 @@ nlohmann::json summary(const std::string& shape, std::int64_t rows, std::int64_t
   for (const double g : r.memcpy_gbs) bound_repeats.push_back(g * 1e9 / must_write);
   j["copy_bound_repeats"] = bound_repeats;
   j["plain_loop_repeats"] = r.plain_loop;
+  j["plain_loop_cpu_us_per_batch"] = median(r.plain_cpu_us);
+  j["plain_loop_cpu_us_repeats"] = r.plain_cpu_us;
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const std::string& name = variants[v].name;
     j["tokenfeed"][name] = median(r.tokenfeed[v]);
     j["variants"][name] = {{"batches_per_s", median(r.tokenfeed[v])},
                            {"repeats", r.tokenfeed[v]},
+                           {"cpu_us_per_batch", median(r.tokenfeed_cpu_us[v])},
+                           {"cpu_us_repeats", r.tokenfeed_cpu_us[v]},
                            {"decode_threads", r.threads_used[v]},
                            {"depth_used", r.depth_used[v]}};
   }
@@ -282,32 +455,34 @@ int main(int argc, char** argv) {
   base.block_size = cols;
   // The effective config (pad id, dtypes) as the Loader resolves it.
   const Config effective = Loader(base).config();
-  PlainLoop loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
-  const std::vector<std::uint64_t> perm =
-      numpy_permutation(static_cast<std::uint32_t>(effective.epoch_seed), loop.kept.size());
-  if (!plain_loop_matches_loader(base, loop, perm)) return 1;
+  const std::unique_ptr<PlainLoop> loop =
+      make_plain_loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+  if (!plain_loop_matches_loader(base, *loop)) return 1;
 
   std::vector<Variant> tf_variants;
   for (const std::string& name : split_list(variants)) tf_variants.push_back(parse_variant(name));
   Repeats r(tf_variants.size());
   std::ofstream csv(csv_path);
-  csv << "repeat,variant,batches_per_s,p50_us,p99_us,depth_used\n";
+  csv << "repeat,variant,batches_per_s,p50_us,p99_us,depth_used,cpu_us_per_batch\n";
   for (int rep = 0; rep < repeats; ++rep) {
     const double gbs = measure_memcpy(memcpy_mb << 20);
     r.memcpy_gbs.push_back(gbs);
     csv << rep << ",memcpy_gbs," << gbs << ",,,\n";
-    const double p = measure_plain_loop(loop, perm, seconds);
+    const PlainResult plain = measure_plain_loop(*loop, seconds);
+    const double p = plain.batches_per_s;
     r.plain_loop.push_back(p);
-    csv << rep << ",plain_loop," << p << ",,,\n";
+    r.plain_cpu_us.push_back(plain.cpu_us_per_batch);
+    csv << rep << ",plain_loop," << p << ",,,," << plain.cpu_us_per_batch << "\n";
     std::printf("rep %d: memcpy %.2f GB/s, plain loop %.0f batches/s", rep, gbs, p);
     for (std::size_t v = 0; v < tf_variants.size(); ++v) {
       const Variant& variant = tf_variants[v];
       const ConsumerResult t = measure_tokenfeed(base, rows, cols, variant, seconds);
       r.tokenfeed[v].push_back(t.batches_per_s);
+      r.tokenfeed_cpu_us[v].push_back(t.cpu_us_per_batch());
       r.threads_used[v].push_back(t.threads_used);
       r.depth_used[v].push_back(t.depth_used);
       csv << rep << ",tokenfeed " << variant.name << ',' << t.batches_per_s << ',' << t.p50_us << ',' << t.p99_us << ','
-          << t.depth_used << '\n';
+          << t.depth_used << ',' << t.cpu_us_per_batch() << '\n';
       std::printf(", tokenfeed %s %.0f batches/s (depth %llu, %llu thread(s))", variant.name.c_str(), t.batches_per_s,
                   static_cast<unsigned long long>(t.depth_used), static_cast<unsigned long long>(t.threads_used));
     }
@@ -315,7 +490,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  const nlohmann::json j = summary(shape, rows, cols, loop.mask, repeats, tf_variants, r);
+  nlohmann::json j = summary(shape, rows, cols, loop->has_mask(), repeats, tf_variants, r);
+  j["dataset_mode"] = to_string(effective.dataset_mode);
   std::ofstream(json_path) << j.dump(2) << "\n";
   std::printf("%s\n", j.dump(2).c_str());
   return 0;

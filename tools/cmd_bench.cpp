@@ -166,6 +166,8 @@ struct Measured {
   std::vector<double> latency_us;  // sorted
   double mean_us = 0;
   unsigned long long real_tokens = 0;
+  double process_cpu_s = 0;  // every thread, over the measured steps
+  double trainer_cpu_s = 0;  // the trainer's thread: its steps and get_batch
   WaitLog waits;
   explicit Measured(long batches) : waits(batches) {}
 };
@@ -180,6 +182,7 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
   Measured m(o.batches);
   m.latency_us.reserve(static_cast<std::size_t>(o.batches));
   const auto start = Clock::now();
+  const double process_cpu0 = measure::process_cpu_seconds(), trainer_cpu0 = measure::thread_cpu_seconds();
   for (long i = 0; i < o.batches; ++i) {
     m.waits.begin_step(i);
     const auto t0 = Clock::now();
@@ -193,6 +196,8 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
     spin_for(o.consumer_us);
   }
   m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  m.process_cpu_s = measure::process_cpu_seconds() - process_cpu0;
+  m.trainer_cpu_s = measure::thread_cpu_seconds() - trainer_cpu0;
   m.waits.finish();
   for (const double us : m.latency_us) m.mean_us += us;
   m.mean_us /= static_cast<double>(std::max<std::size_t>(m.latency_us.size(), 1));
@@ -233,6 +238,10 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
   j["prefetch_depth_setting"] = c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth);
   j["decode_threads"] = stats.decode_threads;
   j["rss_anon_mb"] = rss_anon_mb();
+  // CPU: per batch over every thread, and the loader's background threads' share of one
+  // core (all threads but the trainer's) while the trainer ran its steps.
+  j["cpu_us_per_batch"] = m.process_cpu_s * 1e6 / n;
+  j["loader_threads_core_fraction"] = std::max(0.0, m.process_cpu_s - m.trainer_cpu_s) / m.seconds;
   return j;
 }
 
@@ -260,6 +269,8 @@ void print_report(const BenchOptions& o, const nlohmann::json& j, const Measured
         m.waits.count(), m.waits.in_first_steps(), m.waits.first_steps(), tenths.c_str(), m.waits.longest().first,
         m.waits.longest().second);
   }
+  std::printf("cpu       %.1f us per batch over all threads; the loader's background threads used %.1f%% of one core\n",
+              j["cpu_us_per_batch"].get<double>(), 100.0 * j["loader_threads_core_fraction"].get<double>());
   std::printf("setup     opened in %.1f ms, prefetch_depth %llu (%s), decode_threads %llu, RssAnon %.1f MiB\n",
               j["open_ms"].get<double>(), j["prefetch_depth"].get<unsigned long long>(),
               j["prefetch_depth_setting"].get<std::string>().c_str(), j["decode_threads"].get<unsigned long long>(),

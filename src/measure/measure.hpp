@@ -1,11 +1,14 @@
 // Measurement helpers shared by `tokenfeed bench` (tools/), the benchmarks (perf/) and the
 // Python module's stats(), so that the three report the same figures the same way:
-// what counts as a stall, a trainer step's CPU time, the process's anonymous memory.
+// what counts as a stall, a trainer step's CPU time, CPU time used, the process's
+// anonymous memory.
 // Percentiles: measure/nearest_rank.hpp.
 //
 // Not part of the library's core (docs/ARCHITECTURE.md): nothing under src/ but measure/
 // includes this.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <fstream>
@@ -26,6 +29,20 @@ inline void spin_for(double us) {
   while (Clock::now() < end) {
   }
 }
+
+// CPU time (user + system) used so far, in seconds: by every thread of the process, or by
+// the calling thread only. The loader's background threads use the difference between the
+// two when taken on the trainer's thread.
+inline double cpu_seconds(int who) {
+  struct rusage usage {};
+  if (::getrusage(who, &usage) != 0) return 0;
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+inline double process_cpu_seconds() { return cpu_seconds(RUSAGE_SELF); }
+inline double thread_cpu_seconds() { return cpu_seconds(RUSAGE_THREAD); }
 
 // RssAnon of this process from /proc/self/status, in MiB (0 when unavailable): the
 // memory the loader allocates, without the page cache that maps the dataset.

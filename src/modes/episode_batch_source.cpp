@@ -20,11 +20,18 @@ void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t pla
   const std::size_t T = options_.block_size;
   const std::int64_t pad = options_.pad_token_id;
   const bool contract = options_.contract_fields;
-  std::int64_t* x = slot.x.data() + r * T;
-  std::int64_t* y = slot.y.data() + r * T;
-  // With the contract the mask is written once, as the token weights it equals.
-  float* weights = contract ? slot.token_weights.data() + r * T : nullptr;
-  float* m = !options_.with_mask ? nullptr : contract ? weights : slot.mask.data() + r * T;
+  NextTokenFields row;
+  row.x = slot.x.data() + r * T;
+  row.y = slot.y.data() + r * T;
+  // With the contract the mask is written once, as the token weights it equals (all 1
+  // without a mask); without it, the mask is written when it is on.
+  if (contract) {
+    row.weights = slot.token_weights.data() + r * T;
+    row.labels = slot.labels.data() + r * T;
+    row.positions = slot.position_ids.data() + r * T;
+  } else if (options_.with_mask) {
+    row.weights = slot.mask.data() + r * T;
+  }
   const std::int64_t id = sampler_.row_episode(plan, plan_row);
   slot.episode_ids[r] = id;
 
@@ -36,34 +43,27 @@ void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t pla
     const std::size_t n = window.size();
     x_count = std::min(n, T);
     y_count = n == 0 ? 0 : std::min(n - 1, T);
-    windows_.read_tokens(episode, window, 0, x_count, x);
-    windows_.read_tokens(episode, window, 1, y_count, y);
-    if (m != nullptr) windows_.read_mask(episode, window, 1, y_count, m);
+    windows_.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
+    // x keeps its last real token (or pad) after the labelled positions, as the padding
+    // rule says; the contract counts those positions as padding.
+    if (x_count > y_count) windows_.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
   }
-  std::fill(x + x_count, x + T, pad);
-  std::fill(y + y_count, y + T, pad);
-  if (m != nullptr) std::fill(m + y_count, m + T, 0.0f);
+  std::fill(row.x + x_count, row.x + T, pad);
+  std::fill(row.y + y_count, row.y + T, pad);
+  if (row.weights != nullptr) std::fill(row.weights + y_count, row.weights + T, 0.0f);
   slot.real_positions += y_count;
   if (!contract) return;
 
   // The contract's view of the row: one sequence of y_count positions, then padding.
-  // The weights already hold the mask when it is on (and 0 on padding).
-  std::int64_t* labels = slot.labels.data() + r * T;
-  std::int32_t* positions = slot.position_ids.data() + r * T;
-  if (m == nullptr) {
-    std::fill(weights, weights + y_count, 1.0f);
-    std::fill(weights + y_count, weights + T, 0.0f);
-  }
-  for (std::size_t i = 0; i < y_count; ++i) {
-    labels[i] = weights[i] != 0.0f ? y[i] : options_.ignore_index;
-    positions[i] = static_cast<std::int32_t>(i);
-  }
   if (y_count > 0) slot.add_sequence(y_count);
-  // x keeps its last real token (or pad) after the labelled positions, as the padding
-  // rule says; the contract counts those positions as padding.
-  std::fill(labels + y_count, labels + T, options_.ignore_index);
-  std::iota(positions + y_count, positions + T, 0);
+  std::fill(row.labels + y_count, row.labels + T, options_.ignore_index);
+  std::iota(row.positions + y_count, row.positions + T, 0);
   if (y_count < T) slot.add_sequence(T - y_count);
+}
+
+void EpisodeBatchSource::prefetch_row(const SampledBatch& plan, std::uint64_t plan_row) const noexcept {
+  const std::int64_t id = sampler_.row_episode(plan, plan_row);
+  if (id >= 0) windows_.prefetch_start(static_cast<std::uint64_t>(id), options_.with_mask);
 }
 
 void EpisodeBatchSource::will_need(const BatchPlan& batch_plan) const noexcept {

@@ -50,6 +50,7 @@ class EpisodeBatchSource final : public SampledRowSource {
   const EpisodeWindows& windows_;
   Options options_;
 
+  void prefetch_row(const SampledBatch& plan, std::uint64_t plan_row) const noexcept override;
   // Row `plan_row` of the sampled batch into row `r` of `slot`.
   void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
                    std::size_t r) const override;

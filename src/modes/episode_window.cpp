@@ -70,4 +70,69 @@ void EpisodeWindows::read_mask(std::uint64_t episode, const SftWindow& window, s
   });
 }
 
+NextTokenSource EpisodeWindows::source(std::uint64_t episode, std::size_t offset, bool with_mask) const noexcept {
+  const EpisodeShard& shard = split_.shards()[split_.shard_of(episode)];
+  const std::uint64_t at = split_.spans()[episode].start + offset;
+  NextTokenSource s;
+  s.token_dtype = split_.token_dtype();
+  s.tokens = shard.tokens.bytes().data() + at * size_of(s.token_dtype);
+  if (with_mask) {
+    s.mask_dtype = *split_.mask_dtype();
+    s.mask = shard.mask.bytes().data() + at * size_of(s.mask_dtype);
+  }
+  return s;
+}
+
+void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const noexcept {
+  constexpr std::size_t kLine = 64, kLines = 4;
+  const NextTokenSource s = source(episode, 0, with_mask);
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(split_.spans()[episode].length, S_));
+  const std::size_t token_bytes = std::min(n * size_of(s.token_dtype), kLines * kLine);
+  for (std::size_t b = 0; b < token_bytes; b += kLine) __builtin_prefetch(s.tokens + b);
+  if (s.mask != nullptr) {
+    const std::size_t mask_bytes = std::min(n * size_of(s.mask_dtype), kLines * kLine);
+    for (std::size_t b = 0; b < mask_bytes; b += kLine) __builtin_prefetch(s.mask + b);
+  }
+}
+
+void EpisodeWindows::write_targets(std::uint64_t episode, const SftWindow& w, std::size_t count, bool with_mask,
+                                   const NextTokenFields& fields, std::int64_t ignore_index) const noexcept {
+  // Kept position i is head position head_begin + i while i < head, then tail position
+  // tail_begin + (i - head); the input at head - 1 is the head's last token and its
+  // target the tail's first, which no contiguous run covers.
+  const std::size_t head = w.head_end - w.head_begin;
+  if (head == 0) {
+    write_next_token_run(source(episode, w.tail_begin, with_mask), count, 0, fields, ignore_index);
+    return;
+  }
+  const std::size_t in_head = std::min(count, head - 1);
+  write_next_token_run(source(episode, w.head_begin, with_mask), in_head, 0, fields, ignore_index);
+  if (count <= in_head) return;
+  const auto at = [&fields](std::size_t i) {
+    NextTokenFields f;
+    f.x = fields.x + i;
+    if (fields.y != nullptr) f.y = fields.y + i;
+    if (fields.weights != nullptr) f.weights = fields.weights + i;
+    if (fields.labels != nullptr) f.labels = fields.labels + i;
+    if (fields.positions != nullptr) f.positions = fields.positions + i;
+    return f;
+  };
+  // The junction, one position: its input and its target through one-element reads.
+  std::int64_t input = 0, target = 0;
+  float weight = 1.0f;
+  split_.read_tokens(episode, w.head_end - 1, 1, &input);
+  split_.read_tokens(episode, w.tail_begin, 1, &target);
+  if (with_mask) split_.read_mask(episode, w.tail_begin, 1, &weight);
+  const NextTokenFields j = at(head - 1);
+  *j.x = input;
+  if (j.y != nullptr) *j.y = target;
+  if (j.weights != nullptr) *j.weights = weight;
+  if (j.labels != nullptr) {
+    *j.labels = weight != 0.0f ? target : ignore_index;
+    *j.positions = static_cast<std::int32_t>(head - 1);
+  }
+  write_next_token_run(source(episode, w.tail_begin, with_mask), count - head, static_cast<std::int32_t>(head),
+                       at(head), ignore_index);
+}
+
 }  // namespace tokenfeed

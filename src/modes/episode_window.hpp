@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "dataset/episode_dataset.hpp"
+#include "modes/next_token_run.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
 
@@ -34,10 +35,25 @@ class EpisodeWindows {
   void read_mask(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
                  float* out) const noexcept;
 
+  // Writes kept positions [0, count) of `fields` in one pass per contiguous run (see
+  // write_next_token_run): inputs, targets (the next kept token), weights from the mask
+  // when `with_mask` (else 1), labels and positions 0, 1, ... REQUIRES: count < window.size();
+  // with_mask needs split.has_mask().
+  void write_targets(std::uint64_t episode, const SftWindow& window, std::size_t count, bool with_mask,
+                     const NextTokenFields& fields, std::int64_t ignore_index) const noexcept;
+
+  // Hints the CPU to load the first cache lines of the episode's tokens (and mask): the
+  // hardware prefetcher follows a stream only after its first misses. Not a page-cache
+  // read-ahead (see EpisodeSplit::prefetch_episode).
+  void prefetch_start(std::uint64_t episode, bool with_mask) const noexcept;
+
   std::size_t S() const noexcept { return S_; }
   Truncation truncation() const noexcept { return truncation_; }
 
  private:
+  // The tokens (and mask) of `episode` from its own position `offset` on.
+  NextTokenSource source(std::uint64_t episode, std::size_t offset, bool with_mask) const noexcept;
+
   const EpisodeSplit& split_;
   std::size_t S_;
   Truncation truncation_;

@@ -118,19 +118,12 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
         const std::size_t positions = window.size() - 1;
         const std::size_t at = r * T + column;
         if (k == packed.row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
-        windows_.read_tokens(episode, window, 0, positions, slot.x.data() + at);
-        std::int64_t* labels = slot.labels.data() + at;
-        float* weights = slot.token_weights.data() + at;
-        windows_.read_tokens(episode, window, 1, positions, labels);
-        if (options_.with_mask) {
-          windows_.read_mask(episode, window, 1, positions, weights);
-        } else {
-          std::fill(weights, weights + positions, 1.0f);
-        }
-        for (std::size_t i = 0; i < positions; ++i) {
-          if (weights[i] == 0.0f) labels[i] = options_.ignore_index;
-          slot.position_ids[at + i] = static_cast<std::int32_t>(i);
-        }
+        NextTokenFields fields;
+        fields.x = slot.x.data() + at;
+        fields.weights = slot.token_weights.data() + at;
+        fields.labels = slot.labels.data() + at;
+        fields.positions = slot.position_ids.data() + at;
+        windows_.write_targets(episode, window, positions, options_.with_mask, fields, options_.ignore_index);
         slot.add_sequence(positions);
         slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
                                                static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};

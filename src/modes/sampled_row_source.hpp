@@ -23,7 +23,11 @@ class SampledRowSource : public BatchSource {
   void decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const override {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
     slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
-    for (std::size_t r = 0; r < slot.episode_ids.size(); ++r) decode_into(plan, r, slot, r);
+    const std::size_t rows = slot.episode_ids.size();
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (r + 1 < rows) prefetch_row(plan, r + 1);
+      decode_into(plan, r, slot, r);
+    }
   }
   bool decode_row(const BatchPlan& batch_plan, detail::BatchSlot& slot, std::size_t row) const override {
     decode_into(batch_plan.mode_data_as<SampledBatch>(), 0, slot, row);
@@ -39,6 +43,10 @@ class SampledRowSource : public BatchSource {
   // Writes row `plan_row` of the sampled batch into row `r` of `slot`, every field of it.
   virtual void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
                            std::size_t r) const = 0;
+
+  // Asks the CPU to start loading the first cache lines of a row that is decoded next, so
+  // that its reads overlap the current row's work. A hint: may do nothing.
+  virtual void prefetch_row(const SampledBatch&, std::uint64_t) const noexcept {}
 
   const EpochOrders& orders_;
   const EpisodeSampler& sampler_;

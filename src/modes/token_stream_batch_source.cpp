@@ -71,14 +71,21 @@ void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t
   }
   const Location loc = locate(static_cast<std::uint64_t>(id));
   slot.episode_ids[r] = loc.window_id;
-  split_.read(loc.file, loc.offset, T, x);
-  split_.read(loc.file, loc.offset + 1, T, y);
   slot.real_positions += T;
-  if (!options_.eos_token_id) {
-    if (!contract) return;
-    std::fill(weights, weights + T, 1.0f);
-    std::iota(positions, positions + T, 0);
-    slot.add_sequence(T);
+  const bool plain = !options_.eos_token_id;
+  NextTokenFields fields;
+  fields.x = x;
+  if (plain && contract) {
+    // Every target is trained: the labels are the targets, with weight 1.
+    fields.weights = weights;
+    fields.labels = y;
+    fields.positions = positions;
+  } else {
+    fields.y = y;
+  }
+  write_window(loc, fields);
+  if (plain) {
+    if (contract) slot.add_sequence(T);
     return;
   }
   std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
@@ -92,6 +99,24 @@ void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t
       start = i + 1;
     }
   }
+}
+
+void TokenStreamBatchSource::write_window(const Location& loc, const NextTokenFields& fields) const noexcept {
+  const std::size_t T = options_.block_size;
+  const StreamFile& f = split_.files()[loc.file];
+  NextTokenSource source;
+  source.token_dtype = f.dtype;
+  source.tokens = f.map.bytes().data() + f.data_offset + loc.offset * size_of(f.dtype);
+  if (reinterpret_cast<std::uintptr_t>(source.tokens) % size_of(f.dtype) == 0) {
+    write_next_token_run(source, T, 0, fields, options_.ignore_index);
+    return;
+  }
+  // An .npy file whose header leaves the data unaligned: read element by element.
+  split_.read(loc.file, loc.offset, T, fields.x);
+  std::int64_t* targets = fields.y != nullptr ? fields.y : fields.labels;
+  split_.read(loc.file, loc.offset + 1, T, targets);
+  if (fields.weights != nullptr) std::fill(fields.weights, fields.weights + T, 1.0f);
+  if (fields.positions != nullptr) std::iota(fields.positions, fields.positions + T, 0);
 }
 
 void apply_document_boundaries(const std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,

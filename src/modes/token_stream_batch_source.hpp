@@ -23,6 +23,7 @@
 #include "pipeline/batch_source.hpp"
 #include "dataset/token_stream.hpp"
 #include "modes/epoch_orders.hpp"
+#include "modes/next_token_run.hpp"
 #include "modes/sampled_row_source.hpp"
 
 namespace tokenfeed {
@@ -64,6 +65,8 @@ class TokenStreamBatchSource final : public SampledRowSource {
   Options options_;
   std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample
 
+  // Writes the window at `loc` (block_size inputs and their targets) into `fields`.
+  void write_window(const Location& loc, const NextTokenFields& fields) const noexcept;
   // Row `plan_row` of the sampled batch into row `r` of `slot`.
   void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
                    std::size_t r) const override;

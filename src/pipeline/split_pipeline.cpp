@@ -409,11 +409,16 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   }
   slot->observe();
   // One batch has left the prefetch window: another may start. Admissions are handed to
-  // the admitter thread in bulk once the ring is down to half the depth (see
-  // hand_off_pending), so a trainer slower than production pays a futex wake at most once
-  // every depth/2 steps, and TBB's cost of waking a decoder never.
+  // the admitter thread in bulk, half the depth at a time (see hand_off_pending), so the
+  // trainer pays a futex wake at most once every depth/2 steps and TBB's cost of waking a
+  // decoder never; the decoders always hold at least half the depth's admissions. A
+  // trainer that finds the ring empty sends its pending admissions itself (above), as it
+  // waits in any case.
   ++s.pending_admissions;
-  if (s.ring.read_available() <= s.depth.load(std::memory_order_relaxed) / 2) s.hand_off_pending();
+  if (s.pending_admissions >=
+      static_cast<Decrement>(std::max<std::size_t>(1, s.depth.load(std::memory_order_relaxed) / 2))) {
+    s.hand_off_pending();
+  }
 
   if (slot->error) {
     s.delivered_error = slot->error;
