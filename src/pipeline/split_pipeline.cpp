@@ -31,9 +31,20 @@ namespace flow = tbb::flow;
 using detail::BatchSlot;
 using Clock = std::chrono::steady_clock;
 
-// How long pop() spins before it sleeps on the futex: long enough to catch a batch that
-// is about to land without a syscall, short enough not to steal a core from the stages.
-constexpr auto kSpinBeforeWait = std::chrono::microseconds(50);
+// How long pop() spins before it sleeps on the futex, when the machine has a core for the
+// trainer beside the decoders: long enough to catch a batch that is about to land without
+// a syscall and a wake-up. Without such a core the trainer would take the decoders' time
+// (and a sched_yield gives it to them only when the scheduler agrees), so it sleeps at once.
+constexpr auto kSpinBeforeWait = std::chrono::microseconds(20);
+
+// One step of a spin: tells the CPU this is a busy-wait (x86 pause), without a syscall.
+inline void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // The limiter's decrement carries a count: +n admits n more batches, and one negative
 // decrement at start reserves the headroom that auto depth hands out later.
@@ -150,6 +161,10 @@ struct SplitPipeline::Impl {
   std::atomic<std::size_t> depth;
   AutoDepth auto_controller;
 
+  // pop()'s spin before sleeping: kSpinBeforeWait when the hardware has a thread for the
+  // trainer beside the decoders, else none.
+  const Clock::duration spin_budget;
+
   // Consumer-side state (only touched by the thread calling pop()).
   std::exception_ptr delivered_error;
   Decrement pending_admissions = 0;  // batches popped whose admission is not yet sent
@@ -193,6 +208,9 @@ struct SplitPipeline::Impl {
         ahead(ReadAhead::kBatches + 1),
         depth(o.prefetch_depth),
         auto_controller(o.prefetch_depth, max_depth, o.threads),
+        spin_budget(static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads
+                        ? Clock::duration(kSpinBeforeWait)
+                        : Clock::duration::zero()),
         worker_limit(worker_limit_for(o.threads)),
         // One slot is reserved for the thread that builds and tears down the graph, so that
         // it always joins the arena itself: with every worker slot taken, execute() would
@@ -395,8 +413,8 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
       const std::uint32_t seen = s.signal.load(std::memory_order_acquire);
       if (s.ring.pop(slot)) break;
       const auto now = Clock::now();
-      if (now - start < kSpinBeforeWait) {
-        std::this_thread::yield();
+      if (now - start < s.spin_budget) {
+        for (int i = 0; i < 16; ++i) spin_pause();
       } else if (!deadline) {
         s.signal.wait(seen, std::memory_order_acquire);
       } else if (now >= *deadline) {
