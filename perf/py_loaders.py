@@ -1,10 +1,15 @@
 """The Python side of the comparison: the same batches as tokenfeed's sft_episode mode,
 made the way a Python user would, on the same dataset.
 
-  numpy    a straightforward loader: np.memmap of each shard, the epoch order of
-           RandomState(epoch_seed + epoch).permutation, and per row: t = tokens[start:start+n],
-           x = t[:T], y = t[1:T+1], mask[1:T+1], padded with the pad id (mask with 0), then
-           np.stack into int64 (B, T) arrays and a float32 mask.
+  numpy    a careful loader: np.memmap of each shard, the epoch order of
+           RandomState(epoch_seed + epoch).permutation, the index as plain Python lists,
+           and each row written straight into preallocated int64 (B, T) x and y and a
+           float32 mask, reused from batch to batch (the trainer copies them to the device
+           before asking for the next): x[r, :k] = tokens[start:start+k], the rest the pad
+           id; y likewise from start+1; mask[1:T+1] (0 on padding).
+  numpy_stack
+           the straightforward version of the same: fresh arrays per row (t = tokens[...],
+           x = t[:T], y = t[1:T+1], mask[1:T+1], padded), then np.stack into the batch.
   torch    torch.utils.data.DataLoader over an equivalent map-style Dataset (one episode per
            item, the same padding), batch_size=B, the same order through a sampler,
            num_workers=2 (persistent, default prefetch_factor), default collation into
@@ -74,6 +79,37 @@ class Episodes:
         return x, y, m
 
 
+def numpy_prealloc_batches(ep, B, T, seed):
+    """The careful loader: rows written into buffers allocated once."""
+    x = np.empty((B, T), dtype=np.int64)
+    y = np.empty((B, T), dtype=np.int64)
+    m = np.empty((B, T), dtype=np.float32)
+    # Per global episode: (tokens, mask, start, n) as Python objects, looked up once.
+    where = []
+    for shard, local in zip(ep.shard_of.tolist(), ep.local.tolist()):
+        tokens, mask, index = ep.shards[shard]
+        where.append((tokens, mask, int(index[local, 0]), int(index[local, 1])))
+    pad = ep.pad
+    epoch = 0
+    while True:
+        order = ep.epoch_order(seed, epoch).tolist()
+        for k in range(len(order) // B):
+            for r, e in enumerate(order[k * B:(k + 1) * B]):
+                tokens, mask, start, n = where[e]
+                xc, yc = min(n, T), min(n - 1, T)
+                x[r, :xc] = tokens[start:start + xc]
+                x[r, xc:] = pad
+                y[r, :yc] = tokens[start + 1:start + 1 + yc]
+                y[r, yc:] = pad
+                if mask is not None:
+                    m[r, :yc] = mask[start + 1:start + 1 + yc]
+                    m[r, yc:] = 0
+                else:
+                    m[r] = 0
+            yield x, y, m
+        epoch += 1
+
+
 def numpy_batches(ep, B, T, seed):
     epoch = 0
     while True:
@@ -120,18 +156,20 @@ def torch_batches(split_dir, B, T, seed, workers):
             yield x, y, m
 
 
-def check(dump_dir, ep, B, T, seed):
-    """The first batches equal those tokenfeed dumped."""
+def check(dump_dir, ep, B, T, seed, batches):
+    """The first batches of `batches` equal those tokenfeed dumped."""
     x = np.load(os.path.join(dump_dir, "x.npy"))
     y = np.load(os.path.join(dump_dir, "y.npy"))
     m = np.load(os.path.join(dump_dir, "mask.npy")) if os.path.exists(os.path.join(dump_dir, "mask.npy")) else None
-    gen = numpy_batches(ep, B, T, seed)
+    gen = batches(ep, B, T, seed)
     for k in range(x.shape[0] // B):
         bx, by, bm = next(gen)
         assert (bx == x[k * B:(k + 1) * B]).all(), f"x differs in batch {k}"
         assert (by == y[k * B:(k + 1) * B]).all(), f"y differs in batch {k}"
         if m is not None:
             assert (bm == m[k * B:(k + 1) * B]).all(), f"mask differs in batch {k}"
+        else:
+            assert not bm.any(), f"mask not 0 in batch {k} of a dataset without one"
     return x.shape[0] // B
 
 
@@ -141,7 +179,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--block-size", type=int, default=1024)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--loaders", default="numpy,torch")
+    p.add_argument("--loaders", default="numpy,numpy_stack,torch")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--workers", type=int, default=2)
@@ -152,16 +190,19 @@ def main():
     ep = Episodes(split_dir)
     rows = []
     if a.check_dir:
-        n = check(a.check_dir, ep, a.batch_size, a.block_size, a.seed)
-        # Kept in the output too (a row without "loader"), so that the claim is in the raw file.
-        row = {"check": "numpy loader == tokenfeed dump", "batches": n, "passed": True}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for name, batches in (("numpy", numpy_prealloc_batches), ("numpy_stack", numpy_batches)):
+            n = check(a.check_dir, ep, a.batch_size, a.block_size, a.seed, batches)
+            # Kept in the output too (a row without "loader"), so that the claim is in the raw file.
+            row = {"check": f"{name} loader == tokenfeed dump", "batches": n, "passed": True}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     loaders = a.loaders.split(",")
     gens = {}
     for rep in range(a.repeats):
         for name in loaders:
             if name == "numpy":
+                rate, n = measure(numpy_prealloc_batches(ep, a.batch_size, a.block_size, a.seed), a.seconds, 20)
+            elif name == "numpy_stack":
                 rate, n = measure(numpy_batches(ep, a.batch_size, a.block_size, a.seed), a.seconds, 20)
             elif name == "torch":
                 import torch

@@ -29,7 +29,8 @@ MODES = ("sft_episode", "sft_packed", "token_stream")
 PLOT_NAME = {"sft_episode": "prefetch_sweep.png", "sft_packed": "prefetch_sweep_sft_packed.png",
              "token_stream": "prefetch_sweep_token_stream.png"}
 # Raw files copied beside RESULTS.md (small ones only; never the datasets).
-RAW_FILES = ("env.txt", "bench.jsonl", "compare.json", "compare.csv", "python.jsonl", "python_get_batch.jsonl",
+RAW_FILES = ("env.txt", "bench.jsonl", "compare.json", "compare.csv", "compare_packed.json", "compare_packed.csv",
+             "compare_stream.json", "compare_stream.csv", "python.jsonl", "python_get_batch.jsonl",
              "python_get_batch.txt")
 DATASETS = ("ep1x", "ep10x", "ep1x_u32", "ep10m", "stream")
 # What the targets say (issue 6).
@@ -290,10 +291,16 @@ class Run:
             self.bench[j["tag"]].append(j["result"])
 
         cmp = self.cmp = json.load(open(os.path.join(raw, "compare.json")))
+        # The other modes' comparisons against their own plain loops (absent in older runs).
+        self.cmp_modes = {"sft_episode": cmp}
+        for mode, name in (("sft_packed", "compare_packed.json"), ("token_stream", "compare_stream.json")):
+            if os.path.exists(os.path.join(raw, name)):
+                self.cmp_modes[mode] = json.load(open(os.path.join(raw, name)))
         py = [json.loads(l) for l in open(os.path.join(raw, "python.jsonl"))]
         self.py_check = next((r for r in py if "check" in r), None)
         py = [r for r in py if r.get("loader")]
         self.numpy_rates = [r["batches_per_s"] for r in py if r["loader"] == "numpy"]
+        self.numpy_stack_rates = [r["batches_per_s"] for r in py if r["loader"] == "numpy_stack"]
         self.torch_rates = [r["batches_per_s"] for r in py if r["loader"] == "torch"]
         self.numpy_rate, self.torch_rate = med(self.numpy_rates), med(self.torch_rates)
         self.torch_version = next((r.get("torch_version") for r in py if r["loader"] == "torch"), "none")
@@ -453,6 +460,48 @@ def latency_target_rows(run):
     return L
 
 
+# What the plain-loop targets say: tokenfeed's batches/s against a plain single-threaded
+# loop of the same mode, and its CPU per batch against the loop's.
+LOOP_TARGETS = {("sft_episode", "default"): 0.8, ("sft_episode", "two"): 1.4, ("sft_packed", "default"): 0.8,
+                ("token_stream", "default"): 0.8}
+CPU_TARGET = 1.3
+IDLE_CORE_TARGET = 0.05
+
+
+def plain_loop_target_rows(run):
+    """Against the plain loops (bench_compare, one run per mode, repeats interleaved):
+    batches/s ratios, CPU per batch, and the loader's threads while a slow trainer steps."""
+    L = []
+    for mode, c in run.cmp_modes.items():
+        plain, plain_reps = c["plain_loop_batches_per_s"], c.get("plain_loop_repeats", [])
+        variants = c.get("variants", {})
+        for which, name in (("default", "threads=default:depth=auto"), ("two", "threads=2:depth=auto")):
+            target = LOOP_TARGETS.get((mode, which))
+            v = variants.get(name)
+            if target is None or v is None:
+                continue
+            ratio = v["batches_per_s"] / plain
+            per_rep = [t / p for t, p in zip(v["repeats"], plain_reps)]
+            label = "default settings" if which == "default" else "decode_threads=2"
+            L.append(f"| {mode} {c['shape']}, {label}: >= {target}x a plain single-threaded loop of the same mode | "
+                     f"{fmt(v['batches_per_s'])} vs {fmt(plain)} batches/s = {ratio:.2f}x (per repeat "
+                     f"{spread(per_rep, 2)}) | {'yes' if ratio >= target else 'no'} |")
+        v = variants.get("threads=default:depth=auto")
+        if v and "cpu_us_per_batch" in v and c.get("plain_loop_cpu_us_per_batch"):
+            ratio = v["cpu_us_per_batch"] / c["plain_loop_cpu_us_per_batch"]
+            L.append(f"| {mode}: CPU per batch over every thread <= {CPU_TARGET}x the plain loop's | "
+                     f"{v['cpu_us_per_batch']:.1f} vs {c['plain_loop_cpu_us_per_batch']:.1f} us (getrusage) = "
+                     f"{ratio:.2f}x | {'yes' if ratio <= CPU_TARGET else 'no'} |")
+    idle = [r["loader_threads_core_fraction"] for r in run.bench.get("step2000", [])
+            if "loader_threads_core_fraction" in r]
+    if idle:
+        m = med(idle)
+        L.append(f"| a trainer stepping every 2 ms: the loader's threads < {IDLE_CORE_TARGET:.0%} of one core | "
+                 f"{m:.1%} of one core (runs {spread([100 * x for x in idle], 1)} %) | "
+                 f"{'yes' if m < IDLE_CORE_TARGET else 'no'} |")
+    return L
+
+
 def production_target_rows(run):
     """The targets' pure production rows: tokenfeed against numpy (>= 4x), and against the
     single-core copy bound, per repeat, with the contract fields on and off."""
@@ -538,7 +587,8 @@ def targets_section(run):
     latency with a trainer step, pure production against numpy and the copy bound,
     anonymous memory, open time, cold start."""
     L = ["## Targets", "", "| target | figure | met |", "| --- | --- | --- |"]
-    L += latency_target_rows(run) + production_target_rows(run) + memory_target_rows(run) + open_target_rows(run)
+    L += latency_target_rows(run) + plain_loop_target_rows(run) + production_target_rows(run)
+    L += memory_target_rows(run) + open_target_rows(run)
     L += cold_target_rows(run)
     L.append("")
     return L
@@ -561,7 +611,11 @@ def comparison_rows(run):
         label, _ = run.threads_of(name)
         extra = ", contract_fields=false" if "contract=off" in name else ""
         comparison.append((f"tokenfeed, {label}, prefetch_depth=auto{extra}", run.vrate(name), run.vreps(name)))
-    comparison.append(("numpy loader (memmap slices, pad, stack), one process", run.numpy_rate, run.numpy_rates))
+    comparison.append(("numpy loader (memmap slices written into preallocated (B, T) buffers), one process",
+                       run.numpy_rate, run.numpy_rates))
+    if run.numpy_stack_rates:
+        comparison.append(("numpy loader, straightforward (fresh arrays per row, np.stack), one process",
+                           med(run.numpy_stack_rates), run.numpy_stack_rates))
     comparison.append((f"PyTorch {run.torch_version} DataLoader, map-style Dataset, {run.torch_workers} workers",
                        run.torch_rate, run.torch_rates))
     return comparison

@@ -242,7 +242,14 @@ log "comparison: tokenfeed, plain C++ loop, memcpy bound"
 "$BUILD/perf/bench_compare" --config "$RAW/ep1x.xml" --csv "$RAW/compare.csv" --json "$RAW/compare.json" \
   --variants "threads=default:depth=auto,threads=2:depth=auto,threads=default:depth=auto:contract=off,threads=2:depth=auto:contract=off" \
   "${CMP[@]}" >"$RAW/compare.txt"
-log "comparison: numpy and torch DataLoader"
+log "comparison: sft_packed and token_stream against their own plain loops"
+for cmp_mode in packed stream; do
+  cmp_config=$([ $cmp_mode = packed ] && echo ep1x_packed || echo stream)
+  "$BUILD/perf/bench_compare" --config "$RAW/$cmp_config.xml" --csv "$RAW/compare_$cmp_mode.csv" \
+    --json "$RAW/compare_$cmp_mode.json" --variants "threads=default:depth=auto,threads=2:depth=auto" \
+    "${CMP[@]}" >"$RAW/compare_$cmp_mode.txt"
+done
+log "comparison: numpy (preallocated and stacked) and torch DataLoader"
 "$TF" dump --config "$RAW/ep1x.xml" --batches 8 --out "$RAW/dump_ep1x" >/dev/null
 "${PY[@]}" "$ROOT/perf/py_loaders.py" --dataset "$DATA/ep1x" --out "$RAW/python.jsonl" --check-dir "$RAW/dump_ep1x" \
   "${PYREP[@]}" >"$RAW/python.txt"
