@@ -282,6 +282,19 @@ for rep in $(seq "$REPEATS"); do
   bench pure_packed --config "$RAW/ep1x_packed.xml" "${PURE[@]}"
   bench pure_stream --config "$RAW/stream.xml" "${PURE[@]}"
 done
+log "a mixture of three sources against a single source of the same shape"
+{
+  printf '<training>\n  <batch_size>8</batch_size>\n  <block_size>1024</block_size>\n'
+  printf '  <use_loss_mask>true</use_loss_mask>\n  <audit_log_dir></audit_log_dir>\n  <mixture>\n'
+  for seed in 1 2 3; do
+    printf '    <source name="s%s" dataset_dir="%s" weight="1" epoch_seed="%s"/>\n' "$seed" "$DATA/ep1x" "$seed"
+  done
+  printf '  </mixture>\n</training>\n'
+} >"$RAW/mix3.xml"
+for rep in $(seq "$REPEATS"); do
+  bench mix_single --config "$RAW/ep1x.xml" "${PURE[@]}"
+  bench mix_three --config "$RAW/mix3.xml" "${PURE[@]}"
+done
 log "anonymous memory at 1x and 10x, open time at 10M episodes"
 for rep in $(seq "$REPEATS"); do
   bench mem_1x --config "$RAW/ep1x.xml" "${MEM[@]}"
