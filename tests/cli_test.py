@@ -522,6 +522,47 @@ with tempfile.TemporaryDirectory() as tmp:
         check(needle in r.stdout, f"inspect --config should print {needle!r}: {r.stdout}")
     # 3*3 + 14 = 23 chat rows over 12 episodes: epoch 1; 3 + 14 = 17 code rows over 5: epoch 3.
     check("chat             epoch 1" in r.stdout and "code             epoch 3" in r.stdout, r.stdout)
+    # With a document-aware token-stream source, dump writes the document fields too: the
+    # stream rows' doc_ids restart after each end-of-text (id 0 here), the episode rows' are 0.
+    web = os.path.join(tmp, "web")
+    os.makedirs(web)
+    stream_tokens = [(i % 7) for i in range(400)]  # an end-of-text (0) every 7 tokens
+    for split_name in ("train", "val"):
+        with open(os.path.join(web, split_name + ".bin"), "wb") as f:
+            f.write(struct.pack(f"<{len(stream_tokens)}H", *stream_tokens))
+    with open(os.path.join(web, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eos_token_id": 0}, f)
+    docs_config = os.path.join(tmp, "mixdocs.xml")
+    with open(docs_config, "w") as f:
+        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
+                "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"1\"/>"
+                "<source name=\"web\" dataset_dir=\"web\" weight=\"1\" dataset_mode=\"token_stream\" "
+                "document_aware=\"true\"/></mixture></training>")
+    out = os.path.join(tmp, "mixdocs")
+    r = run("dump", "--config", docs_config, "--batches", "3", "--out", out)
+    check(r.returncode == 0, f"document-aware mixture dump failed: {r.stderr}")
+    _, _, raw = read_npy(os.path.join(out, "source_ids.npy"))
+    sources = struct.unpack("<12i", raw)
+    _, _, raw = read_npy(os.path.join(out, "x.npy"))
+    xs = struct.unpack("<96q", raw)
+    for name in ("doc_ids", "position_ids"):
+        descr, shape, raw = read_npy(os.path.join(out, name + ".npy"))
+        check(descr == "<i4" and shape == (12, 8), f"{name}.npy header {descr} {shape}")
+        values = struct.unpack("<96i", raw)
+        for row in range(12):
+            cells = values[row * 8:(row + 1) * 8]
+            if sources[row] == 0:
+                check(name != "doc_ids" or set(cells) == {0}, f"episode row {row} {name} {cells}")
+                continue
+            doc, pos = 0, 0
+            for i in range(8):
+                expect = doc if name == "doc_ids" else pos
+                check(cells[i] == expect, f"stream row {row} {name}[{i}] = {cells[i]}, expected {expect}")
+                if xs[row * 8 + i] == 0:
+                    doc, pos = doc + 1, 0
+                else:
+                    pos += 1
+    check(1 in sources, f"the stream source is drawn: {sources}")
     bad = os.path.join(tmp, "bad.xml")
     with open(bad, "w") as f:
         f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"

@@ -84,7 +84,6 @@ void dump(const DumpOptions& o) {
   const auto cols = static_cast<std::uint64_t>(c.block_size);
   const bool mask = loader.split_info(o.split).mask;
   const bool stream = c.dataset_mode == DatasetMode::token_stream;
-  const bool documents = stream && c.document_aware;
   const bool packed = c.dataset_mode == DatasetMode::sft_packed;
   // Each int64 array holds n x rows x cols values: refuse what no disk holds before
   // writing anything (and before the products could wrap around).
@@ -105,6 +104,14 @@ void dump(const DumpOptions& o) {
     return;
   }
 
+  // A mixture has the document fields when one of its sources has them (a document-aware
+  // token stream): its first batch says so, taken before the files are opened.
+  std::optional<Batch> first;
+  bool documents = stream && c.document_aware;
+  if (!c.mixture.empty()) {
+    first.emplace(loader.get_batch(o.split));
+    documents = !first->doc_ids().empty();
+  }
   NpyWriter x(fs::path(o.out) / "x.npy", "<i8", grid);
   NpyWriter y(fs::path(o.out) / "y.npy", "<i8", grid);
   std::optional<NpyWriter> m, doc_ids, position_ids;
@@ -115,7 +122,7 @@ void dump(const DumpOptions& o) {
   }
   NpyWriter ids(fs::path(o.out) / (stream ? "window_ids.npy" : "episode_ids.npy"), "<i8", {n, rows});
   for (std::uint64_t i = 0; i < n; ++i) {
-    Batch b = loader.get_batch(o.split);
+    Batch b = i == 0 && first ? std::move(*first) : loader.get_batch(o.split);
     x.append(b.x());
     y.append(b.y());
     if (m) m->append(b.mask());
@@ -148,7 +155,8 @@ void add_dump_command(CLI::App& app) {
       "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy; token streams write "
       "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware; sft_packed writes x.npy (tokens), "
       "y.npy (labels), weights.npy, position_ids.npy and segments.npy (batch, row, column, positions, episode_id); "
-      "a mixture also writes source_ids.npy (int32, batches x batch_size)");
+      "a mixture also writes source_ids.npy (int32, batches x batch_size), and doc_ids.npy and position_ids.npy when "
+      "a source is document_aware");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--split", options->split, "Split to read")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
   cmd->add_option("--batches", options->batches, "Number of batches")->check(CLI::PositiveNumber)->capture_default_str();
