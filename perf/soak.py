@@ -4,7 +4,8 @@ the process's resources are sampled from /proc/self at the start, at intervals a
 end, to show that a long run does not grow.
 
 Each step takes a batch, touches it (sums x and, when present, the loss weights, as a
-trainer reads its inputs), spends --consumer-ms of CPU, and drops it. Every
+trainer reads its inputs), spends --consumer-ms of CPU, sleeps --idle-ms (a trainer
+waiting for its accelerator), and drops it. Every
 --every seconds, and at the end, one line:
 
   soak t=600s steps=123456 rss_mb=85.2 rss_anon_mb=40.1 threads=4 fds=9 maps=180
@@ -56,6 +57,8 @@ def main(argv=None):
     p.add_argument("--split", default="train")
     p.add_argument("--seconds", type=float, default=3600.0, help="duration of the measured part")
     p.add_argument("--consumer-ms", type=float, default=10.0, help="CPU time per step on the consumer's thread")
+    p.add_argument("--idle-ms", type=float, default=0.0,
+                   help="time per step the consumer sleeps (a trainer waiting for its accelerator), after its CPU time")
     p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
     p.add_argument("--warmup", type=int, default=200, help="steps before the first sample")
     p.add_argument("--rss-slack-mb", type=float, default=16.0, help="RSS growth still called no growth")
@@ -74,6 +77,8 @@ def main(argv=None):
         end = time.perf_counter() + args.consumer_ms / 1000.0
         while time.perf_counter() < end:
             pass
+        if args.idle_ms > 0:
+            time.sleep(args.idle_ms / 1000.0)
         del batch
         return checksum
 
