@@ -89,7 +89,7 @@ def spin(us):
             pass
 
 
-def measure(next_batch, batches, warmup, step_us):
+def measure_calls(next_batch, batches, warmup, step_us):
     for _ in range(warmup):
         next_batch()
         spin(step_us)
@@ -155,12 +155,12 @@ def main():
         decode_threads = prefetch_depth = None
         for _ in range(a.repeats):
             loader, next_batch = tokenfeed_source(a.config)
-            runs["tokenfeed"].append(measure(next_batch, a.batches, a.warmup, step_us))
+            runs["tokenfeed"].append(measure_calls(next_batch, a.batches, a.warmup, step_us))
             s = loader.stats()
             decode_threads, prefetch_depth = s["decode_threads"], s["prefetch_depth"]
             loader.close()
             gen = numpy_loader.batches()
-            runs["numpy"].append(measure(lambda: next(gen), a.batches, a.warmup, step_us))
+            runs["numpy"].append(measure_calls(lambda: next(gen), a.batches, a.warmup, step_us))
         for name, results in runs.items():
             row = {"loader": name, "step_us": step_us, "batch_size": B, "block_size": T, "mask": use_mask,
                    "batches": a.batches, "repeats": a.repeats,

@@ -1,8 +1,36 @@
 #include "pipeline/admitter.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
 #include <utility>
 
 namespace tokenfeed {
+namespace {
+
+// The futex calls on the admission word. Both sides use the raw futex (not std::atomic's
+// wait/notify, whose notify may skip the wake when its own bookkeeping sees no waiter):
+// the thread sleeps with a timeout, which std::atomic::wait cannot do.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout) noexcept {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+  // Returns at once when the word no longer holds `expected`; EINTR and ETIMEDOUT are
+  // fine: the caller looks at the word again.
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "the futex operates on the atomic's own 32-bit word");
 
 Admitter::Admitter(std::function<void(long long)> send) : send_(std::move(send)), thread_([this] { run(); }) {}
 
@@ -11,25 +39,28 @@ Admitter::~Admitter() {
   thread_.join();
 }
 
-void Admitter::hand_off(std::uint32_t n) noexcept {
+void Admitter::hand_off(std::uint32_t n, bool wake) noexcept {
   admissions_.fetch_add(n, std::memory_order_release);
-  admissions_.notify_one();
+  if (wake) futex_wake(admissions_);
 }
 
 void Admitter::stop() noexcept {
   admissions_.fetch_or(kStop, std::memory_order_release);
-  admissions_.notify_one();
+  futex_wake(admissions_);
 }
 
 void Admitter::run() {
+  using Clock = std::chrono::steady_clock;
+  auto last_sent = Clock::now();
   while (true) {
     const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
     if ((taken & kStop) != 0) return;
-    if (taken == 0) {
-      admissions_.wait(0, std::memory_order_acquire);
+    if (taken != 0) {
+      send_(static_cast<long long>(taken));
+      last_sent = Clock::now();
       continue;
     }
-    send_(static_cast<long long>(taken));
+    futex_wait(admissions_, 0, Clock::now() - last_sent < kIdleAfter ? kActivePoll : kIdlePoll);
   }
 }
 

@@ -178,10 +178,13 @@ struct SplitPipeline::Impl {
   }
 
   // Hands the pending admissions to the admitter thread: for when the ring still holds
-  // batches (see Admitter).
+  // batches (see Admitter). It is woken at once only when the ring is down to a quarter of
+  // the depth; above that it finds them on its own, within a millisecond, and the trainer
+  // pays no syscall.
   void hand_off_pending() {
     if (pending_admissions == 0) return;
-    admitter->hand_off(static_cast<std::uint32_t>(pending_admissions));
+    const bool low = ring.read_available() <= depth.load(std::memory_order_relaxed) / 4;
+    admitter->hand_off(static_cast<std::uint32_t>(pending_admissions), low);
     pending_admissions = 0;
   }
 
@@ -427,9 +430,9 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   }
   slot->observe();
   // One batch has left the prefetch window: another may start. Admissions are handed to
-  // the admitter thread in bulk, half the depth at a time (see hand_off_pending), so the
-  // trainer pays a futex wake at most once every depth/2 steps and TBB's cost of waking a
-  // decoder never; the decoders always hold at least half the depth's admissions. A
+  // the admitter thread in bulk, half the depth at a time (see hand_off_pending): the
+  // trainer never pays TBB's cost of waking a decoder, and pays a futex wake only when the
+  // ring runs low; the decoders always hold at least half the depth's admissions. A
   // trainer that finds the ring empty sends its pending admissions itself (above), as it
   // waits in any case.
   ++s.pending_admissions;
