@@ -4,13 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "pipeline/admitter.hpp"
 #include "pipeline/split_pipeline.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
@@ -216,4 +219,30 @@ TEST_CASE("loader stress: start and stop loaders many times with random consumer
     if (rng() % 2) loader.reset();
     for (const auto& [b, expected] : held) CHECK(same_batch(b, expected));
   }
+}
+
+TEST_CASE("admitter: a hand-off without a wake is still sent, by the thread's own poll; stop() ends it at once" *
+          doctest::timeout(60)) {
+  std::atomic<long long> sent{0};
+  auto admitter = std::make_unique<Admitter>([&](long long n) { sent.fetch_add(n); });
+  const auto wait_for = [&](long long expected) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (sent.load() != expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return sent.load() == expected;
+  };
+  admitter->hand_off(3, true);
+  CHECK(wait_for(3));
+  // Nobody wakes the thread for these: it must find them itself.
+  admitter->hand_off(2, false);
+  admitter->hand_off(4, false);
+  CHECK(wait_for(9));
+  // After a quiet spell the thread polls slowly, and still finds what it was handed.
+  std::this_thread::sleep_for(2 * Admitter::kIdleAfter);
+  admitter->hand_off(1, false);
+  CHECK(wait_for(10));
+  const auto start = std::chrono::steady_clock::now();
+  admitter.reset();  // stop() and join: woken, not left to its idle poll
+  CHECK(std::chrono::steady_clock::now() - start < Admitter::kIdlePoll);
 }
