@@ -38,6 +38,10 @@ struct ConsumerResult {
   double process_cpu_s = 0;  // every thread, over the measured batches
   double trainer_cpu_s = 0;  // the consumer's thread (its steps and get_batch)
   double cpu_us_per_batch() const noexcept { return batches ? process_cpu_s * 1e6 / static_cast<double>(batches) : 0; }
+  // The same without the consumer's thread: the loader's background threads only.
+  double loader_cpu_us_per_batch() const noexcept {
+    return batches ? std::max(0.0, process_cpu_s - trainer_cpu_s) * 1e6 / static_cast<double>(batches) : 0;
+  }
   // The loader's background threads' share of one core while the consumer ran.
   double loader_threads_core_fraction() const noexcept {
     return seconds > 0 ? std::max(0.0, process_cpu_s - trainer_cpu_s) / seconds : 0;

@@ -12,9 +12,10 @@
 //                       token_stream: the Loader's own windows (recorded likewise), x/y int64
 //   measure_tokenfeed   the Loader, get_batch in a tight loop (threads and depth as given)
 //
-// Both also report CPU time per batch: the plain loop's thread, and every thread of the
-// process for tokenfeed (getrusage), so that the pipeline's cost in cores is stated beside
-// its speed.
+// Both also report CPU time per batch: the plain loop's thread, and for tokenfeed every
+// thread of the process and its background threads alone (getrusage; the consumer's thread
+// spins briefly in get_batch while it waits), so that the pipeline's cost in cores is
+// stated beside its speed.
 //
 //   bench_compare --config base.xml --csv out.csv --json summary.json [--shape 8x1024]
 //                 [--repeats 5] [--seconds 1] [--variants threads=1:depth=auto,...]
@@ -364,11 +365,15 @@ bool plain_loop_matches_loader(const Config& base, PlainLoop& loop) {
 // Every repeat's figures, in the order the repeats ran; the tokenfeed ones per variant.
 struct Repeats {
   std::vector<double> memcpy_gbs, plain_loop, plain_cpu_us;
-  std::vector<std::vector<double>> tokenfeed, tokenfeed_cpu_us;
+  std::vector<std::vector<double>> tokenfeed, tokenfeed_cpu_us, tokenfeed_loader_cpu_us;
   std::vector<std::vector<std::uint64_t>> threads_used, depth_used;
 
   explicit Repeats(std::size_t variants)
-      : tokenfeed(variants), tokenfeed_cpu_us(variants), threads_used(variants), depth_used(variants) {}
+      : tokenfeed(variants),
+        tokenfeed_cpu_us(variants),
+        tokenfeed_loader_cpu_us(variants),
+        threads_used(variants),
+        depth_used(variants) {}
 };
 
 // The summary written to --json: medians, every repeat's figures, the copy bound and the
@@ -416,6 +421,8 @@ nlohmann::json summary(const std::string& shape, std::int64_t rows, std::int64_t
                            {"repeats", r.tokenfeed[v]},
                            {"cpu_us_per_batch", median(r.tokenfeed_cpu_us[v])},
                            {"cpu_us_repeats", r.tokenfeed_cpu_us[v]},
+                           {"loader_cpu_us_per_batch", median(r.tokenfeed_loader_cpu_us[v])},
+                           {"loader_cpu_us_repeats", r.tokenfeed_loader_cpu_us[v]},
                            {"decode_threads", r.threads_used[v]},
                            {"depth_used", r.depth_used[v]}};
   }
@@ -479,6 +486,7 @@ int main(int argc, char** argv) {
       const ConsumerResult t = measure_tokenfeed(base, rows, cols, variant, seconds);
       r.tokenfeed[v].push_back(t.batches_per_s);
       r.tokenfeed_cpu_us[v].push_back(t.cpu_us_per_batch());
+      r.tokenfeed_loader_cpu_us[v].push_back(t.loader_cpu_us_per_batch());
       r.threads_used[v].push_back(t.threads_used);
       r.depth_used[v].push_back(t.depth_used);
       csv << rep << ",tokenfeed " << variant.name << ',' << t.batches_per_s << ',' << t.p50_us << ',' << t.p99_us << ','
