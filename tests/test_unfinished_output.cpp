@@ -72,7 +72,7 @@ TEST_CASE("unfinished output: the loader refuses a prepare's staging directory, 
 }
 
 TEST_CASE(
-    "unfinished output: a writer killed mid-write leaves no split; the next one removes its staging "
+    "unfinished output: a writer killed mid-write leaves no split, and the next one removes its staging "
     "directory" *
     doctest::timeout(60)) {
   TempDir tmp;
