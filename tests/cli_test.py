@@ -488,6 +488,14 @@ with tempfile.TemporaryDirectory() as tmp:
     leftovers = staging_dirs(tmp, "killed")
     check(len(leftovers) == 1 and not os.path.exists(os.path.join(tmp, "killed")),
           f"SIGKILL leaves the temporary directory only: {leftovers}")
+    # What it left is never taken for a dataset, by inspect or by a run.
+    if leftovers:
+        staging = os.path.join(tmp, leftovers[0])
+        expect_error(run("inspect", staging), "inspect of a killed prepare's staging directory", staging,
+                     "the staging directory of an unfinished `tokenfeed prepare`")
+        write_config(os.path.join(tmp, "staging.xml"), staging, batch_size=2, block_size=8)
+        expect_error(run("run", "--config", os.path.join(tmp, "staging.xml"), "--batches", "1"),
+                     "run on a killed prepare's staging directory", "the staging directory of an unfinished")
     os.remove(os.path.join(tmp, "killed.jsonl"))
     r = run("prepare", "--input", good, "--output-dir", os.path.join(tmp, "killed"), "--val-split", "0")
     check(r.returncode == 0, f"prepare after a killed run: {r.stderr}")

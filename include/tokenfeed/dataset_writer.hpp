@@ -10,7 +10,10 @@
 // renames to `split_dir` (then flushes the parent), so that a crash leaves either no new
 // split or a complete one. Until then `split_dir` is untouched, so a loader never sees a
 // half-written split, and a writer that is discarded (discard(), or destroyed without
-// finish()) removes what it wrote and leaves nothing behind.
+// finish()) removes what it wrote and leaves nothing behind. A writer killed outright
+// (SIGKILL) cannot: the next writer of the same `split_dir` removes the staging directory
+// it left (once its process is gone and nobody holds its lock), and a loader or
+// `tokenfeed inspect` refuses a dataset whose train split exists only as a staging directory.
 //
 // An existing `split_dir` must be empty: a split written over an older one would keep
 // the old shards the new one does not replace, and the loader would read both. With

@@ -34,12 +34,39 @@ CASES = [
     ("token_stream-epoch", "stream", {"dataset_mode": "token_stream", "batch_sampling_mode": "epoch",
                                       "batch_size": 64}, 120),
     ("sft_episode-world2", "sft", {"dataset_mode": "sft_episode", "world_size": 2, "rank": 1}, 120),
+    # Episodes (epoch) and a random document-aware stream in one batch, across a stage.
+    ("mixture-world2", "mix", {"world_size": 2, "rank": 1}, 120),
 ]
 
 
+def soak_keys(data, extra, sft_dir, stream_dir):
+    if data != "mix":
+        return base_keys(sft_dir if data == "sft" else stream_dir, **extra)
+    keys = base_keys("", **extra)
+    del keys["dataset_dir"]
+    keys["mixture"] = [dict(name="chat", dataset_dir=str(sft_dir), weight=3, batch_sampling_mode="epoch"),
+                       dict(name="web", dataset_dir=str(stream_dir), weight=1, dataset_mode="token_stream",
+                            batch_sampling_mode="random", document_aware=True)]
+    keys["stages"] = [dict(until_step=40), dict(weights={"chat": 1, "web": 2})]
+    return keys
+
+
+@pytest.fixture
+def time_limit():
+    """Fails the test (TimeoutError) when it runs past 600 s, a hang included: the loader's
+    iteration waits in short slices, so the alarm's handler runs."""
+    def expired(signum, frame):
+        raise TimeoutError("the kill soak took more than 600 s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(600)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("name,data,extra,total", CASES, ids=[c[0] for c in CASES])
-def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir, tmp_path):
-    keys = base_keys(sft_dir if data == "sft" else stream_dir, **extra)
+def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir, tmp_path, time_limit):
+    keys = soak_keys(data, extra, sft_dir, stream_dir)
     reference = tokenfeed.Loader(keys)
     expected = [(b.step, crc(b)) for b in reference.iter("train", steps=total)]
     if "epoch" in name and reference.batches_per_epoch():
@@ -89,7 +116,11 @@ def test_kill_soak_resumes_exactly(name, data, extra, total, sft_dir, stream_dir
     # short is reported as torn, not read as an event.
     logs = sorted((tmp_path / "audit").iterdir())
     assert 1 <= len(logs) <= kills + 1  # a process killed before it opened the loader has none
+    completed = set()
     for log in logs:
         events, torn = tokenfeed.read_audit_log(log)
         assert events and events[0]["action"] == "dataset_load"
         assert torn is None or not torn.endswith("\n")
+        completed |= {e.get("source") for e in events if e["action"] == "epoch_complete"}
+    if data == "mix":
+        assert "chat" in completed, "the mixture's epoch source must cross an epoch boundary"

@@ -1,6 +1,10 @@
-"""DatasetWriter: all or nothing (a split appears in split_dir only when finish() succeeds),
-never written over another split, and safe to share between threads."""
+"""DatasetWriter: all or nothing (a split appears in split_dir only when finish() succeeds,
+and what a killed writer leaves is removed by the next one), never written over another
+split, and safe to share between threads."""
 import gc
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -193,3 +197,43 @@ def test_finish_while_other_threads_add(tmp_path):
     got = read_split(tmp_path / "train")
     assert summary["episodes"] == len(got) == len(added) > 0
     assert sorted(int(e[0]) for e in got) == sorted(added)
+
+
+KILLED_WRITER = """
+import sys
+import numpy as np
+import tokenfeed
+w = tokenfeed.DatasetWriter(sys.argv[1], token_dtype="uint16", write_mask=False, shard_tokens=200)
+rng = np.random.default_rng(0)
+print("writing", flush=True)
+while True:  # never finished: killed while it adds episodes
+    w.add(rng.integers(0, 250, 20))
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_no_split_and_the_next_one_cleans_up(tmp_path):
+    train = tmp_path / "train"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(train)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n"
+        time.sleep(0.2)  # some shards written
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    assert not train.exists()
+    left = hidden(tmp_path)
+    assert len(left) == 1 and left[0].startswith(f".train.tmp-{child.pid}-")
+    assert (tmp_path / left[0] / "shard_00000").is_dir()
+
+    # What it left is never read as a dataset, nor is its staging directory itself.
+    tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16", mask_dtype=None, eot_token_id=0)
+    keys = dict(dataset_dir=str(tmp_path), batch_size=1, block_size=8, audit_log_dir="")
+    with pytest.raises(tokenfeed.IoError, match=f"has no train split, only '{left[0]}', the staging directory"):
+        tokenfeed.Loader(keys)
+    with pytest.raises(tokenfeed.IoError, match="is not a dataset: it is the staging directory of an unfinished"):
+        tokenfeed.Loader(dict(keys, dataset_dir=str(tmp_path / left[0])))
+
+    # The rerun succeeds and removes the dead writer's staging directory.
+    write(train, episodes(12), shard_tokens=100)
+    assert hidden(tmp_path) == [] and num_episodes(tmp_path) == 12

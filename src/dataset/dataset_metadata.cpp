@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/regular_file.hpp"
+#include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 #include "util/bounded_json.hpp"
 
@@ -27,6 +28,7 @@ std::optional<std::int64_t> read_id(const json& doc, const char* field, const st
 }  // namespace
 
 DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir) {
+  refuse_staging_dir(dataset_dir);
   DatasetMetadata meta;
   const std::filesystem::path path = dataset_dir / "dataset_metadata.json";
   if (!std::filesystem::exists(path)) return meta;

@@ -30,6 +30,10 @@ struct DatasetMetadata {
 
 // Reads `dataset_dir/dataset_metadata.json` if it exists. Throws Error(format) naming the
 // file and field when it is not valid JSON or a field has the wrong type or value.
+// Every reader of a dataset directory (the loader, RL prompts, `tokenfeed inspect`) starts
+// here, so this is also where a directory that is no finished dataset is refused: first,
+// Error(io) for the staging directory of a killed or running prepare or writer
+// (io/staging_dir.hpp: refuse_staging_dir).
 DatasetMetadata read_dataset_metadata(const std::filesystem::path& dataset_dir);
 
 }  // namespace tokenfeed

@@ -14,6 +14,7 @@
 #include "dataset/content_checksum.hpp"
 #include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -195,6 +196,12 @@ EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWri
   std::error_code ec;
   fs::create_directories(s.split_dir.parent_path(), ec);
   if (ec) throw Error(ErrorKind::io, "cannot create '" + s.split_dir.parent_path().string() + "': " + ec.message());
+  // A writer of this split that was killed left its staging directory: nothing will ever
+  // finish it, so it goes (only when its process is gone and nobody holds its lock).
+  for (const fs::path& stale : remove_stale_staging_dirs(s.split_dir, StagingContents::split)) {
+    log_line(LogLevel::info, "[tokenfeed] removed '" + stale.string() + "', left by an earlier writer of '" +
+                                 s.given_dir.string() + "' that was killed");
+  }
   s.staging = std::make_unique<StagingDir>(s.split_dir);
   try {
     s.open_shard();

@@ -34,6 +34,11 @@ bool is_prepare_entry(const std::string& name) {
          name == "dataset_metadata.json" || name == "tokenizer_state.json";
 }
 
+// What EpisodeDatasetWriter writes into a split's staging directory: shard_NNNNN.
+bool is_split_entry(const std::string& name) {
+  return name.size() > 6 && name.starts_with("shard_") && name.find_first_not_of("0123456789", 6) == std::string::npos;
+}
+
 std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
 std::string staging_prefix(const fs::path& final_dir) { return "." + final_dir.filename().string() + ".tmp-"; }
@@ -134,7 +139,8 @@ void StagingDir::commit() {
   sync_path(final_dir_.parent_path(), true);  // the rename itself
 }
 
-std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir) {
+std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir, StagingContents contents) {
+  const auto is_ours = contents == StagingContents::dataset ? is_prepare_entry : is_split_entry;
   std::vector<fs::path> removed;
   const fs::path parent = final_dir.parent_path();
   const std::string prefix = staging_prefix(final_dir);
@@ -162,7 +168,7 @@ std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir) {
     std::error_code list_ec;
     for (fs::directory_iterator child(dir, list_ec); !list_ec && child != fs::directory_iterator();
          child.increment(list_ec)) {
-      ours = ours && is_prepare_entry(child->path().filename().string());
+      ours = ours && is_ours(child->path().filename().string());
     }
     if (ours && !list_ec) {
       std::error_code rm_ec;
@@ -177,6 +183,41 @@ std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir) {
     ::close(fd);
   }
   return removed;
+}
+
+bool is_staging_dir_name(std::string_view name) {
+  constexpr std::string_view kMarker = ".tmp-";
+  const std::size_t marker = name.rfind(kMarker);
+  // ".NAME" before the marker, NAME non-empty.
+  if (marker == std::string_view::npos || marker < 2 || name[0] != '.') return false;
+  return staging_pid(name, name.substr(0, marker + kMarker.size())) != 0;
+}
+
+void refuse_staging_dir(const fs::path& dataset_dir) {
+  std::error_code ec;
+  fs::path resolved = fs::weakly_canonical(fs::absolute(dataset_dir, ec), ec);
+  if (ec) resolved = dataset_dir.lexically_normal();
+  if (!resolved.has_filename()) resolved = resolved.parent_path();
+  if (is_staging_dir_name(resolved.filename().string())) {
+    throw Error(ErrorKind::io, "'" + dataset_dir.string() +
+                                   "' is not a dataset: it is the staging directory of an unfinished `tokenfeed "
+                                   "prepare` or dataset writer that was killed (or is still writing). Its output "
+                                   "appears under its final name only once complete; run it again (the new run "
+                                   "removes a killed run's staging directory)");
+  }
+  for (const char* split : {"train", "train.bin", "train.npy"}) {
+    if (fs::exists(dataset_dir / split, ec)) return;
+  }
+  const std::string prefix = ".train.tmp-";
+  for (fs::directory_iterator it(dataset_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(prefix) && is_staging_dir_name(name)) {
+      throw Error(ErrorKind::io, "dataset '" + dataset_dir.string() + "' has no train split, only '" + name +
+                                     "', the staging directory of an unfinished dataset writer that was killed (or "
+                                     "is still writing): write the split again (the new writer removes a killed "
+                                     "one's staging directory)");
+    }
+  }
 }
 
 }  // namespace tokenfeed

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 namespace tokenfeed {
@@ -45,8 +46,14 @@ class StagingDir {
   bool committed_ = false;
 };
 
-// For `tokenfeed prepare`: removes the staging directories of the dataset directory
-// `final_dir` left behind by runs that are gone (killed,
+// What a staging directory holds, which decides whether a leftover one is ours to remove.
+enum class StagingContents {
+  dataset,  // `tokenfeed prepare`: train/, val/, the dataset writer's staging directories for
+            // them (.train.*, .val.*), dataset_metadata.json, tokenizer_state.json
+  split,    // EpisodeDatasetWriter: shard directories shard_NNNNN
+};
+
+// Removes the staging directories of `final_dir` left behind by runs that are gone (killed,
 // or crashed before they could clean up), and returns them. A directory is removed only when
 // all of these hold:
 //   - its name is .NAME.tmp-PID or .NAME.tmp-PID-SUFFIX, and it is a directory, not a link;
@@ -54,10 +61,20 @@ class StagingDir {
 //     process's own pid (then the lock below tells: this process's live runs hold theirs);
 //   - nobody holds its lock (flock LOCK_EX|LOCK_NB succeeds; the lock is kept while removing),
 //     which also protects the runs of other hosts or pid namespaces sharing the filesystem;
-//   - it holds nothing but what prepare writes (train/, val/, the staging directories of
-//     the dataset writer's splits, .train.* and .val.*, the two JSON files).
+//   - it holds nothing but what `contents` says such a run writes.
 // A directory that cannot be checked (a filesystem without flock, a permission error) is left
 // alone. Throws Error(io) only when a stale directory is found but cannot be removed.
-std::vector<std::filesystem::path> remove_stale_staging_dirs(const std::filesystem::path& final_dir);
+std::vector<std::filesystem::path> remove_stale_staging_dirs(const std::filesystem::path& final_dir,
+                                                             StagingContents contents = StagingContents::dataset);
+
+// True when `name` is named as a staging directory is: .NAME.tmp-PID or .NAME.tmp-PID-SUFFIX.
+bool is_staging_dir_name(std::string_view name);
+
+// Throws Error(io) when `dataset_dir` is not a dataset but the staging directory of a
+// `tokenfeed prepare` or dataset writer that was killed or is still writing (by its name,
+// symbolic links resolved), or when it has no train split while it holds the staging
+// directory of one (.train.tmp-...): a dataset that is not finished, which must never be
+// read as if it were.
+void refuse_staging_dir(const std::filesystem::path& dataset_dir);
 
 }  // namespace tokenfeed
