@@ -20,5 +20,6 @@ tokenfeed::Config config_from_python(nanobind::handle source, const nanobind::kw
 nanobind::dict config_to_python(const tokenfeed::Config& config);
 
 void bind_rl(nanobind::module_& m);
+void bind_metadata(nanobind::module_& m);
 
 }  // namespace tokenfeed_python

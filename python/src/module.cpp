@@ -1175,4 +1175,5 @@ NB_MODULE(_tokenfeed, m) {
   bind_chat(m);
 
   tokenfeed_python::bind_rl(m);
+  tokenfeed_python::bind_metadata(m);
 }

@@ -731,9 +731,18 @@ SplitInfo Loader::split_info(std::string_view name) const {
   return info;
 }
 
-DatasetVocabulary Loader::vocabulary() const {
-  const DatasetMetadata& m = impl_->metadata;
+namespace {
+
+DatasetVocabulary vocabulary_of(const DatasetMetadata& m) {
   return DatasetVocabulary{m.vocab_size, m.eot_token_id, m.eos_token_id, m.special_tokens};
+}
+
+}  // namespace
+
+DatasetVocabulary Loader::vocabulary() const { return vocabulary_of(impl_->metadata); }
+
+DatasetVocabulary read_dataset_vocabulary(const std::filesystem::path& dataset_dir) {
+  return vocabulary_of(read_dataset_metadata(dataset_dir));
 }
 
 SplitStats Loader::split_stats(std::string_view name) const { return impl_->find(name).stats; }

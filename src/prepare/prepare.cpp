@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dataset/content_checksum.hpp"
+#include "dataset/dataset_metadata.hpp"
 #include "io/line_reader.hpp"
 #include "util/sha256.hpp"
 #include "io/staging_dir.hpp"
@@ -181,20 +182,6 @@ void write_json_file(const fs::path& path, const ordered_json& doc) {
   if (!out) throw Error(ErrorKind::io, "error while writing '" + path.string() + "'");
 }
 
-ordered_json special_ids_json(const SpecialTokenIds& s) {
-  ordered_json j;
-  j["system"] = s.system;
-  j["user"] = s.user;
-  j["assistant"] = s.assistant;
-  if (s.tool) {
-    j["tool"] = *s.tool;
-  } else {
-    j["tool"] = nullptr;
-  }
-  j["eot"] = s.eot;
-  return j;
-}
-
 ordered_json split_json(const EpisodeDatasetWriterSummary& s) {
   ordered_json j;
   j["episodes"] = s.episodes;
@@ -300,7 +287,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
     tokenizer_state["special_tokens_file"] = {{"path", recorded_path(*options.special_tokens_file)},
                                               {"sha256", sha256_file_hex(*options.special_tokens_file)}};
     tokenizer_state["vocab_size"] = vocab_size;
-    ordered_json specials = special_ids_json(formatter.special);
+    ordered_json specials = special_tokens_json(formatter.special);
     tokenizer_state["special_tokens"] = specials;
     tokenizer_state["default_system_ids"] = formatter.pretokenized.default_system_ids;
   } else {
@@ -510,14 +497,13 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   summary.input_sha256 = reader.sha256_hex();
   report(summary.input_bytes, true);
 
-  ordered_json meta;
-  meta["format_version"] = 1;
-  meta["token_dtype"] = to_string(dtype);
-  meta["mask_dtype"] = to_string(MaskDtype::uint8);
-  meta["vocab_size"] = vocab_size;
-  meta["eot_token_id"] = summary.special.eot;
-  meta["pad_token_id"] = summary.special.eot;
-  meta["special_tokens"] = special_ids_json(summary.special);
+  DatasetMetadata fields;
+  fields.token_dtype = dtype;
+  fields.mask_dtype = MaskDtype::uint8;
+  fields.vocab_size = vocab_size;
+  fields.eot_token_id = summary.special.eot;
+  fields.pad_token_id = summary.special.eot;
+  ordered_json meta = dataset_metadata_fields(fields, special_tokens_json(summary.special));
   meta["splits"] = {{"train", split_json(summary.train)}, {"val", split_json(summary.val)}};
   meta["source"] = {{"file", options.input.filename().string()},
                     {"sha256", summary.input_sha256},
@@ -555,7 +541,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   meta["content_sha256"] = checksums;
   meta["created_by"] = "tokenfeed prepare";
   meta["tokenfeed_version"] = version();
-  write_json_file(staging.path() / "dataset_metadata.json", meta);
+  write_metadata_document(staging.path(), std::move(meta));
   write_json_file(staging.path() / "tokenizer_state.json", tokenizer_state);
 
   check_output_dir(out_dir);
