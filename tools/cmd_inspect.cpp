@@ -436,18 +436,9 @@ void inspect_split(const InspectOptions& o, const ResolvedOptions& run, std::opt
                                                                                  : "ok");
 }
 
-void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
-                          const std::string& name, Findings& found) {
-  std::printf("split %s (token stream)\n", name.c_str());
-  std::optional<TokenStreamSplit> opened;
-  try {
-    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, dtype));
-  } catch (const Error& e) {
-    std::printf("  verdict      INVALID: %s\n", e.what());
-    found.refuse(e.kind(), e.what());
-    return;
-  }
-  const TokenStreamSplit& split = *opened;
+// A token stream's files: their layout, sizes and dtypes (and where each dtype came from).
+void describe_stream_files(const DatasetMetadata& meta, const std::string& name, const TokenStreamSplit& split,
+                           Findings& found) {
   std::vector<std::uint64_t> file_tokens;
   for (const StreamFile& f : split.files()) {
     file_tokens.push_back(f.tokens);
@@ -463,66 +454,93 @@ void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
                 !bin ? " (from its .npy header)" : meta.token_dtype ? " (from dataset_metadata.json)" : " (from --token-dtype)");
   }
   std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
-  const std::uint64_t largest = *std::max_element(file_tokens.begin(), file_tokens.end());
-  std::optional<std::string> refusal;  // why the loader would refuse this split
-  if (o.block_size > 0) {
-    const auto block = static_cast<std::size_t>(o.block_size);
-    const std::uint64_t starts = TokenStreamBatchSource::sample_count(split, block, SamplingMode::random);
-    std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
-                static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
-                static_cast<unsigned long long>(starts));
-    if (starts == 0) {
-      refusal = "no file holds one window of block_size + 1 = " + std::to_string(block + 1) +
-                " tokens (the largest holds " + std::to_string(largest) + ")";
-    }
-  } else if (largest < 2) {
-    refusal = "no file holds 2 tokens, the window of the smallest block_size (1)";
+}
+
+// The windows --block-size gives (none without it); why the loader would refuse the split
+// for want of one window, if it would.
+std::optional<std::string> report_stream_windows(const InspectOptions& o, const TokenStreamSplit& split) {
+  std::uint64_t largest = 0;
+  for (const StreamFile& f : split.files()) largest = std::max(largest, f.tokens);
+  if (o.block_size <= 0) {
+    if (largest < 2) return "no file holds 2 tokens, the window of the smallest block_size (1)";
+    return std::nullopt;
   }
+  const auto block = static_cast<std::size_t>(o.block_size);
+  const std::uint64_t starts = TokenStreamBatchSource::sample_count(split, block, SamplingMode::random);
+  std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
+              static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
+              static_cast<unsigned long long>(starts));
+  if (starts != 0) return std::nullopt;
+  return "no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens (the largest holds " +
+         std::to_string(largest) + ")";
+}
+
+// One pass over every token: document lengths at each end-of-text id `eos` and, with
+// --deep, ids against vocab_size (the first offender located). Returns whether an id is out
+// of the vocabulary.
+bool scan_stream_tokens(const InspectOptions& o, const DatasetMetadata& meta, const TokenStreamSplit& split,
+                        std::optional<std::int64_t> eos) {
+  const bool check_vocab = o.deep && meta.vocab_size;
+  std::vector<std::uint64_t> lengths;
+  std::uint64_t current = 0, out_of_vocab = 0;
+  std::optional<std::pair<std::size_t, std::uint64_t>> first_bad;  // (file, token offset)
+  for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
+    for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
+      const std::uint32_t t = split.token_at(fi, i);
+      if (check_vocab && t >= static_cast<std::uint64_t>(*meta.vocab_size)) {
+        ++out_of_vocab;
+        if (!first_bad) first_bad.emplace(fi, i);
+      }
+      ++current;
+      if (eos && t == static_cast<std::uint64_t>(*eos)) {
+        lengths.push_back(current);
+        current = 0;
+      }
+    }
+  }
+  if (eos) {
+    std::printf("  documents    %zu end-of-text tokens (id %lld)%s\n", lengths.size(), static_cast<long long>(*eos),
+                current > 0 ? (", plus " + std::to_string(current) + " trailing tokens").c_str() : "");
+    std::sort(lengths.begin(), lengths.end());
+    if (!lengths.empty()) {
+      std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
+                  static_cast<unsigned long long>(lengths.front()),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
+                  static_cast<unsigned long long>(lengths.back()));
+    }
+  }
+  if (!check_vocab) return false;
+  std::string where;
+  if (first_bad) {
+    const auto [fi, offset] = *first_bad;
+    where = " (first: token " + std::to_string(split.token_at(fi, offset)) + " at token offset " +
+            std::to_string(offset) + " of '" + split.files()[fi].map.path().string() + "')";
+  }
+  std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
+              static_cast<long long>(*meta.vocab_size), where.c_str());
+  return out_of_vocab > 0;
+}
+
+void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
+                          const std::string& name, Findings& found) {
+  std::printf("split %s (token stream)\n", name.c_str());
+  std::optional<TokenStreamSplit> opened;
+  try {
+    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, dtype));
+  } catch (const Error& e) {
+    std::printf("  verdict      INVALID: %s\n", e.what());
+    found.refuse(e.kind(), e.what());
+    return;
+  }
+  const TokenStreamSplit& split = *opened;
+  describe_stream_files(meta, name, split, found);
+  const std::optional<std::string> refusal = report_stream_windows(o, split);  // why the loader would refuse it
   const std::optional<std::int64_t> eos = end_of_text_id(given_eos(o), meta);
   bool bad_ids = false;
   if (eos || (o.deep && meta.vocab_size)) {
-    // One pass over every token: document lengths and, with --deep, the vocabulary check.
-    std::vector<std::uint64_t> lengths;
-    std::uint64_t current = 0, out_of_vocab = 0;
-    std::optional<std::pair<std::size_t, std::uint64_t>> first_bad;  // (file, token offset)
-    for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
-      for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
-        const std::uint32_t t = split.token_at(fi, i);
-        if (o.deep && meta.vocab_size && t >= static_cast<std::uint64_t>(*meta.vocab_size)) {
-          ++out_of_vocab;
-          if (!first_bad) first_bad.emplace(fi, i);
-        }
-        ++current;
-        if (eos && t == static_cast<std::uint64_t>(*eos)) {
-          lengths.push_back(current);
-          current = 0;
-        }
-      }
-    }
-    if (eos) {
-      std::printf("  documents    %zu end-of-text tokens (id %lld)%s\n", lengths.size(), static_cast<long long>(*eos),
-                  current > 0 ? (", plus " + std::to_string(current) + " trailing tokens").c_str() : "");
-      std::sort(lengths.begin(), lengths.end());
-      if (!lengths.empty()) {
-        std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
-                    static_cast<unsigned long long>(lengths.front()),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
-                    static_cast<unsigned long long>(lengths.back()));
-      }
-    }
-    if (o.deep && meta.vocab_size) {
-      std::string where;
-      if (first_bad) {
-        const auto [fi, offset] = *first_bad;
-        where = " (first: token " + std::to_string(split.token_at(fi, offset)) + " at token offset " +
-                std::to_string(offset) + " of '" + split.files()[fi].map.path().string() + "')";
-      }
-      std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
-                  static_cast<long long>(*meta.vocab_size), where.c_str());
-      bad_ids = out_of_vocab > 0;
-    }
+    bad_ids = scan_stream_tokens(o, meta, split, eos);
   } else {
     std::printf("  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
   }
