@@ -30,6 +30,7 @@
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "dataset/token_stream.hpp"
+#include "loader/resolved_options.hpp"
 #include "modes/token_stream_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -38,8 +39,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// What the loader does by default, and so what inspect assumes.
-constexpr std::uint64_t kMinEpisodeTokens = 2;  // episode_min_tokens: the default is also the least allowed
 constexpr long kSnippetBatchSize = 8;           // batch_size in the --print-config snippet
 constexpr long kSnippetBlockSize = 1024;        // block_size in the snippet when --block-size is absent
 constexpr std::size_t kListedIds = 8;           // episode ids listed by --deep
@@ -93,6 +92,11 @@ std::string percent(std::uint64_t part, std::uint64_t whole) {
   return text;
 }
 
+// --eos-id, when given.
+std::optional<std::int64_t> given_eos(const InspectOptions& o) {
+  return o.eos_id >= 0 ? std::optional<std::int64_t>(o.eos_id) : std::nullopt;
+}
+
 std::string id_list(const std::vector<std::uint64_t>& ids, std::uint64_t total) {
   std::string text;
   for (const std::uint64_t id : ids) text += (text.empty() ? "" : ", ") + std::to_string(id);
@@ -113,15 +117,38 @@ std::string xml_escape(const std::string& text) {
   return out;
 }
 
-// How the loader would read `split`: an episode-indexed directory, a token stream, or
-// absent. A directory that is neither is read as episodes, so that opening it names what
-// is missing.
+// How the loader would read `split` (detect_split_layout): an episode-indexed directory, a
+// token stream, or absent. A directory that is neither is read as episodes, so that
+// opening it names what is missing.
 Layout layout_of(const fs::path& dataset_dir, const std::string& split) {
+  if (const auto mode = detect_split_layout(dataset_dir, split)) {
+    return *mode == DatasetMode::token_stream ? Layout::stream : Layout::episodes;
+  }
   std::error_code ec;
-  if (EpisodeSplit::looks_like_episode_split(dataset_dir / split)) return Layout::episodes;
-  if (TokenStreamSplit::has_split(dataset_dir, split)) return Layout::stream;
   if (fs::is_directory(dataset_dir / split, ec)) return Layout::episodes;
   return Layout::none;
+}
+
+// The run inspect describes: the loader's defaults, with the options inspect takes over
+// them (--block-size; --packed with --truncation, --seed and --pack-lookahead), each
+// epoch's rows in full (epoch_drop_last=false) and one rank. Its per-split builders are the
+// loader's own, so --packed packs as a run with these settings does.
+ResolvedOptions assumed_run(const InspectOptions& o, const DatasetMetadata& meta) {
+  ResolvedOptions run;
+  run.metadata = meta;
+  Config& c = run.config;
+  c.dataset_dir = o.dataset_dir;
+  c.dataset_mode = o.packed ? DatasetMode::sft_packed : DatasetMode::auto_detect;
+  c.batch_sampling_mode = SamplingMode::epoch;
+  c.batch_size = 1;
+  c.block_size = o.block_size;
+  c.rank = 0;
+  c.world_size = 1;
+  c.epoch_drop_last = false;
+  c.truncation = o.truncation;
+  c.pack_lookahead = o.pack_lookahead;
+  c.epoch_seed = o.seed;
+  return run;
 }
 
 // The first .bin file the loader would open for a token-stream split (it needs a dtype).
@@ -148,27 +175,17 @@ std::uint64_t trained_positions(const EpisodeWindows& windows, std::uint64_t epi
 // With --packed: what a run with dataset_mode=sft_packed and the options' truncation,
 // epoch_seed and pack_lookahead packs in epoch 0, through the loader's own classes (the
 // same kept windows, numpy-compatible order and packer), against one episode per row.
-void report_packing(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
+void report_packing(const InspectOptions& o, const ResolvedOptions& run, const std::string& name,
                     const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
   const auto T = static_cast<std::size_t>(o.block_size);
-  const EpisodeWindows windows(split, T + 1, o.truncation, meta.special_tokens);
-  EpisodeSampler::Settings order;
-  order.mode = SamplingMode::epoch;
-  order.shuffle = true;
-  order.drop_last = false;
-  order.seed = static_cast<std::uint32_t>(o.seed);
-  order.split = name;
-  const EpisodeSampler sampler(kept, order);
+  const std::unique_ptr<EpisodeWindows> windows = run.episode_windows(split);
+  const EpisodeSampler sampler(kept, run.packed_order_settings(name));
   const EpochOrders orders(sampler);
-  PackedBatchSource::Options packing;
-  packing.block_size = T;
-  packing.drop_last = false;
-  packing.lookahead = static_cast<std::size_t>(o.pack_lookahead);
-  const PackedBatchSource source(split, windows, orders, packing);
+  const PackedBatchSource source(split, *windows, orders, run.packing_options(name, false));
   const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
   // Padded sft_episode rows hold the same positions: each kept episode's kept length - 1.
   std::uint64_t positions = 0;
-  for (const std::uint64_t e : kept) positions += windows.window(e).size() - 1;
+  for (const std::uint64_t e : kept) positions += windows->window(e).size() - 1;
   const std::uint64_t packed_cells = packed->rows() * T, padded_cells = kept.size() * T;
   std::printf("  packing      sft_packed: %llu rows, %llu of %llu positions real (%s); sft_episode: %zu rows, %llu of %llu "
               "positions real (%s)\n",
@@ -176,16 +193,19 @@ void report_packing(const InspectOptions& o, const DatasetMetadata& meta, const 
               static_cast<unsigned long long>(packed_cells), percent(packed->positions, packed_cells).c_str(),
               kept.size(), static_cast<unsigned long long>(positions), static_cast<unsigned long long>(padded_cells),
               percent(positions, padded_cells).c_str());
-  std::printf("  packing      assumed: truncation=%s, epoch_seed=%ld (epoch 0's order), pack_lookahead=%ld, "
-              "episode_min_tokens=%llu; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
-              to_string(o.truncation), o.seed, o.pack_lookahead, static_cast<unsigned long long>(kMinEpisodeTokens));
+  std::printf(
+      "  packing      assumed: truncation=%s, epoch_seed=%ld (epoch 0's order), pack_lookahead=%ld, "
+      "episode_min_tokens=%llu; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
+      to_string(o.truncation), o.seed, o.pack_lookahead,
+      static_cast<unsigned long long>(run.config.episode_min_tokens));
   if (name == "train") found.train_packed_rows = packed->rows();
 }
 
 // With --block-size T: what each truncation rule cuts, and (--packed) how full packed rows
 // are against padded ones.
-void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadata& meta, const std::string& name,
+void report_truncation_and_packing(const InspectOptions& o, const ResolvedOptions& run, const std::string& name,
                                    const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
+  const DatasetMetadata& meta = run.metadata;
   const auto S = static_cast<std::size_t>(o.block_size) + 1;
   std::vector<float> scratch;
   std::uint64_t truncated = 0;
@@ -219,7 +239,7 @@ void report_truncation_and_packing(const InspectOptions& o, const DatasetMetadat
   if (!meta.special_tokens) {
     std::printf("  truncation   drop_oldest_turns n/a: dataset_metadata.json has no special_tokens\n");
   }
-  if (o.packed) report_packing(o, meta, name, split, kept, found);
+  if (o.packed) report_packing(o, run, name, split, kept, found);
 }
 
 // --deep: mask values no mask should hold, with the first offender located: uint8 values
@@ -349,8 +369,10 @@ void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split,
               all_zero > 0 ? (": episode ids " + id_list(listed, all_zero)).c_str() : "");
 }
 
-void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
+void inspect_split(const InspectOptions& o, const ResolvedOptions& run, std::optional<TokenDtype> dtype,
                    const std::string& name, Findings& found) {
+  const DatasetMetadata& meta = run.metadata;
+  const auto min_tokens = static_cast<std::uint64_t>(run.config.episode_min_tokens);
   const fs::path dir = fs::path(o.dataset_dir) / name;
   std::printf("split %s (%s)\n", name.c_str(), dir.c_str());
   EpisodeSplitOptions options;
@@ -366,7 +388,7 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
     return;
   }
   const EpisodeSplit& split = *opened;
-  const std::vector<std::uint64_t> kept = kept_episodes(split, kMinEpisodeTokens);
+  const std::vector<std::uint64_t> kept = kept_episodes(split, min_tokens);
   found.mask = found.mask || split.has_mask();
   found.dtype = split.token_dtype();
   if (name == "train") found.train_kept = kept.size();
@@ -374,7 +396,7 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
   std::printf("  layout       %s, %zu shard%s\n", flat ? "flat (files directly in the split)" : "sharded",
               split.shards().size(), split.shards().size() == 1 ? "" : "s");
   std::printf("  episodes     %llu (%zu with >= %llu tokens)\n", static_cast<unsigned long long>(split.num_episodes()),
-              kept.size(), static_cast<unsigned long long>(kMinEpisodeTokens));
+              kept.size(), static_cast<unsigned long long>(min_tokens));
   std::printf("  tokens       %llu, dtype %s%s\n", static_cast<unsigned long long>(split.total_tokens()),
               to_string(split.token_dtype()),
               meta.token_dtype ? " (from dataset_metadata.json)" : dtype ? " (from --token-dtype)" : " (inferred)");
@@ -394,13 +416,13 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
   if (kept.empty()) {
     // The loader refuses a split it can sample nothing from, whatever the config.
     const std::string why = "no episode left after filtering: none of its " + std::to_string(split.num_episodes()) +
-                            " episodes has >= " + std::to_string(kMinEpisodeTokens) +
+                            " episodes has >= " + std::to_string(min_tokens) +
                             " tokens (episode_min_tokens is at least 2)";
     std::printf("  verdict      INVALID: %s\n", why.c_str());
     found.refuse(ErrorKind::format, "split '" + dir.string() + "' has " + why);
     return;
   }
-  if (o.block_size > 0) report_truncation_and_packing(o, meta, name, split, kept, found);
+  if (o.block_size > 0) report_truncation_and_packing(o, run, name, split, kept, found);
   const bool bad_before = found.bad_token_ids;
   const bool bad_mask_before = found.bad_mask_values;
   const bool bad_sums_before = found.bad_checksums;
@@ -414,18 +436,9 @@ void inspect_split(const InspectOptions& o, const DatasetMetadata& meta, std::op
                                                                                  : "ok");
 }
 
-void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
-                          const std::string& name, Findings& found) {
-  std::printf("split %s (token stream)\n", name.c_str());
-  std::optional<TokenStreamSplit> opened;
-  try {
-    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, dtype));
-  } catch (const Error& e) {
-    std::printf("  verdict      INVALID: %s\n", e.what());
-    found.refuse(e.kind(), e.what());
-    return;
-  }
-  const TokenStreamSplit& split = *opened;
+// A token stream's files: their layout, sizes and dtypes (and where each dtype came from).
+void describe_stream_files(const DatasetMetadata& meta, const std::string& name, const TokenStreamSplit& split,
+                           Findings& found) {
   std::vector<std::uint64_t> file_tokens;
   for (const StreamFile& f : split.files()) {
     file_tokens.push_back(f.tokens);
@@ -441,67 +454,93 @@ void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
                 !bin ? " (from its .npy header)" : meta.token_dtype ? " (from dataset_metadata.json)" : " (from --token-dtype)");
   }
   std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
-  const std::uint64_t largest = *std::max_element(file_tokens.begin(), file_tokens.end());
-  std::optional<std::string> refusal;  // why the loader would refuse this split
-  if (o.block_size > 0) {
-    const auto block = static_cast<std::size_t>(o.block_size);
-    const std::uint64_t starts = TokenStreamBatchSource::sample_count(split, block, SamplingMode::random);
-    std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
-                static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
-                static_cast<unsigned long long>(starts));
-    if (starts == 0) {
-      refusal = "no file holds one window of block_size + 1 = " + std::to_string(block + 1) +
-                " tokens (the largest holds " + std::to_string(largest) + ")";
-    }
-  } else if (largest < 2) {
-    refusal = "no file holds 2 tokens, the window of the smallest block_size (1)";
+}
+
+// The windows --block-size gives (none without it); why the loader would refuse the split
+// for want of one window, if it would.
+std::optional<std::string> report_stream_windows(const InspectOptions& o, const TokenStreamSplit& split) {
+  std::uint64_t largest = 0;
+  for (const StreamFile& f : split.files()) largest = std::max(largest, f.tokens);
+  if (o.block_size <= 0) {
+    if (largest < 2) return "no file holds 2 tokens, the window of the smallest block_size (1)";
+    return std::nullopt;
   }
-  std::optional<std::int64_t> eos = o.eos_id >= 0 ? std::optional<std::int64_t>(o.eos_id)
-                                                  : (meta.eos_token_id ? meta.eos_token_id : meta.eot_token_id);
+  const auto block = static_cast<std::size_t>(o.block_size);
+  const std::uint64_t starts = TokenStreamBatchSource::sample_count(split, block, SamplingMode::random);
+  std::printf("  block %-6ld %llu windows per epoch (epoch mode), %llu window starts (random mode)\n", o.block_size,
+              static_cast<unsigned long long>(TokenStreamBatchSource::sample_count(split, block, SamplingMode::epoch)),
+              static_cast<unsigned long long>(starts));
+  if (starts != 0) return std::nullopt;
+  return "no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens (the largest holds " +
+         std::to_string(largest) + ")";
+}
+
+// One pass over every token: document lengths at each end-of-text id `eos` and, with
+// --deep, ids against vocab_size (the first offender located). Returns whether an id is out
+// of the vocabulary.
+bool scan_stream_tokens(const InspectOptions& o, const DatasetMetadata& meta, const TokenStreamSplit& split,
+                        std::optional<std::int64_t> eos) {
+  const bool check_vocab = o.deep && meta.vocab_size;
+  std::vector<std::uint64_t> lengths;
+  std::uint64_t current = 0, out_of_vocab = 0;
+  std::optional<std::pair<std::size_t, std::uint64_t>> first_bad;  // (file, token offset)
+  for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
+    for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
+      const std::uint32_t t = split.token_at(fi, i);
+      if (check_vocab && t >= static_cast<std::uint64_t>(*meta.vocab_size)) {
+        ++out_of_vocab;
+        if (!first_bad) first_bad.emplace(fi, i);
+      }
+      ++current;
+      if (eos && t == static_cast<std::uint64_t>(*eos)) {
+        lengths.push_back(current);
+        current = 0;
+      }
+    }
+  }
+  if (eos) {
+    std::printf("  documents    %zu end-of-text tokens (id %lld)%s\n", lengths.size(), static_cast<long long>(*eos),
+                current > 0 ? (", plus " + std::to_string(current) + " trailing tokens").c_str() : "");
+    std::sort(lengths.begin(), lengths.end());
+    if (!lengths.empty()) {
+      std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
+                  static_cast<unsigned long long>(lengths.front()),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
+                  static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
+                  static_cast<unsigned long long>(lengths.back()));
+    }
+  }
+  if (!check_vocab) return false;
+  std::string where;
+  if (first_bad) {
+    const auto [fi, offset] = *first_bad;
+    where = " (first: token " + std::to_string(split.token_at(fi, offset)) + " at token offset " +
+            std::to_string(offset) + " of '" + split.files()[fi].map.path().string() + "')";
+  }
+  std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
+              static_cast<long long>(*meta.vocab_size), where.c_str());
+  return out_of_vocab > 0;
+}
+
+void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype,
+                          const std::string& name, Findings& found) {
+  std::printf("split %s (token stream)\n", name.c_str());
+  std::optional<TokenStreamSplit> opened;
+  try {
+    opened.emplace(TokenStreamSplit::open(o.dataset_dir, name, dtype));
+  } catch (const Error& e) {
+    std::printf("  verdict      INVALID: %s\n", e.what());
+    found.refuse(e.kind(), e.what());
+    return;
+  }
+  const TokenStreamSplit& split = *opened;
+  describe_stream_files(meta, name, split, found);
+  const std::optional<std::string> refusal = report_stream_windows(o, split);  // why the loader would refuse it
+  const std::optional<std::int64_t> eos = end_of_text_id(given_eos(o), meta);
   bool bad_ids = false;
   if (eos || (o.deep && meta.vocab_size)) {
-    // One pass over every token: document lengths and, with --deep, the vocabulary check.
-    std::vector<std::uint64_t> lengths;
-    std::uint64_t current = 0, out_of_vocab = 0;
-    std::optional<std::pair<std::size_t, std::uint64_t>> first_bad;  // (file, token offset)
-    for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
-      for (std::uint64_t i = 0; i < split.files()[fi].tokens; ++i) {
-        const std::uint32_t t = split.token_at(fi, i);
-        if (o.deep && meta.vocab_size && t >= static_cast<std::uint64_t>(*meta.vocab_size)) {
-          ++out_of_vocab;
-          if (!first_bad) first_bad.emplace(fi, i);
-        }
-        ++current;
-        if (eos && t == static_cast<std::uint64_t>(*eos)) {
-          lengths.push_back(current);
-          current = 0;
-        }
-      }
-    }
-    if (eos) {
-      std::printf("  documents    %zu end-of-text tokens (id %lld)%s\n", lengths.size(), static_cast<long long>(*eos),
-                  current > 0 ? (", plus " + std::to_string(current) + " trailing tokens").c_str() : "");
-      std::sort(lengths.begin(), lengths.end());
-      if (!lengths.empty()) {
-        std::printf("  doc lengths  min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",
-                    static_cast<unsigned long long>(lengths.front()),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.5)),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.9)),
-                    static_cast<unsigned long long>(nearest_rank(lengths, 0.99)),
-                    static_cast<unsigned long long>(lengths.back()));
-      }
-    }
-    if (o.deep && meta.vocab_size) {
-      std::string where;
-      if (first_bad) {
-        const auto [fi, offset] = *first_bad;
-        where = " (first: token " + std::to_string(split.token_at(fi, offset)) + " at token offset " +
-                std::to_string(offset) + " of '" + split.files()[fi].map.path().string() + "')";
-      }
-      std::printf("  deep         %llu tokens >= vocab_size %lld%s\n", static_cast<unsigned long long>(out_of_vocab),
-                  static_cast<long long>(*meta.vocab_size), where.c_str());
-      bad_ids = out_of_vocab > 0;
-    }
+    bad_ids = scan_stream_tokens(o, meta, split, eos);
   } else {
     std::printf("  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
   }
@@ -589,7 +628,7 @@ void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout m
     }
   } else {
     std::printf("  <batch_sampling_mode>random</batch_sampling_mode>\n");
-    const bool eos_known = o.eos_id >= 0 || meta.eos_token_id || meta.eot_token_id;
+    const bool eos_known = end_of_text_id(given_eos(o), meta).has_value();
     std::printf("  <document_aware>%s</document_aware>\n", eos_known ? "true" : "false");
     if (o.eos_id >= 0) std::printf("  <eos_token_id>%ld</eos_token_id>\n", o.eos_id);
   }
@@ -624,11 +663,9 @@ void inspect(const InspectOptions& o) {
   // The token dtype as the loader takes it: the metadata's, else the one given (which must
   // not contradict the metadata), else inferred (episodes) or read from .npy headers.
   const std::optional<TokenDtype> given = o.token_dtype.empty() ? std::nullopt : parse_token_dtype(o.token_dtype);
-  if (given && meta.token_dtype && *given != *meta.token_dtype) {
-    throw Error(ErrorKind::usage, "--token-dtype is " + o.token_dtype + " but '" + metadata_file + "' says " +
-                                      to_string(*meta.token_dtype) + "; drop the option or fix the metadata");
-  }
-  const std::optional<TokenDtype> dtype = meta.token_dtype ? meta.token_dtype : given;
+  const std::optional<TokenDtype> dtype = settle_dtype(
+      given, meta.token_dtype, GivenSetting{"--token-dtype", ErrorKind::usage, "drop the option"}, metadata_file);
+  const ResolvedOptions run = assumed_run(o, meta);
 
   // Which splits the loader reads, and how: the layout of train decides (as dataset_mode's
   // auto-detection does), and val is read in the same layout when it has one. Without a
@@ -668,7 +705,7 @@ void inspect(const InspectOptions& o) {
   Findings found;
   for (const std::string& name : splits) {
     if (mode == Layout::episodes) {
-      inspect_split(o, meta, dtype, name, found);
+      inspect_split(o, run, dtype, name, found);
     } else {
       inspect_stream_split(o, meta, dtype, name, found);
     }

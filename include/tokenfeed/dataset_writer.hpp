@@ -26,7 +26,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "tokenfeed/dtype.hpp"
 #include "tokenfeed/export.hpp"
@@ -86,5 +88,35 @@ class TOKENFEED_API EpisodeDatasetWriter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The fields of a dataset_metadata.json (the loader reads all but extra_json).
+struct DatasetMetadataFields {
+  std::optional<TokenDtype> token_dtype;
+  std::optional<MaskDtype> mask_dtype;
+  std::optional<std::int64_t> vocab_size;
+  std::optional<std::int64_t> eot_token_id;  // the default pad id and end-of-text id
+  std::optional<std::int64_t> eos_token_id;
+  std::optional<std::int64_t> pad_token_id;
+  // The chat template's ids, a JSON object ({"system": 3, "user": 4, ...}, in the order
+  // given); empty: not recorded.
+  std::string special_tokens_json;
+  // Further fields, a JSON object written after the ones above in its order; a field
+  // named above takes this value in its place.
+  std::string extra_json = "{}";
+  // Keep the content_sha256 that an existing, readable file records (EpisodeDatasetWriter's
+  // checksums), unless extra_json gives it.
+  bool keep_recorded_checksums = true;
+  // Write non-ASCII characters as \uXXXX escapes (as Python's json.dump does); else UTF-8.
+  bool ascii = false;
+};
+
+// Writes `dataset_dir/dataset_metadata.json` (creating dataset_dir): format_version 1, the
+// fields set above in that order, the kept checksums, then the extra fields; indented by 2,
+// written to a temporary name and renamed. The file is checked as the loader reads it
+// first, so one the loader would refuse is never written. Returns its path. Throws
+// Error(format) for invalid JSON in the text fields or a field the loader would refuse,
+// Error(io) when the file cannot be written.
+TOKENFEED_API std::filesystem::path write_dataset_metadata(const std::filesystem::path& dataset_dir,
+                                                           const DatasetMetadataFields& fields);
 
 }  // namespace tokenfeed

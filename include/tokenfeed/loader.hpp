@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -130,5 +131,9 @@ class TOKENFEED_API Loader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What `dataset_dir/dataset_metadata.json` says about the vocabulary, read and checked as a
+// Loader reads it (all nullopt without the file). Throws Error(format) for an invalid file.
+TOKENFEED_API DatasetVocabulary read_dataset_vocabulary(const std::filesystem::path& dataset_dir);
 
 }  // namespace tokenfeed

@@ -131,7 +131,7 @@ void register_errors(nb::module_& m) {
   });
 }
 
-[[noreturn]] void usage_error(const std::string& message) { throw Error(ErrorKind::usage, message); }
+using tokenfeed_python::usage_error;
 
 [[noreturn]] void conversation_error(const std::string& message) {
   PyErr_SetString(g_conversation_error, message.c_str());
@@ -161,13 +161,10 @@ nb::object numpy_owning(std::vector<T>&& values, std::initializer_list<std::size
   return numpy_view<T>(heap->data(), dims.size(), dims.data(), owner);
 }
 
-using U32Array = nb::ndarray<const std::uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using U8Array = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using U64Array = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-std::span<const std::uint32_t> span_of(const U32Array& a) { return {a.data(), a.shape(0)}; }
-std::span<const std::uint8_t> span_of(const U8Array& a) { return {a.data(), a.shape(0)}; }
-std::span<const std::uint64_t> span_of(const U64Array& a) { return {a.data(), a.shape(0)}; }
+using tokenfeed_python::span_of;
+using tokenfeed_python::U32Array;
+using tokenfeed_python::U64Array;
+using tokenfeed_python::U8Array;
 
 // ---------------------------------------------------------------------------------------
 // Batch
@@ -753,126 +750,6 @@ BatchIterator epoch_iterator(nb::handle self, const std::string& split) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Dataset writer
-
-// The C++ writer (see dataset_writer.hpp: all or nothing, a non-empty split_dir refused
-// unless overwrite) behind tokenfeed.DatasetWriter. Its calls run with the GIL released and
-// one at a time under mutex_, so several Python threads may share a writer (the episodes
-// are numbered in the order their add calls take the mutex) and finish() or discard()
-// cannot free the C++ writer while another thread's add is using it.
-class PyDatasetWriter {
- public:
-  PyDatasetWriter(const std::string& split_dir, const std::string& token_dtype, bool write_mask,
-                  std::uint64_t shard_tokens, bool overwrite)
-      : write_mask_(write_mask) {
-    const auto dtype = tokenfeed::parse_token_dtype(token_dtype);
-    if (!dtype) throw Error(ErrorKind::config, "DatasetWriter: token_dtype must be 'uint16' or 'uint32', not '" + token_dtype + "'");
-    tokenfeed::EpisodeDatasetWriterOptions options;
-    options.token_dtype = *dtype;
-    options.write_mask = write_mask;
-    options.shard_tokens = shard_tokens;
-    options.overwrite = overwrite;
-    nb::gil_scoped_release release;
-    writer_ = std::make_unique<tokenfeed::EpisodeDatasetWriter>(split_dir, options);
-  }
-
-  void add(const U32Array& tokens, const std::optional<U8Array>& mask) {
-    check_mask(tokens.shape(0), mask);
-    const auto t = span_of(tokens);
-    const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
-    nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
-    writer().add(t, m);
-  }
-
-  // Many episodes at once: `tokens` concatenated, `lengths` per episode.
-  void add_many(const U32Array& tokens, const U64Array& lengths, const std::optional<U8Array>& mask) {
-    check_mask(tokens.shape(0), mask);
-    const auto t = span_of(tokens);
-    const auto n = span_of(lengths);
-    const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
-    std::uint64_t total = 0;
-    for (const std::uint64_t len : n) {
-      if (len > t.size() - std::min<std::uint64_t>(total, t.size())) {
-        usage_error("DatasetWriter.add_many: the lengths add up to more than the " + std::to_string(t.size()) + " tokens given");
-      }
-      total += len;
-    }
-    if (total != t.size()) {
-      usage_error("DatasetWriter.add_many: the lengths add up to " + std::to_string(total) + " but " +
-                  std::to_string(t.size()) + " tokens were given");
-    }
-    nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
-    tokenfeed::EpisodeDatasetWriter& w = writer();
-    std::uint64_t at = 0;
-    for (const std::uint64_t len : n) {
-      w.add(t.subspan(at, len), m.empty() ? m : m.subspan(at, len));
-      at += len;
-    }
-  }
-
-  nb::dict finish() {
-    tokenfeed::EpisodeDatasetWriterSummary summary;
-    {
-      nb::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      if (!summary_) {
-        tokenfeed::EpisodeDatasetWriter& w = writer();
-        try {
-          summary_ = w.finish();
-        } catch (...) {
-          writer_.reset();  // the C++ writer discarded what it wrote
-          throw;
-        }
-        writer_.reset();
-      }
-      summary = *summary_;
-    }
-    nb::dict d;
-    d["episodes"] = summary.episodes;
-    d["tokens"] = summary.tokens;
-    d["masked_tokens"] = summary.masked_tokens;
-    d["shards"] = summary.shards;
-    return d;
-  }
-
-  // Removes what was written (nothing after finish()).
-  void discard() {
-    nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
-    writer_.reset();  // the C++ writer's destructor discards unless it finished
-  }
-
-  bool finished() {
-    nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
-    return summary_.has_value();
-  }
-
- private:
-  tokenfeed::EpisodeDatasetWriter& writer() {  // REQUIRES: mutex_ held
-    if (!writer_) {
-      usage_error(summary_ ? "DatasetWriter: add() after finish()"
-                           : "DatasetWriter: the writer was discarded (discard(), or a failed finish())");
-    }
-    return *writer_;
-  }
-  void check_mask(std::size_t tokens, const std::optional<U8Array>& mask) const {
-    if (write_mask_ && !mask) usage_error("DatasetWriter.add: a mask is required (the writer was made with write_mask=True)");
-    if (mask && mask->shape(0) != tokens) {
-      usage_error("DatasetWriter.add: the mask has " + std::to_string(mask->shape(0)) + " values for " +
-                  std::to_string(tokens) + " tokens");
-    }
-  }
-
-  const bool write_mask_;
-  std::mutex mutex_;
-  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_;        // GUARDED_BY(mutex_)
-  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_;  // GUARDED_BY(mutex_)
-};
-
-// ---------------------------------------------------------------------------------------
 // Chat formatting
 
 std::vector<std::uint32_t> to_vector(const U32Array& a) {
@@ -1098,14 +975,7 @@ NB_MODULE(_tokenfeed, m) {
       .def("__next__", &BatchIterator::next)
       .def("__len__", &BatchIterator::len);
 
-  nb::class_<PyDatasetWriter>(m, "_DatasetWriter")
-      .def(nb::init<const std::string&, const std::string&, bool, std::uint64_t, bool>(), "split_dir"_a,
-           "token_dtype"_a, "write_mask"_a, "shard_tokens"_a, "overwrite"_a)
-      .def("add", &PyDatasetWriter::add, "tokens"_a, "mask"_a.none())
-      .def("add_many", &PyDatasetWriter::add_many, "tokens"_a, "lengths"_a, "mask"_a.none())
-      .def("finish", &PyDatasetWriter::finish)
-      .def("discard", &PyDatasetWriter::discard)
-      .def_prop_ro("finished", &PyDatasetWriter::finished);
+  tokenfeed_python::bind_dataset_writer(m);
 
   nb::class_<tokenfeed::SpecialTokenIds>(m, "SpecialTokenIds")
       .def(

@@ -1,7 +1,9 @@
 """DatasetWriter: all or nothing (a split appears in split_dir only when finish() succeeds,
 and what a killed writer leaves is removed by the next one), never written over another
-split, and safe to share between threads."""
+split, and safe to share between threads; write_dataset_metadata through the library's one
+metadata writer."""
 import gc
+import json
 import signal
 import subprocess
 import sys
@@ -237,3 +239,35 @@ def test_a_writer_killed_mid_write_leaves_no_split_and_the_next_one_cleans_up(tm
     # The rerun succeeds and removes the dead writer's staging directory.
     write(train, episodes(12), shard_tokens=100)
     assert hidden(tmp_path) == [] and num_episodes(tmp_path) == 12
+
+
+def test_write_dataset_metadata_writes_what_json_dump_wrote(tmp_path):
+    """The library's one metadata writer writes the bytes the package's json.dump wrote before
+    (field order, indent 2, ASCII escapes, a final newline), and the loader reads them back."""
+    special = tokenfeed.SpecialTokenIds(system=1, user=2, assistant=3, eot=4, tool=5)
+    path = tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16", mask_dtype="uint8", eot_token_id=4,
+                                            eos_token_id=4, pad_token_id=0, vocab_size=300, special_tokens=special,
+                                            note="déjà vu ✓", ratio=0.1, nested={"a": [1, 2.5, None, True]},
+                                            empty={}, token_dtype_twice="x")
+    expected = {"format_version": 1, "token_dtype": "uint16", "mask_dtype": "uint8", "vocab_size": 300,
+                "eot_token_id": 4, "eos_token_id": 4, "pad_token_id": 0,
+                "special_tokens": {"system": 1, "user": 2, "assistant": 3, "eot": 4, "tool": 5},
+                "note": "déjà vu ✓", "ratio": 0.1, "nested": {"a": [1, 2.5, None, True]}, "empty": {},
+                "token_dtype_twice": "x"}
+    assert path == str(tmp_path / "dataset_metadata.json")
+    assert Path(path).read_text(encoding="utf-8") == json.dumps(expected, indent=2) + "\n"
+    assert tokenfeed.special_token_ids_from_metadata(tmp_path).tool == 5
+
+
+def test_write_dataset_metadata_refuses_what_the_loader_would_refuse(tmp_path):
+    tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16")
+    before = (tmp_path / "dataset_metadata.json").read_bytes()
+    with pytest.raises(tokenfeed.FormatError, match="lacks 'eot'"):
+        tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16",
+                                         special_tokens={"system": 1, "user": 2, "assistant": 3})
+    with pytest.raises(tokenfeed.ConfigError, match="token_dtype must be 'uint16' or 'uint32', not 'int8'"):
+        tokenfeed.write_dataset_metadata(tmp_path, token_dtype="int8")
+    with pytest.raises(tokenfeed.FormatError, match="vocab_size"):
+        tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16", vocab_size=-1)
+    assert (tmp_path / "dataset_metadata.json").read_bytes() == before
+    assert hidden(tmp_path) == []

@@ -371,14 +371,11 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
     end-of-text ids -, ``vocab_size``, ``special_tokens`` for turn-aware truncation) plus
     any ``extra`` JSON-serializable fields. The ``content_sha256`` checksums that
     ``DatasetWriter.finish()`` recorded in an existing file are kept (unless ``extra`` gives
-    them); the file is written to a temporary name and renamed. Returns the file's path."""
-    meta: Dict[str, Any] = {"format_version": 1, "token_dtype": token_dtype}
-    if mask_dtype is not None:
-        meta["mask_dtype"] = mask_dtype
-    for key, value in (("vocab_size", vocab_size), ("eot_token_id", eot_token_id),
-                       ("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if value is not None:
-            meta[key] = int(value)
+    them); the file is written to a temporary name and renamed. The library's one metadata
+    writer writes it and first reads it as the loader does: a field the loader would refuse
+    (a dtype or id of the wrong kind, ``special_tokens`` without system, user, assistant and
+    eot) raises FormatError or ConfigError and writes nothing. Returns the file's path."""
+    special: Optional[Dict[str, Any]] = None
     if special_tokens is not None:
         if isinstance(special_tokens, SpecialTokenIds):
             s = special_tokens
@@ -387,24 +384,14 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
                 special["tool"] = s.tool
         else:
             special = {k: int(v) for k, v in special_tokens.items()}
-        meta["special_tokens"] = special
-    os.makedirs(dataset_dir, exist_ok=True)
-    path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                previous = json.load(f)
-        except (OSError, ValueError, RecursionError):
-            previous = None
-        if isinstance(previous, dict) and isinstance(previous.get("content_sha256"), dict):
-            meta["content_sha256"] = previous["content_sha256"]
-    meta.update(extra)
-    tmp = os.path.join(os.fspath(dataset_dir), f".dataset_metadata.json.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+
+    def whole(value: Optional[int]) -> Optional[int]:
+        return None if value is None else int(value)
+
+    _core._write_dataset_metadata(os.fspath(dataset_dir), token_dtype, mask_dtype, whole(vocab_size),
+                                  whole(eot_token_id), whole(eos_token_id), whole(pad_token_id),
+                                  None if special is None else json.dumps(special), json.dumps(extra))
+    return os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
 
 
 def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.PathLike[str]"], *,  # noqa: A002
@@ -432,20 +419,15 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
 
 
 def special_token_ids_from_metadata(dataset_dir: Union[str, "os.PathLike[str]"]) -> SpecialTokenIds:
-    """The chat template's ids recorded in ``dataset_dir/dataset_metadata.json``."""
+    """The chat template's ids recorded in ``dataset_dir/dataset_metadata.json``, read as
+    the loader reads them."""
     path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except OSError as e:
-        raise IoError(f"cannot read '{path}': {e.strerror}") from e
-    except ValueError as e:
-        raise FormatError(f"'{path}' is not valid JSON: {e}") from e
-    s = meta.get("special_tokens")
-    if not isinstance(s, dict) or not all(k in s for k in ("system", "user", "assistant", "eot")):
+    if not os.path.isfile(path):
+        raise IoError(f"cannot read '{path}': no such file")
+    special = _core._special_tokens_from_metadata(os.fspath(dataset_dir))
+    if special is None:
         raise FormatError(f"'{path}' has no special_tokens with system, user, assistant and eot ids")
-    return SpecialTokenIds(system=s["system"], user=s["user"], assistant=s["assistant"], eot=s["eot"],
-                           tool=s.get("tool"))
+    return special
 
 
 def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], List[Any], List[bool]]:

@@ -1,17 +1,12 @@
 #include "dataset/content_checksum.hpp"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <system_error>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "dataset/dataset_metadata.hpp"
 #include "util/sha256.hpp"
-#include "io/regular_file.hpp"
-#include "tokenfeed/error.hpp"
-#include "util/bounded_json.hpp"
 
 namespace tokenfeed {
 
@@ -30,20 +25,7 @@ ShardChecksums checksum_shard(const fs::path& shard_dir) {
 void record_content_checksums(const fs::path& dataset_dir, const std::string& split,
                               const ContentChecksums& checksums) {
   using ordered_json = nlohmann::ordered_json;
-  const fs::path path = dataset_dir / "dataset_metadata.json";
-  ordered_json doc = ordered_json::object();
-  std::error_code ec;
-  if (fs::exists(path, ec)) {
-    const std::string text = read_regular_file(path, "dataset metadata");
-    try {
-      // Depth-checked first; then read keeping the field order.
-      (void)parse_bounded_json(text);
-      doc = ordered_json::parse(text);
-    } catch (const JsonParseError& e) {
-      throw Error(ErrorKind::format, path.string() + ": invalid JSON: " + e.what());
-    }
-    if (!doc.is_object()) throw Error(ErrorKind::format, path.string() + ": expected a JSON object at the top level");
-  }
+  ordered_json doc = read_dataset_metadata_document(dataset_dir);
   ordered_json& all = doc["content_sha256"];
   if (!all.is_object()) all = ordered_json::object();
   for (auto it = all.begin(); it != all.end();) {
@@ -55,21 +37,7 @@ void record_content_checksums(const fs::path& dataset_dir, const std::string& sp
     for (const auto& [file, hex] : files) entry[file] = hex;
     all[shard] = entry;
   }
-  const fs::path tmp = dataset_dir / (".dataset_metadata.json.tmp-" + std::to_string(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << doc.dump(2) << '\n';
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      throw Error(ErrorKind::io, "cannot write '" + tmp.string() + "'");
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(ErrorKind::io, "cannot replace '" + path.string() + "': " + ec.message());
-  }
+  write_metadata_document(dataset_dir, std::move(doc));
 }
 
 }  // namespace tokenfeed

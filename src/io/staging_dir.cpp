@@ -28,10 +28,12 @@ std::mutex g_staging_mutex;
 
 // What prepare writes at the top of a dataset directory: the splits, the EpisodeDatasetWriter's
 // staging directories for them while it writes (.train.tmp-PID-RANDOM, ...) and the two JSON
-// files. A staging directory holding anything else is not ours to remove.
+// files (the metadata's written to a temporary name first). A staging directory holding
+// anything else is not ours to remove.
 bool is_prepare_entry(const std::string& name) {
   return name == "train" || name == "val" || name.starts_with(".train.") || name.starts_with(".val.") ||
-         name == "dataset_metadata.json" || name == "tokenizer_state.json";
+         name == "dataset_metadata.json" || name.starts_with(".dataset_metadata.json.tmp-") ||
+         name == "tokenizer_state.json";
 }
 
 // What EpisodeDatasetWriter writes into a split's staging directory: shard_NNNNN.

@@ -6,7 +6,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "loader/audit_log.hpp"
 #include "pipeline/batch_pool.hpp"
@@ -20,7 +19,7 @@
 #include "sampling/mixture_schedule.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
-#include "loader/launcher_ranks.hpp"
+#include "loader/resolved_options.hpp"
 #include "loader/resume_state.hpp"
 #include "pipeline/split_pipeline.hpp"
 #include "dataset/token_stream.hpp"
@@ -33,8 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSplitNames[] = {"train", "val"};
-
 std::string hex64(std::uint64_t v) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
@@ -42,16 +39,6 @@ std::string hex64(std::uint64_t v) {
 }
 
 const char* bool_text(bool b) { return b ? "true" : "false"; }
-
-// Resolves dataset_mode for an absent key from what train/ holds.
-DatasetMode detect_mode(const fs::path& dataset_dir) {
-  const fs::path train = dataset_dir / "train";
-  if (EpisodeSplit::looks_like_episode_split(train)) return DatasetMode::sft_episode;
-  if (TokenStreamSplit::has_split(dataset_dir, "train")) return DatasetMode::token_stream;
-  throw Error(ErrorKind::io, "cannot detect dataset_mode in '" + dataset_dir.string() +
-                                 "': train/ is not an episode-indexed split (episodes.idx) and there is no "
-                                 "token stream (train.bin, or *.bin / *.npy files in train/)");
-}
 
 constexpr std::uint64_t kMaxNumpySeed = 0xffffffffULL;
 // No run reaches this many batches (2^53: 285 years at a million batches a second); a state
@@ -142,13 +129,15 @@ struct Loader::Impl {
     std::vector<std::optional<std::uint64_t>> source_announced;
   };
 
-  Config config;
-  DatasetMetadata metadata;
+  // The config settled against the dataset (resolve_options); config and metadata name
+  // its parts. What the opened splits settle (an inferred dtype, use_loss_mask=auto) is
+  // written back into it by open_splits.
+  ResolvedOptions settled;
+  Config& config = settled.config;
+  const DatasetMetadata& metadata = settled.metadata;
   std::map<std::string, Split, std::less<>> splits;
   std::string fingerprint;
   std::unique_ptr<AuditLog> audit;
-  std::string pad_source;   // where pad_token_id came from (SFT modes), for the open line
-  std::string rank_source;  // where rank and world_size came from (LauncherRanks::source)
   // What the order depends on, by name; the fingerprint hashes them and
   // the resume state carries them, so that a refusal can name the field that differs.
   std::map<std::string, std::string> order_fields;
@@ -169,11 +158,13 @@ struct Loader::Impl {
 
   explicit Impl(Config c);
   // The SFT modes read episode-indexed datasets.
-  bool episode_mode() const noexcept { return config.dataset_mode != DatasetMode::token_stream; }
-  bool packed_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_packed; }
+  bool episode_mode() const noexcept { return settled.episode_mode(); }
+  bool packed_mode() const noexcept { return settled.packed_mode(); }
   // What a sampled id is called in messages: an episode or a window.
   const char* unit() const noexcept { return episode_mode() ? "episodes" : "windows"; }
-  EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  // Opens every split the dataset has, then settles what only they tell: the token and
+  // mask dtypes when neither the config nor the metadata gave them, and use_loss_mask=auto.
+  void open_splits();
   // Settles use_loss_mask=auto from the splits' mask.bin files, and logs the choice.
   void resolve_use_loss_mask();
   void open_episode_split(const std::string& name, const fs::path& dir);
@@ -204,98 +195,27 @@ struct Loader::Impl {
     return split.source->batches_in_epoch(split.next_epoch);
   }
   std::string explain_mismatch(const ResumeState& state) const;
+  // What the order depends on (order_fields) and its hash (fingerprint).
+  void make_fingerprint();
+  // The audit log's dataset_load record, and the one info line at open.
+  void announce_open();
   void stop_pipelines();
 };
 
-Loader::Impl::Impl(Config c) : config(std::move(c)) {
-  validate_config(config);
-  const LauncherRanks ranks = resolve_ranks(config);
-  config.rank = ranks.rank;
-  config.world_size = ranks.world_size;
-  rank_source = ranks.source;
+Loader::Impl::Impl(Config c) : settled(resolve_options(std::move(c))) {
   if (mixture()) {
     open_mixture();
     return;
   }
-  std::error_code ec;
-  if (!fs::is_directory(config.dataset_dir, ec)) {
-    throw Error(ErrorKind::io, "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
-  }
-  metadata = read_dataset_metadata(config.dataset_dir);
+  open_splits();
+  make_fingerprint();
+  check_memory_bound();
+  announce_open();
+}
 
-  if (config.dataset_mode == DatasetMode::auto_detect) config.dataset_mode = detect_mode(config.dataset_dir);
-  if (!config.batch_sampling_mode) {
-    config.batch_sampling_mode = episode_mode() ? SamplingMode::epoch : SamplingMode::random;
-  }
-  if (packed_mode() && *config.batch_sampling_mode != SamplingMode::epoch) {
-    throw Error(ErrorKind::config, "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "
-                                   "batch_sampling_mode=epoch, not random");
-  }
-  // The dataset's own record of its dtypes comes first; a config that names another one is
-  // describing some other dataset, so the disagreement is an error rather than a silent
-  // reinterpretation of the bytes.
-  const auto metadata_file = (config.dataset_dir / "dataset_metadata.json").string();
-  if (config.token_dtype && metadata.token_dtype && *config.token_dtype != *metadata.token_dtype) {
-    throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) +
-                                       " but '" + metadata_file + "' says " + to_string(*metadata.token_dtype) +
-                                       "; remove the key or fix the metadata");
-  }
-  if (config.mask_dtype && metadata.mask_dtype && *config.mask_dtype != *metadata.mask_dtype) {
-    throw Error(ErrorKind::config, "config key 'mask_dtype' is " + std::string(to_string(*config.mask_dtype)) +
-                                       " but '" + metadata_file + "' says " + to_string(*metadata.mask_dtype) +
-                                       "; remove the key or fix the metadata");
-  }
-  if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;  // else the config's, else inferred per split
-  if (metadata.mask_dtype) config.mask_dtype = metadata.mask_dtype;
+void Loader::Impl::open_splits() {
   if (episode_mode()) {
-    // Precedence: the config, then the metadata's pad_token_id, then its end-of-text ids.
-    if (config.pad_token_id) {
-      pad_source = "config";
-    } else if (metadata.pad_token_id) {
-      config.pad_token_id = metadata.pad_token_id;
-      pad_source = "metadata pad_token_id";
-    } else if (metadata.eot_token_id) {
-      config.pad_token_id = metadata.eot_token_id;
-      pad_source = "metadata eot_token_id";
-    } else if (metadata.eos_token_id) {
-      config.pad_token_id = metadata.eos_token_id;
-      pad_source = "metadata eos_token_id";
-    } else {
-      throw Error(ErrorKind::config,
-                  "config key 'pad_token_id' is not set and '" +
-                      (config.dataset_dir / "dataset_metadata.json").string() +
-                      "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
-    }
-  }
-  if (config.document_aware) {
-    if (episode_mode()) {
-      throw Error(ErrorKind::config, std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
-                                         to_string(config.dataset_mode));
-    }
-    if (!config.eos_token_id) config.eos_token_id = metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
-    if (!config.eos_token_id) {
-      throw Error(ErrorKind::config,
-                  "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" +
-                      (config.dataset_dir / "dataset_metadata.json").string() + "'");
-    }
-  }
-  if (!episode_mode()) {
-    if (config.use_loss_mask.value_or(false)) {
-      log_line(LogLevel::warning,
-               "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
-               "batches have no mask");
-    }
-    config.use_loss_mask = false;
-  }
-  if (config.decode_threads == 0) {
-    // One hardware thread is the trainer's; TBB's workers get the rest.
-    config.decode_threads =
-        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
-  }
-
-  if (episode_mode()) {
-    const fs::path train_dir = config.dataset_dir / "train";
-    if (!fs::exists(train_dir, ec)) throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
+    std::error_code ec;
     for (const char* name : kSplitNames) {
       const fs::path dir = config.dataset_dir / name;
       if (fs::exists(dir, ec)) open_episode_split(name, dir);
@@ -316,7 +236,9 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     }
     if (!config.token_dtype) config.token_dtype = splits.at("train").stream->common_dtype();
   }
+}
 
+void Loader::Impl::make_fingerprint() {
   // The order depends on the global batch (batch_size x world_size), never on its split
   // across ranks: a state resumes at another world size with the same global batch.
   order_fields["dataset_mode"] = to_string(config.dataset_mode);
@@ -349,8 +271,9 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
     h.add(std::string_view(value));
   }
   fingerprint = hex64(h.digest());
-  check_memory_bound();
+}
 
+void Loader::Impl::announce_open() {
   audit = std::make_unique<AuditLog>(config.audit_log_dir, static_cast<long>(config.rank));
   AuditLog::Fields fields;
   for (auto& [key, value] : config_entries(config)) fields.emplace_back(std::move(key), std::move(value));
@@ -370,8 +293,8 @@ Loader::Impl::Impl(Config c) : config(std::move(c)) {
   }
   line += std::string(" mask=") + bool_text(config.use_loss_mask.value_or(false)) +
           " rank=" + std::to_string(config.rank) + " world_size=" + std::to_string(config.world_size) + " (" +
-          rank_source + ")";
-  if (episode_mode()) line += " pad_id=" + std::to_string(*config.pad_token_id) + " (" + pad_source + ")";
+          settled.rank_source + ")";
+  if (episode_mode()) line += " pad_id=" + std::to_string(*config.pad_token_id) + " (" + settled.pad_source + ")";
   line += " audit_log=" + (audit->enabled() ? audit->path().string() : std::string("off"));
   log_line(LogLevel::info, line);
 }
@@ -382,55 +305,14 @@ void Loader::Impl::resolve_use_loss_mask() {
     std::string& list = split.episodes->mask_files_present() ? with : without;
     list += (list.empty() ? "" : ", ") + name;
   }
-  if (!config.use_loss_mask) {  // auto
-    if (!with.empty() && !without.empty()) {
-      throw Error(ErrorKind::config, "use_loss_mask=auto: split " + with + " of '" + config.dataset_dir.string() +
-                                         "' has mask.bin but split " + without +
-                                         " has none; set use_loss_mask to true or false in the config");
-    }
-    config.use_loss_mask = !with.empty();
-    if (with.empty()) {
-      log_line(LogLevel::warning,
-               "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
-               "every position is trained on");
-    }
-    return;
-  }
-  if (*config.use_loss_mask && !without.empty()) {
-    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
-                                    without + "); returning x and y only");
-  }
-  if (!*config.use_loss_mask && !with.empty()) {
-    log_line(LogLevel::info,
-             "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
-             "although the dataset has mask.bin (split " +
-                 with + ")");
-  }
-}
-
-EpisodeSampler::Settings Loader::Impl::sampler_settings(const std::string& split) const {
-  EpisodeSampler::Settings settings;
-  settings.mode = *config.batch_sampling_mode;
-  settings.shuffle = config.shuffle_for(split);
-  settings.drop_last = config.drop_last_for(split);
-  settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
-  settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
-  settings.world_size = static_cast<std::uint64_t>(config.world_size);
-  settings.rank = static_cast<std::uint64_t>(config.rank);
-  settings.split = split;
-  return settings;
+  settle_use_loss_mask(config, with, without);
 }
 
 void Loader::Impl::open_episode_split(const std::string& name, const fs::path& dir) {
-  EpisodeSplitOptions options;
-  options.token_dtype = config.token_dtype;
-  options.mask_dtype = config.mask_dtype;
-  options.want_mask = config.use_loss_mask.value_or(true);  // auto maps the masks that exist
-
   auto [it, inserted] = splits.emplace(name, Split{});
   Split& split = it->second;  // the map node keeps its address: the source may refer to it
   split.name = name;
-  split.episodes.emplace(EpisodeSplit::open(dir, options));
+  split.episodes.emplace(EpisodeSplit::open(dir, settled.episode_split_options()));
   const EpisodeSplit& data = *split.episodes;
   std::vector<std::uint64_t> kept = kept_episodes(data, static_cast<std::uint64_t>(config.episode_min_tokens));
   if (kept.empty()) {
@@ -441,35 +323,17 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   }
   split.mask = data.has_mask();
   split.fingerprint = data.fingerprint();
-  const auto block = static_cast<std::size_t>(config.block_size);
-  split.windows = std::make_unique<EpisodeWindows>(data, block + 1, config.truncation, metadata.special_tokens);
+  split.windows = settled.episode_windows(data);
   if (packed_mode()) {
-    // The sampler only orders the episodes; rows, not episodes, make up a batch.
-    EpisodeSampler::Settings order = sampler_settings(name);
-    order.batch_size = 1;
-    order.world_size = 1;
-    order.rank = 0;
-    order.drop_last = false;
-    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), order);
+    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), settled.packed_order_settings(name));
     split.orders = std::make_unique<EpochOrders>(*split.sampler);
-    PackedBatchSource::Options packing;
-    packing.block_size = block;
-    packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
-    packing.world_size = static_cast<std::uint64_t>(config.world_size);
-    packing.rank = static_cast<std::uint64_t>(config.rank);
-    packing.drop_last = config.drop_last_for(name);
-    packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
-    packing.pad_token_id = *config.pad_token_id;
-    packing.ignore_index = config.ignore_index;
-    packing.with_mask = split.mask;
-    split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.orders, packing);
+    split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.orders,
+                                                       settled.packing_options(name, split.mask));
   } else {
-    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), sampler_settings(name));
+    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), settled.sampler_settings(name));
     split.orders = std::make_unique<EpochOrders>(*split.sampler);
-    split.source = std::make_unique<EpisodeBatchSource>(
-        data, *split.orders, *split.windows,
-        EpisodeBatchSource::Options{*config.pad_token_id, block, split.mask, config.ignore_index,
-                                    config.contract_fields});
+    split.source =
+        std::make_unique<EpisodeBatchSource>(data, *split.orders, *split.windows, settled.episode_options(split.mask));
   }
   check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
@@ -500,15 +364,9 @@ void Loader::Impl::open_stream_split(const std::string& name) {
     log_line(LogLevel::warning, "[tokenfeed] warning: " + split.unusable + "; get_batch(\"" + name + "\") will fail");
   }
   split.fingerprint = data.fingerprint();
-  split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(name));
+  split.sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, settled.sampler_settings(name));
   split.orders = std::make_unique<EpochOrders>(*split.sampler);
-  TokenStreamBatchSource::Options options;
-  options.block_size = block;
-  options.mode = *config.batch_sampling_mode;
-  if (config.document_aware) options.eos_token_id = config.eos_token_id;
-  options.ignore_index = config.ignore_index;
-  options.contract_fields = config.contract_fields;
-  split.source = std::make_unique<TokenStreamBatchSource>(data, *split.orders, options);
+  split.source = std::make_unique<TokenStreamBatchSource>(data, *split.orders, settled.stream_options());
   if (split.unusable.empty()) check_forms_a_batch(split);
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
@@ -873,9 +731,18 @@ SplitInfo Loader::split_info(std::string_view name) const {
   return info;
 }
 
-DatasetVocabulary Loader::vocabulary() const {
-  const DatasetMetadata& m = impl_->metadata;
+namespace {
+
+DatasetVocabulary vocabulary_of(const DatasetMetadata& m) {
   return DatasetVocabulary{m.vocab_size, m.eot_token_id, m.eos_token_id, m.special_tokens};
+}
+
+}  // namespace
+
+DatasetVocabulary Loader::vocabulary() const { return vocabulary_of(impl_->metadata); }
+
+DatasetVocabulary read_dataset_vocabulary(const std::filesystem::path& dataset_dir) {
+  return vocabulary_of(read_dataset_metadata(dataset_dir));
 }
 
 SplitStats Loader::split_stats(std::string_view name) const { return impl_->find(name).stats; }
@@ -909,10 +776,6 @@ Config Loader::Impl::member_config(const MixtureSource& source) const {
 }
 
 void Loader::Impl::open_mixture() {
-  if (config.decode_threads == 0) {
-    config.decode_threads =
-        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
-  }
   const bool packed = config.dataset_mode == DatasetMode::sft_packed;
   std::vector<std::string> names;
   for (const MixtureSource& source : config.mixture) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dataset/content_checksum.hpp"
+#include "dataset/dataset_metadata.hpp"
 #include "io/line_reader.hpp"
 #include "util/sha256.hpp"
 #include "io/staging_dir.hpp"
@@ -30,7 +31,7 @@ using ordered_json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kReasonTokenizerError = "tokenizer_error";  // the tokenizer rejected the text
-constexpr std::size_t kMaxLinesPerBatch = 4096;
+constexpr std::size_t kMaxLinesPerChunk = 4096;
 
 // Every reason a line can be skipped for, in the order they are reported.
 std::vector<std::string> all_reasons() {
@@ -53,7 +54,9 @@ struct LineOutcome {
   bool val = false;
 };
 
-struct Batch {
+// A chunk of consecutive input lines: the pipeline's unit of work, read together, formatted
+// by one worker and written in input order.
+struct LineChunk {
   std::uint64_t first_line = 0;  // 1-based number of lines[0]
   std::vector<std::string> lines;
   std::vector<std::uint8_t> too_long;
@@ -61,34 +64,34 @@ struct Batch {
   std::uint64_t raw_bytes_after = 0;
 };
 
-// The batches in flight. Stages pass plain pointers (TBB keeps them in its own buffers); the
-// pool owns every batch, so a cancelled pipeline leaks nothing, and reuses them, so memory
-// stays at the number of batches in flight. Thread-safety: acquire/release may be called
-// from any thread.
-class BatchPool {
+// The line chunks in flight. Stages pass plain pointers (TBB keeps them in its own buffers);
+// the pool owns every chunk, so a cancelled pipeline leaks nothing, and reuses them, so
+// memory stays at the number of chunks in flight. Thread-safety: acquire/release may be
+// called from any thread.
+class LineChunkPool {
  public:
-  Batch* acquire() {
+  LineChunk* acquire() {
     const std::lock_guard lock(mutex_);
     if (free_.empty()) {
-      all_.push_back(std::make_unique<Batch>());
+      all_.push_back(std::make_unique<LineChunk>());
       return all_.back().get();
     }
-    Batch* batch = free_.back();
+    LineChunk* chunk = free_.back();
     free_.pop_back();
-    return batch;
+    return chunk;
   }
-  void release(Batch* batch) {
-    batch->lines.clear();
-    batch->too_long.clear();
-    batch->outcomes.clear();
+  void release(LineChunk* chunk) {
+    chunk->lines.clear();
+    chunk->too_long.clear();
+    chunk->outcomes.clear();
     const std::lock_guard lock(mutex_);
-    free_.push_back(batch);
+    free_.push_back(chunk);
   }
 
  private:
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Batch>> all_;
-  std::vector<Batch*> free_;
+  std::vector<std::unique_ptr<LineChunk>> all_;
+  std::vector<LineChunk*> free_;
 };
 
 // How lines become ids: a tokenizer for text input, or the special-token file for ids input.
@@ -154,7 +157,7 @@ struct Formatter {
 // the invocations of a serial stage one after another, every stage before parallel_pipeline
 // returns). Each stage body holds a StageFence: an acquire-release RMW on one shared atomic
 // at entry and at exit (also when it throws), which orders every body after the ones that
-// finished before it started. The cost is two RMWs per batch of lines. The atomic is a
+// finished before it started. The cost is two RMWs per chunk of lines. The atomic is a
 // constant-initialized global, not a local: TSan would see a local's initialization as a plain
 // write that the workers' first RMW races with. Concurrent runs sharing it only order more.
 constinit std::atomic<std::uint64_t> g_stage_sync{0};
@@ -179,20 +182,6 @@ void write_json_file(const fs::path& path, const ordered_json& doc) {
   out << doc.dump(2) << '\n';
   out.close();
   if (!out) throw Error(ErrorKind::io, "error while writing '" + path.string() + "'");
-}
-
-ordered_json special_ids_json(const SpecialTokenIds& s) {
-  ordered_json j;
-  j["system"] = s.system;
-  j["user"] = s.user;
-  j["assistant"] = s.assistant;
-  if (s.tool) {
-    j["tool"] = *s.tool;
-  } else {
-    j["tool"] = nullptr;
-  }
-  j["eot"] = s.eot;
-  return j;
 }
 
 ordered_json split_json(const EpisodeDatasetWriterSummary& s) {
@@ -239,6 +228,318 @@ void check_output_dir(const fs::path& out) {
   }
 }
 
+// Options that make no sense whatever the input: refused before anything is read or created.
+void check_options(const PrepareOptions& options) {
+  if (!(options.val_split >= 0.0 && options.val_split < 1.0)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", options.val_split);
+    throw Error(ErrorKind::config,
+                std::string("val split must be in [0, 1) (train needs conversations), got ") + value);
+  }
+  if (options.special_tokens_file && options.system_text) {
+    throw Error(ErrorKind::config,
+                "a system text applies to text input only; pre-tokenized input (a special-tokens file) takes "
+                "\"default_system_ids\" from that file");
+  }
+  if (options.max_line_bytes == 0 || options.batch_bytes == 0) {
+    throw Error(ErrorKind::config, "max line bytes and batch bytes must be positive");
+  }
+}
+
+// How lines become ids (a tokenizer for text input, or the special-token file for ids
+// input), and what tokenizer_state.json records of it.
+struct TokenizerSetup {
+  Formatter formatter;
+  std::unique_ptr<Tokenizer> tokenizer;  // text input; formatter.tokenizer points to it
+  std::uint32_t vocab_size = 0;
+  ordered_json state;
+};
+
+TokenizerSetup set_up_tokenizer(const PrepareOptions& options) {
+  TokenizerSetup setup;
+  Formatter& formatter = setup.formatter;
+  ordered_json& tokenizer_state = setup.state;
+  if (options.special_tokens_file) {
+    formatter.input = ConversationInput::token_ids;
+    formatter.pretokenized = read_pretokenized_specials(*options.special_tokens_file);
+    formatter.special = formatter.pretokenized.ids;
+    setup.vocab_size = formatter.pretokenized.vocab_size;
+    tokenizer_state["kind"] = "pretokenized";
+    tokenizer_state["special_tokens_file"] = {{"path", recorded_path(*options.special_tokens_file)},
+                                              {"sha256", sha256_file_hex(*options.special_tokens_file)}};
+    tokenizer_state["vocab_size"] = setup.vocab_size;
+    ordered_json specials = special_tokens_json(formatter.special);
+    tokenizer_state["special_tokens"] = specials;
+    tokenizer_state["default_system_ids"] = formatter.pretokenized.default_system_ids;
+  } else {
+    setup.tokenizer = make_tokenizer(options.tokenizer, options.special_strings);
+    formatter.input = ConversationInput::text;
+    formatter.tokenizer = setup.tokenizer.get();
+    formatter.special = setup.tokenizer->special_ids();
+    check_special_token_ids(formatter.special, "tokenizer '" + options.tokenizer + "'");
+    setup.vocab_size = setup.tokenizer->vocab_size();
+    const TokenizerDescription d = setup.tokenizer->describe();
+    tokenizer_state["kind"] = d.kind;
+    if (d.model_path.empty()) {
+      tokenizer_state["model"] = nullptr;
+    } else {
+      tokenizer_state["model"] = {{"path", recorded_path(d.model_path)}, {"sha256", d.model_sha256}};
+    }
+    tokenizer_state["spec"] = options.tokenizer;
+    tokenizer_state["base_vocab_size"] = d.base_vocab_size;
+    tokenizer_state["vocab_size"] = d.vocab_size;
+    ordered_json specials = ordered_json::object();
+    for (const SpecialTokenInfo& s : d.special_tokens) {
+      specials[s.role] = {{"id", s.id}, {"text", s.text}, {"source", to_string(s.source)}};
+    }
+    tokenizer_state["special_tokens"] = specials;
+    tokenizer_state["default_system_text"] = options.system_text.value_or(std::string(kDefaultSystemText));
+  }
+  formatter.system_text = options.system_text.value_or(std::string(kDefaultSystemText));
+  formatter.seed = options.seed;
+  formatter.val_split = options.val_split;
+  formatter.max_line_bytes = options.max_line_bytes;
+  return setup;
+}
+
+// The token file dtype: the one asked for, else uint16 when the vocabulary fits.
+TokenDtype choose_token_dtype(const PrepareOptions& options, std::uint32_t vocab_size) {
+  TokenDtype dtype = vocab_size <= 65536 ? TokenDtype::uint16 : TokenDtype::uint32;
+  if (options.token_dtype) {
+    if (*options.token_dtype == TokenDtype::uint16 && vocab_size > 65536) {
+      throw Error(ErrorKind::config, "token dtype uint16 cannot hold a vocabulary of " + std::to_string(vocab_size) +
+                                         " ids; use uint32 or auto");
+    }
+    dtype = *options.token_dtype;
+  }
+  return dtype;
+}
+
+// Progress reports to options.on_progress: at most every progress_interval_seconds while
+// the lines are written, and once at the end. Called from one thread at a time.
+class ProgressReport {
+ public:
+  ProgressReport(const PrepareOptions& options, const LineReader& reader, Clock::time_point started)
+      : options_(options), reader_(reader), started_(started), last_(started) {}
+
+  void report(std::uint64_t raw_bytes, std::uint64_t lines, bool done) const {
+    if (!options_.on_progress) return;
+    PrepareProgress p;
+    p.done = done;
+    p.input_bytes_read = raw_bytes;
+    p.input_bytes_total = reader_.file_size();
+    p.lines = lines;
+    p.tokens = tokens_written;
+    p.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    options_.on_progress(p);
+  }
+  // A report when the interval has passed since the last one.
+  void tick(std::uint64_t raw_bytes, std::uint64_t lines) {
+    const Clock::time_point now = Clock::now();
+    if (std::chrono::duration<double>(now - last_).count() >= options_.progress_interval_seconds) {
+      last_ = now;
+      report(raw_bytes, lines, false);
+    }
+  }
+
+  std::uint64_t tokens_written = 0;
+
+ private:
+  const PrepareOptions& options_;
+  const LineReader& reader_;
+  Clock::time_point started_, last_;
+};
+
+// Where the formatted lines go: the two split writers and the summary's counts.
+struct EpisodeSink {
+  EpisodeDatasetWriter& train;
+  EpisodeDatasetWriter& val;
+  PrepareSummary& summary;
+  ProgressReport& progress;
+};
+
+// Reads every line of `reader`, formats the lines in parallel and writes the episodes in
+// input order into `sink` (a three-stage TBB pipeline over chunks of lines, at most a few
+// chunks per worker in flight). Throws Error(format) for the first bad line under
+// OnBadLine::fail, PrepareInterrupted when stopped.
+void write_episodes(const PrepareOptions& options, const Formatter& formatter, LineReader& reader,
+                    const EpisodeSink& sink) {
+  PrepareSummary& summary = sink.summary;
+  const std::string input_name = options.input.string();
+
+  // Stage 1 (serial, in order): read up to batch_bytes of lines.
+  bool input_done = false;
+  LineChunkPool pool;
+  const auto read_chunk = [&](tbb::flow_control& fc) -> LineChunk* {
+    const StageFence fence;
+    check_stop(options);  // thrown from a stage, it cancels the pipeline
+    LineChunk* chunk = pool.acquire();
+    chunk->first_line = reader.line_number() + 1;
+    std::size_t bytes = 0;
+    std::string line;
+    bool too_long = false;
+    while (chunk->lines.size() < kMaxLinesPerChunk && bytes < options.batch_bytes) {
+      check_stop(options);  // a slow input (a pipe) may take long to fill a chunk
+      if (!reader.next(line, too_long)) {
+        input_done = true;
+        break;
+      }
+      bytes += line.size() + 1;
+      chunk->lines.push_back(std::move(line));
+      chunk->too_long.push_back(too_long ? 1 : 0);
+      line = std::string();
+    }
+    chunk->raw_bytes_after = reader.raw_bytes_read();
+    if (chunk->lines.empty()) {
+      pool.release(chunk);
+      fc.stop();
+      return nullptr;
+    }
+    return chunk;
+  };
+  // Stage 2 (parallel): parse, check, tokenize, mask, assign the split.
+  const auto format_chunk = [&](LineChunk* chunk) {
+    const StageFence fence;
+    chunk->outcomes.resize(chunk->lines.size());
+    for (std::size_t i = 0; i < chunk->lines.size(); ++i) {
+      formatter.process(chunk->lines[i], chunk->too_long[i] != 0, chunk->outcomes[i]);
+      chunk->lines[i] = std::string();
+    }
+    return chunk;
+  };
+  // Stage 3 (serial, in input order): write episodes, count or fail on bad lines.
+  const auto write_chunk = [&](LineChunk* chunk) {
+    const StageFence fence;
+    check_stop(options);
+    for (std::size_t i = 0; i < chunk->outcomes.size(); ++i) {
+      LineOutcome& o = chunk->outcomes[i];
+      const std::uint64_t line_no = chunk->first_line + i;
+      ++summary.lines;
+      switch (o.kind) {
+        case LineOutcome::Kind::blank:
+          ++summary.blank_lines;
+          break;
+        case LineOutcome::Kind::bad: {
+          if (options.on_error == OnBadLine::fail) {
+            throw Error(ErrorKind::format,
+                        input_name + ":" + std::to_string(line_no) + ": " + o.reason + ": " + o.detail);
+          }
+          SkippedLines& skipped = summary.skipped[o.reason];
+          if (skipped.count++ == 0) {
+            skipped.first_line = line_no;
+            skipped.first_detail = o.detail;
+          }
+          ++summary.skipped_total;
+          break;
+        }
+        case LineOutcome::Kind::episode:
+          (o.val ? sink.val : sink.train).add(o.ids, o.mask);
+          sink.progress.tokens_written += o.ids.size();
+          ++summary.conversations;
+          break;
+      }
+      o = LineOutcome();
+    }
+    sink.progress.tick(chunk->raw_bytes_after, summary.lines);
+    pool.release(chunk);
+  };
+
+  // Chunks in flight bound the memory: a few per worker thread, whatever the input size.
+  tbb::task_arena arena(options.threads > 0 ? options.threads : tbb::task_arena::automatic);
+  const auto live_chunks = static_cast<std::size_t>(std::clamp(2 * arena.max_concurrency() + 2, 4, 64));
+  g_stage_sync.fetch_add(1, std::memory_order_release);  // the setup above, for the stages
+  try {
+    arena.execute([&] {
+      tbb::parallel_pipeline(live_chunks,
+                             tbb::make_filter<void, LineChunk*>(tbb::filter_mode::serial_in_order, read_chunk) &
+                                 tbb::make_filter<LineChunk*, LineChunk*>(tbb::filter_mode::parallel, format_chunk) &
+                                 tbb::make_filter<LineChunk*, void>(tbb::filter_mode::serial_in_order, write_chunk));
+    });
+  } catch (...) {
+    g_stage_sync.load(std::memory_order_acquire);  // the stages' work, before unwinding destroys it
+    throw;
+  }
+  g_stage_sync.load(std::memory_order_acquire);
+  if (!input_done) throw Error(ErrorKind::pipeline, "prepare: the input was not read to its end");
+}
+
+// The loader refuses a dataset without train episodes: fail instead of writing one.
+void check_train_has_episodes(const PrepareOptions& options, const PrepareSummary& summary) {
+  if (summary.train.episodes != 0) return;
+  const std::string input_name = options.input.string();
+  const std::string lines = std::to_string(summary.lines) + " line" + (summary.lines == 1 ? "" : "s");
+  if (summary.conversations == 0) {
+    throw Error(ErrorKind::format,
+                input_name + ": no conversation to write (" + lines + ": " + std::to_string(summary.skipped_total) +
+                    " skipped, " + std::to_string(summary.blank_lines) + " blank); the train split needs at least one");
+  }
+  char fraction[32];
+  std::snprintf(fraction, sizeof fraction, "%g", options.val_split);
+  const std::string which = summary.conversations == 1
+                                ? std::string("the only conversation")
+                                : "all " + std::to_string(summary.conversations) + " conversations";
+  throw Error(ErrorKind::format, input_name + ": " + which + " landed in val (val split " + fraction +
+                                     "); the train split needs at least one: lower the val split or add "
+                                     "conversations");
+}
+
+// The SHA-256 of every shard's files under `root` (train/..., val/...), by shard in order.
+ordered_json content_checksums(const fs::path& root) {
+  std::error_code ec;
+  ordered_json checksums = ordered_json::object();
+  for (const char* split : {"train", "val"}) {
+    const fs::path split_dir = root / split;
+    if (!fs::is_directory(split_dir, ec)) continue;
+    std::vector<fs::path> shards;
+    for (const auto& entry : fs::directory_iterator(split_dir)) shards.push_back(entry.path());
+    std::sort(shards.begin(), shards.end());
+    for (const fs::path& shard : shards) {
+      ordered_json files = ordered_json::object();
+      for (const auto& [file, hex] : checksum_shard(shard)) files[file] = hex;
+      checksums[std::string(split) + "/" + shard.filename().string()] = files;
+    }
+  }
+  return checksums;
+}
+
+// dataset_metadata.json of the prepared dataset under `root`: the loader's fields, then the
+// record of how it was made.
+ordered_json metadata_document(const PrepareOptions& options, const PrepareSummary& summary, ConversationInput input,
+                               bool gzip, const fs::path& root) {
+  DatasetMetadata fields;
+  fields.token_dtype = summary.token_dtype;
+  fields.mask_dtype = MaskDtype::uint8;
+  fields.vocab_size = summary.vocab_size;
+  fields.eot_token_id = summary.special.eot;
+  fields.pad_token_id = summary.special.eot;
+  ordered_json meta = dataset_metadata_fields(fields, special_tokens_json(summary.special));
+  meta["splits"] = {{"train", split_json(summary.train)}, {"val", split_json(summary.val)}};
+  meta["source"] = {{"file", options.input.filename().string()},
+                    {"sha256", summary.input_sha256},
+                    {"bytes", summary.input_bytes},
+                    {"gzip", gzip},
+                    {"lines", summary.lines},
+                    {"blank_lines", summary.blank_lines}};
+  meta["chat_template"] = {{"turn", "ROLE_TOKEN content EOT"},
+                           {"system_turn", "always first; injected when absent"},
+                           {"loss_mask", "assistant content and assistant EOT"}};
+  meta["split"] = {{"rule", "tokenfeed-split-v1 (sha256 of seed and messages)"},
+                   {"seed", options.seed},
+                   {"val_split", options.val_split}};
+  meta["tokenizer"] = input == ConversationInput::text ? options.tokenizer : std::string("pretokenized");
+  meta["on_error"] = options.on_error == OnBadLine::fail ? "fail" : "skip";
+  ordered_json skipped = ordered_json::object();
+  for (const std::string& reason : all_reasons()) {
+    const auto it = summary.skipped.find(reason);
+    skipped[reason] = it == summary.skipped.end() ? 0 : it->second.count;
+  }
+  meta["skipped"] = skipped;
+  meta["content_sha256"] = content_checksums(root);
+  meta["created_by"] = "tokenfeed prepare";
+  meta["tokenfeed_version"] = version();
+  return meta;
+}
+
 }  // namespace
 
 double split_point(const ParsedConversation& conversation, std::uint64_t seed) {
@@ -271,75 +572,9 @@ double split_point(const ParsedConversation& conversation, std::uint64_t seed) {
 
 PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   const Clock::time_point started = Clock::now();
-  if (!(options.val_split >= 0.0 && options.val_split < 1.0)) {
-    char value[32];
-    std::snprintf(value, sizeof value, "%g", options.val_split);
-    throw Error(ErrorKind::config,
-                std::string("val split must be in [0, 1) (train needs conversations), got ") + value);
-  }
-  if (options.special_tokens_file && options.system_text) {
-    throw Error(ErrorKind::config,
-                "a system text applies to text input only; pre-tokenized input (a special-tokens file) takes "
-                "\"default_system_ids\" from that file");
-  }
-  if (options.max_line_bytes == 0 || options.batch_bytes == 0) {
-    throw Error(ErrorKind::config, "max line bytes and batch bytes must be positive");
-  }
-
-  // The formatter: tokenizer or pre-tokenized specials.
-  Formatter formatter;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::uint32_t vocab_size = 0;
-  ordered_json tokenizer_state;
-  if (options.special_tokens_file) {
-    formatter.input = ConversationInput::token_ids;
-    formatter.pretokenized = read_pretokenized_specials(*options.special_tokens_file);
-    formatter.special = formatter.pretokenized.ids;
-    vocab_size = formatter.pretokenized.vocab_size;
-    tokenizer_state["kind"] = "pretokenized";
-    tokenizer_state["special_tokens_file"] = {{"path", recorded_path(*options.special_tokens_file)},
-                                              {"sha256", sha256_file_hex(*options.special_tokens_file)}};
-    tokenizer_state["vocab_size"] = vocab_size;
-    ordered_json specials = special_ids_json(formatter.special);
-    tokenizer_state["special_tokens"] = specials;
-    tokenizer_state["default_system_ids"] = formatter.pretokenized.default_system_ids;
-  } else {
-    tokenizer = make_tokenizer(options.tokenizer, options.special_strings);
-    formatter.input = ConversationInput::text;
-    formatter.tokenizer = tokenizer.get();
-    formatter.special = tokenizer->special_ids();
-    check_special_token_ids(formatter.special, "tokenizer '" + options.tokenizer + "'");
-    vocab_size = tokenizer->vocab_size();
-    const TokenizerDescription d = tokenizer->describe();
-    tokenizer_state["kind"] = d.kind;
-    if (d.model_path.empty()) {
-      tokenizer_state["model"] = nullptr;
-    } else {
-      tokenizer_state["model"] = {{"path", recorded_path(d.model_path)}, {"sha256", d.model_sha256}};
-    }
-    tokenizer_state["spec"] = options.tokenizer;
-    tokenizer_state["base_vocab_size"] = d.base_vocab_size;
-    tokenizer_state["vocab_size"] = d.vocab_size;
-    ordered_json specials = ordered_json::object();
-    for (const SpecialTokenInfo& s : d.special_tokens) {
-      specials[s.role] = {{"id", s.id}, {"text", s.text}, {"source", to_string(s.source)}};
-    }
-    tokenizer_state["special_tokens"] = specials;
-    tokenizer_state["default_system_text"] = options.system_text.value_or(std::string(kDefaultSystemText));
-  }
-  formatter.system_text = options.system_text.value_or(std::string(kDefaultSystemText));
-  formatter.seed = options.seed;
-  formatter.val_split = options.val_split;
-  formatter.max_line_bytes = options.max_line_bytes;
-
-  TokenDtype dtype = vocab_size <= 65536 ? TokenDtype::uint16 : TokenDtype::uint32;
-  if (options.token_dtype) {
-    if (*options.token_dtype == TokenDtype::uint16 && vocab_size > 65536) {
-      throw Error(ErrorKind::config, "token dtype uint16 cannot hold a vocabulary of " + std::to_string(vocab_size) +
-                                         " ids; use uint32 or auto");
-    }
-    dtype = *options.token_dtype;
-  }
+  check_options(options);
+  const TokenizerSetup tokenizer = set_up_tokenizer(options);
+  const TokenDtype dtype = choose_token_dtype(options, tokenizer.vocab_size);
 
   // Output goes to a temporary sibling directory, renamed at the end; the ones earlier runs
   // left behind when they were killed go first.
@@ -358,144 +593,15 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   const EpisodeDatasetWriterOptions writer_options{dtype, true, options.shard_tokens, false, false};
   EpisodeDatasetWriter train(staging.path() / "train", writer_options);
   EpisodeDatasetWriter val(staging.path() / "val", writer_options);
-
   summary.token_dtype = dtype;
-  summary.vocab_size = vocab_size;
-  summary.special = formatter.special;
-  const std::string input_name = options.input.string();
-  Clock::time_point last_progress = started;
-  std::uint64_t tokens_written = 0;
-  const auto report = [&](std::uint64_t raw_bytes, bool done) {
-    if (!options.on_progress) return;
-    PrepareProgress p;
-    p.done = done;
-    p.input_bytes_read = raw_bytes;
-    p.input_bytes_total = reader.file_size();
-    p.lines = summary.lines;
-    p.tokens = tokens_written;
-    p.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    options.on_progress(p);
-  };
+  summary.vocab_size = tokenizer.vocab_size;
+  summary.special = tokenizer.formatter.special;
 
-  // Stage 1 (serial, in order): read up to batch_bytes of lines.
-  bool input_done = false;
-  BatchPool pool;
-  const auto read_batch = [&](tbb::flow_control& fc) -> Batch* {
-    const StageFence fence;
-    check_stop(options);  // thrown from a stage, it cancels the pipeline
-    Batch* batch = pool.acquire();
-    batch->first_line = reader.line_number() + 1;
-    std::size_t bytes = 0;
-    std::string line;
-    bool too_long = false;
-    while (batch->lines.size() < kMaxLinesPerBatch && bytes < options.batch_bytes) {
-      check_stop(options);  // a slow input (a pipe) may take long to fill a batch
-      if (!reader.next(line, too_long)) {
-        input_done = true;
-        break;
-      }
-      bytes += line.size() + 1;
-      batch->lines.push_back(std::move(line));
-      batch->too_long.push_back(too_long ? 1 : 0);
-      line = std::string();
-    }
-    batch->raw_bytes_after = reader.raw_bytes_read();
-    if (batch->lines.empty()) {
-      pool.release(batch);
-      fc.stop();
-      return nullptr;
-    }
-    return batch;
-  };
-  // Stage 2 (parallel): parse, check, tokenize, mask, assign the split.
-  const auto format_batch = [&](Batch* batch) {
-    const StageFence fence;
-    batch->outcomes.resize(batch->lines.size());
-    for (std::size_t i = 0; i < batch->lines.size(); ++i) {
-      formatter.process(batch->lines[i], batch->too_long[i] != 0, batch->outcomes[i]);
-      batch->lines[i] = std::string();
-    }
-    return batch;
-  };
-  // Stage 3 (serial, in input order): write episodes, count or fail on bad lines.
-  const auto write_batch = [&](Batch* batch) {
-    const StageFence fence;
-    check_stop(options);
-    for (std::size_t i = 0; i < batch->outcomes.size(); ++i) {
-      LineOutcome& o = batch->outcomes[i];
-      const std::uint64_t line_no = batch->first_line + i;
-      ++summary.lines;
-      switch (o.kind) {
-        case LineOutcome::Kind::blank:
-          ++summary.blank_lines;
-          break;
-        case LineOutcome::Kind::bad: {
-          if (options.on_error == OnBadLine::fail) {
-            throw Error(ErrorKind::format,
-                        input_name + ":" + std::to_string(line_no) + ": " + o.reason + ": " + o.detail);
-          }
-          SkippedLines& s = summary.skipped[o.reason];
-          if (s.count++ == 0) {
-            s.first_line = line_no;
-            s.first_detail = o.detail;
-          }
-          ++summary.skipped_total;
-          break;
-        }
-        case LineOutcome::Kind::episode:
-          (o.val ? val : train).add(o.ids, o.mask);
-          tokens_written += o.ids.size();
-          ++summary.conversations;
-          break;
-      }
-      o = LineOutcome();
-    }
-    const Clock::time_point now = Clock::now();
-    if (std::chrono::duration<double>(now - last_progress).count() >= options.progress_interval_seconds) {
-      last_progress = now;
-      report(batch->raw_bytes_after, false);
-    }
-    pool.release(batch);
-  };
-
-  // Batches in flight bound the memory: a few per worker thread, whatever the input size.
-  tbb::task_arena arena(options.threads > 0 ? options.threads : tbb::task_arena::automatic);
-  const auto live_batches = static_cast<std::size_t>(std::clamp(2 * arena.max_concurrency() + 2, 4, 64));
-  g_stage_sync.fetch_add(1, std::memory_order_release);  // the setup above, for the stages
-  try {
-    arena.execute([&] {
-      tbb::parallel_pipeline(live_batches,
-                             tbb::make_filter<void, Batch*>(tbb::filter_mode::serial_in_order, read_batch) &
-                                 tbb::make_filter<Batch*, Batch*>(tbb::filter_mode::parallel, format_batch) &
-                                 tbb::make_filter<Batch*, void>(tbb::filter_mode::serial_in_order, write_batch));
-    });
-  } catch (...) {
-    g_stage_sync.load(std::memory_order_acquire);  // the stages' work, before unwinding destroys it
-    throw;
-  }
-  g_stage_sync.load(std::memory_order_acquire);
-  if (!input_done) throw Error(ErrorKind::pipeline, "prepare: the input was not read to its end");
-
+  ProgressReport progress(options, reader, started);
+  write_episodes(options, tokenizer.formatter, reader, EpisodeSink{train, val, summary, progress});
   summary.train = train.finish();
   summary.val = val.finish();
-  // The loader refuses a dataset without train episodes: fail instead of writing one.
-  if (summary.train.episodes == 0) {
-    const std::string lines = std::to_string(summary.lines) + " line" + (summary.lines == 1 ? "" : "s");
-    if (summary.conversations == 0) {
-      throw Error(ErrorKind::format, input_name + ": no conversation to write (" + lines + ": " +
-                                         std::to_string(summary.skipped_total) + " skipped, " +
-                                         std::to_string(summary.blank_lines) +
-                                         " blank); the train split needs at least one");
-    }
-    char fraction[32];
-    std::snprintf(fraction, sizeof fraction, "%g", options.val_split);
-    const std::string which = summary.conversations == 1
-                                  ? std::string("the only conversation")
-                                  : "all " + std::to_string(summary.conversations) + " conversations";
-    throw Error(ErrorKind::format, input_name + ": " + which + " landed in val (val split " + fraction +
-                                       "); the train split needs at least one: lower the val split or add "
-                                       "conversations");
-  }
+  check_train_has_episodes(options, summary);
   // An empty val split is left out (the loader treats val/ as optional and refuses an empty
   // split); the metadata records it with zero episodes.
   if (summary.val.episodes == 0) {
@@ -508,55 +614,11 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   }
   summary.input_bytes = reader.raw_bytes_read();
   summary.input_sha256 = reader.sha256_hex();
-  report(summary.input_bytes, true);
+  progress.report(summary.input_bytes, summary.lines, true);
 
-  ordered_json meta;
-  meta["format_version"] = 1;
-  meta["token_dtype"] = to_string(dtype);
-  meta["mask_dtype"] = to_string(MaskDtype::uint8);
-  meta["vocab_size"] = vocab_size;
-  meta["eot_token_id"] = summary.special.eot;
-  meta["pad_token_id"] = summary.special.eot;
-  meta["special_tokens"] = special_ids_json(summary.special);
-  meta["splits"] = {{"train", split_json(summary.train)}, {"val", split_json(summary.val)}};
-  meta["source"] = {{"file", options.input.filename().string()},
-                    {"sha256", summary.input_sha256},
-                    {"bytes", summary.input_bytes},
-                    {"gzip", reader.is_gzip()},
-                    {"lines", summary.lines},
-                    {"blank_lines", summary.blank_lines}};
-  meta["chat_template"] = {{"turn", "ROLE_TOKEN content EOT"},
-                           {"system_turn", "always first; injected when absent"},
-                           {"loss_mask", "assistant content and assistant EOT"}};
-  meta["split"] = {{"rule", "tokenfeed-split-v1 (sha256 of seed and messages)"},
-                   {"seed", options.seed},
-                   {"val_split", options.val_split}};
-  meta["tokenizer"] = formatter.input == ConversationInput::text ? options.tokenizer : std::string("pretokenized");
-  meta["on_error"] = options.on_error == OnBadLine::fail ? "fail" : "skip";
-  ordered_json skipped = ordered_json::object();
-  for (const std::string& reason : all_reasons()) {
-    const auto it = summary.skipped.find(reason);
-    skipped[reason] = it == summary.skipped.end() ? 0 : it->second.count;
-  }
-  meta["skipped"] = skipped;
-  ordered_json checksums = ordered_json::object();
-  for (const char* split : {"train", "val"}) {
-    const fs::path split_dir = staging.path() / split;
-    if (!fs::is_directory(split_dir, ec)) continue;
-    std::vector<fs::path> shards;
-    for (const auto& entry : fs::directory_iterator(split_dir)) shards.push_back(entry.path());
-    std::sort(shards.begin(), shards.end());
-    for (const fs::path& shard : shards) {
-      ordered_json files = ordered_json::object();
-      for (const auto& [file, hex] : checksum_shard(shard)) files[file] = hex;
-      checksums[std::string(split) + "/" + shard.filename().string()] = files;
-    }
-  }
-  meta["content_sha256"] = checksums;
-  meta["created_by"] = "tokenfeed prepare";
-  meta["tokenfeed_version"] = version();
-  write_json_file(staging.path() / "dataset_metadata.json", meta);
-  write_json_file(staging.path() / "tokenizer_state.json", tokenizer_state);
+  write_metadata_document(
+      staging.path(), metadata_document(options, summary, tokenizer.formatter.input, reader.is_gzip(), staging.path()));
+  write_json_file(staging.path() / "tokenizer_state.json", tokenizer.state);
 
   check_output_dir(out_dir);
   check_stop(options);  // the last moment a stop request can still take effect

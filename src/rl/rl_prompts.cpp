@@ -10,6 +10,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "loader/launcher_ranks.hpp"
+#include "loader/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
 #include "sampling/episode_sampler.hpp"
 #include "util/hash.hpp"
@@ -35,27 +36,17 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   if (config.batch_size <= 0) config.batch_size = 1;
   if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
   validate_config(config);
-  std::error_code ec;
-  if (!fs::is_directory(config.dataset_dir, ec)) {
-    throw Error(ErrorKind::io,
-                "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
-  }
+  check_dataset_dir(config);
   const LauncherRanks ranks = resolve_ranks(config);  // rank and world_size may come from the launcher
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
+  // The loader's rules for the token dtype and the pad id (resolved_options.hpp), except
+  // that a dataset recording no pad or end-of-text id pads with 0 rather than failing.
   const DatasetMetadata metadata = read_dataset_metadata(config.dataset_dir);
-  if (config.token_dtype && metadata.token_dtype && *config.token_dtype != *metadata.token_dtype) {
-    throw Error(ErrorKind::config, "config key 'token_dtype' is " + std::string(to_string(*config.token_dtype)) +
-                                       " but '" + (config.dataset_dir / "dataset_metadata.json").string() + "' says " +
-                                       to_string(*metadata.token_dtype) + "; remove the key or fix the metadata");
-  }
-  if (metadata.token_dtype) config.token_dtype = metadata.token_dtype;
-  // The loader's precedence: the config, the metadata's pad_token_id, eot_token_id, eos_token_id.
-  if (!config.pad_token_id) {
-    config.pad_token_id = metadata.pad_token_id   ? metadata.pad_token_id
-                          : metadata.eot_token_id ? metadata.eot_token_id
-                                                  : metadata.eos_token_id;
-  }
+  config.token_dtype = settle_dtype(config.token_dtype, metadata.token_dtype, config_key("token_dtype"),
+                                    (config.dataset_dir / "dataset_metadata.json").string());
+  const std::optional<PadChoice> pad = pad_from_metadata(config, metadata);
+  if (pad) config.pad_token_id = pad->id;
   s.pad = config.pad_token_id.value_or(0);
   if (!config.batch_sampling_mode) config.batch_sampling_mode = SamplingMode::epoch;
 

@@ -1,0 +1,221 @@
+#include "loader/resolved_options.hpp"
+
+#include <algorithm>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "dataset/token_stream.hpp"
+#include "loader/launcher_ranks.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// dataset_mode for an absent key: what train/ holds.
+DatasetMode detect_mode(const fs::path& dataset_dir) {
+  if (const auto layout = detect_split_layout(dataset_dir, "train")) return *layout;
+  throw Error(ErrorKind::io, "cannot detect dataset_mode in '" + dataset_dir.string() +
+                                 "': train/ is not an episode-indexed split (episodes.idx) and there is no "
+                                 "token stream (train.bin, or *.bin / *.npy files in train/)");
+}
+
+}  // namespace
+
+void check_dataset_dir(const Config& config) {
+  std::error_code ec;
+  if (!fs::is_directory(config.dataset_dir, ec)) {
+    throw Error(ErrorKind::io,
+                "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
+  }
+}
+
+std::optional<DatasetMode> detect_split_layout(const fs::path& dataset_dir, const std::string& split) {
+  if (EpisodeSplit::looks_like_episode_split(dataset_dir / split)) return DatasetMode::sft_episode;
+  if (TokenStreamSplit::has_split(dataset_dir, split)) return DatasetMode::token_stream;
+  return std::nullopt;
+}
+
+std::optional<PadChoice> pad_from_metadata(const Config& config, const DatasetMetadata& metadata) {
+  if (config.pad_token_id) return PadChoice{*config.pad_token_id, "config"};
+  if (metadata.pad_token_id) return PadChoice{*metadata.pad_token_id, "metadata pad_token_id"};
+  if (metadata.eot_token_id) return PadChoice{*metadata.eot_token_id, "metadata eot_token_id"};
+  if (metadata.eos_token_id) return PadChoice{*metadata.eos_token_id, "metadata eos_token_id"};
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, const DatasetMetadata& metadata) {
+  if (given) return given;
+  return metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
+}
+
+ResolvedOptions resolve_options(Config config) {
+  validate_config(config);
+  ResolvedOptions r;
+  const LauncherRanks ranks = resolve_ranks(config);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  r.rank_source = ranks.source;
+  if (config.decode_threads == 0) {
+    // One hardware thread is the trainer's; TBB's workers get the rest.
+    config.decode_threads =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
+  }
+  r.config = std::move(config);
+  if (r.mixture()) return r;
+  Config& c = r.config;
+
+  check_dataset_dir(c);
+  r.metadata = read_dataset_metadata(c.dataset_dir);
+  const DatasetMetadata& metadata = r.metadata;
+
+  if (c.dataset_mode == DatasetMode::auto_detect) c.dataset_mode = detect_mode(c.dataset_dir);
+  if (!c.batch_sampling_mode) c.batch_sampling_mode = r.episode_mode() ? SamplingMode::epoch : SamplingMode::random;
+  if (r.packed_mode() && *c.batch_sampling_mode != SamplingMode::epoch) {
+    throw Error(ErrorKind::config,
+                "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "
+                "batch_sampling_mode=epoch, not random");
+  }
+  // The dataset's own record of its dtypes comes first; a config that names another one is
+  // describing some other dataset, so the disagreement is an error rather than a silent
+  // reinterpretation of the bytes.
+  const std::string metadata_file = r.metadata_file();
+  const auto token_dtype = settle_dtype(c.token_dtype, metadata.token_dtype, config_key("token_dtype"), metadata_file);
+  const auto mask_dtype = settle_dtype(c.mask_dtype, metadata.mask_dtype, config_key("mask_dtype"), metadata_file);
+  c.token_dtype = token_dtype;  // else inferred per split when they open
+  c.mask_dtype = mask_dtype;
+  if (r.episode_mode()) {
+    const std::optional<PadChoice> pad = pad_from_metadata(c, metadata);
+    if (!pad) {
+      throw Error(ErrorKind::config,
+                  "config key 'pad_token_id' is not set and '" + metadata_file +
+                      "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
+    }
+    c.pad_token_id = pad->id;
+    r.pad_source = pad->source;
+  }
+  if (c.document_aware) {
+    if (r.episode_mode()) {
+      throw Error(ErrorKind::config,
+                  std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
+                      to_string(c.dataset_mode));
+    }
+    c.eos_token_id = end_of_text_id(c.eos_token_id, metadata);
+    if (!c.eos_token_id) {
+      throw Error(
+          ErrorKind::config,
+          "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" + metadata_file + "'");
+    }
+  }
+  if (!r.episode_mode()) {
+    if (c.use_loss_mask.value_or(false)) {
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+               "batches have no mask");
+    }
+    c.use_loss_mask = false;
+  }
+  if (r.episode_mode()) {
+    std::error_code ec;
+    const fs::path train_dir = c.dataset_dir / "train";
+    if (!fs::exists(train_dir, ec))
+      throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
+  }
+  return r;
+}
+
+void settle_use_loss_mask(Config& config, const std::string& with, const std::string& without) {
+  if (!config.use_loss_mask) {  // auto
+    if (!with.empty() && !without.empty()) {
+      throw Error(ErrorKind::config, "use_loss_mask=auto: split " + with + " of '" + config.dataset_dir.string() +
+                                         "' has mask.bin but split " + without +
+                                         " has none; set use_loss_mask to true or false in the config");
+    }
+    config.use_loss_mask = !with.empty();
+    if (with.empty()) {
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
+               "every position is trained on");
+    }
+    return;
+  }
+  if (*config.use_loss_mask && !without.empty()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
+                                    without + "); returning x and y only");
+  }
+  if (!*config.use_loss_mask && !with.empty()) {
+    log_line(LogLevel::info,
+             "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
+             "although the dataset has mask.bin (split " +
+                 with + ")");
+  }
+}
+
+EpisodeSplitOptions ResolvedOptions::episode_split_options() const {
+  EpisodeSplitOptions options;
+  options.token_dtype = config.token_dtype;
+  options.mask_dtype = config.mask_dtype;
+  options.want_mask = config.use_loss_mask.value_or(true);  // auto maps the masks that exist
+  return options;
+}
+
+std::unique_ptr<EpisodeWindows> ResolvedOptions::episode_windows(const EpisodeSplit& split) const {
+  return std::make_unique<EpisodeWindows>(split, static_cast<std::size_t>(config.block_size) + 1, config.truncation,
+                                          metadata.special_tokens);
+}
+
+EpisodeSampler::Settings ResolvedOptions::sampler_settings(const std::string& split) const {
+  EpisodeSampler::Settings settings;
+  settings.mode = *config.batch_sampling_mode;
+  settings.shuffle = config.shuffle_for(split);
+  settings.drop_last = config.drop_last_for(split);
+  settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
+  settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
+  settings.world_size = static_cast<std::uint64_t>(config.world_size);
+  settings.rank = static_cast<std::uint64_t>(config.rank);
+  settings.split = split;
+  return settings;
+}
+
+EpisodeSampler::Settings ResolvedOptions::packed_order_settings(const std::string& split) const {
+  EpisodeSampler::Settings order = sampler_settings(split);
+  order.batch_size = 1;
+  order.world_size = 1;
+  order.rank = 0;
+  order.drop_last = false;
+  return order;
+}
+
+PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& split, bool with_mask) const {
+  PackedBatchSource::Options packing;
+  packing.block_size = static_cast<std::size_t>(config.block_size);
+  packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
+  packing.world_size = static_cast<std::uint64_t>(config.world_size);
+  packing.rank = static_cast<std::uint64_t>(config.rank);
+  packing.drop_last = config.drop_last_for(split);
+  packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
+  packing.pad_token_id = config.pad_token_id.value_or(0);
+  packing.ignore_index = config.ignore_index;
+  packing.with_mask = with_mask;
+  return packing;
+}
+
+EpisodeBatchSource::Options ResolvedOptions::episode_options(bool with_mask) const {
+  return EpisodeBatchSource::Options{config.pad_token_id.value_or(0), static_cast<std::size_t>(config.block_size),
+                                     with_mask, config.ignore_index, config.contract_fields};
+}
+
+TokenStreamBatchSource::Options ResolvedOptions::stream_options() const {
+  TokenStreamBatchSource::Options options;
+  options.block_size = static_cast<std::size_t>(config.block_size);
+  options.mode = *config.batch_sampling_mode;
+  if (config.document_aware) options.eos_token_id = config.eos_token_id;
+  options.ignore_index = config.ignore_index;
+  options.contract_fields = config.contract_fields;
+  return options;
+}
+
+}  // namespace tokenfeed

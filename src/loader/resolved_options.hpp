@@ -1,0 +1,145 @@
+// ResolvedOptions: a Config settled against the dataset it names, once, for every front
+// that reads a dataset: the Loader (and through it the Python module), RLPrompts and
+// `tokenfeed inspect`.
+//
+// The model is leveldb's SanitizeOptions: resolve_options() takes what the user gave,
+// reads what the dataset records (dataset_metadata.json, the layout of train/), applies
+// the defaults, checks that they agree, and returns settings that nothing downstream
+// second-guesses. The rules, in order:
+//  - validate_config; rank and world_size from the launcher when not numbers
+//    (resolve_ranks); decode_threads 0 is one per hardware thread but the trainer's.
+//  - A mixture stops there: each of its sources is resolved on its own when opened.
+//  - dataset_dir must be a directory; dataset_metadata.json is read when present.
+//  - dataset_mode auto: train/'s layout decides (detect_split_layout).
+//  - batch_sampling_mode absent: epoch for the SFT modes, random for token_stream;
+//    sft_packed needs epoch.
+//  - token_dtype and mask_dtype: the metadata's record wins; a config naming another one
+//    describes another dataset and is an error (settle_dtype). Absent from both: inferred
+//    when the splits open (the loader's open loop; settle_use_loss_mask after it).
+//  - pad_token_id (SFT modes): the config, else the metadata's pad_token_id, eot_token_id,
+//    eos_token_id (pad_from_metadata); none is an error.
+//  - document_aware: token_stream only, and needs an end-of-text id: the config's
+//    eos_token_id, else the metadata's eos_token_id, else its eot_token_id
+//    (end_of_text_id).
+//  - token_stream has no masks: use_loss_mask is false (with a warning when set true).
+// The per-split builders (sampler_settings, packing_options, ...) are pure functions of
+// the settled config, so that the loader and inspect's `--packed` report build the same
+// sampler and packer.
+//
+// Thread-safety: plain values and pure functions; resolve_options reads files and the
+// environment and may log warnings.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataset/dataset_metadata.hpp"
+#include "dataset/episode_dataset.hpp"
+#include "modes/episode_batch_source.hpp"
+#include "modes/episode_window.hpp"
+#include "modes/packed_batch_source.hpp"
+#include "modes/token_stream_batch_source.hpp"
+#include "sampling/episode_sampler.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed {
+
+// The splits a dataset may have, in the order they are opened (train decides the dtype).
+inline constexpr const char* kSplitNames[] = {"train", "val"};
+
+struct ResolvedOptions {
+  // Settled: rank, world_size, decode_threads; for one dataset also dataset_mode,
+  // batch_sampling_mode, the dtypes the metadata records, pad_token_id (SFT modes),
+  // eos_token_id (document_aware), use_loss_mask (token_stream). What only the opened
+  // splits tell (an inferred dtype, use_loss_mask=auto) stays unset until they open.
+  Config config;
+  DatasetMetadata metadata;  // empty for a mixture
+  std::string rank_source;   // where rank and world_size came from (LauncherRanks::source)
+  std::string pad_source;    // where pad_token_id came from (SFT modes), for the open line
+
+  bool mixture() const noexcept { return !config.mixture.empty(); }
+  // The SFT modes read episode-indexed datasets.
+  bool episode_mode() const noexcept { return config.dataset_mode != DatasetMode::token_stream; }
+  bool packed_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_packed; }
+  std::string metadata_file() const { return (config.dataset_dir / "dataset_metadata.json").string(); }
+
+  // How an episode split is opened: the settled dtypes; masks mapped unless use_loss_mask
+  // is false (auto maps the masks that exist).
+  EpisodeSplitOptions episode_split_options() const;
+  // The sampler of `split`: the epoch order and this rank's ids of each batch.
+  // What a row keeps of each episode of `split`: block_size + 1 tokens, cut by truncation.
+  // REQUIRES: split outlives the result.
+  std::unique_ptr<EpisodeWindows> episode_windows(const EpisodeSplit& split) const;
+  EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  // sft_packed: the sampler only orders each epoch's episodes (one id per batch, one
+  // rank, nothing dropped); rows, not episodes, make up a batch.
+  EpisodeSampler::Settings packed_order_settings(const std::string& split) const;
+  PackedBatchSource::Options packing_options(const std::string& split, bool with_mask) const;
+  EpisodeBatchSource::Options episode_options(bool with_mask) const;
+  TokenStreamBatchSource::Options stream_options() const;
+};
+
+// The whole resolution above. Throws Error(config) for settings that contradict each other
+// or the dataset, Error(io) for a missing dataset directory or an undetectable layout,
+// Error(format) for an invalid dataset_metadata.json.
+ResolvedOptions resolve_options(Config config);
+
+// The pieces of the resolution, for fronts that apply only some of the rules
+// (RLPrompts) or report a refusal instead of throwing it (inspect).
+
+// Throws Error(io) when config.dataset_dir is not a directory.
+void check_dataset_dir(const Config& config);
+
+// How a split of `dataset_dir` is laid out: sft_episode (an episode-indexed directory,
+// episodes.idx) or token_stream (NAME.bin, or *.bin / *.npy files in NAME/); nullopt for
+// neither.
+std::optional<DatasetMode> detect_split_layout(const std::filesystem::path& dataset_dir, const std::string& split);
+
+// Where a dtype the user gave came from, for the error when the metadata contradicts it.
+struct GivenSetting {
+  std::string name;  // "config key 'token_dtype'", "--token-dtype"
+  ErrorKind kind = ErrorKind::config;
+  std::string remedy;  // "remove the key", "drop the option"
+};
+
+// A config key, as GivenSetting: "config key 'KEY'", Error(config), "remove the key".
+inline GivenSetting config_key(const std::string& key) {
+  return GivenSetting{"config key '" + key + "'", ErrorKind::config, "remove the key"};
+}
+
+// The dtype to read with: the metadata's record, else `given`. Throws Error(given.kind)
+// when both are set and differ.
+template <typename Dtype>
+std::optional<Dtype> settle_dtype(std::optional<Dtype> given, std::optional<Dtype> recorded, const GivenSetting& source,
+                                  const std::string& metadata_file) {
+  if (given && recorded && *given != *recorded) {
+    throw Error(source.kind, source.name + " is " + to_string(*given) + " but '" + metadata_file + "' says " +
+                                 to_string(*recorded) + "; " + source.remedy + " or fix the metadata");
+  }
+  return recorded ? recorded : given;
+}
+
+// The config's pad_token_id, else the metadata's pad_token_id, eot_token_id, eos_token_id,
+// with where it came from ("config", "metadata pad_token_id", ...); nullopt for none.
+struct PadChoice {
+  std::int64_t id = 0;
+  std::string source;
+};
+std::optional<PadChoice> pad_from_metadata(const Config& config, const DatasetMetadata& metadata);
+
+// The end-of-text id that separates documents: `given`, else the metadata's eos_token_id,
+// else its eot_token_id.
+std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, const DatasetMetadata& metadata);
+
+// Settles use_loss_mask=auto from which episode splits have mask.bin (`with`, `without`:
+// their names, comma-separated), and logs the choice. Throws Error(config) for auto when
+// some splits have masks and others not.
+void settle_use_loss_mask(Config& config, const std::string& with, const std::string& without);
+
+}  // namespace tokenfeed
