@@ -68,7 +68,7 @@ struct PlainLoop {
   PlainLoop(const Config& c, std::size_t rows, std::size_t cols)
       : split(EpisodeSplit::open(c.dataset_dir / "train",
                                  EpisodeSplitOptions{c.token_dtype, c.mask_dtype, c.use_loss_mask.value_or(true)})),
-        kept(kept_episodes(split, static_cast<std::uint64_t>(c.episode_min_tokens))),
+        kept(kept_episodes(split, static_cast<std::uint64_t>(c.episode_min_tokens)).to_vector()),
         pad(c.pad_token_id.value_or(0)),
         B(rows),
         T(cols),
