@@ -91,7 +91,7 @@ struct EpisodeLoop final : PlainLoop {
   EpisodeLoop(const Config& c, std::size_t rows, std::size_t cols)
       : split(EpisodeSplit::open(c.dataset_dir / "train",
                                  EpisodeSplitOptions{c.token_dtype, c.mask_dtype, c.use_loss_mask.value_or(true)})),
-        kept(kept_episodes(split, static_cast<std::uint64_t>(c.episode_min_tokens))),
+        kept(kept_episodes(split, static_cast<std::uint64_t>(c.episode_min_tokens)).to_vector()),
         perm(numpy_permutation(static_cast<std::uint32_t>(c.epoch_seed), kept.size())),
         pad(c.pad_token_id.value_or(0)),
         B(rows),

@@ -31,8 +31,14 @@ PLOT_NAME = {"sft_episode": "prefetch_sweep.png", "sft_packed": "prefetch_sweep_
 # Raw files copied beside RESULTS.md (small ones only; never the datasets).
 RAW_FILES = ("env.txt", "bench.jsonl", "compare.json", "compare.csv", "compare_packed.json", "compare_packed.csv",
              "compare_stream.json", "compare_stream.csv", "python.jsonl", "python_get_batch.jsonl",
-             "python_get_batch.txt")
-DATASETS = ("ep1x", "ep10x", "ep1x_u32", "ep10m", "stream")
+             "python_get_batch.txt", "open_memory.jsonl")
+DATASETS = ("ep1x", "ep10x", "ep1x_u32", "ep10m", "ep100m", "stream")
+# The index at scale (issue 16): a 100M-episode dataset opens in under 3 s with the files in
+# the page cache and adds under 64 MiB of anonymous memory beyond the kept-episode list.
+OPEN_100M_TARGET_MS, OPEN_100M_EXTRA_TARGET_MB = 3000.0, 64.0
+# Anonymous bytes per episode that grow with the index, at most: the kept ids (4 B, none
+# when every episode is kept) and two cached epoch orders (4 B each); episodes.idx is mapped.
+INDEX_BYTES_PER_EPISODE = 4 + 2 * 4
 # What the targets say (issue 6).
 P50_TARGET_US, P99_TARGET_US = 2.0, 20.0
 FIRST_STEPS = 16  # `tokenfeed bench --waits-json`'s first_steps: auto depth's starting window
@@ -283,6 +289,9 @@ class Run:
                 self.sweeps[mode], self.sweep_meta[mode] = read_sweep(path)
                 shutil.copy(path, os.path.join(out, f"prefetch_sweep_{mode}.csv"))
 
+        om_path = os.path.join(raw, "open_memory.jsonl")
+        self.open_memory = [json.loads(l) for l in open(om_path)] if os.path.exists(om_path) else []
+
         self.bench = defaultdict(list)
         for line in open(os.path.join(raw, "bench.jsonl")):
             j = json.loads(line)
@@ -424,6 +433,9 @@ def header_section(run, command, mode):
                 line += f"; {what} ({name}): {datasets[name]['episodes']:,} episodes, {datasets[name]['dtype']}"
         if "ep10m" in datasets:
             line += f"; index test (ep10m): {datasets['ep10m']['episodes']:,} episodes, median {datasets['ep10m']['median']:.0f} tokens"
+        if "ep100m" in datasets:
+            line += (f"; index at scale (ep100m): {datasets['ep100m']['episodes']:,} episodes, median "
+                     f"{datasets['ep100m']['median']:.0f} tokens")
         if "stream" in datasets:
             line += f"; token_stream: a {datasets['stream']['tokens'] / 1e6:,.0f}M-token {datasets['stream']['dtype']} stream"
         L.append(line + ".")
@@ -540,8 +552,9 @@ def memory_target_rows(run):
         return []
     bvals = run.bvals
     mem1, mem10 = run.bmed("mem_1x", "rss_anon_mb"), run.bmed("mem_10x", "rss_anon_mb")
-    # Index: spans (16 B per episode), kept ids (8 B), up to two cached epoch orders (8 B each).
-    index_growth_mb = (run.episodes_of("ep10x") - run.episodes_of("ep1x")) * 40 / 2 ** 20
+    # Index: mapped, not copied; kept ids (at most 4 B each) and up to two cached epoch
+    # orders (4 B each), below 2^32 episodes.
+    index_growth_mb = (run.episodes_of("ep10x") - run.episodes_of("ep1x")) * INDEX_BYTES_PER_EPISODE / 2 ** 20
     return [f"| anonymous memory bounded by index + batch buffers | RssAnon {mem1:.1f} MiB at 1x "
             f"({spread(bvals('mem_1x', 'rss_anon_mb'), 1)}), {mem10:.1f} MiB at 10x "
             f"({spread(bvals('mem_10x', 'rss_anon_mb'), 1)}): +{mem10 - mem1:.1f} MiB for 10x the episodes and "
@@ -588,6 +601,42 @@ def mixture_target_rows(run):
             f"{'yes' if ratio >= MIXTURE_TARGET else 'no'} |"]
 
 
+def open_100m_figures(run):
+    """The 100M-episode open (nothing when the run has none): open time and RssAnon from
+    `tokenfeed bench` (tag open_100m), what the open alone and the first batch add
+    (perf/open_memory.py), and the kept list's and an epoch order's sizes as IdList stores
+    them (nothing when every episode is kept; else 4 bytes an id below 2^32 episodes)."""
+    if not run.bench.get("open_100m") or not run.open_memory:
+        return None
+    om = run.open_memory
+    episodes, kept = om[0]["episodes"], om[0]["kept_episodes"]
+    width = 4 if episodes <= 2 ** 32 else 8
+    f = {"episodes": episodes, "kept": kept,
+         "open_ms": run.bmed("open_100m", "open_ms"), "open_spread": spread(run.bvals("open_100m", "open_ms")),
+         "rss_mb": run.bmed("open_100m", "rss_anon_mb"), "rss_spread": spread(run.bvals("open_100m", "rss_anon_mb")),
+         "py_open_ms": med(r["open_ms"] for r in om), "first_ms": med(r["first_batch_ms"] for r in om),
+         "open_anon_mb": med(r["open_anon_mb"] for r in om),
+         "open_anon_spread": spread([r["open_anon_mb"] for r in om], 1),
+         "first_anon_mb": med(r["first_batch_anon_mb"] for r in om),
+         "kept_mb": 0.0 if kept == episodes else kept * width / 2 ** 20,
+         "order_mb": kept * width / 2 ** 20, "runs": len(run.bench["open_100m"]), "py_runs": len(om)}
+    f["extra_mb"] = f["open_anon_mb"] - f["kept_mb"]
+    return f
+
+
+def open_100m_target_rows(run):
+    """The targets' 100M open row (nothing when the run has no open_100m runs)."""
+    f = open_100m_figures(run)
+    if f is None:
+        return []
+    judged = f["episodes"] >= 100_000_000
+    ok = f["open_ms"] < OPEN_100M_TARGET_MS and f["extra_mb"] < OPEN_100M_EXTRA_TARGET_MB
+    return [f"| open a 100M-episode dataset < 3 s warm, adding < 64 MiB of anonymous memory beyond the kept list | "
+            f"{f['episodes']:,} episodes: {f['open_ms']:.0f} ms ({f['open_spread']}); the open adds "
+            f"{f['open_anon_mb']:.1f} MiB of RssAnon, of which the kept list {f['kept_mb']:.1f} MiB (Opening section) | "
+            + (("yes" if ok else "no") if judged else f"not judged: {f['episodes']:,} episodes") + " |"]
+
+
 def cold_target_rows(run):
     """The targets' cold start row: cold with read-ahead against warm, in throughput and in
     waits (or why it was not measured)."""
@@ -614,7 +663,7 @@ def targets_section(run):
     anonymous memory, open time, cold start."""
     L = ["## Targets", "", "| target | figure | met |", "| --- | --- | --- |"]
     L += latency_target_rows(run) + plain_loop_target_rows(run) + production_target_rows(run)
-    L += memory_target_rows(run) + open_target_rows(run) + mixture_target_rows(run)
+    L += memory_target_rows(run) + open_target_rows(run) + open_100m_target_rows(run) + mixture_target_rows(run)
     L += cold_target_rows(run)
     L.append("")
     return L
@@ -847,8 +896,9 @@ def memory_section(run):
     mem_b = bench["mem_1x"][0]["batches"]
     L.append(f"`tokenfeed bench --batches {mem_b} --warmup 0` (`raw/bench.jsonl`, tags mem_1x, mem_10x; "
              f"{mem_b} x {run.batch_rows} rows cross into epoch 1 at 1x, so two epoch orders are held), RssAnon from "
-             "/proc/self/status at the end. The index estimate is 16 bytes per episode (spans) + 8 per kept "
-             "episode + 8 per kept episode per cached epoch order (two); the buffers are the pool's slots "
+             "/proc/self/status at the end. The index estimate is at most 4 bytes per kept episode (the kept "
+             "ids; none when every episode is kept) + 4 per kept episode per cached epoch order (two); "
+             "episodes.idx itself is memory-mapped, not copied. The buffers are the pool's slots "
              "(depth + 4 held) of the batch contract.")
     L.append("")
     L.append("| dataset | episodes | tokens on disk | RssAnon MiB | min..max | index estimate MiB | batch buffers MiB |")
@@ -856,7 +906,7 @@ def memory_section(run):
     for tag, name in (("mem_1x", "ep1x"), ("mem_10x", "ep10x")):
         ds = run.datasets.get(name, {})
         eps, toks = ds.get("episodes", 0), ds.get("tokens", 0)
-        index_mb = eps * (16 + 8 + 16) / 2 ** 20
+        index_mb = eps * INDEX_BYTES_PER_EPISODE / 2 ** 20
         depth = run.bmed(tag, "prefetch_depth")
         buffers = run.cmp["slot_bytes"] * (depth + 4) / 2 ** 20
         L.append(f"| {name} | {eps:,} | {toks / 1e6:,.0f} M | {run.bmed(tag, 'rss_anon_mb'):.1f} | "
@@ -884,6 +934,27 @@ def open_section(run):
              + (f"; {bmed('open_10m_cold', 'open_ms'):.0f} ms right after dropping the page cache (open_10m_cold)."
                 if bench.get("open_10m_cold") else ".") + f" RssAnon then: {bmed('open_10m', 'rss_anon_mb'):.0f} MiB.")
     L.append("")
+    f = open_100m_figures(run)
+    if f is not None:
+        ds = run.datasets.get("ep100m", {})
+        L.append(f"{f['episodes']:,} episodes in {ds.get('shards', '?')} shards (ep100m: "
+                 f"`perf/gen_dataset {ds.get('generated_with') or '?'}`): open_ms of "
+                 "`tokenfeed bench --config ep100m.xml --batches 200 --warmup 0 --json` (`raw/bench.jsonl`, tag "
+                 f"open_100m): median {f['open_ms']:.0f} ms ({f['open_spread']}) over {f['runs']} runs with the files in "
+                 f"the page cache; RssAnon at the end of those runs: {f['rss_mb']:.0f} MiB ({f['rss_spread']}). "
+                 f"The index is read where it is mapped; what stays in anonymous memory is the kept-episode list "
+                 f"({f['kept']:,} of {f['episodes']:,} episodes kept: {f['kept_mb']:.1f} MiB, nothing when every "
+                 f"episode is kept) and, from the first batch on, the epoch orders ({f['order_mb']:.1f} MiB each: the "
+                 "current epoch's, and the next one's made ahead).")
+        L.append("")
+        L.append(f"The open alone, from Python (`perf/open_memory.py --config ep100m.xml --repeats {f['py_runs']}`, "
+                 f"`raw/open_memory.jsonl`: RssAnon before and right after `tokenfeed.Loader(config)`, whose pipeline "
+                 f"starts at the first batch): {f['py_open_ms']:.0f} ms, +{f['open_anon_mb']:.1f} MiB "
+                 f"({f['open_anon_spread']}), of which the kept list is {f['kept_mb']:.1f} MiB: "
+                 f"{f['extra_mb']:.1f} MiB beyond it. The first batch then took {f['first_ms']:.0f} ms (epoch 0's "
+                 f"order: a numpy permutation of {f['kept']:,} ids) and added {f['first_anon_mb']:.0f} MiB (that order, "
+                 "and the next epoch's as far as it was made).")
+        L.append("")
     return L
 
 

@@ -3,11 +3,12 @@
 # datasets, runs every benchmark and writes perf/RESULTS.md, the sweep plots and CSVs
 # beside it, and the raw files every figure comes from in perf/raw/.
 #
-#   perf/run.sh            the full run. About 11 minutes on 2 cores once built and with the
-#                          data generated (the run of 2026-11-23 took 646 s). The first run
-#                          also builds (the C++ drivers in Release, then the Python module:
-#                          several minutes each on 2 cores) and generates ~2 GB of datasets
-#                          (a few minutes); later runs reuse both.
+#   perf/run.sh            the full run. About 12 minutes on 2 cores once built and with the
+#                          data generated (the run of 2026-11-23 took 646 s, before the
+#                          100M-episode open, about a minute more). The first run also builds
+#                          (the C++ drivers in Release, then the Python module: several
+#                          minutes each on 2 cores) and generates ~4.5 GB of datasets (a few
+#                          minutes); later runs reuse both.
 #   perf/run.sh --quick    a smaller grid and fewer repeats, about 2 minutes once built;
 #                          written to $TOKENFEED_PERF_BUILD/quick, perf/ is left alone
 #   perf/run.sh --help     this text
@@ -15,7 +16,7 @@
 #
 # Where things go and what runs (override with the environment):
 #   TOKENFEED_PERF_BUILD  build directory            (default build/perf)
-#   TOKENFEED_PERF_DATA   generated datasets, ~2 GB  (default build/perf-data)
+#   TOKENFEED_PERF_DATA   generated datasets, ~4.5 GB (default build/perf-data)
 #   TOKENFEED_PERF_VENV   Python venv                (default build/perf-venv)
 #   TOKENFEED_PERF_OUT    results                    (default perf/ for the full run,
 #                                                     $TOKENFEED_PERF_BUILD/quick for --quick)
@@ -113,6 +114,12 @@ else
   gen ep10m --episodes 10000000 --shards 8 --median 16 --sigma 0.5 --max-len 256 --val-episodes 0 --seed 3
   gen stream --stream-tokens 100000000 --median 600 --seed 5
 fi
+# The index at scale (full run; a small stand-in in the smoke run): 100M short episodes,
+# 1.6 GB of index and 0.7 GB of tokens, about 80 s to generate the first time.
+case "$MODE" in
+  full) gen ep100m --episodes 100000000 --shards 8 --median 4 --sigma 0.3 --max-len 16 --val-episodes 0 --seed 3 ;;
+  smoke) gen ep100m --episodes 300000 --shards 8 --median 4 --sigma 0.3 --max-len 16 --val-episodes 0 --seed 3 ;;
+esac
 
 config() {  # config NAME DATASET [extra XML]: a config file with the audit log off
   cat >"$RAW/$1.xml" <<XML
@@ -132,6 +139,7 @@ config ep10x ep10x
 config ep1x_u32 ep1x_u32
 config ep10m ep10m
 config stream stream
+if [ "$MODE" != quick ]; then config ep100m ep100m; fi
 
 # --- environment -------------------------------------------------------------------------------
 {
@@ -301,6 +309,15 @@ for rep in $(seq "$REPEATS"); do
   bench mem_10x --config "$RAW/ep10x.xml" "${MEM[@]}"
   bench open_10m --config "$RAW/ep10m.xml" --batches 200 --warmup 0
 done
+if [ "$MODE" != quick ]; then
+  # About 20 s a run at 100M episodes: the open, then the first epoch's order (a permutation
+  # of 100M ids) before the first batch, and the next epoch's made ahead.
+  log "open time and anonymous memory at 100M episodes (ep100m): tokenfeed bench, then the open alone from Python"
+  for rep in 1 2 3; do
+    bench open_100m --config "$RAW/ep100m.xml" --batches 200 --warmup 0
+  done
+  "${PY[@]}" "$ROOT/perf/open_memory.py" --config "$RAW/ep100m.xml" --repeats 3 --out "$RAW/open_memory.jsonl"
+fi
 
 # --- cold start ---------------------------------------------------------------------------------------
 # The redirect sits inside the braces so that 2>/dev/null also covers the shell's own

@@ -24,6 +24,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/mask_values.hpp"
 #include "dataset/episode_dataset.hpp"
+#include "util/id_list.hpp"
 #include "sampling/episode_packer.hpp"
 #include "sampling/episode_sampler.hpp"
 #include "measure/nearest_rank.hpp"
@@ -176,7 +177,7 @@ std::uint64_t trained_positions(const EpisodeWindows& windows, std::uint64_t epi
 // epoch_seed and pack_lookahead packs in epoch 0, through the loader's own classes (the
 // same kept windows, numpy-compatible order and packer), against one episode per row.
 void report_packing(const InspectOptions& o, const ResolvedOptions& run, const std::string& name,
-                    const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
+                    const EpisodeSplit& split, const IdList& kept, Findings& found) {
   const auto T = static_cast<std::size_t>(o.block_size);
   const std::unique_ptr<EpisodeWindows> windows = run.episode_windows(split);
   const EpisodeSampler sampler(kept, run.packed_order_settings(name));
@@ -204,7 +205,7 @@ void report_packing(const InspectOptions& o, const ResolvedOptions& run, const s
 // With --block-size T: what each truncation rule cuts, and (--packed) how full packed rows
 // are against padded ones.
 void report_truncation_and_packing(const InspectOptions& o, const ResolvedOptions& run, const std::string& name,
-                                   const EpisodeSplit& split, const std::vector<std::uint64_t>& kept, Findings& found) {
+                                   const EpisodeSplit& split, const IdList& kept, Findings& found) {
   const DatasetMetadata& meta = run.metadata;
   const auto S = static_cast<std::size_t>(o.block_size) + 1;
   std::vector<float> scratch;
@@ -317,8 +318,7 @@ void deep_check_checksums(const fs::path& root, const DatasetMetadata& meta, con
 // --deep on an episode split: token ids against vocab_size (the first offender located by
 // file, offset and episode), and kept episodes with nothing to train on: an all-zero mask
 // over their label positions mask[1:n] (mask[0] aligns with no label).
-void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split, const std::vector<std::uint64_t>& kept,
-                         Findings& found) {
+void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split, const IdList& kept, Findings& found) {
   if (meta.vocab_size) {
     const auto vocab = static_cast<std::uint64_t>(*meta.vocab_size);
     std::uint64_t out_of_vocab = 0;
@@ -388,7 +388,7 @@ void inspect_split(const InspectOptions& o, const ResolvedOptions& run, std::opt
     return;
   }
   const EpisodeSplit& split = *opened;
-  const std::vector<std::uint64_t> kept = kept_episodes(split, min_tokens);
+  const IdList kept = kept_episodes(split, min_tokens);
   found.mask = found.mask || split.has_mask();
   found.dtype = split.token_dtype();
   if (name == "train") found.train_kept = kept.size();
@@ -403,8 +403,8 @@ void inspect_split(const InspectOptions& o, const ResolvedOptions& run, std::opt
   std::printf("  mask         %s\n", split.has_mask() ? to_string(*split.mask_dtype()) : "absent");
 
   std::vector<std::uint64_t> lengths;
-  lengths.reserve(split.spans().size());
-  for (const EpisodeSpan& s : split.spans()) lengths.push_back(s.length);
+  lengths.reserve(split.num_episodes());
+  for (std::uint64_t e = 0; e < split.num_episodes(); ++e) lengths.push_back(split.spans()[e].length);
   std::sort(lengths.begin(), lengths.end());
   if (!lengths.empty()) {
     std::printf("  lengths      min %llu, median %llu, p90 %llu, p99 %llu, max %llu\n",

@@ -3,6 +3,7 @@
 #include "dataset/mask_values.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -33,19 +34,52 @@ std::vector<fs::path> shard_dirs(const fs::path& split_dir) {
   return dirs;
 }
 
-// The largest start+length over a shard's records, with records validated for overflow.
-struct RawShard {
-  fs::path dir;
-  MappedFile tokens;
-  MappedFile index;
-  bool has_mask = false;
-  std::uint64_t max_end = 0;
-};
-
 std::uint64_t read_u64(const std::byte* p) {
   std::uint64_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
+}
+
+// A token dtype open() may settle on, with the fingerprint as it would be under it: the
+// fingerprint hashes the dtype and the token counts ahead of the records, so while the
+// dtype is being inferred, the one pass over the records hashes them for each candidate.
+struct DtypeCandidate {
+  TokenDtype dtype;
+  Hasher hasher;
+  bool sizes_fit = true;    // every tokens.bin's size is a multiple of the width
+  bool records_fit = true;  // every record ends within its tokens.bin at this width
+};
+
+struct RecordScan {
+  std::uint64_t max_end = 0;            // the largest start+length
+  std::uint64_t shortest = UINT64_MAX;  // the smallest length
+};
+
+// Checks every record of `index` for overflow and adds it to the hasher of each of the N
+// candidates (kept in locals for the loop: the records are bytes, which may alias them).
+template <std::size_t N>
+RecordScan scan_records(const MappedFile& index, std::vector<DtypeCandidate>& candidates) {
+  std::array<Hasher, N> hashers;
+  for (std::size_t c = 0; c < N; ++c) hashers[c] = candidates[c].hasher;
+  RecordScan scan;
+  const std::byte* p = index.bytes().data();
+  const std::uint64_t records = index.size() / 16;
+  for (std::uint64_t i = 0; i < records; ++i) {
+    const std::uint64_t start = read_u64(p + 16 * i);
+    const std::uint64_t length = read_u64(p + 16 * i + 8);
+    if (length > UINT64_MAX - start) {
+      format_error("'" + index.path().string() + "': record " + std::to_string(i) + " (start=" + std::to_string(start) +
+                   ", length=" + std::to_string(length) + ") overflows 64 bits");
+    }
+    scan.max_end = std::max(scan.max_end, start + length);
+    scan.shortest = std::min(scan.shortest, length);
+    for (Hasher& h : hashers) {
+      h.add(start);
+      h.add(length);
+    }
+  }
+  for (std::size_t c = 0; c < N; ++c) candidates[c].hasher = hashers[c];
+  return scan;
 }
 
 }  // namespace
@@ -78,65 +112,83 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
     format_error("'" + split_dir.string() + "' holds neither episodes.idx nor shard_* directories");
   }
 
-  // Map every shard and check the sizes that do not depend on the token dtype.
-  std::vector<RawShard> raw;
-  raw.reserve(dirs.size());
+  // One pass over the shards in order: map the files, check the index records for overflow
+  // and hash them, noting what the checks that need the token dtype look at (the largest
+  // record end of each shard).
+  std::vector<DtypeCandidate> candidates;
+  if (options.token_dtype) {
+    candidates.push_back({*options.token_dtype, {}});
+  } else {
+    candidates.push_back({TokenDtype::uint16, {}});
+    candidates.push_back({TokenDtype::uint32, {}});
+  }
+  for (DtypeCandidate& c : candidates) {
+    c.hasher.add(std::string_view(to_string(c.dtype)));
+    c.hasher.add(dirs.size());
+  }
+  std::vector<std::uint64_t> max_end(dirs.size(), 0);  // the largest start+length per shard
+  split.shards_.reserve(dirs.size());
   std::size_t with_mask = 0;
   for (const fs::path& dir : dirs) {
-    RawShard r;
-    r.dir = dir;
+    EpisodeShard shard;
+    shard.dir = dir;
     for (const char* name : {"tokens.bin", "episodes.idx"}) {
       if (!fs::exists(dir / name, ec)) throw Error(ErrorKind::io, "missing file '" + (dir / name).string() + "'");
     }
-    r.tokens = MappedFile(dir / "tokens.bin");
-    r.index = MappedFile(dir / "episodes.idx");
-    r.has_mask = fs::exists(dir / "mask.bin", ec);
-    with_mask += r.has_mask ? 1 : 0;
-    if (r.index.size() % 16 != 0) {
-      format_error("'" + r.index.path().string() + "': size " + std::to_string(r.index.size()) +
+    shard.tokens = MappedFile(dir / "tokens.bin");
+    shard.index = MappedFile(dir / "episodes.idx");
+    shard.has_mask_file = fs::exists(dir / "mask.bin", ec);
+    with_mask += shard.has_mask_file ? 1 : 0;
+    const MappedFile& index = shard.index;
+    if (index.size() % 16 != 0) {
+      format_error("'" + index.path().string() + "': size " + std::to_string(index.size()) +
                    " bytes is not a multiple of 16 (uint64 start, length pairs)");
     }
-    const std::uint64_t records = r.index.size() / 16;
-    const std::byte* p = r.index.bytes().data();
-    for (std::uint64_t i = 0; i < records; ++i) {
-      const std::uint64_t start = read_u64(p + 16 * i);
-      const std::uint64_t length = read_u64(p + 16 * i + 8);
-      if (length > UINT64_MAX - start) {
-        format_error("'" + r.index.path().string() + "': record " + std::to_string(i) + " (start=" +
-                     std::to_string(start) + ", length=" + std::to_string(length) + ") overflows 64 bits");
-      }
-      r.max_end = std::max(r.max_end, start + length);
+    shard.first_episode = split.num_episodes_;
+    shard.episodes = index.size() / 16;
+    for (DtypeCandidate& c : candidates) {
+      const std::size_t width = size_of(c.dtype);
+      c.sizes_fit = c.sizes_fit && shard.tokens.size() % width == 0;
+      c.hasher.add(dir.filename().string());
+      c.hasher.add(shard.tokens.size() / width);
+      c.hasher.add(shard.episodes);
     }
-    raw.push_back(std::move(r));
+    const RecordScan scan =
+        candidates.size() == 1 ? scan_records<1>(index, candidates) : scan_records<2>(index, candidates);
+    index.check_intact();  // truncated during the pass: its records were read as zeros
+    max_end[split.shards_.size()] = scan.max_end;
+    split.shortest_episode_ = std::min(split.shortest_episode_, scan.shortest);
+    split.num_episodes_ += shard.episodes;
+    split.shards_.push_back(std::move(shard));
   }
-  if (with_mask != 0 && with_mask != raw.size()) {
-    for (const RawShard& r : raw) {
-      if (!r.has_mask) {
-        format_error("mask.bin is present in " + std::to_string(with_mask) + " of " + std::to_string(raw.size()) +
-                     " shards of '" + split_dir.string() + "' but missing in '" + r.dir.string() +
-                     "'; an incomplete mask would train on unmasked tokens");
+  if (with_mask != 0 && with_mask != split.shards_.size()) {
+    for (const EpisodeShard& shard : split.shards_) {
+      if (!shard.has_mask_file) {
+        format_error("mask.bin is present in " + std::to_string(with_mask) + " of " +
+                     std::to_string(split.shards_.size()) + " shards of '" + split_dir.string() + "' but missing in '" +
+                     shard.dir.string() + "'; an incomplete mask would train on unmasked tokens");
       }
     }
   }
-  split.mask_files_present_ = with_mask == raw.size();
+  split.mask_files_present_ = with_mask == split.shards_.size();
 
   // The token dtype: given, else the one width consistent with every shard. When no width
   // is consistent, the files are damaged rather than ambiguous: validate with the width
   // the file sizes allow (uint16 when both do, since it reads more tokens), so that the
   // error below names the file and record at fault instead of asking for a dtype.
-  if (options.token_dtype) {
-    split.token_dtype_ = *options.token_dtype;
-  } else {
-    std::vector<TokenDtype> fitting;
-    std::vector<TokenDtype> size_fitting;
-    for (const TokenDtype candidate : {TokenDtype::uint16, TokenDtype::uint32}) {
-      const std::size_t width = size_of(candidate);
-      const bool sizes = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) { return r.tokens.size() % width == 0; });
-      const bool records = std::all_of(raw.begin(), raw.end(), [&](const RawShard& r) {
-        return r.max_end <= r.tokens.size() / width;
-      });
-      if (sizes) size_fitting.push_back(candidate);
-      if (sizes && records) fitting.push_back(candidate);
+  for (DtypeCandidate& c : candidates) {
+    const std::size_t width = size_of(c.dtype);
+    for (std::size_t s = 0; s < split.shards_.size(); ++s) {
+      c.records_fit = c.records_fit && max_end[s] <= split.shards_[s].tokens.size() / width;
+    }
+  }
+  const DtypeCandidate* chosen = &candidates.front();
+  if (!options.token_dtype) {
+    std::vector<const DtypeCandidate*> fitting;
+    std::vector<const DtypeCandidate*> size_fitting;
+    for (const DtypeCandidate& c : candidates) {
+      if (c.sizes_fit) size_fitting.push_back(&c);
+      if (c.sizes_fit && c.records_fit) fitting.push_back(&c);
     }
     if (fitting.size() > 1) {
       throw Error(ErrorKind::config, "cannot infer the token dtype of '" + split_dir.string() +
@@ -144,57 +196,42 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
                                          "episodes.idx; set token_dtype in dataset_metadata.json or in the config");
     }
     if (fitting.size() == 1) {
-      split.token_dtype_ = fitting.front();
+      chosen = fitting.front();
     } else if (!size_fitting.empty()) {
-      split.token_dtype_ = size_fitting.front();
+      chosen = size_fitting.front();
     } else {
       // Every even size fits uint16, so some tokens.bin has an odd size.
-      const auto odd = std::find_if(raw.begin(), raw.end(), [](const RawShard& r) { return r.tokens.size() % 2 != 0; });
+      const auto odd = std::find_if(split.shards_.begin(), split.shards_.end(),
+                                    [](const EpisodeShard& s) { return s.tokens.size() % 2 != 0; });
       format_error("'" + odd->tokens.path().string() + "': size " + std::to_string(odd->tokens.size()) +
                    " bytes is not a multiple of 2 (uint16) or 4 (uint32)");
     }
-  }  const std::size_t token_width = size_of(split.token_dtype_);
+  }
+  split.token_dtype_ = chosen->dtype;
+  const std::size_t token_width = size_of(split.token_dtype_);
 
-  Hasher hasher;
-  hasher.add(std::string_view(to_string(split.token_dtype_)));
-  hasher.add(raw.size());
-  std::uint64_t total_records = 0;
-  for (const RawShard& r : raw) total_records += r.index.size() / 16;
-  split.spans_.reserve(total_records);
-
-  for (RawShard& r : raw) {
-    if (r.tokens.size() % token_width != 0) {
-      format_error("'" + r.tokens.path().string() + "': size " + std::to_string(r.tokens.size()) +
+  for (std::size_t s = 0; s < split.shards_.size(); ++s) {
+    EpisodeShard& shard = split.shards_[s];
+    if (shard.tokens.size() % token_width != 0) {
+      format_error("'" + shard.tokens.path().string() + "': size " + std::to_string(shard.tokens.size()) +
                    " bytes is not a multiple of " + std::to_string(token_width) + " (token dtype " +
                    to_string(split.token_dtype_) + ")");
     }
-    EpisodeShard shard;
-    shard.dir = r.dir;
-    shard.token_count = r.tokens.size() / token_width;
-    shard.first_episode = split.spans_.size();
-    shard.episodes = r.index.size() / 16;
-    shard.has_mask_file = r.has_mask;
-    hasher.add(r.dir.filename().string());
-    hasher.add(shard.token_count);
-    hasher.add(shard.episodes);
-
-    const std::byte* p = r.index.bytes().data();
-    for (std::uint64_t i = 0; i < shard.episodes; ++i) {
-      const EpisodeSpan span{read_u64(p + 16 * i), read_u64(p + 16 * i + 8)};
-      if (span.length > shard.token_count || span.start > shard.token_count - span.length) {
-        format_error("'" + r.index.path().string() + "': record " + std::to_string(i) + " (start=" +
-                     std::to_string(span.start) + ", length=" + std::to_string(span.length) +
+    shard.token_count = shard.tokens.size() / token_width;
+    if (max_end[s] > shard.token_count) {
+      // Some record ends past tokens.bin: find the first, to name it.
+      for (std::uint64_t i = 0; i < shard.episodes; ++i) {
+        const EpisodeSpan span = shard.span(i);
+        if (span.start + span.length <= shard.token_count) continue;
+        format_error("'" + shard.index.path().string() + "': record " + std::to_string(i) +
+                     " (start=" + std::to_string(span.start) + ", length=" + std::to_string(span.length) +
                      ") ends past the end of tokens.bin (" + std::to_string(shard.token_count) + " tokens as " +
                      to_string(split.token_dtype_) + ")");
       }
-      hasher.add(span.start);
-      hasher.add(span.length);
-      split.spans_.push_back(span);
     }
     split.total_tokens_ += shard.token_count;
-    shard.tokens = std::move(r.tokens);
-    split.shards_.push_back(std::move(shard));
   }
+  Hasher hasher = chosen->hasher;
 
   // The mask: validated whenever present (a damaged mask.bin is reported even by a run
   // that does not use it, so that turning the mask on later cannot be the first sign),
@@ -251,9 +288,7 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
 }
 
 std::size_t EpisodeSplit::shard_of(std::uint64_t episode) const noexcept {
-  const auto it = std::upper_bound(shards_.begin(), shards_.end(), episode,
-                                   [](std::uint64_t id, const EpisodeShard& s) { return id < s.first_episode; });
-  return static_cast<std::size_t>(it - shards_.begin()) - 1;
+  return EpisodeSpans::shard_index(shards_, episode);
 }
 
 std::uint32_t EpisodeSplit::token_at(std::size_t shard, std::uint64_t offset) const noexcept {
@@ -271,7 +306,7 @@ std::uint32_t EpisodeSplit::token_at(std::size_t shard, std::uint64_t offset) co
 void EpisodeSplit::read_tokens(std::uint64_t episode, std::uint64_t first, std::size_t count,
                                std::int64_t* out) const noexcept {
   const EpisodeShard& shard = shards_[shard_of(episode)];
-  const std::uint64_t begin = spans_[episode].start + first;
+  const std::uint64_t begin = shard.span(episode - shard.first_episode).start + first;
   const std::byte* tokens = shard.tokens.bytes().data();
   if (token_dtype_ == TokenDtype::uint16) {
     const auto* src = reinterpret_cast<const std::uint16_t*>(tokens) + begin;
@@ -284,10 +319,11 @@ void EpisodeSplit::read_tokens(std::uint64_t episode, std::uint64_t first, std::
 
 std::string EpisodeSplit::locate(std::size_t shard_index, std::uint64_t offset) const {
   const EpisodeShard& shard = shards_[shard_index];
-  for (std::uint64_t e = shard.first_episode; e < shard.first_episode + shard.episodes; ++e) {
-    const EpisodeSpan span = spans_[e];
+  for (std::uint64_t i = 0; i < shard.episodes; ++i) {
+    const EpisodeSpan span = shard.span(i);
     if (offset >= span.start && offset - span.start < span.length) {
-      return ", episode " + std::to_string(e) + " position " + std::to_string(offset - span.start);
+      return ", episode " + std::to_string(shard.first_episode + i) + " position " +
+             std::to_string(offset - span.start);
     }
   }
   return ", in no episode";
@@ -296,7 +332,7 @@ std::string EpisodeSplit::locate(std::size_t shard_index, std::uint64_t offset) 
 void EpisodeSplit::read_mask(std::uint64_t episode, std::uint64_t first, std::size_t count,
                              float* out) const noexcept {
   const EpisodeShard& shard = shards_[shard_of(episode)];
-  const std::uint64_t begin = spans_[episode].start + first;
+  const std::uint64_t begin = shard.span(episode - shard.first_episode).start + first;
   const std::byte* mask = shard.mask.bytes().data();
   if (*mask_dtype_ == MaskDtype::uint8) {
     const auto* src = reinterpret_cast<const std::uint8_t*>(mask) + begin;
@@ -309,7 +345,7 @@ void EpisodeSplit::read_mask(std::uint64_t episode, std::uint64_t first, std::si
 
 void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_tokens) const noexcept {
   const EpisodeShard& shard = shards_[shard_of(episode)];
-  const EpisodeSpan span = spans_[episode];
+  const EpisodeSpan span = shard.span(episode - shard.first_episode);
   const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(span.length, max_tokens));
   const std::size_t width = size_of(token_dtype_);
   shard.tokens.will_need(static_cast<std::size_t>(span.start) * width, n * width);
@@ -321,6 +357,7 @@ void EpisodeSplit::prefetch_episode(std::uint64_t episode, std::size_t max_token
 
 void EpisodeSplit::check_intact() const {
   for (const EpisodeShard& shard : shards_) {
+    shard.index.check_intact();
     shard.tokens.check_intact();
     shard.mask.check_intact();
   }
@@ -333,11 +370,13 @@ void EpisodeSplit::advise_random_access() const noexcept {
   }
 }
 
-std::vector<std::uint64_t> kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens) {
-  std::vector<std::uint64_t> kept;
-  kept.reserve(split.spans().size());
-  for (std::uint64_t id = 0; id < split.spans().size(); ++id) {
-    if (split.spans()[id].length >= min_tokens) kept.push_back(id);
+IdList kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens) {
+  if (min_tokens <= split.shortest_episode()) return IdList::iota(split.num_episodes());
+  IdList kept = IdList::for_ids_below(split.num_episodes(), static_cast<std::size_t>(split.num_episodes()));
+  for (const EpisodeShard& shard : split.shards()) {
+    for (std::uint64_t i = 0; i < shard.episodes; ++i) {
+      if (shard.span(i).length >= min_tokens) kept.push_back(shard.first_episode + i);
+    }
   }
   return kept;
 }

@@ -7,18 +7,26 @@
 // little-endian uint64 pairs (start, length), start being an offset into the shard's own
 // tokens.bin.
 //
-// Only the index is copied into memory; tokens and masks are read through mmap.
+// Nothing of the files is copied into memory: episodes.idx, tokens and masks are read
+// through mmap (spans() reads the index records where they are mapped), so a split of
+// 100M episodes holds a few hundred bytes per shard. A file truncated while mapped reads
+// as zeros past its new end (an empty episode at offset 0, for the index) until
+// check_intact() reports it.
 // Thread-safety: immutable after open(); all const members may be called concurrently.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "io/mapped_file.hpp"
 #include "tokenfeed/dtype.hpp"
+#include "util/id_list.hpp"
 
 namespace tokenfeed {
 
@@ -31,10 +39,46 @@ struct EpisodeShard {
   std::filesystem::path dir;
   MappedFile tokens;
   MappedFile mask;                  // empty (size 0, no path) when not mapped
+  MappedFile index;                 // episodes.idx: `episodes` records of 16 bytes
   std::uint64_t first_episode = 0;  // global id of its first episode
   std::uint64_t episodes = 0;
   std::uint64_t token_count = 0;
   bool has_mask_file = false;
+
+  // Record `record` of episodes.idx (little-endian start, length). REQUIRES: record < episodes.
+  EpisodeSpan span(std::uint64_t record) const noexcept {
+    EpisodeSpan s;
+    const std::byte* p = index.bytes().data() + 16 * record;
+    std::memcpy(&s.start, p, 8);
+    std::memcpy(&s.length, p + 8, 8);
+    return s;
+  }
+};
+
+// The index of a split as an indexable sequence of spans, read from the shards' mapped
+// episodes.idx: spans[id] finds id's shard (a binary search over the shards) and reads its
+// record. A small value; valid while the split it came from lives.
+class EpisodeSpans {
+ public:
+  EpisodeSpans(std::span<const EpisodeShard> shards, std::uint64_t count) noexcept : shards_(shards), count_(count) {}
+  std::uint64_t size() const noexcept { return count_; }
+  // REQUIRES: id < size().
+  EpisodeSpan operator[](std::uint64_t id) const noexcept {
+    const EpisodeShard& shard = shards_[shard_index(shards_, id)];
+    return shard.span(id - shard.first_episode);
+  }
+
+  // The shard holding global episode `id` (the last shard whose first episode is <= id, so
+  // empty shards are skipped). REQUIRES: id < the shards' episodes.
+  static std::size_t shard_index(std::span<const EpisodeShard> shards, std::uint64_t id) noexcept {
+    const auto it = std::upper_bound(shards.begin(), shards.end(), id,
+                                     [](std::uint64_t v, const EpisodeShard& s) { return v < s.first_episode; });
+    return static_cast<std::size_t>(it - shards.begin()) - 1;
+  }
+
+ private:
+  std::span<const EpisodeShard> shards_;
+  std::uint64_t count_ = 0;
 };
 
 struct EpisodeSplitOptions {
@@ -62,9 +106,12 @@ class EpisodeSplit {
   bool mask_files_present() const noexcept { return mask_files_present_; }
   std::optional<MaskDtype> mask_file_dtype() const noexcept { return mask_file_dtype_; }
 
-  std::uint64_t num_episodes() const noexcept { return spans_.size(); }
+  std::uint64_t num_episodes() const noexcept { return num_episodes_; }
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }
-  const std::vector<EpisodeSpan>& spans() const noexcept { return spans_; }
+  // The episodes' spans, read from the mapped index: spans()[id].
+  EpisodeSpans spans() const noexcept { return EpisodeSpans(shards_, num_episodes_); }
+  // The length of the shortest episode (UINT64_MAX when there is none).
+  std::uint64_t shortest_episode() const noexcept { return shortest_episode_; }
   const std::vector<EpisodeShard>& shards() const noexcept { return shards_; }
   // A hash of the layout, dtypes and index content: changes when the data would.
   std::uint64_t fingerprint() const noexcept { return fingerprint_; }
@@ -91,7 +138,7 @@ class EpisodeSplit {
   // in shuffled order): page faults stop reading around (MappedFile::advise_random), and
   // prefetch_episode brings in what upcoming batches need. Not for sequential scans.
   void advise_random_access() const noexcept;
-  // Throws Error(io) for a tokens.bin or mask.bin truncated while mapped
+  // Throws Error(io) for an episodes.idx, tokens.bin or mask.bin truncated while mapped
   // (MappedFile::check_intact).
   void check_intact() const;
 
@@ -102,12 +149,15 @@ class EpisodeSplit {
   std::optional<MaskDtype> mask_file_dtype_;  // when present
   bool mask_files_present_ = false;
   std::vector<EpisodeShard> shards_;
-  std::vector<EpisodeSpan> spans_;
+  std::uint64_t num_episodes_ = 0;
+  std::uint64_t shortest_episode_ = UINT64_MAX;
   std::uint64_t total_tokens_ = 0;
   std::uint64_t fingerprint_ = 0;
 };
 
-// Global ids of the episodes with length >= min_tokens, ascending.
-std::vector<std::uint64_t> kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens);
+// Global ids of the episodes with length >= min_tokens, ascending: stored as nothing when
+// every episode is kept (min_tokens <= shortest_episode()), else in 4 bytes an id when
+// there are fewer than 2^32 episodes (IdList).
+IdList kept_episodes(const EpisodeSplit& split, std::uint64_t min_tokens);
 
 }  // namespace tokenfeed

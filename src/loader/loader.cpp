@@ -314,7 +314,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   split.name = name;
   split.episodes.emplace(EpisodeSplit::open(dir, settled.episode_split_options()));
   const EpisodeSplit& data = *split.episodes;
-  std::vector<std::uint64_t> kept = kept_episodes(data, static_cast<std::uint64_t>(config.episode_min_tokens));
+  IdList kept = kept_episodes(data, static_cast<std::uint64_t>(config.episode_min_tokens));
   if (kept.empty()) {
     throw Error(ErrorKind::format, "split '" + dir.string() + "' has no episode left after filtering (" +
                                        std::to_string(data.num_episodes()) +
@@ -457,8 +457,8 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                  (episode_mode() ? " pad_id=" + std::to_string(*config.pad_token_id) + " mask=" + bool_text(split.mask)
                                  : std::string(" document_aware=") + bool_text(config.document_aware)));
     const auto order = split.orders->get(slot.epoch);
-    const std::vector<std::uint64_t> first(order->begin(),
-                                           order->begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, order->size())));
+    std::vector<std::uint64_t> first;
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) first.push_back((*order)[i]);
     AuditLog::Fields fields{{"split", split.name},
                             {"epoch", std::to_string(slot.epoch)},
                             {"seed", epoch_seed_text(config, slot.epoch)},

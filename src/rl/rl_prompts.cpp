@@ -9,6 +9,7 @@
 
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
+#include "util/id_list.hpp"
 #include "loader/launcher_ranks.hpp"
 #include "loader/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
@@ -57,7 +58,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   EpisodeSplitOptions options;
   options.token_dtype = config.token_dtype;
   s.split.emplace(EpisodeSplit::open(dir, options));
-  std::vector<std::uint64_t> kept;
+  IdList kept = IdList::for_ids_below(s.split->num_episodes());
   for (std::uint64_t id : kept_episodes(*s.split, static_cast<std::uint64_t>(config.episode_min_tokens))) {
     if (s.split->spans()[id].length <= max_tokens) kept.push_back(id);
   }

@@ -4,17 +4,17 @@
 
 namespace tokenfeed {
 
-PackedEpoch pack_episodes(const std::vector<std::uint64_t>& order, const std::vector<std::uint32_t>& positions_of,
-                          std::uint32_t capacity, std::size_t lookahead) {
+PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
+                          std::size_t lookahead) {
   PackedEpoch packed;
-  packed.episodes.reserve(order.size());
+  packed.episodes.reserve(static_cast<std::size_t>(order.size()));
   packed.row_begin.push_back(0);
   // The window: after every refill, the min(lookahead, unplaced) oldest unplaced episodes,
   // in epoch order (episodes enter from `order` in order, leave only when placed, and the
   // erases keep the order). The bounds in the header rest on this invariant.
   std::vector<std::uint64_t> pending;
   pending.reserve(lookahead);
-  std::size_t next = 0;
+  std::uint64_t next = 0;
   const auto refill = [&] {
     while (pending.size() < lookahead && next < order.size()) pending.push_back(order[next++]);
   };

@@ -39,6 +39,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/id_list.hpp"
+
 namespace tokenfeed {
 
 struct PackedEpoch {
@@ -51,7 +53,7 @@ struct PackedEpoch {
 // `positions_of[id]` is the number of input positions episode `id` occupies (its kept
 // length - 1), in [1, capacity]. REQUIRES: every id in `order` indexes positions_of;
 // lookahead >= 1.
-PackedEpoch pack_episodes(const std::vector<std::uint64_t>& order, const std::vector<std::uint32_t>& positions_of,
-                          std::uint32_t capacity, std::size_t lookahead);
+PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
+                          std::size_t lookahead);
 
 }  // namespace tokenfeed

@@ -8,14 +8,11 @@
 
 namespace tokenfeed {
 
-EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings)
-    : EpisodeSampler(std::move(kept), 0, false, std::move(settings)) {}
-
 EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
-    : EpisodeSampler({}, range.count, true, std::move(settings)) {}
+    : EpisodeSampler(IdList::iota(range.count), std::move(settings)) {}
 
-EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings)
-    : kept_(std::move(kept)), count_(identity ? count : kept_.size()), identity_(identity), settings_(std::move(settings)) {
+EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)
+    : kept_(std::move(kept)), count_(kept_.size()), settings_(std::move(settings)) {
   const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
   const std::uint64_t n = count_;
   if (settings_.mode == SamplingMode::epoch) {
@@ -28,24 +25,13 @@ EpisodeSampler::EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t co
 }
 
 EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
-  EpochOrder order;
-  if (settings_.shuffle) {
-    const std::uint64_t seed = settings_.seed + epoch;
-    if (seed > 0xffffffffULL) {
-      throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
-                                         " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
-    }
-    order = numpy_permutation(static_cast<std::uint32_t>(seed), count_);
-    if (!identity_) {
-      for (std::uint64_t& p : order) p = kept_[p];
-    }
-  } else if (identity_) {
-    order.resize(count_);
-    for (std::uint64_t i = 0; i < count_; ++i) order[i] = i;
-  } else {
-    order = kept_;
+  if (!settings_.shuffle) return kept_;
+  const std::uint64_t seed = settings_.seed + epoch;
+  if (seed > 0xffffffffULL) {
+    throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
+                                       " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
   }
-  return order;
+  return kept_.gather(numpy_permutation_ids(static_cast<std::uint32_t>(seed), count_));
 }
 
 SampledBatch EpisodeSampler::position(std::uint64_t step) const {

@@ -29,11 +29,13 @@
 #include <vector>
 
 #include "tokenfeed/config.hpp"
+#include "util/id_list.hpp"
 
 namespace tokenfeed {
 
-// One epoch's order over the kept ids (global episode ids), shared immutably.
-using EpochOrder = std::vector<std::uint64_t>;
+// One epoch's order over the kept ids (global episode ids), shared immutably; stored as
+// narrowly as the kept ids (IdList).
+using EpochOrder = IdList;
 
 // Where batch `step` is in the stream, with its epoch's order: all row_episode() needs.
 struct SampledBatch {
@@ -59,7 +61,7 @@ class EpisodeSampler {
   // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global
   // batch and drop_last, batches_per_epoch() is 0 and plan() throws Error(config): the
   // owner decides whether that is an error at open (train) or only when used (val).
-  EpisodeSampler(std::vector<std::uint64_t> kept, Settings settings);
+  EpisodeSampler(IdList kept, Settings settings);
   // Samples from the ids 0..count-1 without storing them (token-stream windows and
   // window starts, which can number in the billions).
   struct IdRange {
@@ -70,7 +72,7 @@ class EpisodeSampler {
   const Settings& settings() const noexcept { return settings_; }
   // How many ids are sampled from, and the i-th of them.
   std::uint64_t size() const noexcept { return count_; }
-  std::uint64_t id_at(std::uint64_t i) const noexcept { return identity_ ? i : kept_[i]; }
+  std::uint64_t id_at(std::uint64_t i) const noexcept { return kept_[i]; }
 
   // Batches per epoch (epoch mode; 0 when not even one fits); 0 in random mode, which has
   // no epochs.
@@ -95,18 +97,16 @@ class EpisodeSampler {
   std::uint64_t real_rows(const SampledBatch& batch) const noexcept;
 
   // Epoch e's order (kept ids), made afresh: a permutation of size() ids, which takes the
-  // best part of a second for 10M of them. Epoch mode only.
+  // best part of a second for 10M of them, in the kept ids' storage (4 bytes an id below
+  // 2^32). Epoch mode only.
   EpochOrder make_epoch_order(std::uint64_t epoch) const;
   std::shared_ptr<const EpochOrder> epoch_order(std::uint64_t epoch) const {
     return std::make_shared<const EpochOrder>(make_epoch_order(epoch));
   }
 
  private:
-  EpisodeSampler(std::vector<std::uint64_t> kept, std::uint64_t count, bool identity, Settings settings);
-
-  std::vector<std::uint64_t> kept_;  // empty when identity_
-  std::uint64_t count_ = 0;
-  bool identity_ = false;
+  IdList kept_;              // iota for an IdRange
+  std::uint64_t count_ = 0;  // kept_.size()
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;

@@ -12,10 +12,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/id_list.hpp"
+
 namespace tokenfeed {
 
 // np.random.RandomState(seed).permutation(n). REQUIRES: seed < 2^32.
 std::vector<std::uint64_t> numpy_permutation(std::uint32_t seed, std::uint64_t n);
+// The same permutation as an IdList: 4 bytes an entry when n <= 2^32.
+IdList numpy_permutation_ids(std::uint32_t seed, std::uint64_t n);
 
 // A counter-based generator for random-mode sampling: draw(key, counter) is a pure
 // function, so batch k needs no generator state (resume and parallel decode are free).
