@@ -1031,6 +1031,33 @@ def reproduce_section():
     return L
 
 
+# A long soak (perf/soak.py), run by hand for an hour and kept beside RESULTS.md: its lines
+# starting with "#" say how it was run; the rest is soak.py's output.
+SOAK_FILE = "soak_1h.txt"
+
+
+def soak_section(out):
+    """## Long run: the soak's samples (RSS, threads, fds, mappings) from start to end, and
+    its verdict; nothing when OUT has no soak file."""
+    path = os.path.join(out, SOAK_FILE)
+    if not os.path.exists(path):
+        return []
+    lines = open(path).read().splitlines()
+    notes = [l[1:].strip() for l in lines if l.startswith("#")]
+    samples = [l for l in lines if l.startswith("soak t=")]
+    verdict = next((l for l in lines if l.startswith("soak growth:")), "soak growth: (no verdict: the run did not finish)")
+    L = ["## Long run (soak)", ""]
+    L += [f"{n}" for n in notes] + [""]
+    L.append(f"`perf/{SOAK_FILE}`: the process's resources sampled from /proc/self at the start (after the warm-up), "
+             "every interval and at the end:")
+    L.append("")
+    L.append("```")
+    L += samples + [verdict]
+    L.append("```")
+    L.append("")
+    return L
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--raw", required=True)
@@ -1050,7 +1077,7 @@ def main():
     write_comparison_csv(run, comparison, out)
     L = (header_section(run, a.command, a.mode) + targets_section(run) + comparison_section(run, comparison)
          + latency_section(run) + python_thread_section(run) + sweep_section(run) + memory_section(run)
-         + open_section(run) + cold_section(run) + reproduce_section())
+         + open_section(run) + cold_section(run) + soak_section(out) + reproduce_section())
     with open(os.path.join(out, "RESULTS.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print(os.path.join(out, "RESULTS.md"))

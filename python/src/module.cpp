@@ -22,6 +22,9 @@
 //    all subclasses of tokenfeed.Error), with the C++ message unchanged; the one exception
 //    is an unusable in-memory conversation given to the chat template functions, which is
 //    a ConversationError (a ValueError, not the OSError that FormatError is for files).
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -410,6 +413,17 @@ struct CallTiming {
   double sum_us = 0, max_us = 0;
   std::uint64_t positions = 0, real_positions = 0;
   Clock::time_point start, last_return;  // the first measured call's start, the last one's return
+  // CPU time at the first measured call: the whole process's, and the calling (trainer's)
+  // thread's through its CPU clock, which stats() reads from any thread.
+  double process_cpu0 = 0, trainer_cpu0 = 0;
+  clockid_t trainer_clock{};
+  bool has_trainer_clock = false;
+
+  static double clock_seconds(clockid_t id) {
+    timespec ts{};
+    if (clock_gettime(id, &ts) != 0) return 0;
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
 
   void record(Clock::time_point call_start, Clock::time_point call_return, const tokenfeed::Batch& b) {
     const double us = std::chrono::duration<double, std::micro>(call_return - call_start).count();
@@ -419,7 +433,12 @@ struct CallTiming {
       recent_us[next] = static_cast<float>(us);
       next = (next + 1) % kWindow;
     }
-    if (calls == 0) start = call_start;
+    if (calls == 0) {
+      start = call_start;
+      process_cpu0 = tokenfeed::measure::process_cpu_seconds();
+      has_trainer_clock = pthread_getcpuclockid(pthread_self(), &trainer_clock) == 0;
+      trainer_cpu0 = has_trainer_clock ? clock_seconds(trainer_clock) : 0;
+    }
     last_return = call_return;
     ++calls;
     const double wait = b.wait_us();
@@ -641,6 +660,16 @@ class PyLoader {
         s.prefetch_depth_setting == 0 ? std::string("auto") : std::to_string(s.prefetch_depth_setting);
     d["decode_threads"] = s.stats.decode_threads;
     d["rss_anon_mb"] = tokenfeed::measure::rss_anon_mb();
+    // CPU since the first measured call, up to now (as bench: every thread per batch, and
+    // the loader's background threads' share of one core, all threads but the trainer's).
+    double cpu_s = 0, trainer_s = 0, wall_s = 0;
+    if (t.calls > 0) {
+      cpu_s = tokenfeed::measure::process_cpu_seconds() - t.process_cpu0;
+      trainer_s = t.has_trainer_clock ? CallTiming::clock_seconds(t.trainer_clock) - t.trainer_cpu0 : 0;
+      wall_s = std::chrono::duration<double>(Clock::now() - t.start).count();
+    }
+    d["cpu_us_per_batch"] = t.calls > 0 ? cpu_s * 1e6 / n : 0.0;
+    d["loader_threads_core_fraction"] = wall_s > 0 ? std::max(0.0, cpu_s - trainer_s) / wall_s : 0.0;
     // Beyond bench: the waits behind stall_fraction, the packing, and the split's facts.
     d["waits"] = t.waits;
     d["total_wait_us"] = t.total_wait_us;
