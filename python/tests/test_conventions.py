@@ -101,9 +101,9 @@ def test_logs_one_line_at_open_and_epochs_at_debug(sft_dir):
         tokenfeed.set_logging(True, level="loud")
 
 
-# A get_batch that waits seconds for its batch: one episode of 20 M tokens whose only user
+# A get_batch that waits seconds for its batch: one episode of 40 M tokens whose only user
 # turn comes first, so that drop_oldest_turns scans the whole episode for every row (it looks
-# for a later user turn to cut at), 48 rows a batch (about a second on an idle 2-core
+# for a later user turn to cut at), 48 rows a batch (over a second on an idle 2-core
 # machine), on one decode thread.
 CTRL_C_SCRIPT = """
 import json, os, signal, sys, threading, time
@@ -113,7 +113,7 @@ import tokenfeed
 root = sys.argv[1]
 S = dict(system=256, user=257, assistant=258, tool=259, eot=260)
 if not os.path.exists(os.path.join(root, "train")):
-    episode = np.full(20_000_000, 5, dtype=np.uint32)
+    episode = np.full(40_000_000, 5, dtype=np.uint32)
     episode[0], episode[-4:] = S["user"], [S["eot"], S["assistant"], 6, S["eot"]]
     with tokenfeed.DatasetWriter(os.path.join(root, "train"), token_dtype="uint16", write_mask=False) as w:
         w.add(episode)
