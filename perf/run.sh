@@ -3,9 +3,9 @@
 # datasets, runs every benchmark and writes perf/RESULTS.md, the sweep plots and CSVs
 # beside it, and the raw files every figure comes from in perf/raw/.
 #
-#   perf/run.sh            the full run. About 12 minutes on 2 cores once built and with the
-#                          data generated (the run of 2026-11-23 took 646 s, before the
-#                          100M-episode open, about a minute more). The first run also builds
+#   perf/run.sh            the full run. About 14 minutes on 2 cores once built and with the
+#                          data generated (the run of 2026-11-25 took 852 s without the cold
+#                          start). The first run also builds
 #                          (the C++ drivers in Release, then the Python module: several
 #                          minutes each on 2 cores) and generates ~4.5 GB of datasets (a few
 #                          minutes); later runs reuse both.
