@@ -35,17 +35,12 @@ struct ConsumerResult {
   std::uint64_t depth_used = 0;
   std::uint64_t threads_used = 0;  // decode threads in effect (decode_threads 0 resolved)
   std::uint64_t real_positions = 0;
-  double process_cpu_s = 0;  // every thread, over the measured batches
-  double trainer_cpu_s = 0;  // the consumer's thread (its steps and get_batch)
-  double cpu_us_per_batch() const noexcept { return batches ? process_cpu_s * 1e6 / static_cast<double>(batches) : 0; }
+  measure::CpuUse cpu;  // over the measured batches
+  double cpu_us_per_batch() const noexcept { return cpu.us_per_batch(static_cast<double>(batches)); }
   // The same without the consumer's thread: the loader's background threads only.
-  double loader_cpu_us_per_batch() const noexcept {
-    return batches ? std::max(0.0, process_cpu_s - trainer_cpu_s) * 1e6 / static_cast<double>(batches) : 0;
-  }
+  double loader_cpu_us_per_batch() const noexcept { return cpu.background_us_per_batch(static_cast<double>(batches)); }
   // The loader's background threads' share of one core while the consumer ran.
-  double loader_threads_core_fraction() const noexcept {
-    return seconds > 0 ? std::max(0.0, process_cpu_s - trainer_cpu_s) / seconds : 0;
-  }
+  double loader_threads_core_fraction() const noexcept { return cpu.background_core_fraction(seconds); }
 };
 
 // The trainer stand-in: `warmup` batches, then batches until both `min_batches` and
@@ -76,8 +71,7 @@ inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t
     if (r.batches >= min_batches && std::chrono::duration<double>(Clock::now() - start).count() >= seconds) break;
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  r.process_cpu_s = measure::process_cpu_seconds() - process_cpu0;
-  r.trainer_cpu_s = measure::thread_cpu_seconds() - trainer_cpu0;
+  r.cpu = {measure::process_cpu_seconds() - process_cpu0, measure::thread_cpu_seconds() - trainer_cpu0};
   r.batches_per_s = static_cast<double>(r.batches) / r.seconds;
   r.stall_fraction = static_cast<double>(data_waits) / static_cast<double>(lat.size());
   std::sort(lat.begin(), lat.end());

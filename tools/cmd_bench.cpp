@@ -166,8 +166,7 @@ struct Measured {
   std::vector<double> latency_us;  // sorted
   double mean_us = 0;
   unsigned long long real_tokens = 0;
-  double process_cpu_s = 0;  // every thread, over the measured steps
-  double trainer_cpu_s = 0;  // the trainer's thread: its steps and get_batch
+  measure::CpuUse cpu;  // over the measured steps
   WaitLog waits;
   explicit Measured(long batches) : waits(batches) {}
 };
@@ -196,8 +195,7 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
     spin_for(o.consumer_us);
   }
   m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  m.process_cpu_s = measure::process_cpu_seconds() - process_cpu0;
-  m.trainer_cpu_s = measure::thread_cpu_seconds() - trainer_cpu0;
+  m.cpu = {measure::process_cpu_seconds() - process_cpu0, measure::thread_cpu_seconds() - trainer_cpu0};
   m.waits.finish();
   for (const double us : m.latency_us) m.mean_us += us;
   m.mean_us /= static_cast<double>(std::max<std::size_t>(m.latency_us.size(), 1));
@@ -240,8 +238,8 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
   j["rss_anon_mb"] = rss_anon_mb();
   // CPU: per batch over every thread, and the loader's background threads' share of one
   // core (all threads but the trainer's) while the trainer ran its steps.
-  j["cpu_us_per_batch"] = m.process_cpu_s * 1e6 / n;
-  j["loader_threads_core_fraction"] = std::max(0.0, m.process_cpu_s - m.trainer_cpu_s) / m.seconds;
+  j["cpu_us_per_batch"] = m.cpu.us_per_batch(n);
+  j["loader_threads_core_fraction"] = m.cpu.background_core_fraction(m.seconds);
   return j;
 }
 

@@ -662,14 +662,15 @@ class PyLoader {
     d["rss_anon_mb"] = tokenfeed::measure::rss_anon_mb();
     // CPU since the first measured call, up to now (as bench: every thread per batch, and
     // the loader's background threads' share of one core, all threads but the trainer's).
-    double cpu_s = 0, trainer_s = 0, wall_s = 0;
+    tokenfeed::measure::CpuUse cpu;
+    double wall_s = 0;
     if (t.calls > 0) {
-      cpu_s = tokenfeed::measure::process_cpu_seconds() - t.process_cpu0;
-      trainer_s = t.has_trainer_clock ? CallTiming::clock_seconds(t.trainer_clock) - t.trainer_cpu0 : 0;
+      cpu.process_s = tokenfeed::measure::process_cpu_seconds() - t.process_cpu0;
+      cpu.trainer_s = t.has_trainer_clock ? CallTiming::clock_seconds(t.trainer_clock) - t.trainer_cpu0 : 0;
       wall_s = std::chrono::duration<double>(Clock::now() - t.start).count();
     }
-    d["cpu_us_per_batch"] = t.calls > 0 ? cpu_s * 1e6 / n : 0.0;
-    d["loader_threads_core_fraction"] = wall_s > 0 ? std::max(0.0, cpu_s - trainer_s) / wall_s : 0.0;
+    d["cpu_us_per_batch"] = cpu.us_per_batch(n);
+    d["loader_threads_core_fraction"] = cpu.background_core_fraction(wall_s);
     // Beyond bench: the waits behind stall_fraction, the packing, and the split's facts.
     d["waits"] = t.waits;
     d["total_wait_us"] = t.total_wait_us;

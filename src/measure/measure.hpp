@@ -44,6 +44,25 @@ inline double cpu_seconds(int who) {
 inline double process_cpu_seconds() { return cpu_seconds(RUSAGE_SELF); }
 inline double thread_cpu_seconds() { return cpu_seconds(RUSAGE_THREAD); }
 
+// CPU time one measurement used, in seconds: every thread of the process, and the
+// trainer's thread alone (its steps and get_batch). The rest is the loader's background
+// threads. The figures bench, perf and Python stats() report are derived here.
+struct CpuUse {
+  double process_s = 0;
+  double trainer_s = 0;
+  double background_s() const noexcept { return process_s > trainer_s ? process_s - trainer_s : 0.0; }
+  // Microseconds per batch over every thread (0 without batches).
+  double us_per_batch(double batches) const noexcept { return batches > 0 ? process_s * 1e6 / batches : 0.0; }
+  // Microseconds per batch of the background threads (0 without batches).
+  double background_us_per_batch(double batches) const noexcept {
+    return batches > 0 ? background_s() * 1e6 / batches : 0.0;
+  }
+  // The background threads' share of one core over `seconds` of wall time.
+  double background_core_fraction(double seconds) const noexcept {
+    return seconds > 0 ? background_s() / seconds : 0.0;
+  }
+};
+
 // RssAnon of this process from /proc/self/status, in MiB (0 when unavailable): the
 // memory the loader allocates, without the page cache that maps the dataset.
 inline double rss_anon_mb() {
