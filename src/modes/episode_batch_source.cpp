@@ -15,8 +15,7 @@ void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t co
   if (real < cols) slot.add_sequence(cols - real);
 }
 
-void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
-                                     std::size_t r) const {
+void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
   const std::size_t T = options_.block_size;
   const std::int64_t pad = options_.pad_token_id;
   const bool contract = options_.contract_fields;
@@ -32,7 +31,6 @@ void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t pla
   } else if (options_.with_mask) {
     row.weights = slot.mask.data() + r * T;
   }
-  const std::int64_t id = sampler_.row_episode(plan, plan_row);
   slot.episode_ids[r] = id;
 
   std::size_t x_count = 0;  // real tokens in x: t[0:min(n, T)]
@@ -61,18 +59,12 @@ void EpisodeBatchSource::decode_into(const SampledBatch& plan, std::uint64_t pla
   if (y_count < T) slot.add_sequence(T - y_count);
 }
 
-void EpisodeBatchSource::prefetch_row(const SampledBatch& plan, std::uint64_t plan_row) const noexcept {
-  const std::int64_t id = sampler_.row_episode(plan, plan_row);
+void EpisodeBatchSource::prefetch_id(std::int64_t id) const noexcept {
   if (id >= 0) windows_.prefetch_start(static_cast<std::uint64_t>(id), options_.with_mask);
 }
 
-void EpisodeBatchSource::will_need(const BatchPlan& batch_plan) const noexcept {
-  const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
-  const std::uint64_t rows = sampler_.settings().batch_size;
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    const std::int64_t id = sampler_.row_episode(plan, r);
-    if (id >= 0) split_.prefetch_episode(static_cast<std::uint64_t>(id), options_.block_size + 1);
-  }
+void EpisodeBatchSource::will_need_id(std::int64_t id) const noexcept {
+  split_.prefetch_episode(static_cast<std::uint64_t>(id), options_.block_size + 1);
 }
 
 }  // namespace tokenfeed

@@ -42,18 +42,16 @@ class EpisodeBatchSource final : public SampledRowSource {
   }
 
   void check_intact() const override { split_.check_intact(); }
-  // Reads ahead the first block_size + 1 tokens (and mask) of each row's episode.
-  void will_need(const BatchPlan& plan) const noexcept override;
+  // Reads ahead the first block_size + 1 tokens (and mask) of the row's episode.
+  void will_need_id(std::int64_t id) const noexcept override;
+  void prefetch_id(std::int64_t id) const noexcept override;
 
  private:
   const EpisodeSplit& split_;
   const EpisodeWindows& windows_;
   Options options_;
 
-  void prefetch_row(const SampledBatch& plan, std::uint64_t plan_row) const noexcept override;
-  // Row `plan_row` of the sampled batch into row `r` of `slot`.
-  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
-                   std::size_t r) const override;
+  void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
 };
 
 // Completes one row's contract fields after its first `real` input positions were filled

@@ -8,7 +8,8 @@ namespace {
 
 struct MixtureRow {
   std::uint32_t source = 0;
-  BatchPlan plan;  // the source's batch k (its row k)
+  std::int64_t id = -1;  // a sampled source's row k, by its id (SampledRowSource::row_id)
+  BatchPlan plan;        // another source's batch k (its row k)
 };
 using MixturePlan = std::vector<MixtureRow>;
 
@@ -17,6 +18,7 @@ using MixturePlan = std::vector<MixtureRow>;
 MixtureBatchSource::MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule,
                                        detail::BatchShape shape, Options options)
     : members_(std::move(members)), schedule_(schedule), shape_(shape), options_(options) {
+  for (Member& m : members_) m.sampled = dynamic_cast<SampledRowSource*>(m.source);
   epoch_starts_.resize(members_.size(), std::vector<std::uint64_t>{0});
 }
 
@@ -47,6 +49,11 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
   for (std::uint64_t r = 0; r < options_.batch_size; ++r) {
     const MixtureSchedule::Pick pick = schedule_.pick(first + r);
     Member& m = members_[pick.source];
+    (*rows)[r].source = pick.source;
+    if (m.sampled != nullptr) {
+      (*rows)[r].id = m.sampled->row_id(pick.index);
+      continue;
+    }
     std::uint64_t epoch = 0;
     std::uint64_t in_epoch = pick.index;
     if (m.epochs != Member::Epochs::none) {
@@ -56,7 +63,6 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
     // Sources whose batch k follows from k alone ignore the seek; packed epochs need it
     // (a source's batch is one row here, so its row in the epoch is its batch in the epoch).
     m.source->seek(SplitPosition{pick.index, epoch, in_epoch, in_epoch});
-    (*rows)[r].source = pick.source;
     (*rows)[r].plan = m.source->plan(pick.index);
   }
   BatchPlan plan;
@@ -71,19 +77,27 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
   const MixturePlan& rows = batch_plan.mode_data_as<MixturePlan>();
   const std::size_t T = shape_.cols;
   slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size());
-  std::vector<std::unique_ptr<detail::BatchSlot>> scratch(members_.size());
+  std::vector<std::unique_ptr<detail::BatchSlot>> scratch;  // sized when a source needs one
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const std::uint32_t i = rows[r].source;
     const Member& m = members_[i];
     slot.source_ids[r] = static_cast<std::int32_t>(i);
     const auto at = static_cast<std::ptrdiff_t>(r * T);
-    if (m.source->decode_row(rows[r].plan, slot, r)) {
+    if (r + 1 < rows.size() && rows[r + 1].id >= 0) members_[rows[r + 1].source].sampled->prefetch_id(rows[r + 1].id);
+    bool in_place = true;
+    if (m.sampled != nullptr) {
+      m.sampled->decode_row_id(rows[r].id, slot, r);
+    } else {
+      in_place = m.source->decode_row(rows[r].plan, slot, r);
+    }
+    if (in_place) {
       // In place; what the source's own shape lacks is completed here.
       if (!slot.y.empty() && m.shape.y_is_labels) std::copy_n(slot.labels.begin() + at, T, slot.y.begin() + at);
       if (!slot.doc_ids.empty() && !m.shape.with_document_fields) std::fill_n(slot.doc_ids.begin() + at, T, 0);
       continue;
     }
     // Else decoded in a slot of the source's own shape and copied.
+    if (scratch.empty()) scratch.resize(members_.size());
     if (!scratch[i]) scratch[i] = detail::make_slot(m.shape);
     detail::BatchSlot& one = *scratch[i];
     m.source->decode(rows[r].plan, one);
@@ -120,7 +134,14 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
 }
 
 void MixtureBatchSource::will_need(const BatchPlan& batch_plan) const noexcept {
-  for (const MixtureRow& row : batch_plan.mode_data_as<MixturePlan>()) members_[row.source].source->will_need(row.plan);
+  for (const MixtureRow& row : batch_plan.mode_data_as<MixturePlan>()) {
+    const Member& m = members_[row.source];
+    if (m.sampled == nullptr) {
+      m.source->will_need(row.plan);
+    } else if (row.id >= 0) {
+      m.sampled->will_need_id(row.id);
+    }
+  }
 }
 
 void MixtureBatchSource::check_intact() const {

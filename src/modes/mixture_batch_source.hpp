@@ -3,11 +3,13 @@
 // Row i of this rank's batch `step` is global row g = step * batch_size * world_size +
 // rank * batch_size + i; the MixtureSchedule says which source it comes from and which row
 // k of that source's stream it is. Each source is a BatchSource over its own dataset opened
-// with batch_size 1 and world_size 1, so its batch k is exactly its row k: the mixture
-// plans that batch and has the source decode it straight into its row
-// (BatchSource::decode_row), or, for a source that cannot (sft_packed), into a one-row
-// slot of the source's own shape whose row it then copies. A source's rows are therefore bit-identical to its
-// single-source stream, and batch `step` depends on nothing but the step.
+// with batch_size 1 and world_size 1, so its batch k is exactly its row k. A source that
+// samples rows by id (sft_episode, token_stream) names its row k by that id at planning
+// and writes it straight into the mixture's row (SampledRowSource::row_id and
+// decode_row_id); any other source (sft_packed) plans its batch k and decodes it into a
+// one-row slot of its own shape, whose row the mixture copies. A source's rows are
+// therefore bit-identical to its single-source stream, and batch `step` depends on nothing
+// but the step.
 //
 // The mixture's own batches have no epochs (epoch 0, batch_in_epoch == step); each source
 // turns over its own epochs (epoch_of / epoch_first_row).
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "modes/epoch_orders.hpp"
+#include "modes/sampled_row_source.hpp"
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
 #include "sampling/mixture_schedule.hpp"
@@ -32,6 +35,10 @@ class MixtureBatchSource final : public BatchSource {
  public:
   struct Member {
     BatchSource* source = nullptr;  // batch k is the source's row k
+    // The same source when it samples rows by id (the episode and token-stream modes):
+    // its rows are then planned as ids (row_id), without a plan per row. Set by the
+    // constructor.
+    SampledRowSource* sampled = nullptr;
     detail::BatchShape shape;       // that source's own one-row shape
     // Epochs: none (random sampling), all of batches_in_epoch(0) rows, or of varying
     // length (sft_packed) walked in order.

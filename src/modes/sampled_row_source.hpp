@@ -1,15 +1,18 @@
 // SampledRowSource: what the sft_episode and token_stream modes share. Each batch is the
 // rows an EpisodeSampler picks for it (an epoch order or random draws, through
-// EpochOrders), and each row is decoded on its own: a whole batch by decode(), a single
-// row into another batch by decode_row() (a mixture's rows). A mode implements
-// decode_into() for one row.
+// EpochOrders), and each row is written from its sampled id alone (an episode, or a
+// window): a whole batch by decode(), a single row into another batch by decode_row() or,
+// without a plan per row, by row_id() + decode_row_id() (a mixture's rows). A mode
+// implements decode_id() for one row.
 //
-// Thread-safety: plan() is called by one thread at a time; the const members may run
-// concurrently on different slots.
+// Thread-safety: plan(), seek() and row_id() are called by one thread at a time (the
+// pipeline's serial sampler stage); the const members may run concurrently on different
+// slots.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "modes/epoch_orders.hpp"
 #include "pipeline/batch_pool.hpp"
@@ -24,32 +27,68 @@ class SampledRowSource : public BatchSource {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
     slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
     const std::size_t rows = slot.episode_ids.size();
+    std::int64_t id = rows > 0 ? sampler_.row_episode(plan, 0) : -1;
     for (std::size_t r = 0; r < rows; ++r) {
-      if (r + 1 < rows) prefetch_row(plan, r + 1);
-      decode_into(plan, r, slot, r);
+      const std::int64_t next = r + 1 < rows ? sampler_.row_episode(plan, r + 1) : -1;
+      if (next >= 0) prefetch_id(next);
+      decode_id(id, slot, r);
+      id = next;
+    }
+  }
+  void will_need(const BatchPlan& batch_plan) const noexcept override {
+    const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
+    for (std::uint64_t r = 0; r < sampler_.settings().batch_size; ++r) {
+      const std::int64_t id = sampler_.row_episode(plan, r);
+      if (id >= 0) will_need_id(id);
     }
   }
   bool decode_row(const BatchPlan& batch_plan, detail::BatchSlot& slot, std::size_t row) const override {
-    decode_into(batch_plan.mode_data_as<SampledBatch>(), 0, slot, row);
+    decode_id(sampler_.row_episode(batch_plan.mode_data_as<SampledBatch>(), 0), slot, row);
     return true;
   }
   std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
   std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
 
+  // The id of row 0 of batch `step` (-1 for a fill row): for a source that a mixture
+  // gathers with batch_size 1 and world_size 1, the id of its row `step`. Equal to what
+  // plan(step) and decode_row() would write, without a plan: the epoch order in use is
+  // kept here, so consecutive calls within an epoch take no lock and allocate nothing.
+  // Called like plan(); may throw what plan() throws.
+  std::int64_t row_id(std::uint64_t step) {
+    SampledBatch batch = sampler_.position(step);
+    if (sampler_.settings().mode == SamplingMode::epoch) {
+      if (!row_order_ || row_order_epoch_ != batch.epoch) {
+        row_order_ = orders_.sample(step).order;  // also starts the next epoch's order
+        row_order_epoch_ = batch.epoch;
+      }
+      batch.order = row_order_;
+    }
+    return sampler_.row_episode(batch, 0);
+  }
+  // Writes the row of sampled id `id` (from row_id; -1: a fill row) into row `r` of
+  // `slot`, as decode_row() does.
+  void decode_row_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const { decode_id(id, slot, r); }
+  // Asks the CPU to start loading the first cache lines of the row of id `id` (>= 0), so
+  // that its reads overlap the current row's work. A hint: may do nothing.
+  virtual void prefetch_id(std::int64_t id) const noexcept { (void)id; }
+  // will_need() for one row of id `id` (>= 0): may ask the kernel to read its pages ahead.
+  virtual void will_need_id(std::int64_t id) const noexcept { (void)id; }
+
  protected:
   // REQUIRES: orders (and its sampler) outlive the source.
   explicit SampledRowSource(const EpochOrders& orders) noexcept : orders_(orders), sampler_(orders.sampler()) {}
 
-  // Writes row `plan_row` of the sampled batch into row `r` of `slot`, every field of it.
-  virtual void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
-                           std::size_t r) const = 0;
-
-  // Asks the CPU to start loading the first cache lines of a row that is decoded next, so
-  // that its reads overlap the current row's work. A hint: may do nothing.
-  virtual void prefetch_row(const SampledBatch&, std::uint64_t) const noexcept {}
+  // Writes the row of sampled id `id` (-1: a fill row) into row `r` of `slot`, every
+  // field of it.
+  virtual void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const = 0;
 
   const EpochOrders& orders_;
   const EpisodeSampler& sampler_;
+
+ private:
+  // row_id()'s epoch order in use (epoch mode), touched only by the planning thread.
+  std::shared_ptr<const EpochOrder> row_order_;
+  std::uint64_t row_order_epoch_ = 0;
 };
 
 }  // namespace tokenfeed

@@ -48,8 +48,7 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
   return loc;
 }
 
-void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
-                                         std::size_t r) const {
+void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
   const std::size_t T = options_.block_size;
   const bool contract = options_.contract_fields;
   std::int64_t* x = slot.x.data() + r * T;
@@ -57,7 +56,6 @@ void TokenStreamBatchSource::decode_into(const SampledBatch& plan, std::uint64_t
   // Empty (null) without the contract fields; positions stay with the document fields.
   float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
   std::int32_t* positions = slot.position_ids.empty() ? nullptr : slot.position_ids.data() + r * T;
-  const std::int64_t id = sampler_.row_episode(plan, plan_row);
   if (id < 0) {
     // A fill row (epoch mode without drop_last): nothing to learn from.
     slot.episode_ids[r] = -1;

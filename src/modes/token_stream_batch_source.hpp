@@ -67,9 +67,7 @@ class TokenStreamBatchSource final : public SampledRowSource {
 
   // Writes the window at `loc` (block_size inputs and their targets) into `fields`.
   void write_window(const Location& loc, const NextTokenFields& fields) const noexcept;
-  // Row `plan_row` of the sampled batch into row `r` of `slot`.
-  void decode_into(const SampledBatch& plan, std::uint64_t plan_row, detail::BatchSlot& slot,
-                   std::size_t r) const override;
+  void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
 };
 
 // Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label
