@@ -149,6 +149,61 @@ TEST_CASE("pipeline: get_batch records its wait; a waiting consumer sleeps rathe
   CHECK(cpu_seconds < 0.08);    // ~100 ms of waiting burned well under a core
 }
 
+TEST_CASE("pipeline: a trainer that sleeps is woken for a quarter of the depth at once, and takes them without waiting" *
+          doctest::timeout(60)) {
+  FakeSource source;
+  source.delay = 15ms;  // far past any spin: a pop that finds the ring empty sleeps
+  auto pool = make_pool(8);
+  SplitPipeline pipeline(source, pool, {8, 1, 0});  // depth 8: a sleeper is woken for 2 batches
+  double waited = 0;
+  int sleeps = 0;
+  bool after_sleep = false;
+  for (std::uint64_t step = 0; step < 12; ++step) {
+    detail::BatchSlot* slot = pipeline.pop(waited);
+    CHECK(slot->step == step);
+    pool->release(slot);
+    if (after_sleep) CHECK(waited == 0);  // the second of the batches it was woken for
+    after_sleep = waited > 1000;
+    sleeps += after_sleep ? 1 : 0;
+  }
+  CHECK(sleeps >= 3);  // the trainer outruns a 15 ms decoder: it sleeps again and again
+}
+
+TEST_CASE("pipeline: a failure is delivered at once to a trainer waiting for several batches" * doctest::timeout(60)) {
+  FakeSource source;
+  source.fail_at = 0;  // nothing but the failure will ever be ready
+  auto pool = make_pool(16);
+  SplitPipeline pipeline(source, pool, {16, 1, 0});  // depth 16: a sleeper waits for 4
+  double waited = 0;
+  const auto start = Clock::now();
+  CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 0", std::runtime_error);
+  CHECK(Clock::now() - start < 5s);
+  // A deadline pop takes whatever is ready when the deadline passes, fewer than it hoped for.
+  FakeSource slow;
+  slow.delay = 100ms;
+  auto slow_pool = make_pool(16);
+  SplitPipeline slow_pipeline(slow, slow_pool, {16, 1, 0});
+  detail::BatchSlot* slot = slow_pipeline.pop(waited, Clock::now() + 250ms);  // 1 or 2 ready by then, not 4
+  REQUIRE(slot != nullptr);
+  CHECK(slot->step == 0);
+  slow_pool->release(slot);
+  // stop() wakes a trainer sleeping for several batches.
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(30ms);
+    slow_pipeline.stop();
+  });
+  const auto stop_start = Clock::now();
+  for (int i = 0; i < 10; ++i) {  // the ready ones, if any, then the wait that stop() ends
+    try {
+      slow_pool->release(slow_pipeline.pop(waited));
+    } catch (const Error&) {
+      break;
+    }
+  }
+  stopper.join();
+  CHECK(Clock::now() - stop_start < 2s);
+}
+
 TEST_CASE("pipeline: nothing is handed out after stop(), not even batches already in the ring" * doctest::timeout(60)) {
   FakeSource source;
   auto pool = make_pool(8);

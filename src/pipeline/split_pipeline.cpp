@@ -34,7 +34,8 @@ using Clock = std::chrono::steady_clock;
 // How long pop() spins before it sleeps on the futex, when the machine has a core for the
 // trainer beside the decoders: long enough to catch a batch that is about to land without
 // a syscall and a wake-up. Without such a core the trainer would take the decoders' time
-// (and a sched_yield gives it to them only when the scheduler agrees), so it sleeps at once.
+// (and a sched_yield gives it to them only when the scheduler agrees), so it sleeps at once
+// (and asks to be woken for several batches: see wake_at).
 constexpr auto kSpinBeforeWait = std::chrono::microseconds(20);
 
 // One step of a spin: tells the CPU this is a busy-wait (x86 pause), without a syscall.
@@ -121,8 +122,19 @@ struct SplitPipeline::Impl {
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
-  // Bumped after every push into the ring and on stop (wake_trainer); pop() sleeps on it.
+  // Bumped when the collator wakes the trainer and on stop (wake_trainer); pop() sleeps on
+  // it.
   std::atomic<std::uint32_t> signal{0};
+  // How many batches the ring must hold before the collator wakes a sleeping trainer (1
+  // while it does not sleep). A trainer that must sleep (it found the ring empty and had no
+  // core to spin on, or spun in vain) asks for a few batches at once, not one: a wake-up
+  // costs a futex call on the decoder's side and, on a machine whose cores all decode, a
+  // context switch that interrupts a decoder, so one wake per batch would cost production
+  // far more than the trainer saves by starting a batch earlier. The trainer then takes
+  // those batches without waiting. The store before the trainer's last look at the ring and
+  // the load after the collator's push are each followed / preceded by a seq_cst fence, so
+  // that one of the two sees the other (no lost wake-up).
+  std::atomic<std::size_t> wake_at{1};
   BodyOrder body_order;  // every node body runs inside a BodyOrder::Scope
   // A pop() with a deadline sleeps on timed_cv instead, since an atomic wait has no
   // timeout. wake_trainer() takes timed_mutex only while timed_waiters is not 0: the
@@ -149,6 +161,51 @@ struct SplitPipeline::Impl {
       timed_cv.wait_until(lock, deadline, [&] { return signal.load(std::memory_order_seq_cst) != seen; });
     }
     timed_waiters.fetch_sub(1, std::memory_order_release);
+  }
+
+  // The batches a sleeping trainer waits for (see wake_at): a quarter of the depth. The
+  // decoders hold at least half the depth's admissions at any time (see hand_off_pending),
+  // so the ring always reaches it.
+  std::size_t batches_to_wake_for() const noexcept {
+    return std::max<std::size_t>(1, depth.load(std::memory_order_relaxed) / 4);
+  }
+
+  // On the trainer's thread, with the ring found empty: spins up to spin_budget for a
+  // batch, then sleeps until batches_to_wake_for() batches are ready (or the pipeline
+  // failed, so that its error is delivered; or the deadline passed, when whatever is ready
+  // is taken). True when the ring holds a batch; false at the deadline with none. Throws
+  // stopped_error() after stop().
+  bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
+    while (Clock::now() - start < spin_budget) {
+      if (stopping.load(std::memory_order_acquire)) throw stopped_error();
+      if (ring.read_available() > 0) return true;
+      for (int i = 0; i < 16; ++i) spin_pause();
+    }
+    const std::size_t want = batches_to_wake_for();
+    wake_at.store(want, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // before the looks at the ring (see wake_at)
+    const auto done = [&](bool ready) {
+      wake_at.store(1, std::memory_order_relaxed);
+      return ready;
+    };
+    while (true) {
+      // `seen` before the stop check: a stop() after this load bumps the signal, so the
+      // wait below returns.
+      const std::uint32_t seen = signal.load(std::memory_order_acquire);
+      if (stopping.load(std::memory_order_acquire)) {
+        done(false);
+        throw stopped_error();
+      }
+      const std::size_t ready = ring.read_available();
+      if (ready >= want || (ready > 0 && failed.load(std::memory_order_acquire))) return done(true);
+      if (!deadline) {
+        signal.wait(seen, std::memory_order_acquire);
+      } else if (Clock::now() >= *deadline) {
+        return done(ready > 0);
+      } else {
+        wait_until(seen, *deadline);
+      }
+    }
   }
 
   // Sampler-only state (the input_node body is never called concurrently).
@@ -315,10 +372,12 @@ struct SplitPipeline::Impl {
   void collate(BatchSlot* slot) {
     const BodyOrder::Scope scope(body_order);
     slot->observe();
+    const bool failure = slot->error != nullptr;
     // Never fails: at most pool->capacity() slots exist and the ring holds that many.
     const bool pushed = ring.push(slot);
     (void)pushed;
-    wake_trainer();
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the push before wake_at's load (see wake_at)
+    if (failure || ring.read_available() >= wake_at.load(std::memory_order_relaxed)) wake_trainer();
     if (auto_depth) apply_growth();
   }
 
@@ -411,21 +470,8 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   if (!s.ring.pop(slot)) {
     s.admit_pending();  // the decoders may be idle, waiting for admissions
     const auto start = Clock::now();
-    while (true) {
-      if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
-      const std::uint32_t seen = s.signal.load(std::memory_order_acquire);
-      if (s.ring.pop(slot)) break;
-      const auto now = Clock::now();
-      if (now - start < s.spin_budget) {
-        for (int i = 0; i < 16; ++i) spin_pause();
-      } else if (!deadline) {
-        s.signal.wait(seen, std::memory_order_acquire);
-      } else if (now >= *deadline) {
-        return nullptr;  // nothing taken: the next call resumes as if this one had not been made
-      } else {
-        s.wait_until(seen, *deadline);
-      }
-    }
+    if (!s.wait_for_batches(start, deadline)) return nullptr;  // nothing taken: the next call resumes as if this one had not been made
+    s.ring.pop(slot);  // holds at least one: only this thread pops
     waited_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   slot->observe();
