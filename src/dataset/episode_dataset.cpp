@@ -291,6 +291,16 @@ std::size_t EpisodeSplit::shard_of(std::uint64_t episode) const noexcept {
   return EpisodeSpans::shard_index(shards_, episode);
 }
 
+EpisodeData EpisodeSplit::data(std::uint64_t episode) const noexcept {
+  const EpisodeShard& shard = shards_[shard_of(episode)];
+  const EpisodeSpan span = shard.span(episode - shard.first_episode);
+  EpisodeData d;
+  d.tokens = shard.tokens.bytes().data() + span.start * size_of(token_dtype_);
+  if (mask_dtype_) d.mask = shard.mask.bytes().data() + span.start * size_of(*mask_dtype_);
+  d.length = span.length;
+  return d;
+}
+
 std::uint32_t EpisodeSplit::token_at(std::size_t shard, std::uint64_t offset) const noexcept {
   const std::byte* base = shards_[shard].tokens.bytes().data();
   if (token_dtype_ == TokenDtype::uint16) {

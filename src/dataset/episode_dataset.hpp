@@ -81,6 +81,14 @@ class EpisodeSpans {
   std::uint64_t count_ = 0;
 };
 
+// One episode's data where it is mapped, found once (a search over the shards and a read
+// of its index record) for the several reads of a row. Valid while its split lives.
+struct EpisodeData {
+  const std::byte* tokens = nullptr;  // its first token, in the split's token dtype
+  const std::byte* mask = nullptr;    // its first mask value; null when masks are not mapped
+  std::uint64_t length = 0;           // tokens
+};
+
 struct EpisodeSplitOptions {
   std::optional<TokenDtype> token_dtype;  // metadata, else config; absent: infer
   std::optional<MaskDtype> mask_dtype;    // metadata, else config; absent: infer
@@ -117,6 +125,8 @@ class EpisodeSplit {
   std::uint64_t fingerprint() const noexcept { return fingerprint_; }
 
   std::size_t shard_of(std::uint64_t episode) const noexcept;
+  // Where `episode`'s tokens and mask are. REQUIRES: episode < num_episodes().
+  EpisodeData data(std::uint64_t episode) const noexcept;
   // Where token offset `offset` of shard `shard` lies, for messages: ", episode E position P"
   // or ", in no episode".
   std::string locate(std::size_t shard, std::uint64_t offset) const;

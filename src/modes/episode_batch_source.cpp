@@ -36,7 +36,7 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   std::size_t x_count = 0;  // real tokens in x: t[0:min(n, T)]
   std::size_t y_count = 0;  // real tokens in y: t[1:n], the row's input positions with a label
   if (id >= 0) {
-    const auto episode = static_cast<std::uint64_t>(id);
+    const EpisodeData episode = windows_.data(static_cast<std::uint64_t>(id));
     const SftWindow window = windows_.window(episode);
     const std::size_t n = window.size();
     x_count = std::min(n, T);

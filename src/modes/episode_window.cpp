@@ -1,6 +1,7 @@
 #include "modes/episode_window.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenfeed/error.hpp"
 
@@ -17,22 +18,19 @@ EpisodeWindows::EpisodeWindows(const EpisodeSplit& split, std::size_t S, Truncat
   }
 }
 
-SftWindow EpisodeWindows::window(std::uint64_t episode) const {
-  const EpisodeSpan span = split_.spans()[episode];
+SftWindow EpisodeWindows::window(const EpisodeData& e) const {
   SftWindow w;
-  if (span.length <= S_ || truncation_ == Truncation::right) {
-    w.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(span.length, S_));
+  if (e.length <= S_ || truncation_ == Truncation::right) {
+    w.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(e.length, S_));
     return w;
   }
-  const EpisodeShard& shard = split_.shards()[split_.shard_of(episode)];
-  const std::byte* base = shard.tokens.bytes().data();
-  const auto n = static_cast<std::size_t>(span.length);
+  const auto n = static_cast<std::size_t>(e.length);
   if (split_.token_dtype() == TokenDtype::uint16) {
-    const auto* tokens = reinterpret_cast<const std::uint16_t*>(base) + span.start;
-    return plan_sft_window(std::span<const std::uint16_t>(tokens, n), S_, *special_);
+    return plan_sft_window(std::span<const std::uint16_t>(reinterpret_cast<const std::uint16_t*>(e.tokens), n), S_,
+                           *special_);
   }
-  const auto* tokens = reinterpret_cast<const std::uint32_t*>(base) + span.start;
-  return plan_sft_window(std::span<const std::uint32_t>(tokens, n), S_, *special_);
+  return plan_sft_window(std::span<const std::uint32_t>(reinterpret_cast<const std::uint32_t*>(e.tokens), n), S_,
+                         *special_);
 }
 
 namespace {
@@ -56,10 +54,17 @@ void for_kept_range(const SftWindow& w, std::size_t first, std::size_t count, Re
 
 }  // namespace
 
-void EpisodeWindows::read_tokens(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
+void EpisodeWindows::read_tokens(const EpisodeData& e, const SftWindow& window, std::size_t first, std::size_t count,
                                  std::int64_t* out) const noexcept {
+  const bool narrow = split_.token_dtype() == TokenDtype::uint16;
   for_kept_range(window, first, count, [&](std::size_t offset, std::size_t n, std::size_t at) {
-    split_.read_tokens(episode, offset, n, out + at);
+    if (narrow) {
+      const auto* src = reinterpret_cast<const std::uint16_t*>(e.tokens) + offset;
+      for (std::size_t i = 0; i < n; ++i) out[at + i] = src[i];
+    } else {
+      const auto* src = reinterpret_cast<const std::uint32_t*>(e.tokens) + offset;
+      for (std::size_t i = 0; i < n; ++i) out[at + i] = src[i];
+    }
   });
 }
 
@@ -70,23 +75,40 @@ void EpisodeWindows::read_mask(std::uint64_t episode, const SftWindow& window, s
   });
 }
 
-NextTokenSource EpisodeWindows::source(std::uint64_t episode, std::size_t offset, bool with_mask) const noexcept {
-  const EpisodeShard& shard = split_.shards()[split_.shard_of(episode)];
-  const std::uint64_t at = split_.spans()[episode].start + offset;
+NextTokenSource EpisodeWindows::source(const EpisodeData& e, std::size_t offset, bool with_mask) const noexcept {
   NextTokenSource s;
   s.token_dtype = split_.token_dtype();
-  s.tokens = shard.tokens.bytes().data() + at * size_of(s.token_dtype);
+  s.tokens = e.tokens + offset * size_of(s.token_dtype);
   if (with_mask) {
     s.mask_dtype = *split_.mask_dtype();
-    s.mask = shard.mask.bytes().data() + at * size_of(s.mask_dtype);
+    s.mask = e.mask + offset * size_of(s.mask_dtype);
   }
   return s;
 }
 
+std::int64_t EpisodeWindows::token_at(const EpisodeData& e, std::size_t position) const noexcept {
+  if (split_.token_dtype() == TokenDtype::uint16) {
+    std::uint16_t v = 0;
+    std::memcpy(&v, e.tokens + 2 * position, 2);
+    return v;
+  }
+  std::uint32_t v = 0;
+  std::memcpy(&v, e.tokens + 4 * position, 4);
+  return v;
+}
+
+float EpisodeWindows::mask_at(const EpisodeData& e, std::size_t position) const noexcept {
+  if (*split_.mask_dtype() == MaskDtype::uint8) return std::to_integer<std::uint8_t>(e.mask[position]) != 0 ? 1.0f : 0.0f;
+  float v = 0;
+  std::memcpy(&v, e.mask + 4 * position, 4);
+  return v;  // float masks are weights: kept as they are
+}
+
 void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const noexcept {
   constexpr std::size_t kLine = 64, kLines = 4;
-  const NextTokenSource s = source(episode, 0, with_mask);
-  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(split_.spans()[episode].length, S_));
+  const EpisodeData e = split_.data(episode);
+  const NextTokenSource s = source(e, 0, with_mask);
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(e.length, S_));
   const std::size_t token_bytes = std::min(n * size_of(s.token_dtype), kLines * kLine);
   for (std::size_t b = 0; b < token_bytes; b += kLine) __builtin_prefetch(s.tokens + b);
   if (s.mask != nullptr) {
@@ -95,18 +117,18 @@ void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const
   }
 }
 
-void EpisodeWindows::write_targets(std::uint64_t episode, const SftWindow& w, std::size_t count, bool with_mask,
+void EpisodeWindows::write_targets(const EpisodeData& e, const SftWindow& w, std::size_t count, bool with_mask,
                                    const NextTokenFields& fields, std::int64_t ignore_index) const noexcept {
   // Kept position i is head position head_begin + i while i < head, then tail position
   // tail_begin + (i - head); the input at head - 1 is the head's last token and its
   // target the tail's first, which no contiguous run covers.
   const std::size_t head = w.head_end - w.head_begin;
   if (head == 0) {
-    write_next_token_run(source(episode, w.tail_begin, with_mask), count, 0, fields, ignore_index);
+    write_next_token_run(source(e, w.tail_begin, with_mask), count, 0, fields, ignore_index);
     return;
   }
   const std::size_t in_head = std::min(count, head - 1);
-  write_next_token_run(source(episode, w.head_begin, with_mask), in_head, 0, fields, ignore_index);
+  write_next_token_run(source(e, w.head_begin, with_mask), in_head, 0, fields, ignore_index);
   if (count <= in_head) return;
   const auto at = [&fields](std::size_t i) {
     NextTokenFields f;
@@ -118,11 +140,9 @@ void EpisodeWindows::write_targets(std::uint64_t episode, const SftWindow& w, st
     return f;
   };
   // The junction, one position: its input and its target through one-element reads.
-  std::int64_t input = 0, target = 0;
-  float weight = 1.0f;
-  split_.read_tokens(episode, w.head_end - 1, 1, &input);
-  split_.read_tokens(episode, w.tail_begin, 1, &target);
-  if (with_mask) split_.read_mask(episode, w.tail_begin, 1, &weight);
+  const std::int64_t input = token_at(e, w.head_end - 1);
+  const std::int64_t target = token_at(e, w.tail_begin);
+  const float weight = with_mask ? mask_at(e, w.tail_begin) : 1.0f;
   const NextTokenFields j = at(head - 1);
   *j.x = input;
   if (j.y != nullptr) *j.y = target;
@@ -131,8 +151,8 @@ void EpisodeWindows::write_targets(std::uint64_t episode, const SftWindow& w, st
     *j.labels = weight != 0.0f ? target : ignore_index;
     *j.positions = static_cast<std::int32_t>(head - 1);
   }
-  write_next_token_run(source(episode, w.tail_begin, with_mask), count - head, static_cast<std::int32_t>(head),
-                       at(head), ignore_index);
+  write_next_token_run(source(e, w.tail_begin, with_mask), count - head, static_cast<std::int32_t>(head), at(head),
+                       ignore_index);
 }
 
 }  // namespace tokenfeed

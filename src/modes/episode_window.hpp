@@ -27,10 +27,14 @@ class EpisodeWindows {
   EpisodeWindows(const EpisodeSplit& split, std::size_t S, Truncation truncation,
                  std::optional<SpecialTokenIds> special);
 
-  SftWindow window(std::uint64_t episode) const;
+  // The episode's data (EpisodeSplit::data): found once per row, for the calls below.
+  EpisodeData data(std::uint64_t episode) const noexcept { return split_.data(episode); }
+
+  SftWindow window(const EpisodeData& episode) const;
+  SftWindow window(std::uint64_t episode) const { return window(data(episode)); }
   // Tokens / mask of the kept sequence, positions [first, first + count) of it.
   // REQUIRES: first + count <= window.size(); read_mask needs split.has_mask().
-  void read_tokens(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
+  void read_tokens(const EpisodeData& episode, const SftWindow& window, std::size_t first, std::size_t count,
                    std::int64_t* out) const noexcept;
   void read_mask(std::uint64_t episode, const SftWindow& window, std::size_t first, std::size_t count,
                  float* out) const noexcept;
@@ -39,7 +43,7 @@ class EpisodeWindows {
   // write_next_token_run): inputs, targets (the next kept token), weights from the mask
   // when `with_mask` (else 1), labels and positions 0, 1, ... REQUIRES: count < window.size();
   // with_mask needs split.has_mask().
-  void write_targets(std::uint64_t episode, const SftWindow& window, std::size_t count, bool with_mask,
+  void write_targets(const EpisodeData& episode, const SftWindow& window, std::size_t count, bool with_mask,
                      const NextTokenFields& fields, std::int64_t ignore_index) const noexcept;
 
   // Hints the CPU to load the first cache lines of the episode's tokens (and mask): the
@@ -51,8 +55,11 @@ class EpisodeWindows {
   Truncation truncation() const noexcept { return truncation_; }
 
  private:
-  // The tokens (and mask) of `episode` from its own position `offset` on.
-  NextTokenSource source(std::uint64_t episode, std::size_t offset, bool with_mask) const noexcept;
+  // The tokens (and mask) of an episode from its own position `offset` on.
+  NextTokenSource source(const EpisodeData& episode, std::size_t offset, bool with_mask) const noexcept;
+  // One token, one mask value (0 or 1 from a uint8 mask) of an episode's own position.
+  std::int64_t token_at(const EpisodeData& episode, std::size_t position) const noexcept;
+  float mask_at(const EpisodeData& episode, std::size_t position) const noexcept;
 
   const EpisodeSplit& split_;
   std::size_t S_;

@@ -114,7 +114,8 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
       ++slot.real_rows;
       for (std::uint64_t k = packed.row_begin[global_row]; k < packed.row_begin[global_row + 1]; ++k) {
         const std::uint64_t episode = packed.episodes[k];
-        const SftWindow window = windows_.window(episode);
+        const EpisodeData data = windows_.data(episode);
+        const SftWindow window = windows_.window(data);
         const std::size_t positions = window.size() - 1;
         const std::size_t at = r * T + column;
         if (k == packed.row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
@@ -123,7 +124,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
         fields.weights = slot.token_weights.data() + at;
         fields.labels = slot.labels.data() + at;
         fields.positions = slot.position_ids.data() + at;
-        windows_.write_targets(episode, window, positions, options_.with_mask, fields, options_.ignore_index);
+        windows_.write_targets(data, window, positions, options_.with_mask, fields, options_.ignore_index);
         slot.add_sequence(positions);
         slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
                                                static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
