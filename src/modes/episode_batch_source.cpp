@@ -7,11 +7,13 @@ namespace tokenfeed {
 
 void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t cols, std::size_t real,
                         std::int64_t pad_token_id, std::int64_t ignore_index) noexcept {
-  const std::size_t begin = row * cols;
-  std::fill(slot.x.begin() + static_cast<std::ptrdiff_t>(begin + real), slot.x.begin() + static_cast<std::ptrdiff_t>(begin + cols), pad_token_id);
-  std::fill(slot.labels.begin() + static_cast<std::ptrdiff_t>(begin + real), slot.labels.begin() + static_cast<std::ptrdiff_t>(begin + cols), ignore_index);
-  std::fill(slot.token_weights.begin() + static_cast<std::ptrdiff_t>(begin + real), slot.token_weights.begin() + static_cast<std::ptrdiff_t>(begin + cols), 0.0f);
-  std::iota(slot.position_ids.begin() + static_cast<std::ptrdiff_t>(begin + real), slot.position_ids.begin() + static_cast<std::ptrdiff_t>(begin + cols), 0);
+  const std::size_t at = row * cols + real;
+  NextTokenFields padding;
+  padding.x = slot.x.data() + at;
+  padding.weights = slot.token_weights.data() + at;
+  padding.labels = slot.labels.data() + at;
+  padding.positions = slot.position_ids.data() + at;
+  write_padding_run(cols - real, padding, pad_token_id, ignore_index);
   if (real < cols) slot.add_sequence(cols - real);
 }
 
@@ -33,29 +35,36 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   }
   slot.episode_ids[r] = id;
 
-  std::size_t x_count = 0;  // real tokens in x: t[0:min(n, T)]
-  std::size_t y_count = 0;  // real tokens in y: t[1:n], the row's input positions with a label
+  // The row's labelled positions t[1:n] (y_count of them), then padding from there in
+  // every field; x keeps its last real token in the first padding position (the padding
+  // rule), which the contract counts as padding.
+  std::size_t y_count = 0;
+  const auto padding_from = [&row](std::size_t i) {
+    NextTokenFields f;
+    f.x = row.x + i;
+    f.y = row.y + i;
+    if (row.weights != nullptr) f.weights = row.weights + i;
+    if (row.labels != nullptr) f.labels = row.labels + i;
+    if (row.positions != nullptr) f.positions = row.positions + i;
+    return f;
+  };
   if (id >= 0) {
     const EpisodeData episode = windows_.data(static_cast<std::uint64_t>(id));
     const SftWindow window = windows_.window(episode);
     const std::size_t n = window.size();
-    x_count = std::min(n, T);
+    const std::size_t x_count = std::min(n, T);  // real tokens in x: t[0:min(n, T)]
     y_count = n == 0 ? 0 : std::min(n - 1, T);
     windows_.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
-    // x keeps its last real token (or pad) after the labelled positions, as the padding
-    // rule says; the contract counts those positions as padding.
+    write_padding_run(T - y_count, padding_from(y_count), pad, options_.ignore_index);
     if (x_count > y_count) windows_.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
+  } else {
+    write_padding_run(T, padding_from(0), pad, options_.ignore_index);
   }
-  std::fill(row.x + x_count, row.x + T, pad);
-  std::fill(row.y + y_count, row.y + T, pad);
-  if (row.weights != nullptr) std::fill(row.weights + y_count, row.weights + T, 0.0f);
   slot.real_positions += y_count;
   if (!contract) return;
 
   // The contract's view of the row: one sequence of y_count positions, then padding.
   if (y_count > 0) slot.add_sequence(y_count);
-  std::fill(row.labels + y_count, row.labels + T, options_.ignore_index);
-  std::iota(row.positions + y_count, row.positions + T, 0);
   if (y_count < T) slot.add_sequence(T - y_count);
 }
 

@@ -1,5 +1,18 @@
 #include "modes/next_token_run.hpp"
 
+#include <atomic>
+#include <vector>
+
+#define TOKENFEED_INLINE inline __attribute__((always_inline))
+// Kernels for x86-64's AVX2 and AVX-512 levels beside the baseline (GCC's target
+// attribute); the sanitizer builds keep the baseline only, which is all they test.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define TOKENFEED_ROW_KERNEL_X86 1
+#else
+#define TOKENFEED_ROW_KERNEL_X86 0
+#endif
+
 namespace tokenfeed {
 namespace {
 
@@ -17,9 +30,10 @@ struct FloatMask {
 // the loop holds no branch on them and vectorises. The fields never overlap each other or
 // the mapped data (restrict: no run-time overlap checks).
 template <typename Token, typename Mask, bool kY, bool kWeights, bool kContract>
-void run(const Token* __restrict t, Mask mask, std::size_t count, std::int32_t first_position,
-         std::int64_t* __restrict x, std::int64_t* __restrict y, float* __restrict weights,
-         std::int64_t* __restrict labels, std::int32_t* __restrict positions, std::int64_t ignore_index) noexcept {
+TOKENFEED_INLINE void run(const Token* __restrict t, Mask mask, std::size_t count, std::int32_t first_position,
+                          std::int64_t* __restrict x, std::int64_t* __restrict y, float* __restrict weights,
+                          std::int64_t* __restrict labels, std::int32_t* __restrict positions,
+                          std::int64_t ignore_index) noexcept {
   std::int32_t position = first_position;
   for (std::size_t i = 0; i < count; ++i, ++position) {
     const auto target = static_cast<std::int64_t>(t[i + 1]);
@@ -38,8 +52,8 @@ void run(const Token* __restrict t, Mask mask, std::size_t count, std::int32_t f
 }
 
 template <typename Token, typename Mask, bool kY, bool kWeights>
-void by_contract(const Token* t, Mask mask, std::size_t count, std::int32_t p0, const NextTokenFields& f,
-                 std::int64_t ignore) noexcept {
+TOKENFEED_INLINE void by_contract(const Token* t, Mask mask, std::size_t count, std::int32_t p0,
+                                  const NextTokenFields& f, std::int64_t ignore) noexcept {
   if (f.labels != nullptr) {
     run<Token, Mask, kY, kWeights, true>(t, mask, count, p0, f.x, f.y, f.weights, f.labels, f.positions, ignore);
   } else {
@@ -49,8 +63,8 @@ void by_contract(const Token* t, Mask mask, std::size_t count, std::int32_t p0, 
 
 // kWeights: write f.weights from the mask (false when they hold it already, or are not wanted).
 template <typename Token, typename Mask>
-void by_fields(const Token* t, Mask mask, bool write_weights, std::size_t count, std::int32_t p0,
-               const NextTokenFields& f, std::int64_t ignore) noexcept {
+TOKENFEED_INLINE void by_fields(const Token* t, Mask mask, bool write_weights, std::size_t count, std::int32_t p0,
+                                const NextTokenFields& f, std::int64_t ignore) noexcept {
   if (f.y != nullptr) {
     if (write_weights) return by_contract<Token, Mask, true, true>(t, mask, count, p0, f, ignore);
     return by_contract<Token, Mask, true, false>(t, mask, count, p0, f, ignore);
@@ -60,8 +74,8 @@ void by_fields(const Token* t, Mask mask, bool write_weights, std::size_t count,
 }
 
 template <typename Token>
-void by_mask(const NextTokenSource& s, std::size_t count, std::int32_t p0, const NextTokenFields& f,
-             std::int64_t ignore) noexcept {
+TOKENFEED_INLINE void by_mask(const NextTokenSource& s, std::size_t count, std::int32_t p0, const NextTokenFields& f,
+                              std::int64_t ignore) noexcept {
   const auto* t = reinterpret_cast<const Token*>(s.tokens);
   const bool want_weights = f.weights != nullptr;
   if (s.mask == nullptr) return by_fields(t, NoMask{}, want_weights, count, p0, f, ignore);
@@ -85,16 +99,145 @@ void by_mask(const NextTokenSource& s, std::size_t count, std::int32_t p0, const
   by_fields(t, ByteMask{bytes}, false, count, p0, f, ignore);
 }
 
-}  // namespace
-
-void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
-                          const NextTokenFields& fields, std::int64_t ignore_index) noexcept {
+TOKENFEED_INLINE void next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
+                                     const NextTokenFields& fields, std::int64_t ignore_index) noexcept {
   if (count == 0) return;
   if (source.token_dtype == TokenDtype::uint16) {
     by_mask<std::uint16_t>(source, count, first_position, fields, ignore_index);
   } else {
     by_mask<std::uint32_t>(source, count, first_position, fields, ignore_index);
   }
+}
+
+template <bool kY, bool kWeights, bool kContract>
+TOKENFEED_INLINE void pad(std::size_t count, std::int64_t* __restrict x, std::int64_t* __restrict y,
+                          float* __restrict weights, std::int64_t* __restrict labels,
+                          std::int32_t* __restrict positions, std::int64_t pad_id, std::int64_t ignore_index) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    x[i] = pad_id;
+    if constexpr (kY) y[i] = pad_id;
+    if constexpr (kWeights) weights[i] = 0.0f;
+    if constexpr (kContract) {
+      labels[i] = ignore_index;
+      positions[i] = static_cast<std::int32_t>(i);
+    }
+  }
+}
+
+template <bool kY, bool kWeights>
+TOKENFEED_INLINE void pad_by_contract(std::size_t count, const NextTokenFields& f, std::int64_t pad_id,
+                                      std::int64_t ignore) noexcept {
+  if (f.labels != nullptr)
+    return pad<kY, kWeights, true>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore);
+  pad<kY, kWeights, false>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore);
+}
+
+TOKENFEED_INLINE void padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,
+                                  std::int64_t ignore_index) noexcept {
+  if (count == 0) return;
+  const bool y = fields.y != nullptr, w = fields.weights != nullptr;
+  if (y && w) return pad_by_contract<true, true>(count, fields, pad_id, ignore_index);
+  if (y) return pad_by_contract<true, false>(count, fields, pad_id, ignore_index);
+  if (w) return pad_by_contract<false, true>(count, fields, pad_id, ignore_index);
+  pad_by_contract<false, false>(count, fields, pad_id, ignore_index);
+}
+
+// The kernels compiled for one instruction set: the inline bodies above are inlined into
+// each and vectorised for its target.
+#define TOKENFEED_ROW_KERNELS(NAME, TARGET)                                                                        \
+  TARGET void next_token_run_##NAME(const NextTokenSource& source, std::size_t count, std::int32_t first_position, \
+                                    const NextTokenFields& fields, std::int64_t ignore_index) noexcept {           \
+    next_token_run(source, count, first_position, fields, ignore_index);                                           \
+  }                                                                                                                \
+  TARGET void padding_run_##NAME(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,            \
+                                 std::int64_t ignore_index) noexcept {                                             \
+    padding_run(count, fields, pad_id, ignore_index);                                                              \
+  }
+
+TOKENFEED_ROW_KERNELS(baseline, )
+#if TOKENFEED_ROW_KERNEL_X86
+TOKENFEED_ROW_KERNELS(x86_64_v3, __attribute__((target("arch=x86-64-v3"))))
+TOKENFEED_ROW_KERNELS(x86_64_v4, __attribute__((target("arch=x86-64-v4,prefer-vector-width=512"))))
+#endif
+
+struct Kernels {
+  RowKernelIsa isa;
+  void (*next)(const NextTokenSource&, std::size_t, std::int32_t, const NextTokenFields&, std::int64_t) noexcept;
+  void (*padding)(std::size_t, const NextTokenFields&, std::int64_t, std::int64_t) noexcept;
+};
+
+constexpr Kernels kernels_for(RowKernelIsa isa) noexcept {
+  switch (isa) {
+#if TOKENFEED_ROW_KERNEL_X86
+    case RowKernelIsa::x86_64_v4:
+      return {isa, next_token_run_x86_64_v4, padding_run_x86_64_v4};
+    case RowKernelIsa::x86_64_v3:
+      return {isa, next_token_run_x86_64_v3, padding_run_x86_64_v3};
+#endif
+    default:
+      return {RowKernelIsa::baseline, next_token_run_baseline, padding_run_baseline};
+  }
+}
+
+RowKernelIsa best_isa() noexcept {
+  const std::vector<RowKernelIsa> isas = row_kernel_isas();
+  return isas.back();
+}
+
+// The kernels in use: the best at load; use_row_kernel_isa() may change them.
+std::atomic<const Kernels*> g_kernels{nullptr};
+
+const Kernels& kernels() noexcept {
+  const Kernels* k = g_kernels.load(std::memory_order_acquire);
+  if (k != nullptr) return *k;
+  static const Kernels best = kernels_for(best_isa());
+  g_kernels.store(&best, std::memory_order_release);
+  return best;
+}
+
+}  // namespace
+
+std::vector<RowKernelIsa> row_kernel_isas() {
+  std::vector<RowKernelIsa> isas{RowKernelIsa::baseline};
+#if TOKENFEED_ROW_KERNEL_X86
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+  if (v3) isas.push_back(RowKernelIsa::x86_64_v3);
+  if (v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    isas.push_back(RowKernelIsa::x86_64_v4);
+  }
+#endif
+  return isas;
+}
+
+RowKernelIsa row_kernel_isa() noexcept { return kernels().isa; }
+
+void use_row_kernel_isa(RowKernelIsa isa) noexcept {
+  static const Kernels table[] = {kernels_for(RowKernelIsa::baseline), kernels_for(RowKernelIsa::x86_64_v3),
+                                  kernels_for(RowKernelIsa::x86_64_v4)};
+  g_kernels.store(&table[static_cast<int>(isa)], std::memory_order_release);
+}
+
+const char* to_string(RowKernelIsa isa) noexcept {
+  switch (isa) {
+    case RowKernelIsa::x86_64_v3:
+      return "x86-64-v3";
+    case RowKernelIsa::x86_64_v4:
+      return "x86-64-v4";
+    default:
+      return "baseline";
+  }
+}
+
+void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
+                          const NextTokenFields& fields, std::int64_t ignore_index) noexcept {
+  kernels().next(source, count, first_position, fields, ignore_index);
+}
+
+void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,
+                       std::int64_t ignore_index) noexcept {
+  kernels().padding(count, fields, pad_id, ignore_index);
 }
 
 }  // namespace tokenfeed

@@ -3,13 +3,18 @@
 // not 0, ignore_index where it is) and the position within its sequence. Each token and
 // mask value is read once and every field is written in the same pass, which the
 // compiler vectorises; the batch sources call this for each contiguous run of an
-// episode or window instead of one pass per field.
+// episode or window instead of one pass per field, and write_padding_run for the padding
+// after it. Both are compiled for several instruction sets (x86-64: the baseline, AVX2
+// and AVX-512) and run with the widest the CPU has, since writing the batch is most of
+// what a decoder does.
 //
-// Thread-safety: a pure function of its arguments.
+// Thread-safety: write_* are pure functions of their arguments; use_row_kernel_isa must not
+// run concurrently with them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tokenfeed/dtype.hpp"
 
@@ -40,5 +45,22 @@ struct NextTokenFields {
 // (with a mask) mask[1, count] readable; labels and positions both null or both set.
 void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
                           const NextTokenFields& fields, std::int64_t ignore_index) noexcept;
+
+// Writes a row's padding, positions [0, count) of `fields`, in one pass: x and y `pad`,
+// weight 0, label ignore_index, positions 0, 1, ... (the padding is a sequence of its
+// own). Null fields are not written. REQUIRES: labels and positions both null or both set.
+void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad,
+                       std::int64_t ignore_index) noexcept;
+
+// The instruction sets the kernels are built for, and which of them runs. Every set
+// writes the same values (tests run each one the CPU has against a reference).
+enum class RowKernelIsa { baseline = 0, x86_64_v3 = 1, x86_64_v4 = 2 };
+// Those this CPU runs, baseline first, the widest last (the one in use unless changed).
+std::vector<RowKernelIsa> row_kernel_isas();
+RowKernelIsa row_kernel_isa() noexcept;
+// For tests and benchmarks: run `isa`'s kernels from now on. REQUIRES: isa is in
+// row_kernel_isas(), and no write_* call runs concurrently.
+void use_row_kernel_isa(RowKernelIsa isa) noexcept;
+const char* to_string(RowKernelIsa isa) noexcept;
 
 }  // namespace tokenfeed
