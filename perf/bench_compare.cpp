@@ -12,6 +12,12 @@
 //                       token_stream: the Loader's own windows (recorded likewise), x/y int64
 //   measure_tokenfeed   the Loader, get_batch in a tight loop (threads and depth as given)
 //
+// tokenfeed's row kernels run with the widest instruction set the CPU has (AVX-512 here),
+// chosen at run time, while the plain loops are built with the library's own flags (the
+// x86-64 baseline), as a user's loop would be; for sft_episode on an AVX-512 machine the
+// summary also reports the episode loop compiled for x86-64-v4 (plain_loop_x86_64_v4),
+// which a user who builds for their own CPU would run.
+//
 // Both also report CPU time per batch: the plain loop's thread, and for tokenfeed every
 // thread of the process and its background threads alone (getrusage; the consumer's thread
 // spins briefly in get_batch while it waits), so that the pipeline's cost in cores is
@@ -49,6 +55,7 @@
 #include "bench_common.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "dataset/token_stream.hpp"
+#include "modes/next_token_run.hpp"
 #include "sampling/numpy_random.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -128,6 +135,59 @@ struct EpisodeLoop final : PlainLoop {
     make(k);
     return std::equal(x.begin(), x.end(), b.x().begin()) && std::equal(y.begin(), y.end(), b.y().begin()) &&
            (!mask || std::equal(m.begin(), m.end(), b.mask().begin()));
+  }
+};
+
+// The same loop written against the mapped episode directly and compiled for the CPU's
+// AVX-512 level (x86-64-v4), as a user who builds for their own machine would have it: a
+// row beside the targets, which are against the loop built with the library's flags.
+struct EpisodeLoopV4 final : PlainLoop {
+  EpisodeLoop base;
+  explicit EpisodeLoopV4(const Config& c, std::size_t rows, std::size_t cols) : base(c, rows, cols) {}
+  bool has_mask() const override { return base.mask; }
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#endif
+  void make(std::uint64_t k) override {
+    const std::size_t B = base.B, T = base.T;
+    const bool narrow = base.split.token_dtype() == TokenDtype::uint16;
+    const bool byte_mask = base.mask && *base.split.mask_dtype() == MaskDtype::uint8;
+    for (std::size_t r = 0; r < B; ++r) {
+      const std::uint64_t id = base.kept[base.perm[(k * B + r) % base.perm.size()]];
+      const EpisodeData e = base.split.data(id);
+      const std::size_t xc = static_cast<std::size_t>(std::min<std::uint64_t>(e.length, T));
+      const std::size_t yc = static_cast<std::size_t>(std::min<std::uint64_t>(e.length - 1, T));
+      std::int64_t* __restrict xr = base.x.data() + r * T;
+      std::int64_t* __restrict yr = base.y.data() + r * T;
+      if (narrow) {
+        const auto* t = reinterpret_cast<const std::uint16_t*>(e.tokens);
+        for (std::size_t i = 0; i < xc; ++i) xr[i] = t[i];
+        for (std::size_t i = 0; i < yc; ++i) yr[i] = t[i + 1];
+      } else {
+        const auto* t = reinterpret_cast<const std::uint32_t*>(e.tokens);
+        for (std::size_t i = 0; i < xc; ++i) xr[i] = t[i];
+        for (std::size_t i = 0; i < yc; ++i) yr[i] = t[i + 1];
+      }
+      for (std::size_t i = xc; i < T; ++i) xr[i] = base.pad;
+      for (std::size_t i = yc; i < T; ++i) yr[i] = base.pad;
+      if (base.mask) {
+        float* __restrict mr = base.m.data() + r * T;
+        if (byte_mask) {
+          const auto* m = reinterpret_cast<const std::uint8_t*>(e.mask);
+          for (std::size_t i = 0; i < yc; ++i) mr[i] = m[i + 1] != 0 ? 1.0f : 0.0f;
+        } else {
+          const auto* m = reinterpret_cast<const float*>(e.mask);
+          for (std::size_t i = 0; i < yc; ++i) mr[i] = m[i + 1];
+        }
+        for (std::size_t i = yc; i < T; ++i) mr[i] = 0.0f;
+      }
+    }
+  }
+  bool matches(std::uint64_t k, const Batch& b) override {
+    make(k);
+    return std::equal(base.x.begin(), base.x.end(), b.x().begin()) &&
+           std::equal(base.y.begin(), base.y.end(), b.y().begin()) &&
+           (!base.mask || std::equal(base.m.begin(), base.m.end(), b.mask().begin()));
   }
 };
 
@@ -364,7 +424,7 @@ bool plain_loop_matches_loader(const Config& base, PlainLoop& loop) {
 
 // Every repeat's figures, in the order the repeats ran; the tokenfeed ones per variant.
 struct Repeats {
-  std::vector<double> memcpy_gbs, plain_loop, plain_cpu_us;
+  std::vector<double> memcpy_gbs, plain_loop, plain_cpu_us, plain_loop_v4, plain_v4_cpu_us;
   std::vector<std::vector<double>> tokenfeed, tokenfeed_cpu_us, tokenfeed_loader_cpu_us;
   std::vector<std::vector<std::uint64_t>> threads_used, depth_used;
 
@@ -414,6 +474,12 @@ nlohmann::json summary(const std::string& shape, std::int64_t rows, std::int64_t
   j["plain_loop_repeats"] = r.plain_loop;
   j["plain_loop_cpu_us_per_batch"] = median(r.plain_cpu_us);
   j["plain_loop_cpu_us_repeats"] = r.plain_cpu_us;
+  j["row_kernel_isa"] = to_string(row_kernel_isa());  // the row kernels tokenfeed ran with
+  if (!r.plain_loop_v4.empty()) {
+    j["plain_loop_x86_64_v4_batches_per_s"] = median(r.plain_loop_v4);
+    j["plain_loop_x86_64_v4_repeats"] = r.plain_loop_v4;
+    j["plain_loop_x86_64_v4_cpu_us_per_batch"] = median(r.plain_v4_cpu_us);
+  }
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const std::string& name = variants[v].name;
     j["tokenfeed"][name] = median(r.tokenfeed[v]);
@@ -465,6 +531,12 @@ int main(int argc, char** argv) {
   const std::unique_ptr<PlainLoop> loop =
       make_plain_loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
   if (!plain_loop_matches_loader(base, *loop)) return 1;
+  // The episode loop built for this CPU's AVX-512 level too, where it has one.
+  std::unique_ptr<PlainLoop> loop_v4;
+  if (effective.dataset_mode == DatasetMode::sft_episode && row_kernel_isas().back() == RowKernelIsa::x86_64_v4) {
+    loop_v4 = std::make_unique<EpisodeLoopV4>(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+    if (!plain_loop_matches_loader(base, *loop_v4)) return 1;
+  }
 
   std::vector<Variant> tf_variants;
   for (const std::string& name : split_list(variants)) tf_variants.push_back(parse_variant(name));
@@ -481,6 +553,13 @@ int main(int argc, char** argv) {
     r.plain_cpu_us.push_back(plain.cpu_us_per_batch);
     csv << rep << ",plain_loop," << p << ",,,," << plain.cpu_us_per_batch << "\n";
     std::printf("rep %d: memcpy %.2f GB/s, plain loop %.0f batches/s", rep, gbs, p);
+    if (loop_v4) {
+      const PlainResult v4 = measure_plain_loop(*loop_v4, seconds);
+      r.plain_loop_v4.push_back(v4.batches_per_s);
+      r.plain_v4_cpu_us.push_back(v4.cpu_us_per_batch);
+      csv << rep << ",plain_loop_x86_64_v4," << v4.batches_per_s << ",,,," << v4.cpu_us_per_batch << "\n";
+      std::printf(", plain loop (x86-64-v4) %.0f batches/s", v4.batches_per_s);
+    }
     for (std::size_t v = 0; v < tf_variants.size(); ++v) {
       const Variant& variant = tf_variants[v];
       const ConsumerResult t = measure_tokenfeed(base, rows, cols, variant, seconds);
