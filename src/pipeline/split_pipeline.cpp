@@ -122,8 +122,7 @@ struct SplitPipeline::Impl {
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
-  // Bumped when the collator wakes the trainer and on stop (wake_trainer); pop() sleeps on
-  // it.
+  // Bumped after every push into the ring and on stop; pop() sleeps on it.
   std::atomic<std::uint32_t> signal{0};
   // How many batches the ring must hold before the collator wakes a sleeping trainer (1
   // while it does not sleep). A trainer that must sleep (it found the ring empty and had no
@@ -131,9 +130,12 @@ struct SplitPipeline::Impl {
   // costs a futex call on the decoder's side and, on a machine whose cores all decode, a
   // context switch that interrupts a decoder, so one wake per batch would cost production
   // far more than the trainer saves by starting a batch earlier. The trainer then takes
-  // those batches without waiting. The store before the trainer's last look at the ring and
-  // the load after the collator's push are each followed / preceded by a seq_cst fence, so
-  // that one of the two sees the other (no lost wake-up).
+  // those batches without waiting.
+  // No lost wake-up: the trainer stores wake_at, then loads signal (its `seen`), then looks
+  // at the ring; the collator pushes, bumps signal, then loads wake_at, all seq_cst. Either
+  // the trainer's load of signal follows the bump, and then it sees the push; or the bump
+  // follows it, and then the collator sees wake_at and wakes the trainer, whose wait on
+  // `seen` cannot miss a bump after it.
   std::atomic<std::size_t> wake_at{1};
   BodyOrder body_order;  // every node body runs inside a BodyOrder::Scope
   // A pop() with a deadline sleeps on timed_cv instead, since an atomic wait has no
@@ -146,6 +148,10 @@ struct SplitPipeline::Impl {
 
   void wake_trainer() noexcept {
     signal.fetch_add(1, std::memory_order_seq_cst);
+    notify_trainer();
+  }
+  // Wakes a sleeping pop() (whose signal has moved).
+  void notify_trainer() noexcept {
     signal.notify_all();
     if (timed_waiters.load(std::memory_order_seq_cst) != 0) {
       const std::lock_guard lock(timed_mutex);
@@ -182,16 +188,15 @@ struct SplitPipeline::Impl {
       for (int i = 0; i < 16; ++i) spin_pause();
     }
     const std::size_t want = batches_to_wake_for();
-    wake_at.store(want, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // before the looks at the ring (see wake_at)
+    wake_at.store(want, std::memory_order_seq_cst);
     const auto done = [&](bool ready) {
-      wake_at.store(1, std::memory_order_relaxed);
+      wake_at.store(1, std::memory_order_seq_cst);
       return ready;
     };
     while (true) {
-      // `seen` before the stop check: a stop() after this load bumps the signal, so the
-      // wait below returns.
-      const std::uint32_t seen = signal.load(std::memory_order_acquire);
+      // `seen` before the looks at the ring (see wake_at) and the stop check: a stop()
+      // after this load bumps the signal, so the wait below returns.
+      const std::uint32_t seen = signal.load(std::memory_order_seq_cst);
       if (stopping.load(std::memory_order_acquire)) {
         done(false);
         throw stopped_error();
@@ -376,8 +381,8 @@ struct SplitPipeline::Impl {
     // Never fails: at most pool->capacity() slots exist and the ring holds that many.
     const bool pushed = ring.push(slot);
     (void)pushed;
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the push before wake_at's load (see wake_at)
-    if (failure || ring.read_available() >= wake_at.load(std::memory_order_relaxed)) wake_trainer();
+    signal.fetch_add(1, std::memory_order_seq_cst);
+    if (failure || ring.read_available() >= wake_at.load(std::memory_order_seq_cst)) notify_trainer();
     if (auto_depth) apply_growth();
   }
 
