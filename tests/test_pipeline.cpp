@@ -169,6 +169,27 @@ TEST_CASE("pipeline: a trainer that sleeps is woken for a quarter of the depth a
   CHECK(sleeps >= 3);  // the trainer outruns a 15 ms decoder: it sleeps again and again
 }
 
+TEST_CASE("batch pool: a decoder gets back the slot it filled last, else the one released last") {
+  detail::BatchPool pool(4, detail::BatchShape{2, 3, false}, "train");
+  detail::BatchSlot* a = pool.acquire(0);
+  detail::BatchSlot* b = pool.acquire(1);
+  detail::BatchSlot* c = pool.acquire(0);
+  CHECK(a->decoder == 0);
+  CHECK(b->decoder == 1);
+  pool.release(a);
+  pool.release(b);
+  pool.release(c);  // released last, and decoder 0's
+  CHECK(pool.acquire(1) == b);  // decoder 1's own, though c and a came back after it
+  CHECK(pool.acquire(0) == c);  // decoder 0's, the later of its two
+  detail::BatchSlot* d = pool.acquire(2);  // decoder 2 filled none: the last released of the rest
+  CHECK(d == a);
+  CHECK(d->decoder == 2);
+  detail::BatchSlot* never_used = pool.acquire();  // no decoder: the last released (here the only one)
+  CHECK(never_used != nullptr);
+  CHECK(never_used->decoder == -1);
+  CHECK(pool.acquire() == nullptr);
+}
+
 TEST_CASE("pipeline: a failure is delivered at once to a trainer waiting for several batches" * doctest::timeout(60)) {
   FakeSource source;
   source.fail_at = 0;  // nothing but the failure will ever be ready

@@ -74,11 +74,17 @@ void BatchPool::grow_to(std::size_t slots) {
   }
 }
 
-BatchSlot* BatchPool::acquire() noexcept {
+BatchSlot* BatchPool::acquire(int decoder) noexcept {
   std::lock_guard lock(free_mutex_);
   if (free_.empty()) return nullptr;
-  BatchSlot* slot = free_.back();
-  free_.pop_back();
+  auto it = free_.end() - 1;
+  if (decoder >= 0) {
+    const auto mine = std::find_if(free_.rbegin(), free_.rend(), [&](const BatchSlot* s) { return s->decoder == decoder; });
+    if (mine != free_.rend()) it = std::prev(mine.base());
+  }
+  BatchSlot* slot = *it;
+  free_.erase(it);  // keeps the others in release order; the list holds a few dozen at most
+  if (decoder >= 0) slot->decoder = decoder;
   return slot;
 }
 

@@ -93,6 +93,7 @@ struct BatchSlot {
   }
 
   // Bookkeeping written by the decode stage.
+  int decoder = -1;            // the decoder that last filled it (BatchPool::acquire)
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)
   std::uint64_t step = 0, epoch = 0, batch_in_epoch = 0;
   std::uint64_t real_rows = 0;
@@ -135,8 +136,13 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   // pipeline calls it off the trainer's thread before it admits more batches.
   void grow_to(std::size_t slots);
 
-  // A free slot, or nullptr when every slot is in use.
-  BatchSlot* acquire() noexcept;
+  // A free slot, or nullptr when every slot is in use: the one released last, or with a
+  // `decoder` (>= 0), the one released last of those that decoder filled before (any
+  // other when there is none), and marks the slot as filled by it. A decoder thus keeps
+  // rewriting the few slots whose memory its own core's cache holds, instead of writing
+  // slots another core filled, whose every line must first be taken from that core's
+  // cache.
+  BatchSlot* acquire(int decoder = -1) noexcept;
   // Returns a slot to the free list (from a released Batch, or an error slot).
   void release(BatchSlot* slot) noexcept;
 

@@ -330,7 +330,7 @@ struct SplitPipeline::Impl {
   BatchSlot* decode_one() {
     const BodyOrder::Scope scope(body_order);
     const BatchPlan plan = pop_plan();
-    BatchSlot* slot = pool->acquire();
+    BatchSlot* slot = pool->acquire(tbb::this_task_arena::current_thread_index());
     if (slot == nullptr) {
       // Cannot happen while the limiter and the held-batch cap hold; if it does, fail
       // loudly rather than lose a step (the sequencer would wait for it forever).
