@@ -186,7 +186,7 @@ TEST_CASE("rl: advantages, weights, labels and log-probs match a reference, for 
   CHECK(error_of([] { parse_advantage("ppo"); }).find("'ppo'") != std::string::npos);
 }
 
-TEST_CASE("rl: zero-variance groups are dropped and counted; the metrics add up") {
+TEST_CASE("rl: zero-variance groups are dropped and counted, the metrics add up") {
   ToySampler sampler;
   sampler.flat = {1, 2, 5, 9};
   GroupBatcher batcher(options(4, 24));
@@ -310,7 +310,7 @@ TEST_CASE("rl: identical batches from a deterministic sampler, and after save_st
   CHECK(error_of([&] { resumed.load_state("nope"); }, ErrorKind::state).find("JSON") != std::string::npos);
 }
 
-TEST_CASE("rl: an exception from the sampler reaches the caller unchanged; the batcher stays where it was") {
+TEST_CASE("rl: an exception from the sampler reaches the caller unchanged, the batcher stays where it was") {
   ToySampler sampler;
   GroupBatcher batcher(options(4, 24));
   Snapshot first = snap(batcher.next_batch(sampler));
@@ -377,7 +377,7 @@ TEST_CASE("rl: malformed groups and a group too big for a batch are usage errors
   CHECK(error_of([&] { GroupBatcher b(bad); }).find("max_attempts") != std::string::npos);
 }
 
-TEST_CASE("rl: without log-probs the field is empty; batches held past the limit are refused") {
+TEST_CASE("rl: without log-probs the field is empty, batches held past the limit are refused") {
   ToySampler sampler;
   sampler.with_log_probs = false;
   GroupBatcher batcher(options(2, 24));
