@@ -95,11 +95,7 @@ void bind_rl(nb::module_& m) {
               nb::gil_scoped_release release;
               prompt = p.at(index);
             }
-            auto* heap = new std::vector<std::int64_t>(std::move(prompt.tokens));
-            nb::capsule owner(heap, [](void* v) noexcept { delete static_cast<std::vector<std::int64_t>*>(v); });
-            const std::size_t shape[1] = {heap->size()};
-            nb::ndarray<nb::numpy, std::int64_t, nb::c_contig> tokens(heap->data(), 1, shape, owner);
-            return nb::make_tuple(prompt.epoch, prompt.episode, nb::cast(tokens, nb::rv_policy::reference));
+            return nb::make_tuple(prompt.epoch, prompt.episode, numpy_owning(std::move(prompt.tokens)));
           },
           "index"_a)
       .def_prop_ro("size", &tokenfeed::RLPrompts::size)
