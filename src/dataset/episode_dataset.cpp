@@ -208,7 +208,8 @@ void EpisodeSplit::Opening::map_shards(const std::vector<fs::path>& dirs) {
       if (!shard.has_mask_file) {
         format_error("mask.bin is present in " + std::to_string(with_mask) + " of " +
                      std::to_string(split.shards_.size()) + " shards of '" + split.dir_.string() +
-                     "' but missing in '" + shard.dir.string() + "'; an incomplete mask would train on unmasked tokens");
+                     "' but missing in '" + shard.dir.string() +
+                     "'; an incomplete mask would train on unmasked tokens");
       }
     }
   }
@@ -324,10 +325,10 @@ void EpisodeSplit::Opening::check_masks() {
       const MappedFile& mask = options.want_mask ? shard.mask : scratch;
       const MaskValueCount bad = scan_mask_values(mask.bytes(), MaskDtype::float32).not_finite;
       if (bad.count == 0) continue;
-      format_error("'" + (shard.dir / "mask.bin").string() + "': " + std::to_string(bad.count) +
-                   " float32 mask value" + (bad.count == 1 ? " is" : "s are") + " NaN or infinite (first: " +
-                   std::to_string(bad.first_value) + " at value offset " + std::to_string(bad.first_offset) +
-                   split.locate(s, bad.first_offset) + "); loss weights must be finite");
+      format_error("'" + (shard.dir / "mask.bin").string() + "': " + std::to_string(bad.count) + " float32 mask value" +
+                   (bad.count == 1 ? " is" : "s are") + " NaN or infinite (first: " + std::to_string(bad.first_value) +
+                   " at value offset " + std::to_string(bad.first_offset) + split.locate(s, bad.first_offset) +
+                   "); loss weights must be finite");
     }
   }
 }
