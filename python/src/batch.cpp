@@ -133,7 +133,8 @@ class PyBatch {
       static_assert(std::is_standard_layout_v<PackedSegment>);
       static_assert(sizeof(PackedSegment::row) == 4 && sizeof(PackedSegment::column) == 4 &&
                     sizeof(PackedSegment::positions) == 4 && sizeof(PackedSegment::episode) == 8);
-      static_assert(std::is_unsigned_v<decltype(PackedSegment::row)> && std::is_signed_v<decltype(PackedSegment::episode)>);
+      static_assert(std::is_unsigned_v<decltype(PackedSegment::row)> &&
+                    std::is_signed_v<decltype(PackedSegment::episode)>);
       nb::dict spec;
       spec["names"] = nb::make_tuple("row", "column", "positions", "episode");
       spec["formats"] = nb::make_tuple("<u4", "<u4", "<u4", "<i8");
@@ -189,27 +190,51 @@ nb::object wrap_batch(std::unique_ptr<tokenfeed::Batch> batch) {
   return nb::cast(PyBatch(std::move(batch)), nb::rv_policy::move);
 }
 
-nb::object wrap_batch(tokenfeed::Batch&& batch) { return wrap_batch(std::make_unique<tokenfeed::Batch>(std::move(batch))); }
+nb::object wrap_batch(tokenfeed::Batch&& batch) {
+  return wrap_batch(std::make_unique<tokenfeed::Batch>(std::move(batch)));
+}
+
+namespace {
+
+// A property holding a numpy array of `dtype` (a numpy scalar type's name), as the stub
+// says.
+void array_property(nb::class_<PyBatch>& cls, const char* name, nb::object (PyBatch::*getter)(), const char* dtype,
+                    const char* doc = nullptr) {
+  const std::string sig = std::string("def ") + name + "(self) -> numpy.typing.NDArray[numpy." + dtype + "]";
+  if (doc != nullptr) {
+    cls.def_prop_ro(name, getter, nb::for_getter(nb::sig(sig.c_str())), doc);
+  } else {
+    cls.def_prop_ro(name, getter, nb::for_getter(nb::sig(sig.c_str())));
+  }
+}
+
+}  // namespace
 
 void bind_batch(nb::module_& m) {
-  nb::class_<PyBatch>(m, "Batch", "One ready batch: numpy views of the loader's buffers (see the package docs).")
-      .def_prop_ro("x", &PyBatch::x)
-      .def_prop_ro("y", &PyBatch::y)
-      .def_prop_ro("mask", &PyBatch::mask)
-      .def_prop_ro("tokens", &PyBatch::x)
-      .def_prop_ro("labels", &PyBatch::labels)
-      .def_prop_ro("token_weights", &PyBatch::token_weights)
-      .def_prop_ro("position_ids", &PyBatch::position_ids)
-      .def_prop_ro("cu_seqlens", &PyBatch::cu_seqlens)
-      .def_prop_ro("episode_ids", &PyBatch::episode_ids)
-      .def_prop_ro("window_ids", &PyBatch::episode_ids)
-      .def_prop_ro("doc_ids", &PyBatch::doc_ids)
-      .def_prop_ro("source_ids", &PyBatch::source_ids)
-      .def_prop_ro("segments", &PyBatch::segments)
-      .def_prop_ro("log_probs", &PyBatch::log_probs)
-      .def_prop_ro("rewards", &PyBatch::rewards)
-      .def_prop_ro("group_ids", &PyBatch::group_ids)
-      .def_prop_ro("split", [](const PyBatch& b) { return std::string(b.batch().split()); })
+  nb::class_<PyBatch> cls(m, "Batch", "One ready batch: numpy views of the loader's buffers (see the package docs).");
+  array_property(cls, "x", &PyBatch::x, "int64");
+  array_property(cls, "y", &PyBatch::y, "int64");
+  array_property(cls, "mask", &PyBatch::mask, "float32");
+  array_property(cls, "tokens", &PyBatch::x, "int64");
+  array_property(cls, "labels", &PyBatch::labels, "int64");
+  array_property(cls, "token_weights", &PyBatch::token_weights, "float32");
+  array_property(cls, "position_ids", &PyBatch::position_ids, "int32");
+  array_property(cls, "cu_seqlens", &PyBatch::cu_seqlens, "int32");
+  array_property(cls, "episode_ids", &PyBatch::episode_ids, "int64");
+  array_property(cls, "window_ids", &PyBatch::episode_ids, "int64");
+  array_property(cls, "doc_ids", &PyBatch::doc_ids, "int32");
+  array_property(cls, "source_ids", &PyBatch::source_ids, "int32",
+                 "A mixture: each row's source, its index in Loader.source_names; empty otherwise.");
+  array_property(cls, "segments", &PyBatch::segments, "void",
+                 "sft_packed and RL: the PackedSegment records, no copy: fields row, column, positions (uint32), "
+                 "episode (int64; RL: the prompt's episode).");
+  array_property(cls, "log_probs", &PyBatch::log_probs, "float32",
+                 "RL: the sampler's log-probs aligned to labels (B x T, 0 elsewhere); empty otherwise.");
+  array_property(cls, "rewards", &PyBatch::rewards, "float32",
+                 "RL: one reward per sequence of cu_seqlens (0 for padding); empty otherwise.");
+  array_property(cls, "group_ids", &PyBatch::group_ids, "int64",
+                 "RL: one group id (the pull index) per sequence of cu_seqlens (-1 for padding); empty otherwise.");
+  cls.def_prop_ro("split", [](const PyBatch& b) { return std::string(b.batch().split()); })
       .def_prop_ro("step", [](const PyBatch& b) { return b.batch().step(); })
       .def_prop_ro("epoch", [](const PyBatch& b) { return b.batch().epoch(); })
       .def_prop_ro("batch_in_epoch", [](const PyBatch& b) { return b.batch().batch_in_epoch(); })
@@ -223,9 +248,22 @@ void bind_batch(nb::module_& m) {
       .def_prop_ro("has_mask", [](const PyBatch& b) { return b.batch().has_mask(); })
       .def_prop_ro("wait_us", [](const PyBatch& b) { return b.batch().wait_us(); })
       .def_prop_ro("valid", &PyBatch::valid)
-      .def("arrays", &PyBatch::arrays, "Every non-empty array field by name (views, no copy), segments included.")
+      .def("arrays", &PyBatch::arrays, nb::sig("def arrays(self) -> dict[str, numpy.typing.NDArray[typing.Any]]"),
+           "Every non-empty array field by name (views, no copy), segments included.")
       .def("release", &PyBatch::release,
            "Drops this batch's hold on its buffers; they return to the pool once no array made from it is alive.")
+      // tokenfeed.to_torch, the pure-Python function, as a method: its arguments are passed on
+      // as they are.
+      .def(
+          "to_torch",
+          [](nb::handle self, nb::handle fields, nb::handle copy) {
+            return nb::module_::import_("tokenfeed").attr("to_torch")(self, fields, copy);
+          },
+          "fields"_a.none() = nb::none(), "copy"_a.none() = false,
+          nb::sig("def to_torch(self, fields: collections.abc.Iterable[str] | None = None, copy: bool = False) -> "
+                  "dict[str, typing.Any]"),
+          "``tokenfeed.to_torch(self, fields, copy)``: the batch's arrays as torch tensors, over the batch's memory, "
+          "or copies with ``copy=True`` (see ``tokenfeed.to_torch``).")
       .def("__repr__", &PyBatch::repr);
 }
 

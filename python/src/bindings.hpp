@@ -74,6 +74,15 @@ nanobind::object numpy_owning(std::vector<T>&& values, std::initializer_list<std
 nanobind::object wrap_batch(std::unique_ptr<tokenfeed::Batch> batch);
 nanobind::object wrap_batch(tokenfeed::Batch&& batch);
 
+// The types config_from_python takes, as the stubs spell them: a config value (None leaves
+// the key at its default; a float is taken only when it is a whole number, so none is
+// declared), and the config itself.
+inline constexpr const char* kConfigValueType =
+    "str | int | bool | numpy.integer[typing.Any] | numpy.bool_ | os.PathLike[str] | None";
+inline std::string config_source_type() {
+  return std::string("str | os.PathLike[str] | collections.abc.Mapping[str, ") + kConfigValueType + "]";
+}
+
 // A Config from an XML path or a mapping of keys, then `overrides`, as Loader(config, **overrides).
 tokenfeed::Config config_from_python(nanobind::handle source, const nanobind::kwargs& overrides);
 

@@ -51,7 +51,8 @@ nb::tuple serialize_tokenized(const std::vector<std::string>& roles, const std::
     messages[i].trained = trained[i];
   }
   std::vector<std::uint32_t> out;
-  const auto defect = tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
+  const auto defect =
+      tokenfeed::append_tokenized_chat_ids(messages, special, span_of(default_system_ids), vocab_size, out);
   if (defect) conversation_error(defect->detail);
   std::vector<std::uint8_t> mask = tokenfeed::chat_loss_mask(messages, out, special);
   return nb::make_tuple(numpy_owning(std::move(out)), numpy_owning(std::move(mask)));
@@ -63,8 +64,8 @@ nb::tuple pack_ids_and_mask(const U32Array& ids, const U8Array& mask, std::size_
   return nb::make_tuple(numpy_owning(std::move(packed.ids)), numpy_owning(std::move(packed.mask)));
 }
 
-
-nb::tuple collate_batch(const std::vector<std::tuple<U32Array, U8Array>>& rows, std::size_t T, std::int64_t ignore_index) {
+nb::tuple collate_batch(const std::vector<std::tuple<U32Array, U8Array>>& rows, std::size_t T,
+                        std::int64_t ignore_index) {
   std::vector<tokenfeed::PackedSft> packed(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto ids = span_of(std::get<0>(rows[i]));
@@ -109,7 +110,9 @@ void bind_chat(nb::module_& m) {
       [](const U32Array& ids, const tokenfeed::SpecialTokenIds& special) {
         return numpy_owning(tokenfeed::sft_loss_mask_for_ids(span_of(ids), special));
       },
-      "ids"_a, "special"_a);
+      "ids"_a, "special"_a,
+      nb::sig("def _sft_loss_mask_for_ids(ids: numpy.typing.NDArray[numpy.uint32], special: SpecialTokenIds) -> "
+              "numpy.typing.NDArray[numpy.uint8]"));
   m.def(
       "_plan_sft_window",
       [](const U32Array& ids, std::size_t S, const tokenfeed::SpecialTokenIds& special) {

@@ -37,7 +37,8 @@ std::string value_text(std::string_view key, nb::handle value) {
   if (PyFloat_Check(v) && nb::cast<bool>(value.attr("is_integer")())) {
     return nb::cast<std::string>(nb::str(nb::int_(value)));
   }
-  if (nb::hasattr(value, "__fspath__")) return nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(value));
+  if (nb::hasattr(value, "__fspath__"))
+    return nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(value));
   throw Error(ErrorKind::config, "config key '" + std::string(key) + "': unsupported value " +
                                      nb::cast<std::string>(nb::repr(value)) +
                                      " (give a str, int, bool or path; a float only when it is a whole number)");
@@ -47,7 +48,8 @@ std::string value_text(std::string_view key, nb::handle value) {
 // working directory (an XML file's own keys resolve against the file's directory).
 void apply_items(tokenfeed::Config& config, nb::handle mapping) {
   for (auto [k, v] : nb::borrow<nb::dict>(mapping)) {
-    if (!PyUnicode_Check(k.ptr())) throw Error(ErrorKind::config, "config keys must be strings, got " + nb::cast<std::string>(nb::repr(k)));
+    if (!PyUnicode_Check(k.ptr()))
+      throw Error(ErrorKind::config, "config keys must be strings, got " + nb::cast<std::string>(nb::repr(k)));
     const std::string key = nb::cast<std::string>(k);
     if (v.is_none()) continue;  // absent: the default
     if (tokenfeed::python::apply_mixture_key(config, key, v, value_text)) continue;

@@ -45,9 +45,9 @@ PyObject* new_error_class(nb::module_& m, const char* name, const char* doc, nb:
 }  // namespace
 
 void bind_errors(nb::module_& m) {
-  PyObject* base = new_error_class(m, "Error",
-                                   "Base class of every error tokenfeed raises; `kind` names the C++ ErrorKind.",
-                                   nb::handle(PyExc_Exception), nullptr);
+  PyObject* base =
+      new_error_class(m, "Error", "Base class of every error tokenfeed raises; `kind` names the C++ ErrorKind.",
+                      nb::handle(PyExc_Exception), nullptr);
   const auto make = [&](ErrorKind kind, const char* name, PyObject* python_base, const char* doc) {
     nb::tuple bases = nb::make_tuple(nb::handle(base), nb::handle(python_base));
     g_error_classes[kind_index(kind)] = new_error_class(m, name, doc, bases, tokenfeed::to_string(kind));
@@ -72,8 +72,9 @@ void bind_errors(nb::module_& m) {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       const std::size_t i = kind_index(e.kind());
-      PyErr_SetString(i < kErrorKinds && g_error_classes[i] ? g_error_classes[i] : g_error_classes[kind_index(ErrorKind::pipeline)],
-                      e.what());
+      PyErr_SetString(
+          i < kErrorKinds && g_error_classes[i] ? g_error_classes[i] : g_error_classes[kind_index(ErrorKind::pipeline)],
+          e.what());
     }
   });
 }

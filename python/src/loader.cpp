@@ -218,14 +218,17 @@ class PyLoader {
       // Any mapping, nested ones too (json.dumps takes dicts only: default= turns the
       // others into dicts).
       const nb::object as_dict = nb::cpp_function([](nb::handle o) -> nb::object {
-        if (is_instance(o, "collections.abc", "Mapping")) return nb::handle(reinterpret_cast<PyObject*>(&PyDict_Type))(o);
-        throw Error(ErrorKind::state, "load_state_dict: the state holds a " + nb::cast<std::string>(nb::repr(o.type())) +
+        if (is_instance(o, "collections.abc", "Mapping"))
+          return nb::handle(reinterpret_cast<PyObject*>(&PyDict_Type))(o);
+        throw Error(ErrorKind::state, "load_state_dict: the state holds a " +
+                                          nb::cast<std::string>(nb::repr(o.type())) +
                                           ", which a saved state never does");
       });
       text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(state, "default"_a = as_dict));
     } else {
-      throw Error(ErrorKind::state, "load_state_dict: expected the dict state_dict() returned (or its JSON text), got " +
-                                        nb::cast<std::string>(nb::repr(state.type())));
+      throw Error(ErrorKind::state,
+                  "load_state_dict: expected the dict state_dict() returned (or its JSON text), got " +
+                      nb::cast<std::string>(nb::repr(state.type())));
     }
     load_state(text);
   }
@@ -236,7 +239,7 @@ class PyLoader {
     return *loader_;
   }
 
-  std::mutex mutex_;  // one caller of the C++ loader at a time (get_batch, states, stats)
+  std::mutex mutex_;      // one caller of the C++ loader at a time (get_batch, states, stats)
   std::mutex ptr_mutex_;  // guards loader_ itself; held only to copy or reset the pointer
   // Written under both mutexes (open, close), so either one is enough to read it.
   std::shared_ptr<tokenfeed::Loader> loader_;
@@ -244,7 +247,6 @@ class PyLoader {
   std::map<std::string, CallTiming, std::less<>> timing_;
   double open_ms_ = 0;
 };
-
 
 // `for batch in loader.iter("train", steps=N)`: N batches, or without end when steps is None.
 // loader.iter(split, steps) (steps batches, or for ever), iter(loader) (train for ever), and
@@ -310,8 +312,12 @@ void bind_loader(nb::module_& m) {
             nb::gil_scoped_release release;
             new (self) PyLoader(std::move(c));
           },
-          "config"_a, "overrides"_a)
-      .def("get_batch", &PyLoader::get_batch, "split"_a = "train")
+          "config"_a, "overrides"_a,
+          nb::sig(("def __init__(self, config: " + config_source_type() + ", **overrides: " + kConfigValueType +
+                   ") -> None")
+                      .c_str()))
+      .def("get_batch", &PyLoader::get_batch, "split"_a = "train",
+           nb::sig("def get_batch(self, split: str = 'train') -> Batch"))
       .def(
           "iter",
           [](nb::handle self, const std::string& split, std::optional<std::uint64_t> steps) {
@@ -343,11 +349,17 @@ void bind_loader(nb::module_& m) {
           "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")
       .def("save_state", &PyLoader::save_state)
       .def("load_state", &PyLoader::load_state, "state"_a)
-      .def("state_dict", &PyLoader::state_dict)
-      .def("load_state_dict", &PyLoader::load_state_dict, "state"_a)
-      .def("stats", &PyLoader::stats, "split"_a = "train")
-      .def("reset_stats", &PyLoader::reset_stats, "split"_a = nb::none())
-      .def("info", &PyLoader::info, "split"_a = "train")
+      .def("state_dict", &PyLoader::state_dict, nb::sig("def state_dict(self) -> dict[str, typing.Any]"))
+      .def("load_state_dict", &PyLoader::load_state_dict, "state"_a,
+           nb::sig("def load_state_dict(self, state: collections.abc.Mapping[str, typing.Any] | str | bytes) -> None"))
+      .def("stats", &PyLoader::stats, "split"_a = "train",
+           nb::sig("def stats(self, split: str = 'train') -> dict[str, typing.Any]"),
+           "`tokenfeed bench --json`'s figures under its names (stall_fraction: steps whose batch waited > 50 us for "
+           "data; slow_call_fraction: calls that took > 50 us), since the first call or the last reset_stats().")
+      .def("reset_stats", &PyLoader::reset_stats, "split"_a = nb::none(),
+           "Starts a new measurement for stats() (every split when None), as bench's --warmup.")
+      .def("info", &PyLoader::info, "split"_a = "train",
+           nb::sig("def info(self, split: str = 'train') -> dict[str, typing.Any]"))
       .def(
           "num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
           "split"_a = "train")
@@ -358,22 +370,27 @@ void bind_loader(nb::module_& m) {
           "batches_per_epoch",
           [](PyLoader& l, const std::string& split) { return l.split_info(split).batches_per_epoch; },
           "split"_a = "train")
-      .def_prop_ro("config", &PyLoader::config)
+      .def_prop_ro("config", &PyLoader::config, nb::for_getter(nb::sig("def config(self) -> dict[str, str]")))
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
-      .def_prop_ro("source_names", &PyLoader::source_names)
+      .def_prop_ro("source_names", &PyLoader::source_names,
+                   "A mixture's sources in declaration order (what Batch.source_ids indexes); [] otherwise.")
       .def_prop_ro("splits", &PyLoader::splits)
       .def_prop_ro("closed", &PyLoader::closed)
       .def("__repr__", &PyLoader::repr)
       .def("stop", &PyLoader::stop)
       .def("close", &PyLoader::close)
-      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__enter__", [](nb::handle self) { return nb::borrow(self); }, nb::sig("def __enter__(self) -> Loader"))
       .def(
           "__exit__", [](PyLoader& l, nb::handle, nb::handle, nb::handle) { l.close(); }, "exc_type"_a.none(),
-          "exc"_a.none(), "traceback"_a.none());
+          "exc"_a.none(), "traceback"_a.none(),
+          nb::sig("def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, "
+                  "traceback: types.TracebackType | None) -> None"));
 
   nb::class_<BatchIterator>(m, "BatchIterator")
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__next__", &BatchIterator::next)
+      .def(
+          "__iter__", [](nb::handle self) { return nb::borrow(self); }, nb::sig("def __iter__(self) -> BatchIterator"))
+      .def("__next__", &BatchIterator::next, nb::sig("def __next__(self) -> Batch"))
       .def("__len__", &BatchIterator::len);
 }
 

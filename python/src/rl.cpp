@@ -130,7 +130,8 @@ void bind_rl(nb::module_& m) {
             tokenfeed::Batch batch = b.next_batch([&](std::uint64_t index) { return to_group(pull(index)); });
             return wrap_batch(std::move(batch));
           },
-          "pull"_a)
+          "pull"_a,
+          nb::sig("def next_batch(self, pull: collections.abc.Callable[[int], tuple[typing.Any, ...]]) -> Batch"))
       .def("batch_metrics", [](const tokenfeed::GroupBatcher& b) { return metrics_dict(b.batch_metrics()); })
       .def("total_metrics", [](const tokenfeed::GroupBatcher& b) { return metrics_dict(b.total_metrics()); })
       .def_prop_ro("cursor", &tokenfeed::GroupBatcher::cursor)

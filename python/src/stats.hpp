@@ -32,9 +32,9 @@ namespace tokenfeed_python {
 struct CallTiming {
   using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kWindow = 8192;  // calls kept for the percentiles
-  std::vector<float> recent_us;  // the last kWindow durations (a ring once full)
+  std::vector<float> recent_us;                 // the last kWindow durations (a ring once full)
   std::size_t next = 0;
-  std::uint64_t warmup = 0;      // calls made before the last reset_stats()
+  std::uint64_t warmup = 0;  // calls made before the last reset_stats()
   std::uint64_t calls = 0;
   std::uint64_t data_waits = 0;  // batches whose wait_us() > measure::kStallUs
   std::uint64_t slow_calls = 0;  // calls that took > measure::kStallUs

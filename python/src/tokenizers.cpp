@@ -53,11 +53,12 @@ void bind_tokenizers(nb::module_& m) {
       .def_ro("eot", &tokenfeed::SpecialTokenIds::eot)
       .def_ro("tool", &tokenfeed::SpecialTokenIds::tool)
       .def(
-          "is_role_token", [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_role_token(s, id); },
-          "id"_a)
+          "is_role_token",
+          [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_role_token(s, id); }, "id"_a)
       .def(
           "is_special_token",
-          [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_special_token(s, id); }, "id"_a)
+          [](const tokenfeed::SpecialTokenIds& s, std::uint32_t id) { return tokenfeed::is_special_token(s, id); },
+          "id"_a)
       .def("__repr__", &special_repr);
 
   nb::class_<tokenfeed::Tokenizer>(m, "Tokenizer", "A built-in tokenizer; make one with make_tokenizer().")
@@ -71,8 +72,9 @@ void bind_tokenizers(nb::module_& m) {
             }
             return numpy_owning(std::move(ids));
           },
-          "text"_a)
-      .def("decode", [](const tokenfeed::Tokenizer& t, const U32Array& ids) { return t.decode(span_of(ids)); }, "ids"_a)
+          "text"_a, nb::sig("def encode(self, text: str) -> numpy.typing.NDArray[numpy.uint32]"))
+      .def(
+          "decode", [](const tokenfeed::Tokenizer& t, const U32Array& ids) { return t.decode(span_of(ids)); }, "ids"_a)
       .def_prop_ro("vocab_size", &tokenfeed::Tokenizer::vocab_size)
       .def_prop_ro("special_ids", [](const tokenfeed::Tokenizer& t) { return t.special_ids(); })
       .def_prop_ro("kind", [](const tokenfeed::Tokenizer& t) { return t.describe().kind; });
