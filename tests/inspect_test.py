@@ -7,6 +7,7 @@ content line of `tokenfeed run`:
 - inspect --packed reproduces what a sft_packed run with the same truncation, seed and
   lookahead packs (checked against the dump's segments), and its usage errors;
 - verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
+- --print-config's pad id follows the loader's precedence (pad_token_id, eot, eos);
 - --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
   first out-of-vocabulary token located by file, offset and episode; uint8 mask values
   outside {0, 1}, negative float32 weights (NaN/inf: refused by the loader), and the
@@ -420,6 +421,32 @@ def test_run_trained_positions(tmp):
     check(got[0] > 0 and got[0] == got[1], f"sft_packed without the mask: {got}")
 
 
+def test_print_config_pad_id(tmp):
+    # The snippet's pad id follows the loader's precedence: the metadata's pad_token_id, then
+    # eot_token_id, then eos_token_id; a pad_token_id line only when the metadata has none.
+    episodes = [([1, 2, 3], [0, 1, 1]), ([4, 5, 6, 7, 8], [0, 0, 1, 1, 1])] * 4
+    for name, meta, pad in (("pad_only", {"pad_token_id": 5}, 5), ("eos_only", {"eos_token_id": 6}, 6),
+                            ("none", {}, 0)):
+        root = os.path.join(tmp, "pad_" + name)
+        write_episodes(root, "train", [episodes])
+        with open(os.path.join(root, "dataset_metadata.json"), "w") as f:
+            json.dump(dict(meta, token_dtype="uint16"), f)
+        r = run("inspect", root, "--print-config", "--block-size", "8")
+        xml = snippet(r.stdout)
+        check(r.returncode == 0 and xml, f"{name}: a snippet: {r.stdout} {r.stderr}")
+        check(("<pad_token_id>" in xml) == (name == "none"), f"{name}: a pad_token_id line only without one: {xml}")
+        # The snippet loads, and the padding holds the loader's pad id.
+        config = os.path.join(root, "snippet.xml")
+        with open(config, "w") as f:
+            f.write(xml)
+        out = os.path.join(tmp, "pad_dump_" + name)
+        d = run("dump", "--config", config, "--out", out, "--batches", "1")
+        check(d.returncode == 0, f"{name}: the snippet loads: {d.stderr}")
+        if d.returncode == 0:
+            _, _, x = npy_values(os.path.join(out, "x.npy"))
+            check(x[7] == pad, f"{name}: the padding is {pad}: {x[:16]}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     test_nanogpt_example(tmp)
     test_packed(tmp)
@@ -427,5 +454,6 @@ with tempfile.TemporaryDirectory() as tmp:
     test_deep(tmp)
     test_deep_corruption(tmp)
     test_run_trained_positions(tmp)
+    test_print_config_pad_id(tmp)
 
 finish("inspect_test")

@@ -158,7 +158,7 @@ const Case kCases[] = {
 }  // namespace
 
 TEST_CASE(
-    "ranks: from the launcher's variables by default or with env; explicit values win; the open line says which") {
+    "ranks: from the launcher's variables by default or with env, explicit values win, the open line says which") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(16, {4}));
   Config c = make_config(dir.path(), 2, 4);

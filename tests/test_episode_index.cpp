@@ -49,7 +49,7 @@ TEST_CASE("index: spans are read from the mapped episodes.idx, not from a copy")
   CHECK(split.shards()[1].index.size() == 4 * 16);
 }
 
-TEST_CASE("index: kept ids in the narrowest storage; every id kept is stored as nothing") {
+TEST_CASE("index: kept ids in the narrowest storage, every id kept is stored as nothing") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(10, {1, 4, 6}), TokenDtype::uint16, false, 2);
   const EpisodeSplit split = EpisodeSplit::open(dir / "train", {TokenDtype::uint16, {}, false});

@@ -375,7 +375,7 @@ TEST_CASE("loader: use_loss_mask=auto (the default) follows the dataset's mask.b
   }
 }
 
-TEST_CASE("loader: log lines at open and at epoch boundaries; the audit log records consumption") {
+TEST_CASE("loader: log lines at open and at epoch boundaries, the audit log records consumption") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(8, {4}));
   Config c = make_config(dir.path(), 2, 4);
@@ -447,7 +447,7 @@ TEST_CASE("loader: try_get_batch that times out consumes nothing" * doctest::tim
   MESSAGE("timed out " << timeouts << " times");
 }
 
-TEST_CASE("loader: per-split epoch_shuffle and epoch_drop_last; they change the fingerprint") {
+TEST_CASE("loader: per-split epoch_shuffle and epoch_drop_last, they change the fingerprint") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(10, {4}));
   write_split(dir.path(), "val", numbered_episodes(7, {4}));
@@ -492,7 +492,7 @@ TEST_CASE("loader: max_held_batches raises the held limit, and the pool grows wi
   CHECK(loader_error(c, ErrorKind::config).find("'max_held_batches' must be in [1, 1024]") != std::string::npos);
 }
 
-TEST_CASE("loader: one info line at open; the per-split lines and epoch boundaries are debug lines") {
+TEST_CASE("loader: one info line at open, the per-split lines and epoch boundaries are debug lines") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(8, {4}));
   Config c = make_config(dir.path(), 2, 4);
@@ -561,7 +561,7 @@ TEST_CASE("loader: a batch outlives its loader") {
   CHECK(b.split() == "train");
 }
 
-TEST_CASE("loader: dataset_metadata.json's dtypes come first; a config naming another one is an error") {
+TEST_CASE("loader: dataset_metadata.json's dtypes come first, a config naming another one is an error") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16, true);
   write_text(dir / "dataset_metadata.json", R"({"eot_token_id": 7, "token_dtype": "uint16", "mask_dtype": "uint8"})");
@@ -602,7 +602,7 @@ TEST_CASE("loader: use_loss_mask does not change the resume fingerprint (the ord
   CHECK(Loader(d).fingerprint() != without_mask.fingerprint());
 }
 
-TEST_CASE("loader: a val split smaller than one batch fails only when used; a small train split fails at open") {
+TEST_CASE("loader: a val split smaller than one batch fails only when used, a small train split fails at open") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(20, {4, 6}));
   write_split(dir.path(), "val", numbered_episodes(3, {5}));
@@ -659,7 +659,7 @@ TEST_CASE("loader: a dataset file truncated under a running loader is an io erro
   CHECK_THROWS_AS(loader.get_batch(), Error);  // and again on every later call
 }
 
-TEST_CASE("loader: a run resumed mid-epoch logs epoch_resume; loaders opened together get their own audit files") {
+TEST_CASE("loader: a run resumed mid-epoch logs epoch_resume, loaders opened together get their own audit files") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(8, {4}));
   Config c = make_config(dir.path(), 2, 4);

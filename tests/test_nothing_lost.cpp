@@ -52,7 +52,7 @@ void write_tokens(const std::filesystem::path& path, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos; the open line says which") {
+TEST_CASE("pad_token_id: config, then the metadata's pad_token_id, then eot/eos, the open line says which") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(4, {3}));  // every row has padding at block 6
   Config c = make_config(dir.path(), 2, 6);

@@ -87,7 +87,7 @@ TEST_CASE("pipeline: a decode failure reaches pop() in order with its original m
   CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 3", std::runtime_error);
 }
 
-TEST_CASE("pipeline: stop() wakes a consumer blocked on an empty ring; shutdown is prompt" * doctest::timeout(60)) {
+TEST_CASE("pipeline: stop() wakes a consumer blocked on an empty ring, shutdown is prompt" * doctest::timeout(60)) {
   FakeSource source;
   source.delay = 200ms;  // every batch is slow: the consumer blocks
   auto pool = make_pool(2);
@@ -136,7 +136,7 @@ TEST_CASE("pipeline: pop with a deadline returns nothing when it passes, and wak
   CHECK(Clock::now() - start < 2s);
 }
 
-TEST_CASE("pipeline: get_batch records its wait; a waiting consumer sleeps rather than spins" * doctest::timeout(60)) {
+TEST_CASE("pipeline: get_batch records its wait, a waiting consumer sleeps rather than spins" * doctest::timeout(60)) {
   FakeSource source;
   source.delay = 20ms;
   auto pool = make_pool(1);
@@ -297,7 +297,7 @@ TEST_CASE("loader stress: start and stop loaders many times with random consumer
   }
 }
 
-TEST_CASE("admitter: a hand-off without a wake is still sent, by the thread's own poll; stop() ends it at once" *
+TEST_CASE("admitter: a hand-off without a wake is still sent, by the thread's own poll, stop() ends it at once" *
           doctest::timeout(60)) {
   std::atomic<long long> sent{0};
   auto admitter = std::make_unique<Admitter>([&](long long n) { sent.fetch_add(n); });

@@ -238,7 +238,7 @@ TEST_CASE("prefetch: a planning failure arrives in order although the sampler pl
   CHECK_THROWS_WITH_AS(pipeline.pop(waited), "index vanished at step 5", std::runtime_error);
 }
 
-TEST_CASE("prefetch auto: the loader reports the depth in effect; the output equals a fixed depth's" *
+TEST_CASE("prefetch auto: the loader reports the depth in effect, the output equals a fixed depth's" *
           doctest::timeout(120)) {
   test::TempDir dir;
   test::write_split(dir.path(), "train", test::numbered_episodes(48, {3, 17, 9, 30, 2}), TokenDtype::uint16, true, 3);

@@ -333,7 +333,7 @@ TEST_CASE("prepare: each bad-line case gets its own reason") {
   CHECK(d->detail == "message 2 has no \"content\"");
 }
 
-TEST_CASE("prepare: content given as text parts is joined; other content is refused, naming the message") {
+TEST_CASE("prepare: content given as text parts is joined, other content is refused, naming the message") {
   ParsedConversation c;
   const auto parse = [&](std::string_view line) { return parse_conversation_line(line, ConversationInput::text, c); };
   REQUIRE_FALSE(parse(
@@ -462,7 +462,7 @@ TEST_CASE("prepare: a bad line fails the run with its line number and leaves no 
   }
 }
 
-TEST_CASE("prepare: skip counts several reasons; blank lines are ignored") {
+TEST_CASE("prepare: skip counts several reasons, blank lines are ignored") {
   test::TempDir tmp;
   std::vector<std::string> lines = make_lines(0, 4);
   lines.insert(lines.begin() + 1, "");
@@ -643,7 +643,7 @@ TEST_CASE("prepare: end to end through the loader (sft_episode, loss mask) train
   CHECK(seen.size() == 3);
 }
 
-TEST_CASE("prepare: the split depends on content and seed only; appending lines moves nothing") {
+TEST_CASE("prepare: the split depends on content and seed only, appending lines moves nothing") {
   test::TempDir tmp;
   const std::vector<std::string> first = make_lines(0, 300);
   const std::vector<std::string> more = make_lines(300, 200);
@@ -697,7 +697,7 @@ TEST_CASE("prepare: the split depends on content and seed only; appending lines 
   CHECK(split_is_val(c1, 7, 1.0));
 }
 
-TEST_CASE("prepare: gzip input gives the same dataset; shards never split an episode") {
+TEST_CASE("prepare: gzip input gives the same dataset, shards never split an episode") {
   test::TempDir tmp;
   const std::vector<std::string> lines = make_lines(0, 120);
   test::write_text(tmp / "in.jsonl", join_lines(lines));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -186,7 +187,7 @@ TEST_CASE("rl: advantages, weights, labels and log-probs match a reference, for 
   CHECK(error_of([] { parse_advantage("ppo"); }).find("'ppo'") != std::string::npos);
 }
 
-TEST_CASE("rl: zero-variance groups are dropped and counted; the metrics add up") {
+TEST_CASE("rl: zero-variance groups are dropped and counted, the metrics add up") {
   ToySampler sampler;
   sampler.flat = {1, 2, 5, 9};
   GroupBatcher batcher(options(4, 24));
@@ -310,7 +311,7 @@ TEST_CASE("rl: identical batches from a deterministic sampler, and after save_st
   CHECK(error_of([&] { resumed.load_state("nope"); }, ErrorKind::state).find("JSON") != std::string::npos);
 }
 
-TEST_CASE("rl: an exception from the sampler reaches the caller unchanged; the batcher stays where it was") {
+TEST_CASE("rl: an exception from the sampler reaches the caller unchanged, the batcher stays where it was") {
   ToySampler sampler;
   GroupBatcher batcher(options(4, 24));
   Snapshot first = snap(batcher.next_batch(sampler));
@@ -377,7 +378,7 @@ TEST_CASE("rl: malformed groups and a group too big for a batch are usage errors
   CHECK(error_of([&] { GroupBatcher b(bad); }).find("max_attempts") != std::string::npos);
 }
 
-TEST_CASE("rl: without log-probs the field is empty; batches held past the limit are refused") {
+TEST_CASE("rl: without log-probs the field is empty, batches held past the limit are refused") {
   ToySampler sampler;
   sampler.with_log_probs = false;
   GroupBatcher batcher(options(2, 24));
@@ -435,4 +436,30 @@ TEST_CASE("rl: prompts follow the epoch order, sliced by rank, skipping prompts 
   CHECK(a.fingerprint() == b.fingerprint());
   CHECK(a.fingerprint() != c.fingerprint());
   CHECK(error_of([&] { RLPrompts tiny(config, 2); }).find("fewer than world_size") != std::string::npos);
+}
+
+TEST_CASE("rl: prompts settle their config with the loader's rules: the train split's shuffle, the pad id") {
+  test::TempDir dir;
+  const auto episodes = test::numbered_episodes(12, {3, 5, 7, 9});
+  test::write_split(dir.path(), "train", episodes, TokenDtype::uint16, false);
+  Config config = test::make_config(dir.path(), 1, 10);
+  config.epoch_shuffle = true;
+  config.train_overrides.epoch_shuffle = false;  // <train><epoch_shuffle>false: the loader reads train in order
+  RLPrompts prompts(config, 10);
+  for (std::uint64_t i = 0; i < prompts.per_epoch(); ++i) CHECK(prompts.at(i).episode == static_cast<std::int64_t>(i));
+  Config shuffled = config;
+  shuffled.train_overrides.epoch_shuffle.reset();
+  RLPrompts other(shuffled, 10);
+  CHECK(other.fingerprint() != prompts.fingerprint());
+  // The pad id: the config's, else the metadata's pad_token_id before its eot_token_id; none
+  // given or recorded is 0, where the loader would refuse the dataset.
+  config.pad_token_id.reset();
+  CHECK(RLPrompts(config, 10).pad_token_id() == 0);
+  {
+    std::ofstream meta(dir.path() / "dataset_metadata.json");
+    meta << R"({"token_dtype": "uint16", "pad_token_id": 5, "eot_token_id": 9})";
+  }
+  CHECK(RLPrompts(config, 10).pad_token_id() == 5);
+  config.pad_token_id = 7;
+  CHECK(RLPrompts(config, 10).pad_token_id() == 7);
 }

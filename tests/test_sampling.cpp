@@ -91,7 +91,7 @@ TEST_CASE("epoch_shuffle=false keeps the ascending kept order") {
   CHECK(batch_ids(sampler, 2) == std::vector<std::int64_t>{0, 2, 5});
 }
 
-TEST_CASE("drop_last=true skips the remainder; drop_last=false fills the last batch and covers every id") {
+TEST_CASE("drop_last=true skips the remainder, drop_last=false fills the last batch and covers every id") {
   std::vector<std::uint64_t> kept(23);
   std::iota(kept.begin(), kept.end(), 0);
   SUBCASE("drop_last") {
@@ -189,7 +189,7 @@ TEST_CASE("random mode: batch k is a pure function of (seed, split, rank, k), in
   CHECK(chi2 < 27.9);  // chi-square, 9 degrees of freedom, p = 0.001
 }
 
-TEST_CASE("recent cache: a value made ahead in the background is not made again; a failed one is" *
+TEST_CASE("recent cache: a value made ahead in the background is not made again, a failed one is" *
           doctest::timeout(60)) {
   RecentCache<int> cache(2);
   std::atomic<int> makes{0};
@@ -220,7 +220,7 @@ TEST_CASE("recent cache: a value made ahead in the background is not made again;
   CHECK(*cache.get(7, [] { return 71; }) == 71);  // 7 was evicted by 8 and 10
 }
 
-TEST_CASE("the next epoch's order is made ahead; plans are the same as without it") {
+TEST_CASE("the next epoch's order is made ahead, plans are the same as without it") {
   std::vector<std::uint64_t> kept(1000);
   std::iota(kept.begin(), kept.end(), 0);
   const EpisodeSampler sampler(kept, settings(SamplingMode::epoch, 10, true));

@@ -147,7 +147,7 @@ TEST_CASE("token stream: random windows are deterministic, in range and never st
         std::vector<std::int64_t>(from_same_seed.window_ids().begin(), from_same_seed.window_ids().end()));
 }
 
-TEST_CASE("token stream: nanoGPT train.bin/val.bin auto-detected; .bin needs a dtype") {
+TEST_CASE("token stream: nanoGPT train.bin/val.bin auto-detected, .bin needs a dtype") {
   TempDir dir;
   write_bin(dir / "train.bin", file_tokens(0, 100));
   write_bin(dir / "val.bin", file_tokens(1, 30));

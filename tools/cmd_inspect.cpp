@@ -132,13 +132,17 @@ Layout layout_of(const fs::path& dataset_dir, const std::string& split) {
 
 // The run inspect describes: the loader's defaults, with the options inspect takes over
 // them (--block-size; --packed with --truncation, --seed and --pack-lookahead), each
-// epoch's rows in full (epoch_drop_last=false) and one rank. Its per-split builders are the
-// loader's own, so --packed packs as a run with these settings does.
-ResolvedOptions assumed_run(const InspectOptions& o, const DatasetMetadata& meta) {
+// epoch's rows in full (epoch_drop_last=false) and one rank, reading the token dtype
+// settled from the metadata and --token-dtype (the mask dtype is the metadata's: no option
+// gives one). Its split options and per-split builders are the loader's own, so a split
+// opens as the loader opens it and --packed packs as a run with these settings does.
+ResolvedOptions assumed_run(const InspectOptions& o, const DatasetMetadata& meta, std::optional<TokenDtype> dtype) {
   ResolvedOptions run;
   run.metadata = meta;
   Config& c = run.config;
   c.dataset_dir = o.dataset_dir;
+  c.token_dtype = dtype;
+  c.mask_dtype = meta.mask_dtype;
   c.dataset_mode = o.packed ? DatasetMode::sft_packed : DatasetMode::auto_detect;
   c.batch_sampling_mode = SamplingMode::epoch;
   c.batch_size = 1;
@@ -369,19 +373,15 @@ void deep_check_episodes(const DatasetMetadata& meta, const EpisodeSplit& split,
               all_zero > 0 ? (": episode ids " + id_list(listed, all_zero)).c_str() : "");
 }
 
-void inspect_split(const InspectOptions& o, const ResolvedOptions& run, std::optional<TokenDtype> dtype,
-                   const std::string& name, Findings& found) {
+void inspect_split(const InspectOptions& o, const ResolvedOptions& run, const std::string& name, Findings& found) {
   const DatasetMetadata& meta = run.metadata;
+  const std::optional<TokenDtype> dtype = run.config.token_dtype;
   const auto min_tokens = static_cast<std::uint64_t>(run.config.episode_min_tokens);
   const fs::path dir = fs::path(o.dataset_dir) / name;
   std::printf("split %s (%s)\n", name.c_str(), dir.c_str());
-  EpisodeSplitOptions options;
-  options.token_dtype = dtype;
-  options.mask_dtype = meta.mask_dtype;
-  options.want_mask = true;
   std::optional<EpisodeSplit> opened;
   try {
-    opened.emplace(EpisodeSplit::open(dir, options));
+    opened.emplace(EpisodeSplit::open(dir, run.episode_split_options()));
   } catch (const Error& e) {
     std::printf("  verdict      INVALID: %s\n", e.what());
     found.refuse(e.kind(), e.what());
@@ -589,7 +589,8 @@ long stream_block_size(const Findings& found, std::string& why) {
 
 // A ready-to-use <training> element for what inspect found, checked against what the
 // loader needs: train forms one batch, and a token stream has a window in every split.
-void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout mode, const Findings& found) {
+void print_config(const InspectOptions& o, const ResolvedOptions& run, Layout mode, const Findings& found) {
+  const DatasetMetadata& meta = run.metadata;
   const bool episodes = mode == Layout::episodes;
   long block = o.block_size;
   std::string block_note;
@@ -619,7 +620,11 @@ void print_config(const InspectOptions& o, const DatasetMetadata& meta, Layout m
     std::printf(
         "  <use_loss_mask>auto</use_loss_mask>%s\n",
         note(found.mask ? "on: the dataset has mask.bin" : "off: no mask.bin, every position is trained on").c_str());
-    if (!meta.eot_token_id && !meta.eos_token_id) std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
+    // The loader's pad id: the metadata's pad_token_id, eot_token_id, eos_token_id; with
+    // none of them, the loader needs one in the config.
+    if (!pad_from_metadata(run.config, meta)) {
+      std::printf("  <pad_token_id>0</pad_token_id>  <!-- set: no eot_token_id in the metadata -->\n");
+    }
     if (o.packed) {
       // The settings the packing efficiency above was measured with.
       std::printf("  <truncation>%s</truncation>\n", to_string(o.truncation));
@@ -665,7 +670,7 @@ void inspect(const InspectOptions& o) {
   const std::optional<TokenDtype> given = o.token_dtype.empty() ? std::nullopt : parse_token_dtype(o.token_dtype);
   const std::optional<TokenDtype> dtype = settle_dtype(
       given, meta.token_dtype, GivenSetting{"--token-dtype", ErrorKind::usage, "drop the option"}, metadata_file);
-  const ResolvedOptions run = assumed_run(o, meta);
+  const ResolvedOptions run = assumed_run(o, meta, dtype);
 
   // Which splits the loader reads, and how: the layout of train decides (as dataset_mode's
   // auto-detection does), and val is read in the same layout when it has one. Without a
@@ -705,7 +710,7 @@ void inspect(const InspectOptions& o) {
   Findings found;
   for (const std::string& name : splits) {
     if (mode == Layout::episodes) {
-      inspect_split(o, run, dtype, name, found);
+      inspect_split(o, run, name, found);
     } else {
       inspect_stream_split(o, meta, dtype, name, found);
     }
@@ -723,7 +728,7 @@ void inspect(const InspectOptions& o) {
     found.refuse(ErrorKind::io, "dataset '" + o.dataset_dir + "' has " + why);
   }
   // A snippet for a dataset the loader refuses would only fail later.
-  if (o.print_config && !found.refused) print_config(o, meta, mode, found);
+  if (o.print_config && !found.refused) print_config(o, run, mode, found);
   if (found.refused) throw Error(found.refused->kind, found.refused->message);
   if (found.bad_token_ids) {
     throw Error(ErrorKind::format, "dataset '" + o.dataset_dir + "' holds token ids outside the vocabulary");

@@ -174,8 +174,8 @@ struct Prompt {
 };
 
 // The prompts of an episode-indexed dataset (each episode one prompt's token ids), in the
-// loader's order: config.dataset_dir's train/ split, epoch order with epoch_seed and
-// epoch_shuffle (or random mode), this rank's slice of rank/world_size (index i is
+// loader's order: config.dataset_dir's train/ split, epoch order with epoch_seed and the
+// train split's epoch_shuffle (or random mode), this rank's slice of rank/world_size (index i is
 // position i*world_size + rank of the stream, the remainder of an epoch smaller than
 // world_size skipped), episodes shorter than episode_min_tokens or longer than
 // `max_tokens` never drawn. Prompt i is a pure function of i.
@@ -191,7 +191,8 @@ class TOKENFEED_API RLPrompts {
   Prompt at(std::uint64_t index) const;
   std::uint64_t size() const noexcept;       // prompts that may be drawn
   std::uint64_t per_epoch() const noexcept;  // pull indices per epoch on this rank (0: random mode)
-  // The pad id: the config's, else the metadata's eot/eos id (else 0).
+  // The pad id, as the loader settles it: the config's, else the metadata's pad_token_id,
+  // eot_token_id, eos_token_id; else 0.
   std::int64_t pad_token_id() const noexcept;
   // A hash of the dataset and the order-determining settings (hex), for states.
   std::string fingerprint() const;

@@ -12,7 +12,7 @@
 
 namespace tokenfeed::python {
 
-// How a config value becomes its XML text (module.cpp's rule for every key).
+// How a config value becomes its XML text (config.cpp's rule for every key).
 using ValueText = std::function<std::string(std::string_view key, nanobind::handle value)>;
 
 // True when `key` is "mixture" or "stages" (then applied to `config`), false otherwise.

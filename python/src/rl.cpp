@@ -95,11 +95,7 @@ void bind_rl(nb::module_& m) {
               nb::gil_scoped_release release;
               prompt = p.at(index);
             }
-            auto* heap = new std::vector<std::int64_t>(std::move(prompt.tokens));
-            nb::capsule owner(heap, [](void* v) noexcept { delete static_cast<std::vector<std::int64_t>*>(v); });
-            const std::size_t shape[1] = {heap->size()};
-            nb::ndarray<nb::numpy, std::int64_t, nb::c_contig> tokens(heap->data(), 1, shape, owner);
-            return nb::make_tuple(prompt.epoch, prompt.episode, nb::cast(tokens, nb::rv_policy::reference));
+            return nb::make_tuple(prompt.epoch, prompt.episode, numpy_owning(std::move(prompt.tokens)));
           },
           "index"_a)
       .def_prop_ro("size", &tokenfeed::RLPrompts::size)
@@ -134,7 +130,8 @@ void bind_rl(nb::module_& m) {
             tokenfeed::Batch batch = b.next_batch([&](std::uint64_t index) { return to_group(pull(index)); });
             return wrap_batch(std::move(batch));
           },
-          "pull"_a)
+          "pull"_a,
+          nb::sig("def next_batch(self, pull: collections.abc.Callable[[int], tuple[typing.Any, ...]]) -> Batch"))
       .def("batch_metrics", [](const tokenfeed::GroupBatcher& b) { return metrics_dict(b.batch_metrics()); })
       .def("total_metrics", [](const tokenfeed::GroupBatcher& b) { return metrics_dict(b.total_metrics()); })
       .def_prop_ro("cursor", &tokenfeed::GroupBatcher::cursor)

@@ -1,5 +1,6 @@
 """Iteration, the len-like facts, stats (against `tokenfeed bench`), config values, and the
-type stubs against the real module."""
+package's types: the generated stub against the real module, and the pure-Python part's
+inline annotations."""
 import ast
 import collections.abc
 import inspect
@@ -142,8 +143,17 @@ def test_special_token_ids_take_keywords():
     assert s.is_special_token(id=SPECIAL["eot"]) and not s.is_special_token(65)
 
 
+# The package's types (docs/ARCHITECTURE.md): the extension's stub, _tokenfeed.pyi, generated
+# from the bindings when the module is built; inline annotations in __init__.py and rl.py.
+PACKAGE = Path(tokenfeed.__file__).parent
+
+
 def _stub():
-    return ast.parse((Path(tokenfeed.__file__).parent / "__init__.pyi").read_text())
+    return ast.parse((PACKAGE / "_tokenfeed.pyi").read_text())
+
+
+def _source(name):
+    return ast.parse((PACKAGE / name).read_text())
 
 
 # Parameters as (name, kind, has a default), the kinds of inspect.Parameter.
@@ -224,23 +234,51 @@ def _is_property(fn):
 _DUNDERS = {"__init__", "__iter__", "__next__", "__len__", "__enter__", "__exit__"}
 
 
-def _stub_mismatches(tree):
-    """Every difference between the stub's functions, classes and methods and the runtime's."""
-    problems = []
+def _module_names(module):
+    """What a stub of `module` declares: every attribute but module dunders, private ones too."""
+    return {n for n in vars(module) if not (n.startswith("__") and n.endswith("__")) or n == "__version__"}
+
+
+def _stub_names(tree):
+    names = set()
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            stub, runtime = _stub_parameters(node), _runtime_parameters(getattr(tokenfeed, node.name))
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _stub_mismatches(tree, module):
+    """Every difference between a stub's names, functions, classes and methods and `module`'s."""
+    problems = []
+    stub_names, runtime_names = _stub_names(tree), _module_names(module)
+    if stub_names != runtime_names:
+        problems.append(f"names in the stub only: {sorted(stub_names - runtime_names)}, "
+                        f"in the module only: {sorted(runtime_names - stub_names)}")
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and hasattr(module, node.name):
+            stub, runtime = _stub_parameters(node), _runtime_parameters(getattr(module, node.name))
             if stub != runtime:
                 problems.append(f"{node.name}: stub {stub} != runtime {runtime}")
-        elif isinstance(node, ast.ClassDef):
-            cls = getattr(tokenfeed, node.name)
+        elif isinstance(node, ast.ClassDef) and hasattr(module, node.name):
+            cls = getattr(module, node.name)
             if issubclass(cls, BaseException):
+                bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+                if bases != [b.__name__ for b in cls.__bases__]:
+                    problems.append(f"{node.name}: stub bases {bases} != runtime {[b.__name__ for b in cls.__bases__]}")
+                has_kind = any(isinstance(m, ast.AnnAssign) and m.target.id == "kind" for m in node.body)
+                if has_kind != ("kind" in vars(cls)):
+                    problems.append(f"{node.name}: kind in the stub {has_kind}, at runtime {'kind' in vars(cls)}")
                 continue
             declared = set()
             for member in node.body:
                 if not isinstance(member, ast.FunctionDef):
                     continue
                 declared.add(member.name)
+                if not hasattr(cls, member.name):
+                    problems.append(f"{node.name}.{member.name}: in the stub only")
+                    continue
                 attr = inspect.getattr_static(cls, member.name)
                 if _is_property(member):
                     if not hasattr(attr, "fget"):
@@ -252,40 +290,76 @@ def _stub_mismatches(tree):
             public = {n for n, v in vars(cls).items() if (not n.startswith("_") or n in _DUNDERS)
                       and (callable(v) or hasattr(v, "fget"))}
             if not hasattr(vars(cls).get("__init__"), "__nb_signature__") and "__init__" not in declared:
-                public.discard("__init__")  # a Python class's inherited one, or nanobind's for a class
-                # Python cannot construct (Batch, Tokenizer), which raises TypeError
+                public.discard("__init__")  # nanobind's for a class Python cannot construct
+                # (Batch, Tokenizer), which raises TypeError
             if public - declared:
                 problems.append(f"{node.name}: not in the stub: {sorted(public - declared)}")
     return problems
 
 
-def test_stubs_match_the_module():
-    tree = _stub()
-    names = set()
+def _unannotated(tree, where):
+    """The public functions and methods of a module's source that lack a parameter's or the
+    return's annotation: a type checker reads them without a stub."""
+    problems = []
+
+    def check(fn, owner):
+        args = fn.args
+        params = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+        missing = [a.arg for a in params if a.annotation is None and a.arg not in ("self", "cls")]
+        if fn.returns is None:
+            missing.append("return")
+        if missing:
+            problems.append(f"{where}: {owner}{fn.name} has no annotation for {missing}")
+
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-    names = {n for n in names if not n.startswith("_") or n == "__version__"}
-    assert names == set(tokenfeed.__all__), names ^ set(tokenfeed.__all__)
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            cls = getattr(tokenfeed, node.name)
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            check(node, "")
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             for member in node.body:
-                if isinstance(member, ast.FunctionDef):
-                    assert hasattr(cls, member.name), f"{node.name}.{member.name}"
+                if isinstance(member, ast.FunctionDef) and (not member.name.startswith("_") or member.name in _DUNDERS):
+                    check(member, node.name + ".")
+    return problems
+
+
+def _untyped_exports(init, stub, sources):
+    """The names of tokenfeed.__all__ that a type checker cannot see: each must be imported
+    from ._tokenfeed and declared in its stub, imported from a pure-Python module of the
+    package that defines it, or defined in __init__.py."""
+    where = {}
+    for node in init.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            for alias in node.names:
+                where[alias.asname or alias.name] = node.module
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            where[node.name] = "__init__"
+    declared = {name: _stub_names(tree) for name, tree in sources.items()}
+    declared["_tokenfeed"] = _stub_names(stub)
+    declared["__init__"] = {name for name, module in where.items() if module == "__init__"}
+    return [f"{name}: from {where.get(name)}, which declares no such name" for name in tokenfeed.__all__
+            if name not in declared.get(where.get(name), set())]
+
+
+def test_stubs_match_the_module():
+    assert (PACKAGE / "py.typed").exists()
+    # No hand-written stub: __init__.pyi would hide __init__.py's annotations from type
+    # checkers, and nothing would hold it to the code.
+    assert not (PACKAGE / "__init__.pyi").exists()
+    # The generated stub describes this build of the extension: every name, and each
+    # function's and method's parameters (names, kinds, which have defaults).
+    assert _stub_mismatches(_stub(), tokenfeed._tokenfeed) == []
+    # Every exported name is typed: from the stub, or from annotated Python source.
+    init, rl = _source("__init__.py"), _source("rl.py")
+    assert _untyped_exports(init, _stub(), {"rl": rl}) == []
+    assert _unannotated(init, "__init__.py") + _unannotated(rl, "rl.py") == []
     for name in tokenfeed.__all__:
         assert hasattr(tokenfeed, name), name
-    assert (Path(tokenfeed.__file__).parent / "py.typed").exists()
-    # Parameter names, kinds and which have defaults, for every function and method; and no
-    # public method or property of a class missing from the stub.
-    assert _stub_mismatches(tree) == []
 
 
-def test_the_signature_check_sees_a_drift():
-    # The check above, on a stub whose is_role_token names its parameter differently and whose
-    # Loader lacks reset_stats: both are reported.
+def test_the_stub_checks_see_a_drift():
+    # The checks above, on a stub whose is_role_token names its parameter differently, whose
+    # Loader lacks reset_stats, whose ConfigError is an OSError and which declares a function
+    # the module lacks; and on sources with an unannotated parameter and an export defined
+    # nowhere: each is reported.
     tree = _stub()
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for member in classes["SpecialTokenIds"].body:
@@ -293,10 +367,24 @@ def test_the_signature_check_sees_a_drift():
             member.args.args[1].arg = "token"
     loader = classes["Loader"]
     loader.body = [m for m in loader.body if not (isinstance(m, ast.FunctionDef) and m.name == "reset_stats")]
-    problems = _stub_mismatches(tree)
+    classes["ConfigError"].bases[1].id = "OSError"
+    tree.body.append(ast.parse("def gone() -> None: ...").body[0])
+    problems = _stub_mismatches(tree, tokenfeed._tokenfeed)
     assert any(p.startswith("SpecialTokenIds.is_role_token") for p in problems), problems
     assert "Loader: not in the stub: ['reset_stats']" in problems, problems
-    assert len(problems) == 2, problems
+    assert any(p.startswith("ConfigError: stub bases") for p in problems), problems
+    assert any(p.startswith("names in the stub only: ['gone']") for p in problems), problems
+    assert len(problems) == 4, problems
+
+    init = _source("__init__.py")
+    for node in init.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "plan_sft_window":
+            node.args.args[1].annotation = None
+        if isinstance(node, ast.FunctionDef) and node.name == "to_torch":
+            node.name = "to_tensor"  # __all__'s to_torch is then defined nowhere
+    assert _unannotated(init, "__init__.py") == ["__init__.py: plan_sft_window has no annotation for ['S']"]
+    assert _untyped_exports(init, _stub(), {"rl": _source("rl.py")}) == [
+        "to_torch: from None, which declares no such name"]
 
 
 def test_use_loss_mask_defaults_to_auto(sft_dir, tmp_path):

@@ -55,6 +55,7 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ._tokenfeed import (  # noqa: F401  (re-exports)
     DEFAULT_SYSTEM_TEXT,
@@ -118,6 +119,12 @@ __all__ = [
 
 _UINT32_MAX = 2**32 - 1
 
+# The types the functions below take, for type checkers: the package's types are these
+# inline annotations and the extension's generated stub, _tokenfeed.pyi.
+_Path = Union[str, "os.PathLike[str]"]
+_Ids = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
+_Mask = Union[Sequence[int], Sequence[bool], npt.NDArray[Any]]
+
 
 # ---------------------------------------------------------------------------------------
 # PyTorch
@@ -158,15 +165,6 @@ def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: 
             out[name] = tensor(arrays[name])
         return out
     return tensor(batch_or_array)
-
-
-def _batch_to_torch(self: Batch, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Dict[str, Any]:
-    """``tokenfeed.to_torch(self, fields, copy)``: the batch's arrays as torch tensors, over
-    the batch's memory, or copies with ``copy=True`` (see ``tokenfeed.to_torch``)."""
-    return to_torch(self, fields, copy)
-
-
-Batch.to_torch = _batch_to_torch  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------
@@ -235,7 +233,7 @@ class DatasetWriter:
     episodes are numbered in the order the calls take it); one writer per split directory.
     """
 
-    def __init__(self, split_dir: Union[str, "os.PathLike[str]"], token_dtype: str = "uint32",
+    def __init__(self, split_dir: _Path, token_dtype: str = "uint32",
                  write_mask: bool = True, shard_tokens: int = 0, overwrite: bool = False) -> None:
         self.split_dir = os.fspath(split_dir)
         self.token_dtype = token_dtype
@@ -243,13 +241,14 @@ class DatasetWriter:
         self._writer = _core._DatasetWriter(self.split_dir, token_dtype, self.write_mask, int(shard_tokens),
                                             bool(overwrite))
 
-    def add(self, tokens: Any, mask: Any = None) -> None:
+    def add(self, tokens: _Ids, mask: Optional[_Mask] = None) -> None:
         """Adds one episode: its token ids and, with ``write_mask``, its 0/1 loss mask."""
         ids = _as_ids(tokens, "DatasetWriter.add tokens")
         m = None if mask is None else _as_mask(mask, "DatasetWriter.add mask")
         self._writer.add(ids, m)
 
-    def add_many(self, tokens: Any, lengths: Any, mask: Any = None) -> None:
+    def add_many(self, tokens: _Ids, lengths: Union[Sequence[int], npt.NDArray[np.integer[Any]]],
+                 mask: Optional[_Mask] = None) -> None:
         """Adds ``len(lengths)`` episodes at once: ``tokens`` (and ``mask``) concatenated."""
         ids = _as_ids(tokens, "DatasetWriter.add_many tokens")
         n = np.asarray(lengths)
@@ -339,7 +338,7 @@ def _parse_audit_line(line: str) -> Optional[Dict[str, str]]:
         i += 3
 
 
-def read_audit_log(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[Dict[str, str]], Optional[str]]:
+def read_audit_log(path: _Path) -> Tuple[List[Dict[str, str]], Optional[str]]:
     """The events of an audit log file, and its torn last line.
 
     Each complete line (ended by a newline) is one event: a dict of ``time``, ``level``,
@@ -360,7 +359,7 @@ def read_audit_log(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[Dict[str,
     return events, torn
 
 
-def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token_dtype: str,
+def write_dataset_metadata(dataset_dir: _Path, *, token_dtype: str,
                            mask_dtype: Optional[str] = "uint8", eot_token_id: Optional[int] = None,
                            eos_token_id: Optional[int] = None, pad_token_id: Optional[int] = None,
                            vocab_size: Optional[int] = None,
@@ -394,8 +393,8 @@ def write_dataset_metadata(dataset_dir: Union[str, "os.PathLike[str]"], *, token
     return os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
 
 
-def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.PathLike[str]"], *,  # noqa: A002
-            hf_tokenizer: Optional[Union[str, "os.PathLike[str]"]] = None, val_split: float = 0.0, seed: int = 0,
+def prepare(input: _Path, output_dir: _Path, *,  # noqa: A002
+            hf_tokenizer: Optional[_Path] = None, val_split: float = 0.0, seed: int = 0,
             shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
             messages_field: str = "messages", workers: int = 0, progress: bool = False,
             chunk_records: int = 256) -> Dict[str, Any]:
@@ -418,7 +417,7 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
 # The chat template (token-native; see include/tokenfeed/chat_format.hpp)
 
 
-def special_token_ids_from_metadata(dataset_dir: Union[str, "os.PathLike[str]"]) -> SpecialTokenIds:
+def special_token_ids_from_metadata(dataset_dir: _Path) -> SpecialTokenIds:
     """The chat template's ids recorded in ``dataset_dir/dataset_metadata.json``, read as
     the loader reads them."""
     path = os.path.join(os.fspath(dataset_dir), "dataset_metadata.json")
@@ -452,9 +451,9 @@ def _messages(messages: Sequence[Any], content_key: str) -> Tuple[List[str], Lis
     return roles, contents, trained
 
 
-def serialize_chat(messages: Sequence[Any], special: SpecialTokenIds, default_system_ids: Any = (),
-                   vocab_size: Optional[int] = None,
-                   with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+def serialize_chat(messages: Sequence[Union[Mapping[str, Any], Tuple[str, _Ids]]], special: SpecialTokenIds,
+                   default_system_ids: _Ids = (), vocab_size: Optional[int] = None, with_mask: bool = False
+                   ) -> Union[npt.NDArray[np.uint32], Tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]]:
     """The template's token ids of a pre-tokenized conversation (uint32), system turn first;
     with ``with_mask``, ``(ids, mask)`` with the loss mask ``tokenfeed prepare`` writes.
 
@@ -492,9 +491,9 @@ def _conversation_json(messages: Sequence[Any]) -> str:
     return '{"messages": [' + ", ".join(out) + "]}"
 
 
-def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
-                        default_system_text: str = DEFAULT_SYSTEM_TEXT,
-                        with_mask: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+def serialize_chat_text(messages: Sequence[Union[Mapping[str, Any], Tuple[str, Any]]], tokenizer: Tokenizer,
+                        default_system_text: str = DEFAULT_SYSTEM_TEXT, with_mask: bool = False
+                        ) -> Union[npt.NDArray[np.uint32], Tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]]:
     """The template's token ids of a text conversation, encoded with a built-in tokenizer
     (``make_tokenizer``); with ``with_mask``, ``(ids, mask)`` with the loss mask
     ``tokenfeed prepare`` writes.
@@ -515,27 +514,27 @@ def serialize_chat_text(messages: Sequence[Any], tokenizer: Tokenizer,
     return (ids, mask) if with_mask else ids
 
 
-def sft_loss_mask_for_ids(ids: Any, special: SpecialTokenIds) -> np.ndarray:
+def sft_loss_mask_for_ids(ids: _Ids, special: SpecialTokenIds) -> npt.NDArray[np.uint8]:
     """The assistant-only loss mask (uint8 0/1) of serialized ids: 1 on assistant content and
     the end-of-turn closing an assistant turn, 0 elsewhere (role tokens included)."""
     return _core._sft_loss_mask_for_ids(_as_ids(ids), special)
 
 
-def plan_sft_window(ids: Any, S: int, special: SpecialTokenIds) -> Tuple[int, int, int, int]:
+def plan_sft_window(ids: _Ids, S: int, special: SpecialTokenIds) -> Tuple[int, int, int, int]:
     """Which tokens a row of length S keeps (turn-aware truncation):
     ``ids[head_begin:head_end]`` then ``ids[tail_begin:tail_end]``, as that 4-tuple."""
     return _core._plan_sft_window(_as_ids(ids), int(S), special)
 
 
-def pack_sft_ids_and_mask(ids: Any, mask: Any, S: int, special: SpecialTokenIds,
-                          pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
+def pack_sft_ids_and_mask(ids: _Ids, mask: _Mask, S: int, special: SpecialTokenIds,
+                          pad_id: int) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
     """Truncates (turn-aware) and right-pads one episode to exactly S tokens:
     ``(ids uint32 [S], mask uint8 [S])``, the mask 0 on padding."""
     return _core._pack_sft_ids_and_mask(_as_ids(ids), _as_mask(mask), int(S), special, int(pad_id))
 
 
-def collate_sft_batch(rows: Sequence[Tuple[Any, Any]], T: int,
-                      ignore_index: int = IGNORE_INDEX) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def collate_sft_batch(rows: Sequence[Tuple[_Ids, _Mask]], T: int, ignore_index: int = IGNORE_INDEX
+                      ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
     """Collates packed rows of T + 1 tokens (``pack_sft_ids_and_mask`` with S = T + 1) into
     ``(x int64 [B, T], y int64 [B, T], loss_mask uint8 [B, T])``: ``x = ids[:-1]``,
     ``y = ids[1:]`` where the mask is 1 and ``ignore_index`` elsewhere."""

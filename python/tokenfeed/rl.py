@@ -18,6 +18,7 @@ groups whose rewards do not vary, and resume.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -146,7 +147,7 @@ class RLLoader:
     sampler is asked for the same prompts in the same order as in the run that saved it.
     Keyword ``overrides`` set single keys of ``prompts_config``. One trainer thread."""
 
-    def __init__(self, prompts_config: Union[str, Mapping[str, Any]],
+    def __init__(self, prompts_config: Union[str, "os.PathLike[str]", Mapping[str, Any]],
                  sample_and_score: Callable[[np.ndarray], Any], *, group_size: int, batch_size: int,
                  block_size: int, eps: float = 1e-6, max_attempts: int = 64, advantage: str = "grpo",
                  prefetch_groups: int = 0, **overrides: Any) -> None:

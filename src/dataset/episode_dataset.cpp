@@ -94,14 +94,14 @@ bool EpisodeSplit::looks_like_episode_split(const fs::path& split_dir) {
   return false;
 }
 
-EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOptions& options) {
+namespace {
+
+// The shard directories of `split_dir`, in order: the split itself when it is flat
+// (episodes.idx in it), else its shard_* directories.
+std::vector<fs::path> layout_dirs(const fs::path& split_dir) {
   std::error_code ec;
   if (!fs::exists(split_dir, ec)) throw Error(ErrorKind::io, "split directory '" + split_dir.string() + "' does not exist");
   if (!fs::is_directory(split_dir, ec)) throw Error(ErrorKind::io, "'" + split_dir.string() + "' is not a directory");
-
-  EpisodeSplit split;
-  split.dir_ = split_dir;
-
   std::vector<fs::path> dirs = shard_dirs(split_dir);
   const bool flat = fs::exists(split_dir / "episodes.idx", ec);
   if (flat && !dirs.empty()) {
@@ -111,10 +111,12 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
   if (dirs.empty()) {
     format_error("'" + split_dir.string() + "' holds neither episodes.idx nor shard_* directories");
   }
+  return dirs;
+}
 
-  // One pass over the shards in order: map the files, check the index records for overflow
-  // and hash them, noting what the checks that need the token dtype look at (the largest
-  // record end of each shard).
+// The token dtypes open() may settle on: the one given, else both; each hasher starts with
+// the dtype and the shard count.
+std::vector<DtypeCandidate> dtype_candidates(const EpisodeSplitOptions& options, std::size_t shards) {
   std::vector<DtypeCandidate> candidates;
   if (options.token_dtype) {
     candidates.push_back({*options.token_dtype, {}});
@@ -124,9 +126,49 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
   }
   for (DtypeCandidate& c : candidates) {
     c.hasher.add(std::string_view(to_string(c.dtype)));
-    c.hasher.add(dirs.size());
+    c.hasher.add(shards);
   }
-  std::vector<std::uint64_t> max_end(dirs.size(), 0);  // the largest start+length per shard
+  return candidates;
+}
+
+}  // namespace
+
+// open()'s steps after the layout, in order, and what they hand on.
+struct EpisodeSplit::Opening {
+  EpisodeSplit& split;
+  const EpisodeSplitOptions& options;
+  std::vector<DtypeCandidate> candidates;
+  std::vector<std::uint64_t> max_end;  // the largest start+length of each shard's records
+
+  void map_shards(const std::vector<fs::path>& dirs);
+  const DtypeCandidate& settle_token_dtype();
+  void check_records();
+  void check_masks();
+};
+
+EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOptions& options) {
+  const std::vector<fs::path> dirs = layout_dirs(split_dir);
+  EpisodeSplit split;
+  split.dir_ = split_dir;
+  Opening opening{split, options, dtype_candidates(options, dirs.size()), {}};
+  opening.map_shards(dirs);
+  const DtypeCandidate& chosen = opening.settle_token_dtype();
+  opening.check_records();
+  Hasher hasher = chosen.hasher;
+  opening.check_masks();
+  // Whether masks exist is part of the data; whether this run maps them is not (a state
+  // saved with use_loss_mask on resumes with it off: the order is the same).
+  hasher.add(std::uint64_t{split.mask_files_present_});
+  split.fingerprint_ = hasher.digest();
+  return split;
+}
+
+// One pass over the shards in order: map the files, check the index records for overflow
+// and hash them, noting what the checks that need the token dtype look at (the largest
+// record end of each shard); then mask.bin in every shard or in none.
+void EpisodeSplit::Opening::map_shards(const std::vector<fs::path>& dirs) {
+  std::error_code ec;
+  max_end.assign(dirs.size(), 0);
   split.shards_.reserve(dirs.size());
   std::size_t with_mask = 0;
   for (const fs::path& dir : dirs) {
@@ -165,17 +207,21 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
     for (const EpisodeShard& shard : split.shards_) {
       if (!shard.has_mask_file) {
         format_error("mask.bin is present in " + std::to_string(with_mask) + " of " +
-                     std::to_string(split.shards_.size()) + " shards of '" + split_dir.string() + "' but missing in '" +
-                     shard.dir.string() + "'; an incomplete mask would train on unmasked tokens");
+                     std::to_string(split.shards_.size()) + " shards of '" + split.dir_.string() +
+                     "' but missing in '" + shard.dir.string() +
+                     "'; an incomplete mask would train on unmasked tokens");
       }
     }
   }
   split.mask_files_present_ = with_mask == split.shards_.size();
+}
 
-  // The token dtype: given, else the one width consistent with every shard. When no width
-  // is consistent, the files are damaged rather than ambiguous: validate with the width
-  // the file sizes allow (uint16 when both do, since it reads more tokens), so that the
-  // error below names the file and record at fault instead of asking for a dtype.
+// The token dtype: given, else the one width consistent with every shard. When no width
+// is consistent, the files are damaged rather than ambiguous: validate with the width
+// the file sizes allow (uint16 when both do, since it reads more tokens), so that the
+// error check_records gives names the file and record at fault instead of asking for a
+// dtype.
+const DtypeCandidate& EpisodeSplit::Opening::settle_token_dtype() {
   for (DtypeCandidate& c : candidates) {
     const std::size_t width = size_of(c.dtype);
     for (std::size_t s = 0; s < split.shards_.size(); ++s) {
@@ -191,7 +237,7 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
       if (c.sizes_fit && c.records_fit) fitting.push_back(&c);
     }
     if (fitting.size() > 1) {
-      throw Error(ErrorKind::config, "cannot infer the token dtype of '" + split_dir.string() +
+      throw Error(ErrorKind::config, "cannot infer the token dtype of '" + split.dir_.string() +
                                          "': both uint16 and uint32 are consistent with tokens.bin's size and "
                                          "episodes.idx; set token_dtype in dataset_metadata.json or in the config");
     }
@@ -208,8 +254,12 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
     }
   }
   split.token_dtype_ = chosen->dtype;
-  const std::size_t token_width = size_of(split.token_dtype_);
+  return *chosen;
+}
 
+// Each shard's token count at the settled dtype, and every record within its tokens.bin.
+void EpisodeSplit::Opening::check_records() {
+  const std::size_t token_width = size_of(split.token_dtype_);
   for (std::size_t s = 0; s < split.shards_.size(); ++s) {
     EpisodeShard& shard = split.shards_[s];
     if (shard.tokens.size() % token_width != 0) {
@@ -231,60 +281,56 @@ EpisodeSplit EpisodeSplit::open(const fs::path& split_dir, const EpisodeSplitOpt
     }
     split.total_tokens_ += shard.token_count;
   }
-  Hasher hasher = chosen->hasher;
+}
 
-  // The mask: validated whenever present (a damaged mask.bin is reported even by a run
-  // that does not use it, so that turning the mask on later cannot be the first sign),
-  // mapped only when asked for.
-  if (split.mask_files_present_) {
-    std::optional<MaskDtype> dtype = options.mask_dtype;
-    for (EpisodeShard& shard : split.shards_) {
-      const fs::path path = shard.dir / "mask.bin";
-      const std::uint64_t size = fs::file_size(path, ec);
-      if (ec) throw Error(ErrorKind::io, "cannot read the size of '" + path.string() + "': " + ec.message());
-      if (!dtype) {
-        if (size == shard.token_count && shard.token_count != 0) {
-          dtype = MaskDtype::uint8;
-        } else if (size == shard.token_count * 4 && shard.token_count != 0) {
-          dtype = MaskDtype::float32;
-        } else if (shard.token_count == 0 && size == 0) {
-          continue;  // an empty shard says nothing about the dtype
-        }
-      }
-      const std::uint64_t width = dtype ? size_of(*dtype) : 1;
-      if (!dtype || size != shard.token_count * width) {
-        format_error("'" + path.string() + "': size " + std::to_string(size) + " bytes does not match tokens.bin's " +
-                     std::to_string(shard.token_count) + " tokens" +
-                     (dtype ? std::string(" at ") + to_string(*dtype) : std::string(" as uint8 or float32")));
+// The mask: validated whenever present (a damaged mask.bin is reported even by a run that
+// does not use it, so that turning the mask on later cannot be the first sign), mapped
+// only when asked for.
+void EpisodeSplit::Opening::check_masks() {
+  if (!split.mask_files_present_) return;
+  std::error_code ec;
+  std::optional<MaskDtype> dtype = options.mask_dtype;
+  for (EpisodeShard& shard : split.shards_) {
+    const fs::path path = shard.dir / "mask.bin";
+    const std::uint64_t size = fs::file_size(path, ec);
+    if (ec) throw Error(ErrorKind::io, "cannot read the size of '" + path.string() + "': " + ec.message());
+    if (!dtype) {
+      if (size == shard.token_count && shard.token_count != 0) {
+        dtype = MaskDtype::uint8;
+      } else if (size == shard.token_count * 4 && shard.token_count != 0) {
+        dtype = MaskDtype::float32;
+      } else if (shard.token_count == 0 && size == 0) {
+        continue;  // an empty shard says nothing about the dtype
       }
     }
-    split.mask_file_dtype_ = dtype.value_or(MaskDtype::uint8);
-    if (options.want_mask) {
-      for (EpisodeShard& shard : split.shards_) shard.mask = MappedFile(shard.dir / "mask.bin");
-      split.mask_dtype_ = split.mask_file_dtype_;
-    }
-    // A NaN or infinite loss weight would poison every gradient it reaches: refused here,
-    // one sequential read of the float32 masks. (uint8 values above 1 read as 1; inspect
-    // --deep reports them.)
-    if (split.mask_file_dtype_ == MaskDtype::float32) {
-      for (std::size_t s = 0; s < split.shards_.size(); ++s) {
-        const EpisodeShard& shard = split.shards_[s];
-        const MappedFile scratch = options.want_mask ? MappedFile() : MappedFile(shard.dir / "mask.bin");
-        const MappedFile& mask = options.want_mask ? shard.mask : scratch;
-        const MaskValueCount bad = scan_mask_values(mask.bytes(), MaskDtype::float32).not_finite;
-        if (bad.count == 0) continue;
-        format_error("'" + (shard.dir / "mask.bin").string() + "': " + std::to_string(bad.count) +
-                     " float32 mask value" + (bad.count == 1 ? " is" : "s are") + " NaN or infinite (first: " +
-                     std::to_string(bad.first_value) + " at value offset " + std::to_string(bad.first_offset) +
-                     split.locate(s, bad.first_offset) + "); loss weights must be finite");
-      }
+    const std::uint64_t width = dtype ? size_of(*dtype) : 1;
+    if (!dtype || size != shard.token_count * width) {
+      format_error("'" + path.string() + "': size " + std::to_string(size) + " bytes does not match tokens.bin's " +
+                   std::to_string(shard.token_count) + " tokens" +
+                   (dtype ? std::string(" at ") + to_string(*dtype) : std::string(" as uint8 or float32")));
     }
   }
-  // Whether masks exist is part of the data; whether this run maps them is not (a state
-  // saved with use_loss_mask on resumes with it off: the order is the same).
-  hasher.add(std::uint64_t{split.mask_files_present_});
-  split.fingerprint_ = hasher.digest();
-  return split;
+  split.mask_file_dtype_ = dtype.value_or(MaskDtype::uint8);
+  if (options.want_mask) {
+    for (EpisodeShard& shard : split.shards_) shard.mask = MappedFile(shard.dir / "mask.bin");
+    split.mask_dtype_ = split.mask_file_dtype_;
+  }
+  // A NaN or infinite loss weight would poison every gradient it reaches: refused here,
+  // one sequential read of the float32 masks. (uint8 values above 1 read as 1; inspect
+  // --deep reports them.)
+  if (split.mask_file_dtype_ == MaskDtype::float32) {
+    for (std::size_t s = 0; s < split.shards_.size(); ++s) {
+      const EpisodeShard& shard = split.shards_[s];
+      const MappedFile scratch = options.want_mask ? MappedFile() : MappedFile(shard.dir / "mask.bin");
+      const MappedFile& mask = options.want_mask ? shard.mask : scratch;
+      const MaskValueCount bad = scan_mask_values(mask.bytes(), MaskDtype::float32).not_finite;
+      if (bad.count == 0) continue;
+      format_error("'" + (shard.dir / "mask.bin").string() + "': " + std::to_string(bad.count) + " float32 mask value" +
+                   (bad.count == 1 ? " is" : "s are") + " NaN or infinite (first: " + std::to_string(bad.first_value) +
+                   " at value offset " + std::to_string(bad.first_offset) + split.locate(s, bad.first_offset) +
+                   "); loss weights must be finite");
+    }
+  }
 }
 
 std::size_t EpisodeSplit::shard_of(std::uint64_t episode) const noexcept {

@@ -153,6 +153,8 @@ class EpisodeSplit {
   void check_intact() const;
 
  private:
+  struct Opening;  // open()'s steps (episode_dataset.cpp)
+
   std::filesystem::path dir_;
   TokenDtype token_dtype_ = TokenDtype::uint32;
   std::optional<MaskDtype> mask_dtype_;       // when mapped

@@ -52,13 +52,41 @@ std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, co
   return metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
 }
 
-ResolvedOptions resolve_options(Config config) {
-  validate_config(config);
-  ResolvedOptions r;
+namespace {
+
+// rank and world_size from the launcher when they are not numbers.
+void settle_ranks(Config& config, ResolvedOptions& r) {
   const LauncherRanks ranks = resolve_ranks(config);
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
   r.rank_source = ranks.source;
+}
+
+}  // namespace
+
+ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
+  if (config.batch_size <= 0) config.batch_size = 1;
+  if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
+  validate_config(config);
+  check_dataset_dir(config);
+  ResolvedOptions r;
+  settle_ranks(config, r);
+  r.metadata = read_dataset_metadata(config.dataset_dir);
+  r.config = std::move(config);
+  Config& c = r.config;
+  c.token_dtype = settle_dtype(c.token_dtype, r.metadata.token_dtype, config_key("token_dtype"), r.metadata_file());
+  if (const std::optional<PadChoice> pad = pad_from_metadata(c, r.metadata)) {
+    c.pad_token_id = pad->id;
+    r.pad_source = pad->source;
+  }
+  if (!c.batch_sampling_mode) c.batch_sampling_mode = SamplingMode::epoch;
+  return r;
+}
+
+ResolvedOptions resolve_options(Config config) {
+  validate_config(config);
+  ResolvedOptions r;
+  settle_ranks(config, r);
   if (config.decode_threads == 0) {
     // One hardware thread is the trainer's; TBB's workers get the rest.
     config.decode_threads =
@@ -186,6 +214,13 @@ EpisodeSampler::Settings ResolvedOptions::packed_order_settings(const std::strin
   order.world_size = 1;
   order.rank = 0;
   order.drop_last = false;
+  return order;
+}
+
+EpisodeSampler::Settings ResolvedOptions::prompt_order_settings() const {
+  EpisodeSampler::Settings order = sampler_settings("train");
+  order.batch_size = 1;
+  order.drop_last = true;
   return order;
 }
 

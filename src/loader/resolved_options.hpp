@@ -26,6 +26,15 @@
 // the settled config, so that the loader and inspect's `--packed` report build the same
 // sampler and packer.
 //
+// RLPrompts settles its config with resolve_prompt_options: the same steps and rules, but
+// only those a prompt dataset needs (below).
+//
+// `tokenfeed inspect` cannot call resolve_options: it describes datasets the loader refuses
+// (no train split, no pad id, a split that does not open), reporting each refusal as a
+// verdict instead of stopping at the first. It calls the rules' own functions instead
+// (detect_split_layout, settle_dtype, pad_from_metadata, kept_episodes, the builders over
+// the run it assumes), which are the only place each rule is written.
+//
 // Thread-safety: plain values and pure functions; resolve_options reads files and the
 // environment and may log warnings.
 #pragma once
@@ -80,6 +89,9 @@ struct ResolvedOptions {
   // sft_packed: the sampler only orders each epoch's episodes (one id per batch, one
   // rank, nothing dropped); rows, not episodes, make up a batch.
   EpisodeSampler::Settings packed_order_settings(const std::string& split) const;
+  // RL prompts: train's order with one prompt per pull index and every pull a real prompt
+  // (an epoch's remainder smaller than world_size skipped).
+  EpisodeSampler::Settings prompt_order_settings() const;
   PackedBatchSource::Options packing_options(const std::string& split, bool with_mask) const;
   EpisodeBatchSource::Options episode_options(bool with_mask) const;
   TokenStreamBatchSource::Options stream_options() const;
@@ -89,6 +101,14 @@ struct ResolvedOptions {
 // or the dataset, Error(io) for a missing dataset directory or an undetectable layout,
 // Error(format) for an invalid dataset_metadata.json.
 ResolvedOptions resolve_options(Config config);
+
+// The resolution of RLPrompts' config, whose prompts are train/'s episodes at most
+// `max_tokens` long: batch_size and block_size, which the GroupBatcher owns, default to 1
+// and max_tokens only to pass validate_config; then the loader's rules for the ranks, the
+// dataset directory, the token dtype and the pad id, except that a dataset recording no pad
+// or end-of-text id pads with 0 rather than failing; batch_sampling_mode defaults to epoch.
+// dataset_mode is not settled: prompts are always an episode-indexed split.
+ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens);
 
 // The pieces of the resolution, for fronts that apply only some of the rules
 // (RLPrompts) or report a refusal instead of throwing it (inspect).

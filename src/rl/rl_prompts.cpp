@@ -1,5 +1,6 @@
 // RLPrompts (include/tokenfeed/rl.hpp): the prompts of an episode-indexed dataset in the
-// loader's epoch order, one per pull index, through the same EpisodeSampler.
+// loader's epoch order, one per pull index, through the same EpisodeSampler; its config is
+// settled by resolve_prompt_options (loader/resolved_options.hpp) with the loader's rules.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -7,10 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
-#include "loader/launcher_ranks.hpp"
 #include "loader/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
 #include "sampling/episode_sampler.hpp"
@@ -33,50 +32,28 @@ struct RLPrompts::Impl {
 
 RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
-  // The batch shape is the GroupBatcher's; these keys only need to pass validation.
-  if (config.batch_size <= 0) config.batch_size = 1;
-  if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
-  validate_config(config);
-  check_dataset_dir(config);
-  const LauncherRanks ranks = resolve_ranks(config);  // rank and world_size may come from the launcher
-  config.rank = ranks.rank;
-  config.world_size = ranks.world_size;
-  // The loader's rules for the token dtype and the pad id (resolved_options.hpp), except
-  // that a dataset recording no pad or end-of-text id pads with 0 rather than failing.
-  const DatasetMetadata metadata = read_dataset_metadata(config.dataset_dir);
-  config.token_dtype = settle_dtype(config.token_dtype, metadata.token_dtype, config_key("token_dtype"),
-                                    (config.dataset_dir / "dataset_metadata.json").string());
-  const std::optional<PadChoice> pad = pad_from_metadata(config, metadata);
-  if (pad) config.pad_token_id = pad->id;
-  s.pad = config.pad_token_id.value_or(0);
-  if (!config.batch_sampling_mode) config.batch_sampling_mode = SamplingMode::epoch;
+  ResolvedOptions settled = resolve_prompt_options(std::move(config), max_tokens);
+  Config& c = settled.config;
+  s.pad = c.pad_token_id.value_or(0);
 
-  const fs::path dir = config.dataset_dir / "train";
-  if (!EpisodeSplit::looks_like_episode_split(dir)) {
+  const fs::path dir = c.dataset_dir / "train";
+  if (detect_split_layout(c.dataset_dir, "train") != DatasetMode::sft_episode) {
     throw Error(ErrorKind::format, "RL prompts need an episode-indexed split (episodes.idx) in '" + dir.string() + "'");
   }
   EpisodeSplitOptions options;
-  options.token_dtype = config.token_dtype;
+  options.token_dtype = c.token_dtype;
   s.split.emplace(EpisodeSplit::open(dir, options));
   IdList kept = IdList::for_ids_below(s.split->num_episodes());
-  for (std::uint64_t id : kept_episodes(*s.split, static_cast<std::uint64_t>(config.episode_min_tokens))) {
+  for (std::uint64_t id : kept_episodes(*s.split, static_cast<std::uint64_t>(c.episode_min_tokens))) {
     if (s.split->spans()[id].length <= max_tokens) kept.push_back(id);
   }
-  if (kept.size() < static_cast<std::uint64_t>(config.world_size)) {
+  if (kept.size() < static_cast<std::uint64_t>(c.world_size)) {
     throw Error(ErrorKind::config, "split '" + dir.string() + "' has " + std::to_string(kept.size()) +
-                                       " prompts with episode_min_tokens=" + std::to_string(config.episode_min_tokens) +
+                                       " prompts with episode_min_tokens=" + std::to_string(c.episode_min_tokens) +
                                        " <= length <= " + std::to_string(max_tokens) +
-                                       ", fewer than world_size=" + std::to_string(config.world_size));
+                                       ", fewer than world_size=" + std::to_string(c.world_size));
   }
-  EpisodeSampler::Settings settings;
-  settings.mode = *config.batch_sampling_mode;
-  settings.shuffle = config.epoch_shuffle;
-  settings.drop_last = true;  // every pull index is a real prompt
-  settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
-  settings.batch_size = 1;
-  settings.world_size = static_cast<std::uint64_t>(config.world_size);
-  settings.rank = static_cast<std::uint64_t>(config.rank);
-  settings.split = "train";
+  const EpisodeSampler::Settings settings = settled.prompt_order_settings();
   s.sampler.emplace(std::move(kept), settings);
   s.orders.emplace(*s.sampler);
 
@@ -88,10 +65,10 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   h.add(settings.seed);
   h.add(settings.world_size);
   h.add(settings.rank);
-  h.add(static_cast<std::uint64_t>(config.episode_min_tokens));
+  h.add(static_cast<std::uint64_t>(c.episode_min_tokens));
   h.add(max_tokens);
   s.fingerprint = h.digest();
-  s.config = std::move(config);
+  s.config = std::move(c);
 }
 
 RLPrompts::~RLPrompts() = default;
