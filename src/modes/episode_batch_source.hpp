@@ -45,6 +45,9 @@ class EpisodeBatchSource final : public SampledRowSource {
   // Reads ahead the first block_size + 1 tokens (and mask) of the row's episode.
   void will_need_id(std::int64_t id) const noexcept override;
   void prefetch_id(std::int64_t id) const noexcept override;
+  void prefetch_record_id(std::int64_t id) const noexcept override {
+    if (id >= 0) split_.prefetch_record(static_cast<std::uint64_t>(id));
+  }
 
  private:
   const EpisodeSplit& split_;

@@ -78,7 +78,14 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
   const std::size_t T = shape_.cols;
   slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size());
   std::vector<std::unique_ptr<detail::BatchSlot>> scratch;  // sized when a source needs one
+  // Hints ahead of the rows, as a single source's decode gives them: the records of the
+  // next few rows, the data of the next one.
+  const auto prefetch_record = [&](std::size_t r) {
+    if (r < rows.size() && rows[r].id >= 0) members_[rows[r].source].sampled->prefetch_record_id(rows[r].id);
+  };
+  for (std::size_t r = 0; r < SampledRowSource::kRecordsAhead; ++r) prefetch_record(r);
   for (std::size_t r = 0; r < rows.size(); ++r) {
+    prefetch_record(r + SampledRowSource::kRecordsAhead);
     const std::uint32_t i = rows[r].source;
     const Member& m = members_[i];
     slot.source_ids[r] = static_cast<std::int32_t>(i);

@@ -10,6 +10,7 @@
 // slots.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,8 +28,12 @@ class SampledRowSource : public BatchSource {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
     slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
     const std::size_t rows = slot.episode_ids.size();
+    // Hints run ahead of the rows: the records of the next kRecordsAhead rows, the data of
+    // the next one.
+    for (std::size_t r = 0; r < std::min(rows, kRecordsAhead); ++r) prefetch_record_id(sampler_.row_episode(plan, r));
     std::int64_t id = rows > 0 ? sampler_.row_episode(plan, 0) : -1;
     for (std::size_t r = 0; r < rows; ++r) {
+      if (r + kRecordsAhead < rows) prefetch_record_id(sampler_.row_episode(plan, r + kRecordsAhead));
       const std::int64_t next = r + 1 < rows ? sampler_.row_episode(plan, r + 1) : -1;
       if (next >= 0) prefetch_id(next);
       decode_id(id, slot, r);
@@ -73,6 +78,11 @@ class SampledRowSource : public BatchSource {
   virtual void prefetch_id(std::int64_t id) const noexcept { (void)id; }
   // will_need() for one row of id `id` (>= 0): may ask the kernel to read its pages ahead.
   virtual void will_need_id(std::int64_t id) const noexcept { (void)id; }
+  // A hint a few rows ahead of prefetch_id: load whatever must be read to find the row of
+  // id `id` (an index record), without waiting for it. Ignores id < 0.
+  virtual void prefetch_record_id(std::int64_t id) const noexcept { (void)id; }
+  // How many rows ahead decode() issues prefetch_record_id.
+  static constexpr std::size_t kRecordsAhead = 4;
 
  protected:
   // REQUIRES: orders (and its sampler) outlive the source.
