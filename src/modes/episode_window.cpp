@@ -105,16 +105,9 @@ float EpisodeWindows::mask_at(const EpisodeData& e, std::size_t position) const 
 }
 
 void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const noexcept {
-  constexpr std::size_t kLine = 64, kLines = 4;
   const EpisodeData e = split_.data(episode);
-  const NextTokenSource s = source(e, 0, with_mask);
   const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(e.length, S_));
-  const std::size_t token_bytes = std::min(n * size_of(s.token_dtype), kLines * kLine);
-  for (std::size_t b = 0; b < token_bytes; b += kLine) __builtin_prefetch(s.tokens + b);
-  if (s.mask != nullptr) {
-    const std::size_t mask_bytes = std::min(n * size_of(s.mask_dtype), kLines * kLine);
-    for (std::size_t b = 0; b < mask_bytes; b += kLine) __builtin_prefetch(s.mask + b);
-  }
+  if (n > 0) prefetch_next_token_run(source(e, 0, with_mask), n - 1);
 }
 
 void EpisodeWindows::write_targets(const EpisodeData& e, const SftWindow& w, std::size_t count, bool with_mask,

@@ -230,6 +230,15 @@ const char* to_string(RowKernelIsa isa) noexcept {
   }
 }
 
+void prefetch_next_token_run(const NextTokenSource& source, std::size_t count) noexcept {
+  constexpr std::size_t kLine = 64;
+  const auto hint = [](const std::byte* p, std::size_t bytes) {
+    for (std::size_t b = 0; b < bytes; b += kLine) __builtin_prefetch(p + b, 0, 2);
+  };
+  hint(source.tokens, (count + 1) * size_of(source.token_dtype));
+  if (source.mask != nullptr) hint(source.mask, (count + 1) * size_of(source.mask_dtype));
+}
+
 void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
                           const NextTokenFields& fields, std::int64_t ignore_index) noexcept {
   kernels().next(source, count, first_position, fields, ignore_index);

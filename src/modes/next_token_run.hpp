@@ -46,6 +46,11 @@ struct NextTokenFields {
 void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
                           const NextTokenFields& fields, std::int64_t ignore_index) noexcept;
 
+// Hints the CPU to load a run's tokens[0, count] and mask values (as write_next_token_run
+// would read them) into its caches, without waiting: for the next row, while this one is
+// written. A hint: reads nothing.
+void prefetch_next_token_run(const NextTokenSource& source, std::size_t count) noexcept;
+
 // Writes a row's padding, positions [0, count) of `fields`, in one pass: x and y `pad`,
 // weight 0, label ignore_index, positions 0, 1, ... (the padding is a sequence of its
 // own). Null fields are not written. REQUIRES: labels and positions both null or both set.

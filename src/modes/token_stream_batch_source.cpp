@@ -100,13 +100,13 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
 }
 
 void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
-  constexpr std::size_t kLine = 64, kLines = 4;
   if (id < 0) return;
   const Location loc = locate(static_cast<std::uint64_t>(id));
   const StreamFile& f = split_.files()[loc.file];
-  const std::byte* start = f.map.bytes().data() + f.data_offset + loc.offset * size_of(f.dtype);
-  const std::size_t bytes = std::min((options_.block_size + 1) * size_of(f.dtype), kLines * kLine);
-  for (std::size_t b = 0; b < bytes; b += kLine) __builtin_prefetch(start + b);
+  NextTokenSource source;
+  source.token_dtype = f.dtype;
+  source.tokens = f.map.bytes().data() + f.data_offset + loc.offset * size_of(f.dtype);
+  prefetch_next_token_run(source, options_.block_size);
 }
 
 void TokenStreamBatchSource::write_window(const Location& loc, const NextTokenFields& fields) const noexcept {

@@ -49,7 +49,7 @@ class TokenStreamBatchSource final : public SampledRowSource {
   TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders, Options options);
 
   void check_intact() const override { split_.check_intact(); }
-  // Hints the CPU to load the first cache lines of the window of sample `id`.
+  // Hints the CPU to load the window of sample `id`.
   void prefetch_id(std::int64_t id) const noexcept override;
 
   // The file and in-file token offset where sample `id` starts, and the id recorded in
