@@ -46,7 +46,7 @@ class EpisodeWindows {
   void write_targets(const EpisodeData& episode, const SftWindow& window, std::size_t count, bool with_mask,
                      const NextTokenFields& fields, std::int64_t ignore_index) const noexcept;
 
-  // Hints the CPU to load the episode's first S tokens (and mask), as a row reads them
+  // Hints the CPU to start loading the episode's tokens (and mask), as a row reads them
   // (the hardware prefetcher follows a stream only after its first misses). Not a
   // page-cache read-ahead (see EpisodeSplit::prefetch_episode).
   void prefetch_start(std::uint64_t episode, bool with_mask) const noexcept;

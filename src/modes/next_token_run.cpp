@@ -1,5 +1,6 @@
 #include "modes/next_token_run.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -231,9 +232,12 @@ const char* to_string(RowKernelIsa isa) noexcept {
 }
 
 void prefetch_next_token_run(const NextTokenSource& source, std::size_t count) noexcept {
-  constexpr std::size_t kLine = 64;
+  // The first lines only: the hardware prefetcher follows the stream once it has seen it
+  // start, and hinting a whole row measured no faster (perf/bench_compare, tokenfeed
+  // bench) while it costs the current row an instruction per line.
+  constexpr std::size_t kLine = 64, kLines = 4;
   const auto hint = [](const std::byte* p, std::size_t bytes) {
-    for (std::size_t b = 0; b < bytes; b += kLine) __builtin_prefetch(p + b, 0, 2);
+    for (std::size_t b = 0; b < std::min(bytes, kLines * kLine); b += kLine) __builtin_prefetch(p + b);
   };
   hint(source.tokens, (count + 1) * size_of(source.token_dtype));
   if (source.mask != nullptr) hint(source.mask, (count + 1) * size_of(source.mask_dtype));

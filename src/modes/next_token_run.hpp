@@ -46,9 +46,9 @@ struct NextTokenFields {
 void write_next_token_run(const NextTokenSource& source, std::size_t count, std::int32_t first_position,
                           const NextTokenFields& fields, std::int64_t ignore_index) noexcept;
 
-// Hints the CPU to load a run's tokens[0, count] and mask values (as write_next_token_run
-// would read them) into its caches, without waiting: for the next row, while this one is
-// written. A hint: reads nothing.
+// Hints the CPU to start loading a run's tokens[0, count] and mask values (as
+// write_next_token_run would read them), without waiting: for the next row, while this
+// one is written. A hint: reads nothing.
 void prefetch_next_token_run(const NextTokenSource& source, std::size_t count) noexcept;
 
 // Writes a row's padding, positions [0, count) of `fields`, in one pass: x and y `pad`,
