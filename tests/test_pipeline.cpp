@@ -199,12 +199,14 @@ TEST_CASE("pipeline: a failure is delivered at once to a trainer waiting for sev
   const auto start = Clock::now();
   CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 0", std::runtime_error);
   CHECK(Clock::now() - start < 5s);
-  // A deadline pop takes whatever is ready when the deadline passes, fewer than it hoped for.
+  // A deadline pop takes whatever is ready when the deadline passes, fewer than it hoped
+  // for: at depth 32 a sleeper waits for 8 batches, which arrive in runs of 4, the first
+  // after 4 decodes (200 ms), the second after 8 (400 ms).
   FakeSource slow;
-  slow.delay = 100ms;
-  auto slow_pool = make_pool(16);
-  SplitPipeline slow_pipeline(slow, slow_pool, {16, 1, 0});
-  detail::BatchSlot* slot = slow_pipeline.pop(waited, Clock::now() + 250ms);  // 1 or 2 ready by then, not 4
+  slow.delay = 50ms;
+  auto slow_pool = make_pool(32);
+  SplitPipeline slow_pipeline(slow, slow_pool, {32, 1, 0});
+  detail::BatchSlot* slot = slow_pipeline.pop(waited, Clock::now() + 300ms);
   REQUIRE(slot != nullptr);
   CHECK(slot->step == 0);
   slow_pool->release(slot);

@@ -1,6 +1,7 @@
 #include "pipeline/split_pipeline.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -66,28 +67,46 @@ std::unique_ptr<tbb::global_control> worker_limit_for(std::size_t threads) {
 // Overflow and underflow are bugs in the bounds argued where the queues are used: they end
 // the process rather than lose or invent a step the sequencer would wait for forever.
 // Not thread-safe.
-class PlanQueue {
+template <typename Item>
+class FixedQueue {
  public:
-  explicit PlanQueue(std::size_t capacity) : items_(capacity) {}
+  explicit FixedQueue(std::size_t capacity) : items_(capacity) {}
   std::size_t size() const noexcept { return count_; }
-  void push_back(BatchPlan plan) {
+  void push_back(Item item) {
     if (count_ == items_.size()) std::terminate();
-    items_[(head_ + count_) % items_.size()] = std::move(plan);
+    items_[(head_ + count_) % items_.size()] = std::move(item);
     ++count_;
   }
-  BatchPlan pop_front() {
+  Item pop_front() {
     if (count_ == 0) std::terminate();
-    BatchPlan plan = std::move(items_[head_]);
+    Item item = std::move(items_[head_]);
     head_ = (head_ + 1) % items_.size();
     --count_;
-    return plan;
+    return item;
   }
 
  private:
-  std::vector<BatchPlan> items_;
+  std::vector<Item> items_;
   std::size_t head_ = 0;
   std::size_t count_ = 0;
 };
+using PlanQueue = FixedQueue<BatchPlan>;
+
+// A plan on its way to the decode stage, and whether it is the last of its run.
+struct RunPlan {
+  BatchPlan plan;
+  bool ends_run = false;
+};
+
+// Batches per run (see SplitPipeline::Impl::run): 4 at the depths auto starts from and
+// above, fewer for a shallow fixed depth, whose few batches would otherwise travel in one
+// or two runs and leave the decoders idle while the trainer drains them.
+constexpr std::size_t kMaxRun = 4;
+std::size_t run_length_for(std::size_t depth) noexcept {
+  if (depth >= 16 && depth % kMaxRun == 0) return kMaxRun;
+  if (depth >= 8 && depth % 2 == 0) return 2;
+  return 1;
+}
 
 }  // namespace
 
@@ -107,18 +126,24 @@ struct SplitPipeline::Impl {
   std::shared_ptr<detail::BatchPool> pool;
   Options options;
   const bool auto_depth;
+  // Batches travel through the graph in runs of `run` consecutive steps: one message, one
+  // decode task, one pass through the sequencer and the collator per run, so that the
+  // graph's cost per message (its scheduling, and with several decoders their hand-offs)
+  // is paid once a run, not once a batch. The limiter counts runs; the ring and the
+  // trainer see batches. Depths are whole runs.
+  const std::size_t run;
   const std::size_t max_depth;
 
   boost::lockfree::spsc_queue<BatchSlot*> ring;
 
-  // Plans travel from the sampler to the decode stage through this queue, not inside the
-  // graph's messages (which are empty tokens): TBB copies messages into tasks inside
-  // libtbb, where TSan cannot see the ordering, so our data never rides in them. Which
-  // decode task takes which plan does not matter: the sequencer restores step order.
-  // Bounded: at most max_depth plans are in flight, plus one the sampler made while the
-  // limiter was full.
+  // Plans travel from the sampler to the decode stage through this queue, a run at a
+  // time, not inside the graph's messages (which are empty tokens): TBB copies messages
+  // into tasks inside libtbb, where TSan cannot see the ordering, so our data never rides
+  // in them. Which decode task takes which run does not matter: the sequencer restores
+  // step order. Bounded: at most max_depth plans are in flight, plus one run the sampler
+  // made while the limiter was full.
   std::mutex plans_mutex;
-  PlanQueue plans;  // GUARDED_BY(plans_mutex)
+  FixedQueue<RunPlan> plans;  // GUARDED_BY(plans_mutex)
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
@@ -229,14 +254,15 @@ struct SplitPipeline::Impl {
 
   // Consumer-side state (only touched by the thread calling pop()).
   std::exception_ptr delivered_error;
-  Decrement pending_admissions = 0;  // batches popped whose admission is not yet sent
+  Decrement pending_admissions = 0;  // batches popped whose admission is not yet sent (sent in whole runs)
 
   // Sends the pending admissions to the limiter now, on the trainer's thread: for when the
   // trainer is about to wait anyway and the decoders must start at once.
   void admit_pending() {
-    if (pending_admissions == 0) return;
-    limiter->decrementer().try_put(pending_admissions);
-    pending_admissions = 0;
+    const Decrement runs = pending_admissions / static_cast<Decrement>(run);
+    if (runs == 0) return;
+    limiter->decrementer().try_put(runs);
+    pending_admissions -= runs * static_cast<Decrement>(run);
   }
 
   // Hands the pending admissions to the admitter thread: for when the ring still holds
@@ -244,10 +270,11 @@ struct SplitPipeline::Impl {
   // the depth; above that it finds them on its own, within a millisecond, and the trainer
   // pays no syscall.
   void hand_off_pending() {
-    if (pending_admissions == 0) return;
+    const Decrement runs = pending_admissions / static_cast<Decrement>(run);
+    if (runs == 0) return;
     const bool low = ring.read_available() <= depth.load(std::memory_order_relaxed) / 4;
-    admitter->hand_off(static_cast<std::uint32_t>(pending_admissions), low);
-    pending_admissions = 0;
+    admitter->hand_off(static_cast<std::uint32_t>(runs), low);
+    pending_admissions -= runs * static_cast<Decrement>(run);
   }
 
   std::unique_ptr<Admitter> admitter;  // started after build(); reset by the destructor first
@@ -266,9 +293,10 @@ struct SplitPipeline::Impl {
         pool(std::move(p)),
         options(o),
         auto_depth(o.max_prefetch_depth > o.prefetch_depth),
-        max_depth(std::max(o.prefetch_depth, o.max_prefetch_depth)),
+        run(run_length_for(o.prefetch_depth)),
+        max_depth(std::max(o.prefetch_depth, o.max_prefetch_depth) / run * run),
         ring(std::max(pool->capacity(), pool->size())),
-        plans(max_depth + 2),
+        plans(max_depth + run),
         next_step(o.start_step),
         ahead(ReadAhead::kBatches + 1),
         depth(o.prefetch_depth),
@@ -286,14 +314,21 @@ struct SplitPipeline::Impl {
     return Error(ErrorKind::usage, "get_batch on split '" + pool->split() + "' after the loader was stopped");
   }
 
-  void push_plan(BatchPlan plan) {
+  // Moves a run's plans (n of them) into the queue at once.
+  void push_run(BatchPlan* run_plans, std::size_t n) {
     std::lock_guard lock(plans_mutex);
-    plans.push_back(std::move(plan));  // the limiter bounds it; see above
+    for (std::size_t i = 0; i < n; ++i) plans.push_back(RunPlan{std::move(run_plans[i]), i + 1 == n});  // the limiter bounds it
   }
 
-  BatchPlan pop_plan() {
+  // The next run's plans, into `out` (cleared first).
+  void pop_run(std::vector<BatchPlan>& out) {
+    out.clear();
     std::lock_guard lock(plans_mutex);
-    return plans.pop_front();  // every token is preceded by its plan
+    while (true) {  // every token is preceded by its run
+      RunPlan p = plans.pop_front();
+      out.push_back(std::move(p.plan));
+      if (p.ends_run) return;
+    }
   }
 
   // Plans the next batch (and, for read-ahead, a few beyond it), in step order.
@@ -320,24 +355,53 @@ struct SplitPipeline::Impl {
       fc.stop();
       return {};
     }
-    plan_ahead(read_ahead.on() ? ReadAhead::kBatches + 1 : 1);
-    BatchPlan plan = ahead.pop_front();
-    if (plan.error) failed.store(true, std::memory_order_release);  // this one goes out, then stop
-    push_plan(std::move(plan));
+    // A run of `run` plans, cut after a failed one (it goes out, then production stops).
+    std::array<BatchPlan, kMaxRun> made;
+    std::size_t n = 0;
+    while (n < run) {
+      plan_ahead(read_ahead.on() ? ReadAhead::kBatches + 1 : 1);
+      made[n] = ahead.pop_front();
+      if (made[n++].error) {
+        failed.store(true, std::memory_order_release);
+        break;
+      }
+    }
+    push_run(made.data(), n);
     return {};
   }
 
-  BatchSlot* decode_one() {
+  // Decodes the next run into slots linked by run_next; returns the first, whose sequence
+  // is the run's place in the stream.
+  BatchSlot* decode_run() {
     const BodyOrder::Scope scope(body_order);
-    const BatchPlan plan = pop_plan();
-    BatchSlot* slot = pool->acquire(tbb::this_task_arena::current_thread_index());
+    thread_local std::vector<BatchPlan> run_plans;  // this decoder's, reused
+    pop_run(run_plans);
+    const int decoder = tbb::this_task_arena::current_thread_index();
+    BatchSlot* first = nullptr;
+    BatchSlot* last = nullptr;
+    for (const BatchPlan& plan : run_plans) {
+      BatchSlot* slot = decode_one(plan, decoder);
+      if (first == nullptr) {
+        first = slot;
+      } else {
+        last->run_next = slot;
+      }
+      last = slot;
+    }
+    first->sequence = (run_plans.front().step - options.start_step) / run;
+    first->publish();
+    return first;
+  }
+
+  BatchSlot* decode_one(const BatchPlan& plan, int decoder) {
+    BatchSlot* slot = pool->acquire(decoder);
     if (slot == nullptr) {
       // Cannot happen while the limiter and the held-batch cap hold; if it does, fail
       // loudly rather than lose a step (the sequencer would wait for it forever).
       std::terminate();
     }
     slot->observe();
-    slot->sequence = plan.step - options.start_step;
+    slot->run_next = nullptr;
     slot->step = plan.step;
     slot->error = plan.error;
     if (!slot->error && stopping.load(std::memory_order_acquire)) {
@@ -364,23 +428,28 @@ struct SplitPipeline::Impl {
 
   // Applies a depth pop() asked for: slots first, then the admissions.
   void apply_growth() {
-    const std::size_t want = auto_controller.requested();
+    const std::size_t want = std::min(auto_controller.requested(), max_depth) / run * run;
     const std::size_t have = depth.load(std::memory_order_relaxed);
     if (want <= have || stopping.load(std::memory_order_acquire)) return;
     pool->grow_to(pool->size() + (want - have));
     depth.store(want, std::memory_order_release);
-    limiter->decrementer().try_put(static_cast<Decrement>(want - have));
+    limiter->decrementer().try_put(static_cast<Decrement>((want - have) / run));
     log_line(LogLevel::info, "[tokenfeed] split=" + pool->split() + " prefetch_depth=" + std::to_string(want) +
                                  " (auto, max " + std::to_string(max_depth) + "; " + auto_controller.note() + ")");
   }
 
-  void collate(BatchSlot* slot) {
+  void collate(BatchSlot* first) {
     const BodyOrder::Scope scope(body_order);
-    slot->observe();
-    const bool failure = slot->error != nullptr;
-    // Never fails: at most pool->capacity() slots exist and the ring holds that many.
-    const bool pushed = ring.push(slot);
-    (void)pushed;
+    first->observe();
+    bool failure = false;
+    for (BatchSlot* slot = first; slot != nullptr;) {
+      BatchSlot* next = slot->run_next;  // read before the push: the trainer may take the slot at once
+      failure |= slot->error != nullptr;
+      // Never fails: at most pool->capacity() slots exist and the ring holds that many.
+      const bool pushed = ring.push(slot);
+      (void)pushed;
+      slot = next;
+    }
     signal.fetch_add(1, std::memory_order_seq_cst);
     if (failure || ring.read_available() >= wake_at.load(std::memory_order_seq_cst)) notify_trainer();
     if (auto_depth) apply_growth();
@@ -393,7 +462,7 @@ struct SplitPipeline::Impl {
   }
 
   // The node bodies' entry points, in the shapes TBB calls them with.
-  BatchSlot* decode_body(const flow::continue_msg&) { return decode_one(); }
+  BatchSlot* decode_body(const flow::continue_msg&) { return decode_run(); }
   std::size_t sequence_body(BatchSlot* const& slot) { return sequence_of(slot); }
   flow::continue_msg collate_body(BatchSlot* slot) {
     collate(slot);
@@ -412,7 +481,7 @@ struct SplitPipeline::Impl {
   void build() {
     graph = std::make_unique<flow::graph>();
     sampler = std::make_unique<flow::input_node<flow::continue_msg>>(*graph, NodeBody<Impl, &Impl::plan_next>(*this));
-    limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth);
+    limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth / run);
     decode = std::make_unique<flow::function_node<flow::continue_msg, BatchSlot*>>(
         *graph, options.threads, NodeBody<Impl, &Impl::decode_body>(*this));
     sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(*graph, NodeBody<Impl, &Impl::sequence_body>(*this));
@@ -423,7 +492,7 @@ struct SplitPipeline::Impl {
     flow::make_edge(*decode, *sequencer);
     flow::make_edge(*sequencer, *collator);
     // The headroom above the starting depth stays reserved until auto depth hands it out.
-    const std::size_t reserved = max_depth - options.prefetch_depth;
+    const std::size_t reserved = (max_depth - options.prefetch_depth) / run;
     if (reserved > 0) limiter->decrementer().try_put(-static_cast<Decrement>(reserved));
     body_order.graph_built();
     sampler->activate();
