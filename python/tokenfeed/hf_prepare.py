@@ -34,6 +34,7 @@ Needs the ``hf`` extra: ``pip install 'tokenfeed[hf]'`` (tokenizers, jinja2, pya
 from __future__ import annotations
 
 import argparse
+import array
 import collections
 import datetime
 import gzip
@@ -61,6 +62,8 @@ REASONS = ("invalid_json", "bad_messages", "no_assistant", "template_error", "in
 
 _GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
 _SPLIT_DOMAIN = b"tokenfeed-hf-split-v1\0"
+# The array module's code for a 32-bit unsigned integer ('I' on every platform Python runs on today).
+_UINT32_CODE = next(code for code in "IL" if array.array(code).itemsize == 4)
 
 
 def _require(module: str, what: str) -> Any:
@@ -397,7 +400,8 @@ def _split_point(messages: Any, tools: Any, seed: int) -> float:
 
 
 def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], special_ids: frozenset,
-               trim_after_special: bool, every_char_in_a_token: bool = False) -> np.ndarray:
+               trim_after_special: bool, every_char_in_a_token: bool = False,
+               ids: Optional[Sequence[int]] = None) -> np.ndarray:
     """The 0/1 mask of the tokens of ``encoding`` (a tokenizers Encoding of ``text``) whose
     characters (offsets) overlap a span, as transformers' ``return_assistant_tokens_mask``
     does. With ``trim_after_special``, a span's trailing whitespace tokens that follow a
@@ -405,9 +409,11 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
 
     ``every_char_in_a_token``: the offsets tile the text (no post-processor trims them), so a
     span's tokens are those from the one holding its first character to the one holding its
-    last, found without converting every offset."""
-    ids = encoding.ids
-    n = len(ids)
+    last, found without converting every offset. ``ids``: ``encoding.ids`` when the caller
+    has them already (a conversion that costs as much as the rest of this function)."""
+    n = len(encoding)
+    if trim_after_special and ids is None:
+        ids = encoding.ids
     mask = np.zeros(n, dtype=np.uint8)
     offsets = None
     for a, b in spans:
@@ -416,15 +422,17 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
         first = last = None
         if every_char_in_a_token:
             first, last = encoding.char_to_token(a), encoding.char_to_token(b - 1)
+        selected: Union[range, np.ndarray]
         if first is not None and last is not None:
-            selected = np.arange(first, last + 1)
+            selected = range(first, last + 1)
         else:
             if offsets is None:
                 offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(n, 2)
             selected = np.flatnonzero((offsets[:, 0] < b) & (offsets[:, 1] > a))
-        if selected.size == 0:
+        if len(selected) == 0:
             continue
         if trim_after_special:
+            assert ids is not None
             keep = len(selected)
             while keep > 0 and ids[selected[keep - 1]] not in special_ids:
                 chars = encoding.token_to_chars(int(selected[keep - 1]))
@@ -433,7 +441,10 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
                 keep -= 1
             if 0 < keep < len(selected) and ids[selected[keep - 1]] in special_ids:
                 selected = selected[:keep]
-        mask[selected] = 1
+        if isinstance(selected, range):
+            mask[selected.start:selected.stop] = 1
+        else:
+            mask[selected] = 1
     return mask
 
 
@@ -473,23 +484,26 @@ class ConversationEncoder:
         encodings = self.hf.tokenizer.encode_batch([r[1] for r in rendered], add_special_tokens=False)
         trim = not self.template.uses_generation
         special = self.hf.special_ids
-        parts: Dict[bool, Tuple[List[np.ndarray], List[np.ndarray], List[int]]] = {False: ([], [], []),
-                                                                                    True: ([], [], [])}
+        # Per split: the ids of its episodes, one after the other (a list of ints, turned into
+        # an array once: converting each episode's list on its own costs several times more),
+        # their masks and their lengths.
+        parts: Dict[bool, Tuple[List[int], List[np.ndarray], List[int]]] = {False: ([], [], []), True: ([], [], [])}
         for (index, text, spans, val), enc in zip(rendered, encodings):
-            mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text)
+            ids = enc.ids
+            mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text, ids)
             if not mask.any():
                 result.bad.append((index, records[index][0], "empty_mask",
                                    "no token is trained (every assistant message has weight 0 or renders empty)"))
                 continue
             tokens, masks, lengths = parts[val]
-            tokens.append(np.array(enc.ids, dtype=np.uint32))
+            tokens += ids
             masks.append(mask)
-            lengths.append(len(mask))
+            lengths.append(len(ids))
         result.bad.sort()
         for val, (tokens, masks, lengths) in parts.items():
             if lengths:
-                result.splits[val] = (np.concatenate(tokens), np.concatenate(masks),
-                                      np.asarray(lengths, dtype=np.uint64))
+                result.splits[val] = (np.frombuffer(array.array(_UINT32_CODE, tokens), dtype=np.uint32),
+                                      np.concatenate(masks), np.asarray(lengths, dtype=np.uint64))
         result.records = len(records)
         return result
 
