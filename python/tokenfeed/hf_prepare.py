@@ -265,8 +265,34 @@ def _make_environment(now: datetime.datetime) -> Any:
     def strftime_now(format: str) -> str:  # noqa: A002  (the name templates use)
         return now.strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationExtension, loopcontrols])
+    from jinja2.runtime import LoopContext
+    from jinja2.utils import Namespace
+
+    # Types whose attributes' safety (is_safe_attribute) depends on the type and the
+    # attribute's name only: the sandbox decides with isinstance tests against the type and
+    # tests of the name, never looking at the value. The answer for an object of exactly one
+    # of these types is remembered, the rest are asked every time.
+    memo_types = frozenset((LoopContext, Namespace, dict, list, tuple, str, int, float, bool, type(None)))
+
+    class Environment(ImmutableSandboxedEnvironment):
+        """Hugging Face's sandbox, with the same decisions: only remembered where they cannot
+        change (``loop.first`` alone asked it for every message, a third of a rendering)."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._safe_attributes: Dict[Tuple[type, str], bool] = {}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            kind = type(obj)
+            if kind not in memo_types:
+                return super().is_safe_attribute(obj, attr, value)
+            key = (kind, attr)
+            safe = self._safe_attributes.get(key)
+            if safe is None:
+                safe = self._safe_attributes[key] = super().is_safe_attribute(obj, attr, value)
+            return safe
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -287,6 +313,9 @@ class ChatTemplate:
         except jinja2.exceptions.TemplateSyntaxError as e:
             raise FormatError(f"'{hf.template_source}': the chat template does not parse: {e} "
                               f"(template line {e.lineno})") from e
+        # The template's globals are a ChainMap over the environment's, which every rendering
+        # copies into its context twice; the same names and values in one dict copy faster.
+        self.template.globals = dict(self.template.globals)
         self.uses_generation = _GENERATION_TAG.search(hf.chat_template) is not None
         self._variables: Dict[str, Any] = dict(hf.special_strings)
         self._variables["additional_special_tokens"] = list(hf.additional_special_tokens)
@@ -294,12 +323,16 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[Any], tools: Any = None,
                add_generation_prompt: bool = False) -> Tuple[str, List[Tuple[int, int]]]:
-        """The rendering and its {% generation %} character ranges. Raises BadRecord."""
-        recorder = _Recorder()
+        """The rendering and its {% generation %} character ranges (none for a template
+        without {% generation %}). Raises BadRecord."""
         variables = dict(self._variables, messages=list(messages), tools=tools, documents=None,
-                         add_generation_prompt=add_generation_prompt, __tokenfeed_recorder=recorder)
+                         add_generation_prompt=add_generation_prompt)
         try:
-            for chunk in self.template.generate(**variables):
+            if not self.uses_generation:
+                return self.template.render(variables), []
+            recorder = _Recorder()
+            variables["__tokenfeed_recorder"] = recorder
+            for chunk in self.template.generate(variables):
                 recorder.chunks.append(chunk)
                 recorder.length += len(chunk)
         except self._template_error as e:
