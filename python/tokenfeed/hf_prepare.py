@@ -61,6 +61,7 @@ REASONS = ("invalid_json", "bad_messages", "no_assistant", "template_error", "in
            "empty_mask")
 
 _GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
+_RANDOM_NAMES = re.compile(r"random|lipsum")
 _SPLIT_DOMAIN = b"tokenfeed-hf-split-v1\0"
 # The array module's code for a 32-bit unsigned integer ('I' on every platform Python runs on today).
 _UINT32_CODE = next(code for code in "IL" if array.array(code).itemsize == 4)
@@ -317,6 +318,10 @@ class ChatTemplate:
         # copies into its context twice; the same names and values in one dict copy faster.
         self.template.globals = dict(self.template.globals)
         self.uses_generation = _GENERATION_TAG.search(hf.chat_template) is not None
+        # Whether a rendering is a function of the messages, tools and generation prompt alone:
+        # always, but for Jinja's random filter and lipsum (the time strftime_now gives is the
+        # run's). Then the first n messages of n render as the whole conversation.
+        self.deterministic = _RANDOM_NAMES.search(hf.chat_template) is None
         self._variables: Dict[str, Any] = dict(hf.special_strings)
         self._variables["additional_special_tokens"] = list(hf.additional_special_tokens)
         self._template_error = jinja2.exceptions.TemplateError
@@ -364,7 +369,10 @@ class ChatTemplate:
                 raise BadRecord("bad_messages", "message 0 is an assistant message: its reply cannot be told "
                                                 "from the template's header without a message before it")
             before, _ = self.render(messages[:k], tools, add_generation_prompt=True)
-            through, _ = self.render(messages[:k + 1], tools, add_generation_prompt=False)
+            if k + 1 == len(messages) and self.deterministic:
+                through = text  # the same rendering: of all the messages, without the prompt
+            else:
+                through, _ = self.render(messages[:k + 1], tools, add_generation_prompt=False)
             for what, prefix in (("with the generation prompt", before), ("", through)):
                 if not text.startswith(prefix):
                     n = k if prefix is before else k + 1
