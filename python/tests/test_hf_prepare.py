@@ -240,35 +240,41 @@ def test_weight_zero_turns_are_not_trained(tokenizer_json, tmp_path):
         tokenfeed.prepare(src, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)
 
 
-def test_generation_template_matches_transformers(tokenizer_json, tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, GENERATION)
-    conversations = make_conversations(random.Random(3), 30)
-    src = write_jsonl(tmp_path / "chats.jsonl", conversations)
-    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "ds" / "train", np.uint16)):
+def assert_same_as_transformers(conversations, dataset, reference_dir):
+    """Each episode of the dataset's train split (the conversations', in order) has the ids and
+    the mask of transformers' apply_chat_template(..., return_assistant_tokens_mask=True) with
+    the tokenizer directory reference_dir. Returns the episodes."""
+    import transformers
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(reference_dir))
+    episodes = read_episodes(Path(dataset) / "train", np.uint16)
+    for conversation, (ids, mask) in zip(conversations, episodes):
         ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
                                          return_dict=True)
         assert ids.tolist() == list(ref["input_ids"])
         assert mask.tolist() == list(ref["assistant_masks"])
+    return episodes
+
+
+def test_generation_template_matches_transformers(tokenizer_json, tmp_path):
+    pytest.importorskip("transformers")
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, GENERATION)
+    conversations = make_conversations(random.Random(3), 30)
+    src = write_jsonl(tmp_path / "chats.jsonl", conversations)
+    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1)
+    for _, mask in assert_same_as_transformers(conversations, tmp_path / "ds", hf_dir):
         assert mask.any()
 
 
 def test_prefix_mask_matches_transformers_on_the_same_template_with_generation_blocks(tokenizer_json, tmp_path):
     """Without {% generation %}, the prefix renderings find what the template's generation
     blocks would mark (ChatML: the reply and <|im_end|>, not the newline after it)."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     plain = tokenizer_dir(tmp_path / "plain", tokenizer_json, CHATML)
     marked = tokenizer_dir(tmp_path / "marked", tokenizer_json, GENERATION)
     conversations = make_conversations(random.Random(4), 20)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
     tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=plain, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(marked))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "ds" / "train", np.uint16)):
-        ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
-                                         return_dict=True)
-        assert ids.tolist() == list(ref["input_ids"]) and mask.tolist() == list(ref["assistant_masks"])
+    assert_same_as_transformers(conversations, tmp_path / "ds", marked)
 
 
 def test_parquet_and_jsonl_give_the_same_dataset(tokenizer_json, tmp_path):
@@ -600,7 +606,7 @@ def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
 def test_trimmed_offsets_match_transformers(tmp_path):
     """A GPT-2-style tokenizer whose post-processor trims offsets (whitespace tokens then
     cover no character): the mask is still transformers' overlap rule, token for token."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     rng = random.Random(13)
     tok = Tokenizer(models.BPE())
@@ -619,8 +625,4 @@ def test_trimmed_offsets_match_transformers(tmp_path):
                 m["content"] = " " + m["content"] + "\n\n  " + sentence(rng) + "\n"
     src = write_jsonl(tmp_path / "c.jsonl", conversations)
     tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "o" / "train", np.uint16)):
-        ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
-                                         return_dict=True)
-        assert ids.tolist() == list(ref["input_ids"]) and mask.tolist() == list(ref["assistant_masks"])
+    assert_same_as_transformers(conversations, tmp_path / "o", hf_dir)
