@@ -20,8 +20,10 @@ The assistant-only loss mask comes from the template itself:
   conversation is an error (not a silently wrong mask). Whitespace after the last special
   token of that difference (the newline after ChatML's ``<|im_end|>``) is not trained.
 Characters map to tokens through the tokenizer's offsets: a token is trained when its
-characters overlap a trained range. An assistant message with ``"weight": 0`` (OpenAI's
-format) is not trained.
+characters overlap a trained range. (For an ASCII conversation and a byte-level BPE, the
+same character ranges are found from the tokens' texts, checked to make up the text, instead
+of asking the tokenizer for offsets, a sixth of its time: see _TokenPieces.) An assistant
+message with ``"weight": 0`` (OpenAI's format) is not trained.
 
 Inputs: JSONL (one object per line, ``.gz`` accepted) or parquet (``.parquet``), each record
 holding a list of messages (``messages``, or ``messages_field``) and optionally ``tools``
@@ -40,6 +42,7 @@ import datetime
 import gzip
 import hashlib
 import json
+import operator
 import os
 import re
 import shutil
@@ -116,6 +119,109 @@ def _trims_offsets(config: Any) -> bool:
     return False
 
 
+def _byte_level_chars() -> Dict[int, int]:
+    """The ByteLevel pre-tokenizer's alphabet (GPT-2's bytes_to_unicode), inverted: for each
+    character it writes, the byte it stands for, as a str.translate table."""
+    printable = ([*range(ord("!"), ord("~") + 1)] + [*range(ord("\u00a1"), ord("\u00ac") + 1)] +
+                 [*range(ord("\u00ae"), ord("\u00ff") + 1)])
+    table = {b: b for b in printable}
+    others = [b for b in range(256) if b not in table]
+    table.update({256 + i: b for i, b in enumerate(others)})
+    return table
+
+
+class _TokenPieces:
+    """The text of every token of a byte-level BPE tokenizer, to find the characters of each
+    token of an ASCII text without asking the tokenizer for offsets.
+
+    Offsets are a sixth of the tokenizer's time (encode_batch maps every byte of the text to
+    its character in a hash map; encode_batch_fast gives the same ids without them). For a
+    byte-level BPE whose normalizer, if any, is a Unicode normal form (each leaves ASCII as
+    it is) and whose offsets are not trimmed, the tokens of a text are consecutive runs of its
+    bytes, and an ASCII text's bytes are its characters: token i covers the characters from
+    the end of token i - 1 over the length of its text. That is used only where it is checked:
+    the tokens' texts, one after the other, must be the text itself (see ``tiling``)."""
+
+    NORMAL_FORMS = frozenset(("NFC", "NFD", "NFKC", "NFKD"))
+
+    def __init__(self, pieces: List[str]) -> None:
+        self.pieces = pieces
+        self.lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+
+    @classmethod
+    def of(cls, hf: "HfTokenizer") -> Optional["_TokenPieces"]:
+        """The pieces of ``hf``'s tokenizer, or None where the tokenizer is not of that kind."""
+        tok = hf.tokenizer
+        if not hf.offsets_tile_text or not hasattr(tok, "encode_batch_fast"):
+            return None
+        model = tok.model
+        if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or \
+                model.end_of_word_suffix:
+            return None
+
+        def parts(component: Any) -> List[Dict[str, Any]]:
+            if component is None:
+                return []
+            config = json.loads(component.__getstate__())
+            return config.get("normalizers") or config.get("pretokenizers") or [config]
+
+        if not {part.get("type") for part in parts(tok.normalizer)} <= cls.NORMAL_FORMS:
+            return None
+        byte_level = [part for part in parts(tok.pre_tokenizer) if part.get("type") == "ByteLevel"]
+        # A prefix space, or an added token that takes the whitespace beside it (lstrip,
+        # rstrip), makes tokens that do not tile the text: every text would fail the check.
+        if not byte_level or any(part.get("add_prefix_space") for part in byte_level) or \
+                any(t.lstrip or t.rstrip for t in tok.get_added_tokens_decoder().values()):
+            return None
+        byte_of = _byte_level_chars()
+        alphabet = frozenset(map(chr, byte_of))
+        # A token with a character outside that alphabet (which the pre-tokenizer never
+        # writes) is U+FFFD, and a byte above 127 a character above 127: a text with such a
+        # token is not ASCII, so it fails the check.
+        pieces = ["\ufffd"] * hf.vocab_size
+        for text, token_id in tok.get_vocab(with_added_tokens=False).items():
+            if 0 <= token_id < len(pieces):
+                pieces[token_id] = text.translate(byte_of) if alphabet.issuperset(text) else "\ufffd"
+        for token_id, added in tok.get_added_tokens_decoder().items():
+            if 0 <= token_id < len(pieces):
+                pieces[token_id] = added.content
+        return cls(pieces)
+
+    def tiling(self, text: str, ids: Sequence[int]) -> Optional["_Tiling"]:
+        """Where the tokens ``ids`` of the ASCII ``text`` lie in it, or None when their texts
+        do not make up the text exactly (then ask the tokenizer)."""
+        if not ids:
+            return None
+        parts = operator.itemgetter(*ids)(self.pieces)
+        if (parts if len(ids) == 1 else "".join(parts)) != text:
+            return None
+        return _Tiling(np.cumsum(self.lengths[np.frombuffer(array.array(_UINT32_CODE, ids), dtype=np.uint32)]))
+
+
+class _Tiling:
+    """What token_mask asks of a tokenizers Encoding, for tokens that tile a text: token i
+    covers the characters [ends[i - 1], ends[i])."""
+
+    __slots__ = ("ends",)
+
+    def __init__(self, ends: np.ndarray) -> None:
+        self.ends = ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def char_to_token(self, position: int) -> Optional[int]:
+        i = int(np.searchsorted(self.ends, position, side="right"))
+        return i if 0 <= position and i < len(self.ends) else None
+
+    def token_to_chars(self, i: int) -> Tuple[int, int]:
+        return (int(self.ends[i - 1]) if i else 0, int(self.ends[i]))
+
+    @property
+    def offsets(self) -> List[Tuple[int, int]]:
+        return [self.token_to_chars(i) for i in range(len(self.ends))]
+
+
 class HfTokenizer:
     """A local Hugging Face tokenizer directory: the fast tokenizer, the chat template and the
     special tokens. Read-only after construction."""
@@ -173,6 +279,7 @@ class HfTokenizer:
         # post-processor trims offsets (GPT-2-style ByteLevel with trim_offsets).
         processor = self.tokenizer.post_processor
         self.offsets_tile_text = processor is None or not _trims_offsets(json.loads(processor.__getstate__()))
+        self.pieces = _TokenPieces.of(self)
 
     def _find_template(self) -> Tuple[str, str]:
         """The chat template: tokenizer_config.json's chat_template (a string, or a list of
@@ -499,6 +606,32 @@ class ConversationEncoder:
         self.messages_field = messages_field
         self.seed = seed
         self.val_split = val_split
+        self._tiled = self._untiled = 0  # ASCII texts whose tokens' texts made them up, or not
+
+    def _encode(self, texts: List[str]) -> List[Tuple[List[int], Any]]:
+        """The ids of each text and what tells where its tokens lie: the tokenizer's Encoding,
+        or for an ASCII text a _Tiling made without the tokenizer's offsets (see _TokenPieces),
+        the same ids and the same character ranges."""
+        tokenizer, pieces = self.hf.tokenizer, self.hf.pieces
+        if pieces is None or self._untiled > max(64, self._tiled // 16):  # the check fails too often to pay
+            return [(enc.ids, enc) for enc in tokenizer.encode_batch(texts, add_special_tokens=False)]
+        fast = [i for i, text in enumerate(texts) if text.isascii()]
+        out: List[Any] = [None] * len(texts)
+        if len(fast) < len(texts):
+            slow = [i for i, text in enumerate(texts) if not text.isascii()]
+            for i, enc in zip(slow, tokenizer.encode_batch([texts[i] for i in slow], add_special_tokens=False)):
+                out[i] = (enc.ids, enc)
+        for i, enc in zip(fast, tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)):
+            ids = enc.ids
+            tiling = pieces.tiling(texts[i], ids)
+            if tiling is None:  # not seen so far; the tokenizer's own offsets then
+                self._untiled += 1
+                enc = tokenizer.encode(texts[i], add_special_tokens=False)
+                out[i] = (enc.ids, enc)
+            else:
+                self._tiled += 1
+                out[i] = (ids, tiling)
+        return out
 
     def encode_chunk(self, records: Sequence[Tuple[str, Any]]) -> "ChunkResult":
         """Encodes (name, raw) records: raw is a JSON line (str) or an already parsed object."""
@@ -522,15 +655,14 @@ class ConversationEncoder:
                 rendered.append((index, text, spans, val))
             except BadRecord as e:
                 result.bad.append((index, name, e.reason, e.detail))
-        encodings = self.hf.tokenizer.encode_batch([r[1] for r in rendered], add_special_tokens=False)
+        encodings = self._encode([r[1] for r in rendered])
         trim = not self.template.uses_generation
         special = self.hf.special_ids
         # Per split: the ids of its episodes, one after the other (a list of ints, turned into
         # an array once: converting each episode's list on its own costs several times more),
         # their masks and their lengths.
         parts: Dict[bool, Tuple[List[int], List[np.ndarray], List[int]]] = {False: ([], [], []), True: ([], [], [])}
-        for (index, text, spans, val), enc in zip(rendered, encodings):
-            ids = enc.ids
+        for (index, text, spans, val), (ids, enc) in zip(rendered, encodings):
             mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text, ids)
             if not mask.any():
                 result.bad.append((index, records[index][0], "empty_mask",
