@@ -2,7 +2,7 @@
 """`tokenfeed prepare --hf-tokenizer` against a straightforward Python loop over transformers'
 apply_chat_template, on the same generated file of multi-turn conversations, in one run.
 
-    python perf/hf_prepare_bench.py [--conversations 20000] [--hf-tokenizer DIR] [--cli PATH]
+    python perf/hf_prepare_bench.py [--conversations 20000] [--repeats 3] [--hf-tokenizer DIR] [--cli PATH]
 
 Both produce the same dataset (ids and the assistant mask per conversation, written with
 tokenfeed.DatasetWriter): the loop calls apply_chat_template(messages, tokenize=True,
@@ -10,17 +10,21 @@ return_assistant_tokens_mask=True, return_dict=True) per conversation, which nee
 with {% generation %} blocks; tokenfeed is timed on that template and on the same template
 without them (the mask then comes from prefix renderings, several renderings per
 conversation). Without --hf-tokenizer, a byte-level BPE (8,000 tokens) is trained on the
-generated text. Prints conversations/s of each (wall clock) and the ratio, and the CPU
-seconds each used (this process's for the loop, the command's and its workers' for
-tokenfeed): on a shared machine the wall-clock ratio depends on how many cores are free, the
-CPU time much less. Checks that the datasets are identical. Needs tokenizers, jinja2 and
-transformers (python/run_tests.sh installs them).
+generated text. Each measurement is one process, started afresh (the loop's imports
+transformers; tokenfeed's is the command and its workers): its wall-clock time and the CPU
+seconds of it and its descendants. With --repeats N, the three run N times, interleaved (the
+order turns each round), and the figures are the medians: on a shared machine the wall clock
+depends on how many cores are free, the CPU time much less, and the load average (1 minute)
+before and after each measurement is printed beside it. Checks that the datasets are
+identical, every round. Needs tokenizers, jinja2 and transformers (python/run_tests.sh
+installs them).
 """
 import argparse
 import json
 import os
 import random
 import resource
+import statistics
 import shutil
 import subprocess
 import sys
@@ -128,23 +132,39 @@ def split_bytes(split_dir):
                     for name in ("tokens.bin", "mask.bin", "episodes.idx"))
 
 
-def cpu_seconds():
-    """CPU time of this process and of its waited-for descendants (the command and its workers)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
+def children_cpu_seconds():
+    """CPU time of this process's waited-for descendants (each measurement and its workers)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return children.ru_utime + children.ru_stime
+
+
+def run_loop(input_path, hf_dir, out_dir):
+    """The loop in a process of its own, started like the command, so that both are timed from
+    a process start, imports included, and the CPU figures of both are their processes'."""
+    subprocess.run([sys.executable, __file__, "--run-loop", str(input_path), str(hf_dir), str(out_dir)], check=True)
+
+
+def load_average():
+    return os.getloadavg()[0]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--conversations", type=int, default=20000)
+    p.add_argument("--repeats", type=int, default=3, help="rounds of the three measurements (medians are reported)")
     p.add_argument("--hf-tokenizer", help="a tokenizer directory to use instead of the trained BPE (its "
                                           "tokenizer.json; the templates are the benchmark's)")
     p.add_argument("--cli", default=os.environ.get("TOKENFEED_CLI"),
                    help="the tokenfeed command (default: $TOKENFEED_CLI, else python -m tokenfeed.hf_prepare)")
     p.add_argument("--workers", type=int, default=None, help="tokenfeed's --workers (default: one per core)")
     p.add_argument("--keep", help="keep the work directory here")
+    p.add_argument("--run-loop", nargs=3, metavar=("INPUT", "HF_DIR", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.run_loop:
+        transformers_loop(*(Path(a) for a in args.run_loop))
+        return 0
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="hf_prepare_bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -161,29 +181,48 @@ def main():
     generation = tokenizer_dir(work / "tok_generation", tokenizer_json, CHATML_GENERATION)
     plain = tokenizer_dir(work / "tok_plain", tokenizer_json, CHATML_PLAIN)
     size_mb = input_path.stat().st_size / 1e6
-    print(f"input: {args.conversations} conversations, {size_mb:.1f} MB; {os.cpu_count()} cores")
+    print(f"input: {args.conversations} conversations, {size_mb:.1f} MB; {os.cpu_count()} cores; "
+          f"{args.repeats} round(s)")
 
-    results = {}
-    for name, fn in (
-            ("transformers apply_chat_template loop", lambda out: transformers_loop(input_path, generation, out)),
+    loop_name = "transformers apply_chat_template loop"
+    runs = ((loop_name, lambda out: run_loop(input_path, generation, out)),
             ("tokenfeed prepare --hf-tokenizer ({% generation %})",
              lambda out: run_tokenfeed(args.cli, input_path, generation, out, args.workers)),
             ("tokenfeed prepare --hf-tokenizer (prefix renderings)",
-             lambda out: run_tokenfeed(args.cli, input_path, plain, out, args.workers))):
-        out = work / f"out{len(results)}"
-        shutil.rmtree(out, ignore_errors=True)
-        start, cpu_start = time.perf_counter(), cpu_seconds()
-        fn(out)
-        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
-        results[name] = (seconds, out)
-        print(f"{name:<55} {seconds:8.2f} s  {args.conversations / seconds:9.0f} conversations/s  "
-              f"{cpu:8.2f} CPU s", flush=True)
+             lambda out: run_tokenfeed(args.cli, input_path, plain, out, args.workers)))
+    results = {name: [] for name, _ in runs}  # name -> [(wall s, CPU s), ...] in round order
+    same = True
+    for round_no in range(args.repeats):
+        order = runs[round_no % len(runs):] + runs[:round_no % len(runs)]
+        outs = {}
+        for name, fn in order:
+            out = work / f"out{len(outs)}"
+            shutil.rmtree(out, ignore_errors=True)
+            load_before = load_average()
+            start, cpu_start = time.perf_counter(), children_cpu_seconds()
+            fn(out)
+            seconds, cpu = time.perf_counter() - start, children_cpu_seconds() - cpu_start
+            results[name].append((seconds, cpu))
+            outs[name] = out
+            print(f"round {round_no + 1}  {name:<53} {seconds:7.2f} s {args.conversations / seconds:7.0f} conv/s "
+                  f"{cpu:7.2f} CPU s   load {load_before:.2f} -> {load_average():.2f}", flush=True)
+        reference = split_bytes(outs[loop_name] / "train")
+        identical = all(split_bytes(out / "train") == reference for name, out in outs.items() if name != loop_name)
+        same = same and identical
+        for out in outs.values():
+            shutil.rmtree(out, ignore_errors=True)
 
-    outs = [out for _, out in results.values()]
-    same = all(split_bytes(outs[0] / "train") == split_bytes(o / "train") for o in outs[1:])
-    base = list(results.values())[0][0]
-    for name, (seconds, _) in list(results.items())[1:]:
-        print(f"speed-up of {name}: {base / seconds:.2f}x")
+    print(f"medians of {args.repeats} round(s):")
+    loop_wall = statistics.median(w for w, _ in results[loop_name])
+    loop_cpu = statistics.median(c for _, c in results[loop_name])
+    for name, values in results.items():
+        wall, cpu = statistics.median(w for w, _ in values), statistics.median(c for _, c in values)
+        line = f"  {name:<53} {wall:7.2f} s {args.conversations / wall:7.0f} conv/s {cpu:7.2f} CPU s"
+        if name != loop_name:
+            per_round = statistics.median(lw / w for (lw, _), (w, _) in zip(results[loop_name], values))
+            line += (f"   speed-up {loop_wall / wall:.2f}x wall (per round {per_round:.2f}x), "
+                     f"{loop_cpu / cpu:.2f}x CPU")
+        print(line)
     print(f"datasets identical: {same}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

@@ -240,35 +240,144 @@ def test_weight_zero_turns_are_not_trained(tokenizer_json, tmp_path):
         tokenfeed.prepare(src, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)
 
 
-def test_generation_template_matches_transformers(tokenizer_json, tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, GENERATION)
-    conversations = make_conversations(random.Random(3), 30)
-    src = write_jsonl(tmp_path / "chats.jsonl", conversations)
-    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "ds" / "train", np.uint16)):
+def assert_same_as_transformers(conversations, dataset, reference_dir):
+    """Each episode of the dataset's train split (the conversations', in order) has the ids and
+    the mask of transformers' apply_chat_template(..., return_assistant_tokens_mask=True) with
+    the tokenizer directory reference_dir. Returns the episodes."""
+    import transformers
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(reference_dir))
+    episodes = read_episodes(Path(dataset) / "train", np.uint16)
+    for conversation, (ids, mask) in zip(conversations, episodes):
         ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
                                          return_dict=True)
         assert ids.tolist() == list(ref["input_ids"])
         assert mask.tolist() == list(ref["assistant_masks"])
+    return episodes
+
+
+def test_generation_template_matches_transformers(tokenizer_json, tmp_path):
+    pytest.importorskip("transformers")
+    hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, GENERATION)
+    conversations = make_conversations(random.Random(3), 30)
+    src = write_jsonl(tmp_path / "chats.jsonl", conversations)
+    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1)
+    for _, mask in assert_same_as_transformers(conversations, tmp_path / "ds", hf_dir):
         assert mask.any()
 
 
 def test_prefix_mask_matches_transformers_on_the_same_template_with_generation_blocks(tokenizer_json, tmp_path):
     """Without {% generation %}, the prefix renderings find what the template's generation
     blocks would mark (ChatML: the reply and <|im_end|>, not the newline after it)."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     plain = tokenizer_dir(tmp_path / "plain", tokenizer_json, CHATML)
     marked = tokenizer_dir(tmp_path / "marked", tokenizer_json, GENERATION)
     conversations = make_conversations(random.Random(4), 20)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
     tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=plain, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(marked))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "ds" / "train", np.uint16)):
-        ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
-                                         return_dict=True)
-        assert ids.tolist() == list(ref["input_ids"]) and mask.tolist() == list(ref["assistant_masks"])
+    assert_same_as_transformers(conversations, tmp_path / "ds", marked)
+
+
+def ascii_text(text):
+    """The text with the non-ASCII words of WORDS (café, naïve, über) spelt in ASCII."""
+    text = text.translate(str.maketrans("éïüÜ", "eiuU"))
+    assert text.isascii()
+    return text
+
+
+def ascii_conversations(rng, n):
+    conversations = make_conversations(rng, n)
+    for c in conversations:
+        for m in c["messages"]:
+            m["content"] = ascii_text(m["content"])
+    return conversations
+
+
+def test_ascii_conversations_match_transformers_without_the_tokenizers_offsets(tokenizer_json, tmp_path):
+    """An ASCII conversation and a byte-level BPE: the tokens' characters come from their texts
+    instead of the tokenizer's offsets (see _TokenPieces); the masks are transformers', with
+    {% generation %} and with prefix renderings."""
+    pytest.importorskip("transformers")
+    plain = tokenizer_dir(tmp_path / "plain", tokenizer_json, CHATML)
+    marked = tokenizer_dir(tmp_path / "marked", tokenizer_json, GENERATION)
+    assert hf_prepare.HfTokenizer(plain).pieces is not None
+    conversations = ascii_conversations(random.Random(15), 40)
+    src = write_jsonl(tmp_path / "chats.jsonl", conversations)
+    for hf_dir, name in ((marked, "g"), (plain, "p")):
+        tokenfeed.prepare(src, tmp_path / name, hf_tokenizer=hf_dir, workers=1)
+        assert_same_as_transformers(conversations, tmp_path / name, marked)
+
+
+def test_token_texts_give_the_tokenizers_offsets(tokenizer_json, tmp_path):
+    """_TokenPieces.tiling: for every token and every character of ASCII texts (special tokens,
+    runs of spaces, tabs, newlines, control characters, digits), the same character ranges
+    and char_to_token as the tokenizer's offsets; no tiling for ids that are not the text's,
+    nor for tokenizers of another kind."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, CHATML))
+    rng = random.Random(16)
+    texts = ["<|im_start|>user\n" + ascii_text(sentence(rng)) + "<|im_end|>\n<|im_start|>assistant\n"
+             for _ in range(20)]
+    texts += ["  two  spaces\tand a tab\r\nline 123 4567, end.<|im_end|>", "\x00\x07\x7f<|eot_id|>x", " ", "a",
+              "<|im_end|>", "USERMARK SYSMARK" * 30 + "\n\n\n" + "!?" * 7, "{\"name\": \"lookup\"}</tool_call>"]
+
+    def check(hf):
+        assert hf.pieces is not None
+        for text in texts:
+            enc = hf.tokenizer.encode(text, add_special_tokens=False)
+            [fast] = hf.tokenizer.encode_batch_fast([text], add_special_tokens=False)
+            assert fast.ids == enc.ids
+            tiling = hf.pieces.tiling(text, fast.ids)
+            assert tiling is not None, text
+            assert len(tiling) == len(enc)
+            assert tiling.offsets == [tuple(o) for o in enc.offsets], text
+            assert [tiling.char_to_token(c) for c in range(-1, len(text) + 1)] == \
+                [enc.char_to_token(c) if 0 <= c < len(text) else None for c in range(-1, len(text) + 1)], text
+
+    check(hf)
+    assert hf.pieces.tiling("the data", hf.tokenizer.encode("the date").ids) is None
+    assert hf.pieces.tiling("", []) is None
+    # A chunk's episodes are the same whether the tiling holds, fails (the tokenizer's offsets
+    # are asked for after all) or is not tried.
+    import datetime
+    encoder = hf_prepare.ConversationEncoder(str(tmp_path / "tok"), "messages", 0, 0.0, datetime.datetime.now())
+    records = [(f"r{i}", json.dumps(c)) for i, c in enumerate(ascii_conversations(rng, 8) + make_conversations(rng, 4))]
+    results = [encoder.encode_chunk(records)]
+    encoder.hf.pieces.pieces = ["x"] * len(encoder.hf.pieces.pieces)
+    results.append(encoder.encode_chunk(records))
+    assert encoder._untiled >= 8  # every ASCII conversation
+    encoder.hf.pieces = None
+    results.append(encoder.encode_chunk(records))
+    for result in results[1:]:
+        assert result.splits.keys() == results[0].splits.keys() == {False}
+        for a, b in zip(result.splits[False], results[0].splits[False]):
+            np.testing.assert_array_equal(a, b)
+    # Llama 3 and Qwen 2: a Split before a ByteLevel without its regex, an NFC normalizer.
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(tokenizers.Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?"
+                                              r"[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.save(str(tmp_path / "llama3.json"))
+    check(hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "llama3", tmp_path / "llama3.json", CHATML)))
+    # Not for: trimmed offsets, a normalizer that changes ASCII, a prefix space, an added token
+    # that takes the spaces beside it, a SentencePiece-style BPE.
+    from tokenizers import AddedToken
+    changes = {"trim": lambda t: setattr(t, "post_processor", processors.ByteLevel(trim_offsets=True)),
+               "lower": lambda t: setattr(t, "normalizer", normalizers.Lowercase()),
+               "prefix": lambda t: setattr(t, "pre_tokenizer", pre_tokenizers.ByteLevel(add_prefix_space=True)),
+               "lstrip": lambda t: t.add_special_tokens([AddedToken("<mask>", lstrip=True)])}
+    for name, change in changes.items():
+        tok = Tokenizer.from_file(str(tokenizer_json))
+        change(tok)
+        tok.save(str(tmp_path / f"{name}.json"))
+        assert hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / name, tmp_path / f"{name}.json", CHATML)).pieces is None
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS))
+    tok.save(str(tmp_path / "metaspace.json"))
+    assert hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "ms", tmp_path / "metaspace.json", CHATML)).pieces is None
 
 
 def test_parquet_and_jsonl_give_the_same_dataset(tokenizer_json, tmp_path):
@@ -600,7 +709,7 @@ def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
 def test_trimmed_offsets_match_transformers(tmp_path):
     """A GPT-2-style tokenizer whose post-processor trims offsets (whitespace tokens then
     cover no character): the mask is still transformers' overlap rule, token for token."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     rng = random.Random(13)
     tok = Tokenizer(models.BPE())
@@ -619,8 +728,4 @@ def test_trimmed_offsets_match_transformers(tmp_path):
                 m["content"] = " " + m["content"] + "\n\n  " + sentence(rng) + "\n"
     src = write_jsonl(tmp_path / "c.jsonl", conversations)
     tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    for conversation, (ids, mask) in zip(conversations, read_episodes(tmp_path / "o" / "train", np.uint16)):
-        ref = hf_tok.apply_chat_template(conversation["messages"], tokenize=True, return_assistant_tokens_mask=True,
-                                         return_dict=True)
-        assert ids.tolist() == list(ref["input_ids"]) and mask.tolist() == list(ref["assistant_masks"])
+    assert_same_as_transformers(conversations, tmp_path / "o", hf_dir)

@@ -20,8 +20,10 @@ The assistant-only loss mask comes from the template itself:
   conversation is an error (not a silently wrong mask). Whitespace after the last special
   token of that difference (the newline after ChatML's ``<|im_end|>``) is not trained.
 Characters map to tokens through the tokenizer's offsets: a token is trained when its
-characters overlap a trained range. An assistant message with ``"weight": 0`` (OpenAI's
-format) is not trained.
+characters overlap a trained range. (For an ASCII conversation and a byte-level BPE, the
+same character ranges are found from the tokens' texts, checked to make up the text, instead
+of asking the tokenizer for offsets, a sixth of its time: see _TokenPieces.) An assistant
+message with ``"weight": 0`` (OpenAI's format) is not trained.
 
 Inputs: JSONL (one object per line, ``.gz`` accepted) or parquet (``.parquet``), each record
 holding a list of messages (``messages``, or ``messages_field``) and optionally ``tools``
@@ -34,11 +36,13 @@ Needs the ``hf`` extra: ``pip install 'tokenfeed[hf]'`` (tokenizers, jinja2, pya
 from __future__ import annotations
 
 import argparse
+import array
 import collections
 import datetime
 import gzip
 import hashlib
 import json
+import operator
 import os
 import re
 import shutil
@@ -60,7 +64,10 @@ REASONS = ("invalid_json", "bad_messages", "no_assistant", "template_error", "in
            "empty_mask")
 
 _GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
+_RANDOM_NAMES = re.compile(r"random|lipsum")
 _SPLIT_DOMAIN = b"tokenfeed-hf-split-v1\0"
+# The array module's code for a 32-bit unsigned integer ('I' on every platform Python runs on today).
+_UINT32_CODE = next(code for code in "IL" if array.array(code).itemsize == 4)
 
 
 def _require(module: str, what: str) -> Any:
@@ -110,6 +117,109 @@ def _trims_offsets(config: Any) -> bool:
     if isinstance(config, list):
         return any(_trims_offsets(v) for v in config)
     return False
+
+
+def _byte_level_chars() -> Dict[int, int]:
+    """The ByteLevel pre-tokenizer's alphabet (GPT-2's bytes_to_unicode), inverted: for each
+    character it writes, the byte it stands for, as a str.translate table."""
+    printable = ([*range(ord("!"), ord("~") + 1)] + [*range(ord("\u00a1"), ord("\u00ac") + 1)] +
+                 [*range(ord("\u00ae"), ord("\u00ff") + 1)])
+    table = {b: b for b in printable}
+    others = [b for b in range(256) if b not in table]
+    table.update({256 + i: b for i, b in enumerate(others)})
+    return table
+
+
+class _TokenPieces:
+    """The text of every token of a byte-level BPE tokenizer, to find the characters of each
+    token of an ASCII text without asking the tokenizer for offsets.
+
+    Offsets are a sixth of the tokenizer's time (encode_batch maps every byte of the text to
+    its character in a hash map; encode_batch_fast gives the same ids without them). For a
+    byte-level BPE whose normalizer, if any, is a Unicode normal form (each leaves ASCII as
+    it is) and whose offsets are not trimmed, the tokens of a text are consecutive runs of its
+    bytes, and an ASCII text's bytes are its characters: token i covers the characters from
+    the end of token i - 1 over the length of its text. That is used only where it is checked:
+    the tokens' texts, one after the other, must be the text itself (see ``tiling``)."""
+
+    NORMAL_FORMS = frozenset(("NFC", "NFD", "NFKC", "NFKD"))
+
+    def __init__(self, pieces: List[str]) -> None:
+        self.pieces = pieces
+        self.lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+
+    @classmethod
+    def of(cls, hf: "HfTokenizer") -> Optional["_TokenPieces"]:
+        """The pieces of ``hf``'s tokenizer, or None where the tokenizer is not of that kind."""
+        tok = hf.tokenizer
+        if not hf.offsets_tile_text or not hasattr(tok, "encode_batch_fast"):
+            return None
+        model = tok.model
+        if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or \
+                model.end_of_word_suffix:
+            return None
+
+        def parts(component: Any) -> List[Dict[str, Any]]:
+            if component is None:
+                return []
+            config = json.loads(component.__getstate__())
+            return config.get("normalizers") or config.get("pretokenizers") or [config]
+
+        if not {part.get("type") for part in parts(tok.normalizer)} <= cls.NORMAL_FORMS:
+            return None
+        byte_level = [part for part in parts(tok.pre_tokenizer) if part.get("type") == "ByteLevel"]
+        # A prefix space, or an added token that takes the whitespace beside it (lstrip,
+        # rstrip), makes tokens that do not tile the text: every text would fail the check.
+        if not byte_level or any(part.get("add_prefix_space") for part in byte_level) or \
+                any(t.lstrip or t.rstrip for t in tok.get_added_tokens_decoder().values()):
+            return None
+        byte_of = _byte_level_chars()
+        alphabet = frozenset(map(chr, byte_of))
+        # A token with a character outside that alphabet (which the pre-tokenizer never
+        # writes) is U+FFFD, and a byte above 127 a character above 127: a text with such a
+        # token is not ASCII, so it fails the check.
+        pieces = ["\ufffd"] * hf.vocab_size
+        for text, token_id in tok.get_vocab(with_added_tokens=False).items():
+            if 0 <= token_id < len(pieces):
+                pieces[token_id] = text.translate(byte_of) if alphabet.issuperset(text) else "\ufffd"
+        for token_id, added in tok.get_added_tokens_decoder().items():
+            if 0 <= token_id < len(pieces):
+                pieces[token_id] = added.content
+        return cls(pieces)
+
+    def tiling(self, text: str, ids: Sequence[int]) -> Optional["_Tiling"]:
+        """Where the tokens ``ids`` of the ASCII ``text`` lie in it, or None when their texts
+        do not make up the text exactly (then ask the tokenizer)."""
+        if not ids:
+            return None
+        parts = operator.itemgetter(*ids)(self.pieces)
+        if (parts if len(ids) == 1 else "".join(parts)) != text:
+            return None
+        return _Tiling(np.cumsum(self.lengths[np.frombuffer(array.array(_UINT32_CODE, ids), dtype=np.uint32)]))
+
+
+class _Tiling:
+    """What token_mask asks of a tokenizers Encoding, for tokens that tile a text: token i
+    covers the characters [ends[i - 1], ends[i])."""
+
+    __slots__ = ("ends",)
+
+    def __init__(self, ends: np.ndarray) -> None:
+        self.ends = ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def char_to_token(self, position: int) -> Optional[int]:
+        i = int(np.searchsorted(self.ends, position, side="right"))
+        return i if 0 <= position and i < len(self.ends) else None
+
+    def token_to_chars(self, i: int) -> Tuple[int, int]:
+        return (int(self.ends[i - 1]) if i else 0, int(self.ends[i]))
+
+    @property
+    def offsets(self) -> List[Tuple[int, int]]:
+        return [self.token_to_chars(i) for i in range(len(self.ends))]
 
 
 class HfTokenizer:
@@ -169,6 +279,7 @@ class HfTokenizer:
         # post-processor trims offsets (GPT-2-style ByteLevel with trim_offsets).
         processor = self.tokenizer.post_processor
         self.offsets_tile_text = processor is None or not _trims_offsets(json.loads(processor.__getstate__()))
+        self.pieces = _TokenPieces.of(self)
 
     def _find_template(self) -> Tuple[str, str]:
         """The chat template: tokenizer_config.json's chat_template (a string, or a list of
@@ -262,8 +373,34 @@ def _make_environment(now: datetime.datetime) -> Any:
     def strftime_now(format: str) -> str:  # noqa: A002  (the name templates use)
         return now.strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationExtension, loopcontrols])
+    from jinja2.runtime import LoopContext
+    from jinja2.utils import Namespace
+
+    # Types whose attributes' safety (is_safe_attribute) depends on the type and the
+    # attribute's name only: the sandbox decides with isinstance tests against the type and
+    # tests of the name, never looking at the value. The answer for an object of exactly one
+    # of these types is remembered, the rest are asked every time.
+    memo_types = frozenset((LoopContext, Namespace, dict, list, tuple, str, int, float, bool, type(None)))
+
+    class Environment(ImmutableSandboxedEnvironment):
+        """Hugging Face's sandbox, with the same decisions: only remembered where they cannot
+        change (``loop.first`` alone asked it for every message, a third of a rendering)."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._safe_attributes: Dict[Tuple[type, str], bool] = {}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            kind = type(obj)
+            if kind not in memo_types:
+                return super().is_safe_attribute(obj, attr, value)
+            key = (kind, attr)
+            safe = self._safe_attributes.get(key)
+            if safe is None:
+                safe = self._safe_attributes[key] = super().is_safe_attribute(obj, attr, value)
+            return safe
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -284,19 +421,30 @@ class ChatTemplate:
         except jinja2.exceptions.TemplateSyntaxError as e:
             raise FormatError(f"'{hf.template_source}': the chat template does not parse: {e} "
                               f"(template line {e.lineno})") from e
+        # The template's globals are a ChainMap over the environment's, which every rendering
+        # copies into its context twice; the same names and values in one dict copy faster.
+        self.template.globals = dict(self.template.globals)
         self.uses_generation = _GENERATION_TAG.search(hf.chat_template) is not None
+        # Whether a rendering is a function of the messages, tools and generation prompt alone:
+        # always, but for Jinja's random filter and lipsum (the time strftime_now gives is the
+        # run's). Then the first n messages of n render as the whole conversation.
+        self.deterministic = _RANDOM_NAMES.search(hf.chat_template) is None
         self._variables: Dict[str, Any] = dict(hf.special_strings)
         self._variables["additional_special_tokens"] = list(hf.additional_special_tokens)
         self._template_error = jinja2.exceptions.TemplateError
 
     def render(self, messages: Sequence[Any], tools: Any = None,
                add_generation_prompt: bool = False) -> Tuple[str, List[Tuple[int, int]]]:
-        """The rendering and its {% generation %} character ranges. Raises BadRecord."""
-        recorder = _Recorder()
+        """The rendering and its {% generation %} character ranges (none for a template
+        without {% generation %}). Raises BadRecord."""
         variables = dict(self._variables, messages=list(messages), tools=tools, documents=None,
-                         add_generation_prompt=add_generation_prompt, __tokenfeed_recorder=recorder)
+                         add_generation_prompt=add_generation_prompt)
         try:
-            for chunk in self.template.generate(**variables):
+            if not self.uses_generation:
+                return self.template.render(variables), []
+            recorder = _Recorder()
+            variables["__tokenfeed_recorder"] = recorder
+            for chunk in self.template.generate(variables):
                 recorder.chunks.append(chunk)
                 recorder.length += len(chunk)
         except self._template_error as e:
@@ -328,7 +476,10 @@ class ChatTemplate:
                 raise BadRecord("bad_messages", "message 0 is an assistant message: its reply cannot be told "
                                                 "from the template's header without a message before it")
             before, _ = self.render(messages[:k], tools, add_generation_prompt=True)
-            through, _ = self.render(messages[:k + 1], tools, add_generation_prompt=False)
+            if k + 1 == len(messages) and self.deterministic:
+                through = text  # the same rendering: of all the messages, without the prompt
+            else:
+                through, _ = self.render(messages[:k + 1], tools, add_generation_prompt=False)
             for what, prefix in (("with the generation prompt", before), ("", through)):
                 if not text.startswith(prefix):
                     n = k if prefix is before else k + 1
@@ -397,7 +548,8 @@ def _split_point(messages: Any, tools: Any, seed: int) -> float:
 
 
 def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], special_ids: frozenset,
-               trim_after_special: bool, every_char_in_a_token: bool = False) -> np.ndarray:
+               trim_after_special: bool, every_char_in_a_token: bool = False,
+               ids: Optional[Sequence[int]] = None) -> np.ndarray:
     """The 0/1 mask of the tokens of ``encoding`` (a tokenizers Encoding of ``text``) whose
     characters (offsets) overlap a span, as transformers' ``return_assistant_tokens_mask``
     does. With ``trim_after_special``, a span's trailing whitespace tokens that follow a
@@ -405,9 +557,11 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
 
     ``every_char_in_a_token``: the offsets tile the text (no post-processor trims them), so a
     span's tokens are those from the one holding its first character to the one holding its
-    last, found without converting every offset."""
-    ids = encoding.ids
-    n = len(ids)
+    last, found without converting every offset. ``ids``: ``encoding.ids`` when the caller
+    has them already (a conversion that costs as much as the rest of this function)."""
+    n = len(encoding)
+    if trim_after_special and ids is None:
+        ids = encoding.ids
     mask = np.zeros(n, dtype=np.uint8)
     offsets = None
     for a, b in spans:
@@ -416,15 +570,17 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
         first = last = None
         if every_char_in_a_token:
             first, last = encoding.char_to_token(a), encoding.char_to_token(b - 1)
+        selected: Union[range, np.ndarray]
         if first is not None and last is not None:
-            selected = np.arange(first, last + 1)
+            selected = range(first, last + 1)
         else:
             if offsets is None:
                 offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(n, 2)
             selected = np.flatnonzero((offsets[:, 0] < b) & (offsets[:, 1] > a))
-        if selected.size == 0:
+        if len(selected) == 0:
             continue
         if trim_after_special:
+            assert ids is not None
             keep = len(selected)
             while keep > 0 and ids[selected[keep - 1]] not in special_ids:
                 chars = encoding.token_to_chars(int(selected[keep - 1]))
@@ -433,7 +589,10 @@ def token_mask(text: str, encoding: Any, spans: Sequence[Tuple[int, int]], speci
                 keep -= 1
             if 0 < keep < len(selected) and ids[selected[keep - 1]] in special_ids:
                 selected = selected[:keep]
-        mask[selected] = 1
+        if isinstance(selected, range):
+            mask[selected.start:selected.stop] = 1
+        else:
+            mask[selected] = 1
     return mask
 
 
@@ -447,6 +606,32 @@ class ConversationEncoder:
         self.messages_field = messages_field
         self.seed = seed
         self.val_split = val_split
+        self._tiled = self._untiled = 0  # ASCII texts whose tokens' texts made them up, or not
+
+    def _encode(self, texts: List[str]) -> List[Tuple[List[int], Any]]:
+        """The ids of each text and what tells where its tokens lie: the tokenizer's Encoding,
+        or for an ASCII text a _Tiling made without the tokenizer's offsets (see _TokenPieces),
+        the same ids and the same character ranges."""
+        tokenizer, pieces = self.hf.tokenizer, self.hf.pieces
+        if pieces is None or self._untiled > max(64, self._tiled // 16):  # the check fails too often to pay
+            return [(enc.ids, enc) for enc in tokenizer.encode_batch(texts, add_special_tokens=False)]
+        fast = [i for i, text in enumerate(texts) if text.isascii()]
+        out: List[Any] = [None] * len(texts)
+        if len(fast) < len(texts):
+            slow = [i for i, text in enumerate(texts) if not text.isascii()]
+            for i, enc in zip(slow, tokenizer.encode_batch([texts[i] for i in slow], add_special_tokens=False)):
+                out[i] = (enc.ids, enc)
+        for i, enc in zip(fast, tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)):
+            ids = enc.ids
+            tiling = pieces.tiling(texts[i], ids)
+            if tiling is None:  # not seen so far; the tokenizer's own offsets then
+                self._untiled += 1
+                enc = tokenizer.encode(texts[i], add_special_tokens=False)
+                out[i] = (enc.ids, enc)
+            else:
+                self._tiled += 1
+                out[i] = (ids, tiling)
+        return out
 
     def encode_chunk(self, records: Sequence[Tuple[str, Any]]) -> "ChunkResult":
         """Encodes (name, raw) records: raw is a JSON line (str) or an already parsed object."""
@@ -470,26 +655,28 @@ class ConversationEncoder:
                 rendered.append((index, text, spans, val))
             except BadRecord as e:
                 result.bad.append((index, name, e.reason, e.detail))
-        encodings = self.hf.tokenizer.encode_batch([r[1] for r in rendered], add_special_tokens=False)
+        encodings = self._encode([r[1] for r in rendered])
         trim = not self.template.uses_generation
         special = self.hf.special_ids
-        parts: Dict[bool, Tuple[List[np.ndarray], List[np.ndarray], List[int]]] = {False: ([], [], []),
-                                                                                    True: ([], [], [])}
-        for (index, text, spans, val), enc in zip(rendered, encodings):
-            mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text)
+        # Per split: the ids of its episodes, one after the other (a list of ints, turned into
+        # an array once: converting each episode's list on its own costs several times more),
+        # their masks and their lengths.
+        parts: Dict[bool, Tuple[List[int], List[np.ndarray], List[int]]] = {False: ([], [], []), True: ([], [], [])}
+        for (index, text, spans, val), (ids, enc) in zip(rendered, encodings):
+            mask = token_mask(text, enc, spans, special, trim, self.hf.offsets_tile_text, ids)
             if not mask.any():
                 result.bad.append((index, records[index][0], "empty_mask",
                                    "no token is trained (every assistant message has weight 0 or renders empty)"))
                 continue
             tokens, masks, lengths = parts[val]
-            tokens.append(np.array(enc.ids, dtype=np.uint32))
+            tokens += ids
             masks.append(mask)
-            lengths.append(len(mask))
+            lengths.append(len(ids))
         result.bad.sort()
         for val, (tokens, masks, lengths) in parts.items():
             if lengths:
-                result.splits[val] = (np.concatenate(tokens), np.concatenate(masks),
-                                      np.asarray(lengths, dtype=np.uint64))
+                result.splits[val] = (np.frombuffer(array.array(_UINT32_CODE, tokens), dtype=np.uint32),
+                                      np.concatenate(masks), np.asarray(lengths, dtype=np.uint64))
         result.records = len(records)
         return result
 
