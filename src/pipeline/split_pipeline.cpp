@@ -320,14 +320,13 @@ struct SplitPipeline::Impl {
     for (std::size_t i = 0; i < n; ++i) plans.push_back(RunPlan{std::move(run_plans[i]), i + 1 == n});  // the limiter bounds it
   }
 
-  // The next run's plans, into `out` (cleared first).
-  void pop_run(std::vector<BatchPlan>& out) {
-    out.clear();
+  // Moves the next run's plans into `out`; returns how many there are.
+  std::size_t pop_run(std::array<BatchPlan, kMaxRun>& out) {
     std::lock_guard lock(plans_mutex);
-    while (true) {  // every token is preceded by its run
+    for (std::size_t n = 0;;) {  // every token is preceded by its run
       RunPlan p = plans.pop_front();
-      out.push_back(std::move(p.plan));
-      if (p.ends_run) return;
+      out[n++] = std::move(p.plan);
+      if (p.ends_run) return n;
     }
   }
 
@@ -374,13 +373,13 @@ struct SplitPipeline::Impl {
   // is the run's place in the stream.
   BatchSlot* decode_run() {
     const BodyOrder::Scope scope(body_order);
-    thread_local std::vector<BatchPlan> run_plans;  // this decoder's, reused
-    pop_run(run_plans);
+    std::array<BatchPlan, kMaxRun> run_plans;
+    const std::size_t n = pop_run(run_plans);
     const int decoder = tbb::this_task_arena::current_thread_index();
     BatchSlot* first = nullptr;
     BatchSlot* last = nullptr;
-    for (const BatchPlan& plan : run_plans) {
-      BatchSlot* slot = decode_one(plan, decoder);
+    for (std::size_t i = 0; i < n; ++i) {
+      BatchSlot* slot = decode_one(run_plans[i], decoder);
       if (first == nullptr) {
         first = slot;
       } else {
@@ -388,7 +387,7 @@ struct SplitPipeline::Impl {
       }
       last = slot;
     }
-    first->sequence = (run_plans.front().step - options.start_step) / run;
+    first->sequence = (run_plans[0].step - options.start_step) / run;
     first->publish();
     return first;
   }
