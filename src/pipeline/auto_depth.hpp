@@ -62,6 +62,12 @@ class AutoDepth {
     decode_ns_.fetch_add(ns, std::memory_order_relaxed);
     decodes_.fetch_add(1, std::memory_order_relaxed);
   }
+  // The decoders' mean time per batch so far, in microseconds (0 before the first; any
+  // thread).
+  double mean_decode_us() const noexcept {
+    const std::uint64_t n = decodes_.load(std::memory_order_relaxed);
+    return n == 0 ? 0.0 : static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) / 1000.0 / static_cast<double>(n);
+  }
 
   // The consumer's side, once per batch popped: `called` is when pop() was entered,
   // `waited_us` how long it waited for the batch. May raise requested().

@@ -33,11 +33,14 @@ using detail::BatchSlot;
 using Clock = std::chrono::steady_clock;
 
 // How long pop() spins before it sleeps on the futex, when the machine has a core for the
-// trainer beside the decoders: long enough to catch a batch that is about to land without
-// a syscall and a wake-up. Without such a core the trainer would take the decoders' time
-// (and a sched_yield gives it to them only when the scheduler agrees), so it sleeps at once
-// (and asks to be woken for several batches: see wake_at).
-constexpr auto kSpinBeforeWait = std::chrono::microseconds(20);
+// trainer beside the decoders: about twice the time a run takes to decode (the decoders'
+// mean so far), within these bounds, so that a run about to land is caught without a
+// futex call on the decoder's side and a wake-up on the trainer's. Without such a core the
+// trainer would take the decoders' time (and a sched_yield gives it to them only when the
+// scheduler agrees), so it sleeps at once (and asks to be woken for several batches: see
+// wake_at).
+constexpr auto kMinSpin = std::chrono::microseconds(20);
+constexpr auto kMaxSpin = std::chrono::microseconds(200);
 
 // One step of a spin: tells the CPU this is a busy-wait (x86 pause), without a syscall.
 inline void spin_pause() noexcept {
@@ -201,13 +204,14 @@ struct SplitPipeline::Impl {
     return std::max<std::size_t>(1, depth.load(std::memory_order_relaxed) / 4);
   }
 
-  // On the trainer's thread, with the ring found empty: spins up to spin_budget for a
+  // On the trainer's thread, with the ring found empty: spins up to spin_budget() for a
   // batch, then sleeps until batches_to_wake_for() batches are ready (or the pipeline
   // failed, so that its error is delivered; or the deadline passed, when whatever is ready
   // is taken). True when the ring holds a batch; false at the deadline with none. Throws
   // stopped_error() after stop().
   bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
-    while (Clock::now() - start < spin_budget) {
+    const Clock::duration spin_for = spin_budget();
+    while (Clock::now() - start < spin_for) {
       if (stopping.load(std::memory_order_acquire)) throw stopped_error();
       if (ring.read_available() > 0) return true;
       for (int i = 0; i < 16; ++i) spin_pause();
@@ -248,9 +252,18 @@ struct SplitPipeline::Impl {
   std::atomic<std::size_t> depth;
   AutoDepth auto_controller;
 
-  // pop()'s spin before sleeping: kSpinBeforeWait when the hardware has a thread for the
-  // trainer beside the decoders, else none.
-  const Clock::duration spin_budget;
+  // Whether pop() spins before it sleeps: the hardware has a thread for the trainer beside
+  // the decoders (see kMinSpin).
+  const bool spin;
+
+  // How long pop() spins before it sleeps (see kMinSpin).
+  Clock::duration spin_budget() const noexcept {
+    if (!spin) return Clock::duration::zero();
+    const double run_us = 2.0 * static_cast<double>(run) * auto_controller.mean_decode_us() /
+                          static_cast<double>(std::max<std::size_t>(options.threads, 1));
+    const auto us = std::chrono::microseconds(static_cast<std::int64_t>(run_us));
+    return std::clamp<Clock::duration>(us, kMinSpin, kMaxSpin);
+  }
 
   // Consumer-side state (only touched by the thread calling pop()).
   std::exception_ptr delivered_error;
@@ -301,9 +314,7 @@ struct SplitPipeline::Impl {
         ahead(ReadAhead::kBatches + 1),
         depth(o.prefetch_depth),
         auto_controller(o.prefetch_depth, max_depth, o.threads),
-        spin_budget(static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads
-                        ? Clock::duration(kSpinBeforeWait)
-                        : Clock::duration::zero()),
+        spin(static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads),
         worker_limit(worker_limit_for(o.threads)),
         // One slot is reserved for the thread that builds and tears down the graph, so that
         // it always joins the arena itself: with every worker slot taken, execute() would
