@@ -138,14 +138,16 @@ TEST_CASE("prefetch auto: start and maximum depths from threads and the memory c
   // A fixed depth is used as it is.
   CHECK(SplitPipeline::plan_depths(7, 1, 1 << 30, 1, 4).initial == 7);
   CHECK(SplitPipeline::plan_depths(7, 1, 1 << 30, 1, 4).max == 7);
-  // Auto: kAutoStartDepth (or threads + 2) to start; as many as fit in the cap with the
+  // Auto: kAutoStartDepth per decode thread to start; as many as fit in the cap with the
   // held batches.
   const auto mib = std::size_t{1} << 20;
   auto d = SplitPipeline::plan_depths(0, 64, mib, 1, 4);
   CHECK(d.initial == SplitPipeline::kAutoStartDepth);
   CHECK(d.max == 60);
-  d = SplitPipeline::plan_depths(0, 64, mib, 20, 4);
-  CHECK(d.initial == 22);
+  d = SplitPipeline::plan_depths(0, 64, mib, 2, 4);
+  CHECK(d.initial == 2 * SplitPipeline::kAutoStartDepth);
+  d = SplitPipeline::plan_depths(0, 64, mib, 20, 4);  // many threads: up to the maximum
+  CHECK(d.initial == 60);
   d = SplitPipeline::plan_depths(0, 10, mib, 1, 4);  // the start never exceeds the maximum
   CHECK(d.initial == 6);
   CHECK(d.max == 6);

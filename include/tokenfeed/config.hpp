@@ -151,7 +151,7 @@ struct Config {
   std::optional<MaskDtype> mask_dtype;
 
   // Ready batches kept ahead of the trainer, per split: 1..4096, or 0 ("auto" in XML, the
-  // default). Auto starts at 16 (or decode_threads + 2) and grows while the
+  // default). Auto starts at 16 per decode thread and grows while the
   // trainer still finds no batch ready although production keeps up with it on average
   // (jitter: long episodes, page faults, a busy machine), up to 64 and never past
   // prefetch_memory_mb; the depth in use is in SplitStats::prefetch_depth and logged when

@@ -25,9 +25,12 @@ AutoDepth::Depths AutoDepth::plan(std::int64_t configured, std::int64_t memory_m
   const std::size_t budget = static_cast<std::size_t>(std::max<std::int64_t>(memory_mb, 1)) << 20;
   const std::size_t fit = budget / std::max<std::size_t>(slot_bytes, 1);
   const std::size_t max = std::clamp<std::size_t>(fit > held ? fit - held : 1, 1, kMaxDepth);
-  // Enough to keep every decoder busy while batches wait in the ring, and for pop() to
-  // admit new batches in bulk (see SplitPipeline::pop).
-  const std::size_t initial = std::min(max, std::max(threads + 2, kStartDepth));
+  // kStartDepth per decoder: enough to keep every decoder busy while batches wait in the
+  // ring, and for pop() to admit (and wake decoders for) batches in bulk. With more decoders
+  // than spare cores, as decode_threads=2 on two cores, every wake of a sleeping decoder or
+  // trainer costs a context switch, and a deeper ring spaces those out: 8x1024 on 2 cores,
+  // decode_threads=2 makes about 1.26x the plain loop's batches/s at depth 16 and 1.43x at 32.
+  const std::size_t initial = std::min(max, kStartDepth * std::max<std::size_t>(threads, 1));
   return {initial, max};
 }
 

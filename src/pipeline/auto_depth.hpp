@@ -28,7 +28,7 @@ class AutoDepth {
   using Clock = std::chrono::steady_clock;
 
   // The depths a split runs with: a fixed configured depth (configured > 0), or auto's
-  // start (max(threads + 2, kStartDepth)) and its maximum, the most batches whose buffers,
+  // start (kStartDepth per decode thread) and its maximum, the most batches whose buffers,
   // with the trainer's `held` ones, fit in memory_mb (at least 1, at most kMaxDepth); the
   // start never exceeds the maximum.
   struct Depths {
@@ -36,7 +36,7 @@ class AutoDepth {
     std::size_t max = 1;
   };
   static constexpr std::size_t kMaxDepth = 64;
-  // Auto's start: at least this many, or decode threads + 2 (see plan).
+  // Auto's start per decode thread (see plan).
   static constexpr std::size_t kStartDepth = 16;
   static Depths plan(std::int64_t configured, std::int64_t memory_mb, std::size_t slot_bytes, std::size_t threads,
                      std::size_t held) noexcept;

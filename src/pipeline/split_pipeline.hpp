@@ -51,12 +51,12 @@ class SplitPipeline {
   };
 
   // The depths a split runs with: a fixed configured depth (configured > 0), or auto's
-  // start (max(threads + 2, kAutoStartDepth)) and its maximum, the most batches whose
+  // start (kAutoStartDepth per decode thread) and its maximum, the most batches whose
   // buffers, with the trainer's `held` ones, fit in memory_mb (at least 1, at most
   // kMaxAutoDepth); the start never exceeds the maximum.
   using Depths = AutoDepth::Depths;
   static constexpr std::size_t kMaxAutoDepth = AutoDepth::kMaxDepth;
-  // Auto's start: at least this many, or decode threads + 2 (see plan_depths).
+  // Auto's start per decode thread (see plan_depths).
   static constexpr std::size_t kAutoStartDepth = AutoDepth::kStartDepth;
   static Depths plan_depths(std::int64_t configured, std::int64_t memory_mb, std::size_t slot_bytes,
                             std::size_t threads, std::size_t held) noexcept;
