@@ -504,7 +504,7 @@ def plain_loop_target_rows(run):
             ratio = v["loader_cpu_us_per_batch"] / plain_cpu
             L.append(f"| {mode}, default settings: CPU per batch of tokenfeed's threads <= {CPU_TARGET}x the plain "
                      f"loop's | {v['loader_cpu_us_per_batch']:.1f} vs {plain_cpu:.1f} us (getrusage) = {ratio:.2f}x; "
-                     f"with the trainer's thread, which spins up to 20 us in get_batch before it sleeps: "
+                     f"with the trainer's thread, which spins briefly in get_batch before it sleeps: "
                      f"{v['cpu_us_per_batch']:.1f} us = {v['cpu_us_per_batch'] / plain_cpu:.2f}x | "
                      f"{'yes' if ratio <= CPU_TARGET else 'no'} |")
     idle = [r["loader_threads_core_fraction"] for r in run.bench.get("step2000", [])
@@ -680,6 +680,10 @@ def comparison_rows(run):
         ("plain single-threaded C++ loop (same rows into one reused buffer; no pipeline)",
          cmp["plain_loop_batches_per_s"], cmp.get("plain_loop_repeats", [])),
     ]
+    if "plain_loop_x86_64_v4_batches_per_s" in cmp:  # the same loop, compiled for AVX-512 (absent in older runs)
+        comparison.append(("the same plain loop compiled for x86-64-v4 (AVX-512), as tokenfeed's row kernels are "
+                           "on this CPU", cmp["plain_loop_x86_64_v4_batches_per_s"],
+                           cmp.get("plain_loop_x86_64_v4_repeats", [])))
     named = (run.v_def, run.v_def_view, run.v_two, run.v_two_view)
     ordered = [v for v in named if v] + [v for v in run.variants if v not in named]
     for name in ordered:
@@ -751,6 +755,17 @@ def comparison_section(run, comparison):
              "decode threads. The second decode thread only helps while no other process holds that core, so the "
              "default keeps one core for the trainer. Further cuts (x and y sharing one (B, T+1) buffer as strided "
              "views, int32 outputs) would need a new batch layout; they are not done.")
+    if "row_kernel_isa" in cmp:
+        L.append("")
+        isa = cmp["row_kernel_isa"]
+        v4 = cmp.get("plain_loop_x86_64_v4_batches_per_s")
+        L.append(f"Instruction sets: the plain loop is compiled with the library's Release flags (the baseline "
+                 f"x86-64 target), while tokenfeed's row kernels pick the widest build the CPU runs at start-up "
+                 f"(`{isa}` in this run). So that this is no hidden advantage, the same plain loop compiled for "
+                 "x86-64-v4 is measured too" +
+                 (f": {fmt(v4)} batches/s, against which tokenfeed's default settings make "
+                  f"{tf1 / v4:.2f}x and decode_threads=2 {run.vrate(run.v_two) / v4:.2f}x." if v4 else
+                  " where the CPU has AVX-512 (it does not here)."))
     L.append("")
     return L
 
