@@ -1023,7 +1023,8 @@ def cold_section(run):
         else:
             L.append("(This run's `tokenfeed bench` did not record when the waits happened.)")
     else:
-        L.append(f"{run.env.get('cold', 'not measured').capitalize()}.")
+        cold = run.env.get('cold', 'not measured')
+        L.append(f"{cold[:1].upper()}{cold[1:]}.")  # capitalize() would lower-case the variable's name
     L.append("")
     return L
 
@@ -1035,7 +1036,7 @@ def reproduce_section():
     L.append("")
     L.append("```sh")
     L.append("perf/run.sh            # installs what is missing, builds Release, generates data, runs everything;")
-    L.append("                       # writes perf/RESULTS.md, the plots, CSVs and perf/raw/ (about 11 minutes once built)")
+    L.append("                       # writes perf/RESULTS.md, the plots, CSVs and perf/raw/ (about 15 minutes once built)")
     L.append("perf/run.sh --quick    # a smaller grid and fewer repeats, written to build/perf/quick/")
     L.append("TOKENFEED_PERF_COLD=0 perf/run.sh   # the same without dropping the page cache (no cold start figures)")
     L.append("python3 perf/ab_depth.py --bench build/perf/perf/bench_prefetch --config build/perf/raw-full/ep1x.xml")
