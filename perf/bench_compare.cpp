@@ -138,6 +138,13 @@ struct EpisodeLoop final : PlainLoop {
   }
 };
 
+// Compiles a function for x86-64-v4 (AVX-512, 512-bit vectors preferred) where GCC can.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TOKENFEED_TARGET_X86_64_V4 __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#else
+#define TOKENFEED_TARGET_X86_64_V4
+#endif
+
 // The same loop written against the mapped episode directly and compiled for the CPU's
 // AVX-512 level (x86-64-v4), as a user who builds for their own machine would have it: a
 // row beside the targets, which are against the loop built with the library's flags.
@@ -145,10 +152,7 @@ struct EpisodeLoopV4 final : PlainLoop {
   EpisodeLoop base;
   explicit EpisodeLoopV4(const Config& c, std::size_t rows, std::size_t cols) : base(c, rows, cols) {}
   bool has_mask() const override { return base.mask; }
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
-#endif
-  void make(std::uint64_t k) override {
+  TOKENFEED_TARGET_X86_64_V4 void make(std::uint64_t k) override {
     const std::size_t B = base.B, T = base.T;
     const bool narrow = base.split.token_dtype() == TokenDtype::uint16;
     const bool byte_mask = base.mask && *base.split.mask_dtype() == MaskDtype::uint8;
@@ -534,7 +538,8 @@ int main(int argc, char** argv) {
   // The episode loop built for this CPU's AVX-512 level too, where it has one.
   std::unique_ptr<PlainLoop> loop_v4;
   if (effective.dataset_mode == DatasetMode::sft_episode && row_kernel_isas().back() == RowKernelIsa::x86_64_v4) {
-    loop_v4 = std::make_unique<EpisodeLoopV4>(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+    loop_v4 =
+        std::make_unique<EpisodeLoopV4>(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
     if (!plain_loop_matches_loader(base, *loop_v4)) return 1;
   }
 

@@ -159,8 +159,9 @@ TEST_CASE("pipeline: get_batch records its wait, a waiting consumer sleeps rathe
   CHECK(cpu_seconds < 0.08);    // ~100 ms of waiting burned well under a core
 }
 
-TEST_CASE("pipeline: a trainer that sleeps is woken for a quarter of the depth at once, and takes them without waiting" *
-          doctest::timeout(60)) {
+TEST_CASE(
+    "pipeline: a trainer that sleeps is woken for a quarter of the depth at once, and takes them without waiting" *
+    doctest::timeout(60)) {
   FakeSource source;
   source.delay = 15ms;  // far past any spin: a pop that finds the ring empty sleeps
   auto pool = make_pool(8);
@@ -188,9 +189,9 @@ TEST_CASE("batch pool: a decoder gets back the slot it filled last, else the one
   CHECK(b->decoder == 1);
   pool.release(a);
   pool.release(b);
-  pool.release(c);  // released last, and decoder 0's
-  CHECK(pool.acquire(1) == b);  // decoder 1's own, though c and a came back after it
-  CHECK(pool.acquire(0) == c);  // decoder 0's, the later of its two
+  pool.release(c);                         // released last, and decoder 0's
+  CHECK(pool.acquire(1) == b);             // decoder 1's own, though c and a came back after it
+  CHECK(pool.acquire(0) == c);             // decoder 0's, the later of its two
   detail::BatchSlot* d = pool.acquire(2);  // decoder 2 filled none: the last released of the rest
   CHECK(d == a);
   CHECK(d->decoder == 2);

@@ -98,7 +98,8 @@ std::int64_t EpisodeWindows::token_at(const EpisodeData& e, std::size_t position
 }
 
 float EpisodeWindows::mask_at(const EpisodeData& e, std::size_t position) const noexcept {
-  if (*split_.mask_dtype() == MaskDtype::uint8) return std::to_integer<std::uint8_t>(e.mask[position]) != 0 ? 1.0f : 0.0f;
+  if (*split_.mask_dtype() == MaskDtype::uint8)
+    return std::to_integer<std::uint8_t>(e.mask[position]) != 0 ? 1.0f : 0.0f;
   float v = 0;
   std::memcpy(&v, e.mask + 4 * position, 4);
   return v;  // float masks are weights: kept as they are

@@ -39,7 +39,7 @@ class MixtureBatchSource final : public BatchSource {
     // its rows are then planned as ids (row_id), without a plan per row. Set by the
     // constructor.
     SampledRowSource* sampled = nullptr;
-    detail::BatchShape shape;       // that source's own one-row shape
+    detail::BatchShape shape;  // that source's own one-row shape
     // Epochs: none (random sampling), all of batches_in_epoch(0) rows, or of varying
     // length (sft_packed) walked in order.
     enum class Epochs { none, equal, varying } epochs = Epochs::equal;

@@ -66,7 +66,8 @@ class AutoDepth {
   // thread).
   double mean_decode_us() const noexcept {
     const std::uint64_t n = decodes_.load(std::memory_order_relaxed);
-    return n == 0 ? 0.0 : static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) / 1000.0 / static_cast<double>(n);
+    return n == 0 ? 0.0
+                  : static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) / 1000.0 / static_cast<double>(n);
   }
 
   // The consumer's side, once per batch popped: `called` is when pop() was entered,

@@ -79,7 +79,8 @@ BatchSlot* BatchPool::acquire(int decoder) noexcept {
   if (free_.empty()) return nullptr;
   auto it = free_.end() - 1;
   if (decoder >= 0) {
-    const auto mine = std::find_if(free_.rbegin(), free_.rend(), [&](const BatchSlot* s) { return s->decoder == decoder; });
+    const auto mine =
+        std::find_if(free_.rbegin(), free_.rend(), [&](const BatchSlot* s) { return s->decoder == decoder; });
     if (mine != free_.rend()) it = std::prev(mine.base());
   }
   BatchSlot* slot = *it;

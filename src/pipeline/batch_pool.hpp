@@ -93,7 +93,7 @@ struct BatchSlot {
   }
 
   // Bookkeeping written by the decode stage.
-  int decoder = -1;            // the decoder that last filled it (BatchPool::acquire)
+  int decoder = -1;               // the decoder that last filled it (BatchPool::acquire)
   BatchSlot* run_next = nullptr;  // the next batch of its run through the pipeline's graph, if any
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)
   std::uint64_t step = 0, epoch = 0, batch_in_epoch = 0;

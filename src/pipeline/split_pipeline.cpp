@@ -328,7 +328,8 @@ struct SplitPipeline::Impl {
   // Moves a run's plans (n of them) into the queue at once.
   void push_run(BatchPlan* run_plans, std::size_t n) {
     std::lock_guard lock(plans_mutex);
-    for (std::size_t i = 0; i < n; ++i) plans.push_back(RunPlan{std::move(run_plans[i]), i + 1 == n});  // the limiter bounds it
+    for (std::size_t i = 0; i < n; ++i)
+      plans.push_back(RunPlan{std::move(run_plans[i]), i + 1 == n});  // the limiter bounds it
   }
 
   // Moves the next run's plans into `out`; returns how many there are.
@@ -554,7 +555,8 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   if (!s.ring.pop(slot)) {
     s.admit_pending();  // the decoders may be idle, waiting for admissions
     const auto start = Clock::now();
-    if (!s.wait_for_batches(start, deadline)) return nullptr;  // nothing taken: the next call resumes as if this one had not been made
+    if (!s.wait_for_batches(start, deadline))
+      return nullptr;  // nothing taken: the next call resumes as if this one had not been made
     s.ring.pop(slot);  // holds at least one: only this thread pops
     waited_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
