@@ -20,6 +20,20 @@ struct Fields {
   std::vector<std::int32_t> positions;
   explicit Fields(std::size_t n) : x(n, -7), y(n, -7), labels(n, -7), weights(n, -7.0f), positions(n, -7) {}
   bool operator==(const Fields&) const = default;
+
+  // The kernel's outputs into these vectors from `offset` on: x always, the others when
+  // asked for (labels and positions together, as the batch contract does).
+  NextTokenFields outputs(std::size_t offset, bool with_y, bool with_weights, bool contract) {
+    NextTokenFields f;
+    f.x = x.data() + offset;
+    if (with_y) f.y = y.data() + offset;
+    if (with_weights) f.weights = weights.data() + offset;
+    if (contract) {
+      f.labels = labels.data() + offset;
+      f.positions = positions.data() + offset;
+    }
+    return f;
+  }
 };
 
 // What the kernel must write, one field at a time, from the values as numbers.
@@ -91,15 +105,7 @@ TEST_CASE(
             const bool y = (fields_set & 1) != 0, w = (fields_set & 2) != 0, contract = (fields_set & 4) != 0;
             const std::size_t offset = 3;  // outputs not at a vector boundary
             Fields got(count + 8), want(count + 8);
-            NextTokenFields f;
-            f.x = got.x.data() + offset;
-            if (y) f.y = got.y.data() + offset;
-            if (w) f.weights = got.weights.data() + offset;
-            if (contract) {
-              f.labels = got.labels.data() + offset;
-              f.positions = got.positions.data() + offset;
-            }
-            write_next_token_run(source, count, 5, f, ignore);
+            write_next_token_run(source, count, 5, got.outputs(offset, y, w, contract), ignore);
             reference(tokens, mask_kind == 0 ? nullptr : &as_weights, offset, count, 5, y, w, contract, ignore, want);
             CAPTURE(count);
             CAPTURE(mask_kind);
@@ -120,15 +126,7 @@ TEST_CASE("write_padding_run writes pad, weight 0, ignore_index and positions fr
         const bool y = (fields_set & 1) != 0, w = (fields_set & 2) != 0, contract = (fields_set & 4) != 0;
         const std::size_t offset = 5;
         Fields got(count + 8), want(count + 8);
-        NextTokenFields f;
-        f.x = got.x.data() + offset;
-        if (y) f.y = got.y.data() + offset;
-        if (w) f.weights = got.weights.data() + offset;
-        if (contract) {
-          f.labels = got.labels.data() + offset;
-          f.positions = got.positions.data() + offset;
-        }
-        write_padding_run(count, f, 50256, -100);
+        write_padding_run(count, got.outputs(offset, y, w, contract), 50256, -100);
         for (std::size_t i = 0; i < count; ++i) {
           want.x[offset + i] = 50256;
           if (y) want.y[offset + i] = 50256;
