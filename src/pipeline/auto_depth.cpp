@@ -28,8 +28,7 @@ AutoDepth::Depths AutoDepth::plan(std::int64_t configured, std::int64_t memory_m
   // kStartDepth per decoder: enough to keep every decoder busy while batches wait in the
   // ring, and for pop() to admit (and wake decoders for) batches in bulk. With more decoders
   // than spare cores, as decode_threads=2 on two cores, every wake of a sleeping decoder or
-  // trainer costs a context switch, and a deeper ring spaces those out: 8x1024 on 2 cores,
-  // decode_threads=2 makes about 1.26x the plain loop's batches/s at depth 16 and 1.43x at 32.
+  // trainer costs a context switch, and a deeper ring spaces those out (perf/RESULTS.md).
   const std::size_t initial = std::min(max, kStartDepth * std::max<std::size_t>(threads, 1));
   return {initial, max};
 }
