@@ -212,12 +212,13 @@ TEST_CASE("pipeline: a failure is delivered at once to a trainer waiting for sev
   CHECK(Clock::now() - start < 5s);
   // A deadline pop takes whatever is ready when the deadline passes, fewer than it hoped
   // for: at depth 32 a sleeper waits for 8 batches, which arrive in runs of 4, the first
-  // after 4 decodes (200 ms), the second after 8 (400 ms).
+  // after 4 decodes (1 s), the second after 8 (2 s). The deadline sits between them, with
+  // margins that hold on a loaded machine under a sanitizer.
   FakeSource slow;
-  slow.delay = 50ms;
+  slow.delay = 250ms;
   auto slow_pool = make_pool(32);
   SplitPipeline slow_pipeline(slow, slow_pool, {32, 1, 0});
-  detail::BatchSlot* slot = slow_pipeline.pop(waited, Clock::now() + 300ms);
+  detail::BatchSlot* slot = slow_pipeline.pop(waited, Clock::now() + 1600ms);
   REQUIRE(slot != nullptr);
   CHECK(slot->step == 0);
   slow_pool->release(slot);
