@@ -335,8 +335,8 @@ void bind_loader(nb::module_& m) {
           "dataset_metadata.json's vocab_size, or None.")
       .def_prop_ro(
           "pad_token_id", [](PyLoader& l) { return l.effective_config().pad_token_id; },
-          "The id padding rows hold: the config's, else the metadata's eot_token_id, else eos_token_id "
-          "(None when neither applies, as in token_stream without them).")
+          "The id padding rows hold: the config's, else dataset_metadata.json's pad_token_id, else its "
+          "eot_token_id, else its eos_token_id (None when none applies, as in token_stream without them).")
       .def_prop_ro(
           "eot_token_id",
           [](PyLoader& l) {
