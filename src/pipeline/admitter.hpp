@@ -11,7 +11,8 @@
 // own: it sleeps with a timeout, kActivePoll while it sent something in the last
 // kIdleAfter, else kIdlePoll. A trainer slower than production thus pays no syscall while
 // the ring is comfortably full, for at most a thousand short wake-ups a second of this
-// thread while batches flow (well under 1% of a core), twenty when they stop.
+// thread while batches flow, twenty when they stop. Each wake-up is a context switch, so
+// this is the loader's main cost beside a slow trainer (perf/RESULTS.md).
 //
 // Thread-safety: hand_off() is called by one thread (the trainer's); stop() by any thread,
 // idempotently. The destructor stops and joins.
