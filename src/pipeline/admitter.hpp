@@ -12,7 +12,7 @@
 // kIdleAfter, else kIdlePoll. A trainer slower than production thus pays no syscall while
 // the ring is comfortably full, for at most a thousand short wake-ups a second of this
 // thread while batches flow, twenty when they stop. Each wake-up is a context switch, so
-// this is the loader's main cost beside a slow trainer (perf/RESULTS.md).
+// this is a large share of the loader's cost beside a slow trainer.
 //
 // Thread-safety: hand_off() is called by one thread (the trainer's); stop() by any thread,
 // idempotently. The destructor stops and joins.
