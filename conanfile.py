@@ -54,7 +54,7 @@ class TokenfeedConan(ConanFile):
     def requirements(self):
         # The ranges admit ConanCenter's current versions and Debian bookworm's
         # (oneTBB 2021.8, pugixml 1.13, Boost 1.74, nlohmann_json 3.11.2,
-        # SentencePiece 0.1.97, zlib 1.2.13, OpenSSL 3.0). None of them appears in
+        # SentencePiece 0.1.97, zlib 1.2.13, zstd 1.5.4, OpenSSL 3.0). None of them appears in
         # tokenfeed's public headers, so none is a transitive header dependency.
         self.requires("onetbb/[>=2021.8.0 <2023]")
         self.requires("pugixml/[>=1.13 <2]")
@@ -62,6 +62,7 @@ class TokenfeedConan(ConanFile):
         self.requires("nlohmann_json/[>=3.10.0 <4]")
         self.requires("sentencepiece/[>=0.1.97 <1]")
         self.requires("zlib/[>=1.2.11 <2]")
+        self.requires("zstd/[>=1.4 <2]")  # .zst input of prepare-text
         self.requires("openssl/[>=3.0.0 <4]")  # libcrypto's SHA-256 (the EVP interface of 3.x)
 
     def build_requirements(self):

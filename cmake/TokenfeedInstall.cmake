@@ -150,7 +150,7 @@ else()
 endif()
 # What a static tokenfeed needs at link time (pkg-config --static); a shared one resolves
 # these itself. The pkg-config names of the CMake packages found above.
-set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib OpenSSL=libcrypto)
+set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib zstd=libzstd OpenSSL=libcrypto)
 set(TOKENFEED_PC_REQUIRES_PRIVATE "")
 set(TOKENFEED_PC_LIBS_PRIVATE "")
 foreach(_package IN LISTS TOKENFEED_DEPENDENCY_PACKAGES)

@@ -1,6 +1,7 @@
 #include "io/line_reader.hpp"
 
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cstring>
 #include <fstream>
@@ -36,8 +37,37 @@ struct LineReader::Impl {
   std::size_t pos = 0, end = 0;
   bool first_line = true;
 
+  ZSTD_DCtx* zstd = nullptr;   // set for zstd input
+  bool zstd_frame_done = true;  // the last ZSTD_decompressStream call ended a frame
+
   ~Impl() {
     if (gzip_started) inflateEnd(&zs);
+    if (zstd != nullptr) ZSTD_freeDCtx(zstd);
+  }
+
+  // Refills `data` from zstd frames (concatenated frames, as `zstd` writes for several
+  // inputs, are one stream); false at the end of the input.
+  bool fill_zstd() {
+    while (end == 0) {
+      if (raw_pos == raw_end && !read_raw()) {
+        if (!zstd_frame_done) {
+          throw Error(ErrorKind::format, "'" + path.string() + "' is a truncated zstd file (it ends mid-frame)");
+        }
+        return false;
+      }
+      ZSTD_inBuffer in{raw.data(), raw_end, raw_pos};
+      ZSTD_outBuffer out{data.data(), data.size(), 0};
+      const std::size_t rc = ZSTD_decompressStream(zstd, &out, &in);
+      if (ZSTD_isError(rc) != 0) {
+        throw Error(ErrorKind::format, "'" + path.string() + "': corrupt zstd data near byte " +
+                                           std::to_string(raw_read - (raw_end - raw_pos)) + ": " +
+                                           ZSTD_getErrorName(rc));
+      }
+      raw_pos = in.pos;
+      end = out.pos;
+      zstd_frame_done = rc == 0;
+    }
+    return true;
   }
 
   // Reads the next raw chunk into `raw`; false at the end of the file.
@@ -57,6 +87,7 @@ struct LineReader::Impl {
   // Refills `data` with decoded bytes; false at the end of the input.
   bool fill() {
     pos = end = 0;
+    if (zstd != nullptr) return fill_zstd();
     if (!gzip) {
       if (!read_raw()) return false;
       // The raw buffer is the data buffer for plain files.
@@ -108,8 +139,13 @@ LineReader::LineReader(std::filesystem::path path, std::size_t max_line_bytes) :
   d.raw.resize(kChunkBytes);
   d.data.resize(kChunkBytes);
 
-  // Sniff the gzip magic from the first chunk.
-  if (d.read_raw() && d.raw_end >= 2 && d.raw[0] == 0x1f && d.raw[1] == 0x8b) {
+  // Sniff the gzip or zstd magic from the first chunk.
+  const bool any = d.read_raw();
+  if (any && d.raw_end >= 4 && d.raw[0] == 0x28 && d.raw[1] == 0xb5 && d.raw[2] == 0x2f && d.raw[3] == 0xfd) {
+    d.zstd = ZSTD_createDCtx();
+    if (d.zstd == nullptr) throw Error(ErrorKind::io, "cannot initialise zstd");
+    d.zstd_frame_done = false;
+  } else if (any && d.raw_end >= 2 && d.raw[0] == 0x1f && d.raw[1] == 0x8b) {
     d.gzip = true;
     if (inflateInit2(&d.zs, 15 + 16) != Z_OK) throw Error(ErrorKind::io, "cannot initialise zlib");
     d.gzip_started = true;
@@ -164,9 +200,36 @@ bool LineReader::next(std::string& line, bool& too_long) {
   return true;
 }
 
+bool LineReader::read_rest(std::string& text, std::size_t max_bytes, bool& too_long) {
+  Impl& d = *impl_;
+  text.clear();
+  too_long = false;
+  bool any = false;
+  for (;;) {
+    if (d.pos == d.end && !d.fill()) break;
+    any = true;
+    const std::size_t avail = d.end - d.pos;
+    if (!too_long) {
+      if (text.size() + avail > max_bytes) {
+        too_long = true;
+        std::string().swap(text);
+      } else {
+        text.append(d.data.data() + d.pos, avail);
+      }
+    }
+    d.pos = d.end;
+  }
+  if (d.first_line) {
+    d.first_line = false;
+    if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
+  }
+  return any;
+}
+
 std::uint64_t LineReader::raw_bytes_read() const noexcept { return impl_->raw_read; }
 std::uint64_t LineReader::file_size() const noexcept { return impl_->size; }
 bool LineReader::is_gzip() const noexcept { return impl_->gzip; }
+bool LineReader::is_zstd() const noexcept { return impl_->zstd != nullptr; }
 
 std::string LineReader::sha256_hex() {
   if (impl_->sha_hex.empty()) impl_->sha_hex = Sha256::hex(impl_->sha.finish());

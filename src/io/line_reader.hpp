@@ -1,9 +1,10 @@
 // LineReader: reads a text file line by line with bounded memory, transparently
-// decompressing gzip input (detected by its magic bytes, so FILE.jsonl.gz and FILE.jsonl both
-// work whatever their names), and hashing the file's raw bytes as they are read.
+// decompressing gzip and zstd input (detected by their magic bytes, so FILE.jsonl.gz,
+// FILE.jsonl.zst and FILE.jsonl all work whatever their names), and hashing the file's raw
+// bytes as they are read.
 //
 // Lines end at '\n'; a trailing '\r' is removed, as is a UTF-8 byte order mark at the start of
-// the file. A line longer than the limit is skipped without being held in memory.
+// the file (read_rest, for a whole file as one text, removes the mark and nothing else). A line longer than the limit is skipped without being held in memory.
 //
 // Thread-safety: not thread-safe; one thread reads.
 #pragma once
@@ -32,6 +33,11 @@ class LineReader {
   std::uint64_t raw_bytes_read() const noexcept;                       // bytes of the file consumed so far
   std::uint64_t file_size() const noexcept;                            // 0 when unknown
   bool is_gzip() const noexcept;
+  bool is_zstd() const noexcept;
+  // Reads everything left of the (decompressed) input into `text`, at most `max_bytes`: past
+  // that `text` is empty and `too_long` true (the rest is still consumed). Returns false when
+  // nothing was left. Line numbers do not change. Throws as next() does.
+  bool read_rest(std::string& text, std::size_t max_bytes, bool& too_long);
   // Hex SHA-256 of the file's bytes. REQUIRES: next() returned false.
   std::string sha256_hex();
 
