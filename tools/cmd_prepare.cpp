@@ -19,6 +19,7 @@
 
 #include "prepare/prepare.hpp"
 #include "commands.hpp"
+#include "stop_signals.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed::cli {
@@ -108,90 +109,6 @@ struct PrepareArgs {
   int workers = -1;                                 // with --hf-tokenizer only; -1: not given
 };
 
-// Stopping on a signal. The handler only records the signal (lock-free atomics are
-// async-signal-safe); the run polls the flag, cleans up, and the command then ends by the
-// same signal, so that a calling shell or make sees an interrupted child. SA_RESETHAND: a
-// second signal takes the default action at once.
-constexpr std::array<int, 3> kStopSignals = {SIGINT, SIGTERM, SIGHUP};
-std::atomic<bool> g_stop_requested{false};
-std::atomic<int> g_stop_signal{0};
-static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
-
-void on_stop_signal(int signal_number) {
-  g_stop_signal.store(signal_number, std::memory_order_relaxed);
-  g_stop_requested.store(true, std::memory_order_relaxed);
-}
-
-// Installs the handler for the run's duration; a signal the process was started ignoring
-// (nohup, background jobs) stays ignored.
-class StopSignalScope {
- public:
-  StopSignalScope() {
-    struct sigaction action{};
-    action.sa_handler = on_stop_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = static_cast<int>(SA_RESETHAND | SA_RESTART);  // SA_RESETHAND is 0x80000000u
-    for (std::size_t i = 0; i < kStopSignals.size(); ++i) {
-      ::sigaction(kStopSignals[i], nullptr, &previous_[i]);
-      if (previous_[i].sa_handler == SIG_IGN) continue;
-      installed_[i] = ::sigaction(kStopSignals[i], &action, nullptr) == 0;
-    }
-  }
-  ~StopSignalScope() {
-    for (std::size_t i = 0; i < kStopSignals.size(); ++i) {
-      if (installed_[i]) ::sigaction(kStopSignals[i], &previous_[i], nullptr);
-    }
-  }
-  StopSignalScope(const StopSignalScope&) = delete;
-  StopSignalScope& operator=(const StopSignalScope&) = delete;
-
- private:
-  std::array<struct sigaction, kStopSignals.size()> previous_{};
-  std::array<bool, kStopSignals.size()> installed_{};
-};
-
-// Ends the process by `signal_number` with its default action (after the caller cleaned up).
-[[noreturn]] void die_by_signal(int signal_number) {
-  std::cout.flush();
-  std::fflush(nullptr);
-  struct sigaction action{};
-  action.sa_handler = SIG_DFL;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(signal_number, &action, nullptr);
-  sigset_t unblock;
-  sigemptyset(&unblock);
-  sigaddset(&unblock, signal_number);
-  ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
-  ::raise(signal_number);
-  std::_Exit(128 + signal_number);  // not reached: the default action of these signals ends the process
-}
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1000.0 && u < 4) {
-    bytes /= 1000.0;
-    ++u;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return text;
-}
-
-std::string human_count(double n) {
-  char text[32];
-  if (n >= 1e9) {
-    std::snprintf(text, sizeof text, "%.2f G", n / 1e9);
-  } else if (n >= 1e6) {
-    std::snprintf(text, sizeof text, "%.2f M", n / 1e6);
-  } else if (n >= 1e3) {
-    std::snprintf(text, sizeof text, "%.1f k", n / 1e3);
-  } else {
-    std::snprintf(text, sizeof text, "%.0f ", n);
-  }
-  return text;
-}
-
 // A one-line progress bar on stderr, redrawn in place.
 void draw_progress(const PrepareProgress& p) {
   constexpr int kWidth = 28;
@@ -230,8 +147,6 @@ void print_progress_line(const PrepareProgress& p) {
                human_count(static_cast<double>(p.lines)).c_str(), human_count(rate).c_str(), p.seconds);
   std::fflush(stderr);
 }
-
-std::string plural(std::uint64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
   const PrepareOptions& o = args.options;
@@ -340,14 +255,14 @@ void run_prepare(PrepareArgs& args) {
       o.on_progress = print_progress_line;
       o.progress_interval_seconds = args.progress_seconds;
     }
-    o.stop_requested = &g_stop_requested;
+    o.stop_requested = &stop_requested();
     const StopSignalScope signals;
     summary = prepare_chat_dataset(o);
   } catch (const PrepareInterrupted&) {
     clear_progress();
-    const int signal_number = g_stop_signal.load(std::memory_order_relaxed);
+    const int signal_number = stop_signal();
     if (signal_number == 0) throw;
-    const char* name = signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "SIGHUP";
+    const char* name = stop_signal_name(signal_number);
     std::fprintf(stderr,
                  "tokenfeed: error: prepare interrupted by %s; removed its temporary output, '%s' was not written\n",
                  name, args.options.output_dir.string().c_str());

@@ -20,6 +20,8 @@
 #include "io/line_reader.hpp"
 #include "util/sha256.hpp"
 #include "io/staging_dir.hpp"
+#include "prepare/output_dir.hpp"
+#include "prepare/stage_fence.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/version.hpp"
 
@@ -152,24 +154,6 @@ struct Formatter {
   }
 };
 
-// Makes the pipeline's hand-offs visible to ThreadSanitizer. libtbb is not instrumented, so
-// TSan cannot see the ordering its scheduler guarantees (one stage of a batch before the next,
-// the invocations of a serial stage one after another, every stage before parallel_pipeline
-// returns). Each stage body holds a StageFence: an acquire-release RMW on one shared atomic
-// at entry and at exit (also when it throws), which orders every body after the ones that
-// finished before it started. The cost is two RMWs per chunk of lines. The atomic is a
-// constant-initialized global, not a local: TSan would see a local's initialization as a plain
-// write that the workers' first RMW races with. Concurrent runs sharing it only order more.
-constinit std::atomic<std::uint64_t> g_stage_sync{0};
-
-class StageFence {
- public:
-  StageFence() noexcept { g_stage_sync.fetch_add(1, std::memory_order_acq_rel); }
-  ~StageFence() { g_stage_sync.fetch_add(1, std::memory_order_acq_rel); }
-  StageFence(const StageFence&) = delete;
-  StageFence& operator=(const StageFence&) = delete;
-};
-
 void put_u64_le(Sha256& sha, std::uint64_t v) {
   std::uint8_t bytes[8];
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(v >> (8 * i));
@@ -193,38 +177,10 @@ ordered_json split_json(const EpisodeDatasetWriterSummary& s) {
   return j;
 }
 
-// The output path without a trailing separator, made absolute.
-fs::path normalized_output(const fs::path& p) {
-  fs::path out = fs::absolute(p).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();
-  return out;
-}
-
-// An existing file's canonical path (absolute, links resolved) for the records, so that they
-// name the file whatever the working directory was; the absolute path if that fails.
-std::string recorded_path(const fs::path& p) {
-  std::error_code ec;
-  const fs::path canonical = fs::canonical(p, ec);
-  return ec ? fs::absolute(p).lexically_normal().string() : canonical.string();
-}
-
 // Throws PrepareInterrupted when the caller asked the run to stop.
 void check_stop(const PrepareOptions& options) {
   if (options.stop_requested != nullptr && options.stop_requested->load(std::memory_order_relaxed)) {
     throw PrepareInterrupted();
-  }
-}
-
-void check_output_dir(const fs::path& out) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(out, ec);
-  if (!fs::exists(st)) return;
-  if (!fs::is_directory(st)) {
-    throw Error(ErrorKind::config, "output '" + out.string() + "' exists and is not a directory");
-  }
-  if (!fs::is_empty(out, ec) || ec) {
-    throw Error(ErrorKind::config,
-                "output directory '" + out.string() + "' already exists and is not empty; remove it or choose another");
   }
 }
 
@@ -300,19 +256,6 @@ TokenizerSetup set_up_tokenizer(const PrepareOptions& options) {
   formatter.val_split = options.val_split;
   formatter.max_line_bytes = options.max_line_bytes;
   return setup;
-}
-
-// The token file dtype: the one asked for, else uint16 when the vocabulary fits.
-TokenDtype choose_token_dtype(const PrepareOptions& options, std::uint32_t vocab_size) {
-  TokenDtype dtype = vocab_size <= 65536 ? TokenDtype::uint16 : TokenDtype::uint32;
-  if (options.token_dtype) {
-    if (*options.token_dtype == TokenDtype::uint16 && vocab_size > 65536) {
-      throw Error(ErrorKind::config, "token dtype uint16 cannot hold a vocabulary of " + std::to_string(vocab_size) +
-                                         " ids; use uint32 or auto");
-    }
-    dtype = *options.token_dtype;
-  }
-  return dtype;
 }
 
 // Progress reports to options.on_progress: at most every progress_interval_seconds while
@@ -447,7 +390,7 @@ void write_episodes(const PrepareOptions& options, const Formatter& formatter, L
   // Chunks in flight bound the memory: a few per worker thread, whatever the input size.
   tbb::task_arena arena(options.threads > 0 ? options.threads : tbb::task_arena::automatic);
   const auto live_chunks = static_cast<std::size_t>(std::clamp(2 * arena.max_concurrency() + 2, 4, 64));
-  g_stage_sync.fetch_add(1, std::memory_order_release);  // the setup above, for the stages
+  publish_to_stages();  // the setup above
   try {
     arena.execute([&] {
       tbb::parallel_pipeline(live_chunks,
@@ -456,10 +399,10 @@ void write_episodes(const PrepareOptions& options, const Formatter& formatter, L
                                  tbb::make_filter<LineChunk*, void>(tbb::filter_mode::serial_in_order, write_chunk));
     });
   } catch (...) {
-    g_stage_sync.load(std::memory_order_acquire);  // the stages' work, before unwinding destroys it
+    acquire_from_stages();  // before unwinding destroys the stages' work
     throw;
   }
-  g_stage_sync.load(std::memory_order_acquire);
+  acquire_from_stages();
   if (!input_done) throw Error(ErrorKind::pipeline, "prepare: the input was not read to its end");
 }
 
@@ -574,7 +517,7 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   const Clock::time_point started = Clock::now();
   check_options(options);
   const TokenizerSetup tokenizer = set_up_tokenizer(options);
-  const TokenDtype dtype = choose_token_dtype(options, tokenizer.vocab_size);
+  const TokenDtype dtype = choose_token_dtype(options.token_dtype, tokenizer.vocab_size);
 
   // Output goes to a temporary sibling directory, renamed at the end; the ones earlier runs
   // left behind when they were killed go first.
