@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,12 +82,23 @@ class TOKENFEED_API Tokenizer {
   const SpecialTokenIds& special_ids() const noexcept { return special_ids_; }  // tool always set
   const SpecialTokenStrings& special_strings() const noexcept { return special_strings_; }
 
+  // The id of `token` as one whole token: a special token's string, or (SentencePiece) a
+  // piece of the model; nullopt when the vocabulary has no such token.
+  std::optional<std::uint32_t> token_id(std::string_view token) const;
+  // The end- and beginning-of-sequence ids the model itself defines (SentencePiece's eos and
+  // bos pieces), nullopt when it defines none (the default). bytes: the end is the eot id,
+  // no beginning.
+  virtual std::optional<std::uint32_t> model_eos_id() const noexcept;
+  virtual std::optional<std::uint32_t> model_bos_id() const noexcept;
+
   virtual TokenizerDescription describe() const = 0;
 
  protected:
   Tokenizer(SpecialTokenStrings strings, SpecialTokenIds ids, std::uint32_t vocab_size);
   virtual void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const = 0;
   virtual std::string do_decode(std::span<const std::uint32_t> ids) const = 0;
+  // The id of a model piece whose text is `piece`; the default has none.
+  virtual std::optional<std::uint32_t> do_piece_id(std::string_view piece) const;
 
   // The string of a special id, or nullptr when `id` is not one.
   const std::string* special_string(std::uint32_t id) const noexcept;

@@ -38,6 +38,9 @@ class BytesTokenizer final : public Tokenizer {
     return d;
   }
 
+  std::optional<std::uint32_t> model_eos_id() const noexcept override { return special_ids().eot; }
+  std::optional<std::uint32_t> model_bos_id() const noexcept override { return std::nullopt; }
+
  protected:
   void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const override {
     out.reserve(out.size() + text.size());

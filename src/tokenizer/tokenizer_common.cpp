@@ -18,6 +18,19 @@ std::vector<std::uint32_t> Tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::optional<std::uint32_t> Tokenizer::token_id(std::string_view token) const {
+  if (token == special_strings_.system) return special_ids_.system;
+  if (token == special_strings_.user) return special_ids_.user;
+  if (token == special_strings_.assistant) return special_ids_.assistant;
+  if (token == special_strings_.tool && special_ids_.tool) return *special_ids_.tool;
+  if (token == special_strings_.eot) return special_ids_.eot;
+  return do_piece_id(token);
+}
+
+std::optional<std::uint32_t> Tokenizer::do_piece_id(std::string_view /*piece*/) const { return std::nullopt; }
+std::optional<std::uint32_t> Tokenizer::model_eos_id() const noexcept { return std::nullopt; }
+std::optional<std::uint32_t> Tokenizer::model_bos_id() const noexcept { return std::nullopt; }
+
 const std::string* Tokenizer::special_string(std::uint32_t id) const noexcept {
   if (id == special_ids_.system) return &special_strings_.system;
   if (id == special_ids_.user) return &special_strings_.user;

@@ -101,7 +101,17 @@ class SentencePieceTokenizer final : public Tokenizer {
     return d;
   }
 
+  std::optional<std::uint32_t> model_eos_id() const noexcept override { return valid_id(sp_->eos_id()); }
+  std::optional<std::uint32_t> model_bos_id() const noexcept override { return valid_id(sp_->bos_id()); }
+
  protected:
+  std::optional<std::uint32_t> do_piece_id(std::string_view piece) const override {
+    // PieceToId answers the unknown id for a text that is no piece, unless it is the unknown piece's.
+    const int id = sp_->PieceToId(piece);
+    if (id < 0 || (sp_->IsUnknown(id) && sp_->IdToPiece(id) != piece)) return std::nullopt;
+    return static_cast<std::uint32_t>(id);
+  }
+
   void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const override {
     std::vector<int> ids;
     const auto status = call_third_party(ErrorKind::format, "SentencePiece cannot encode the text",
@@ -143,6 +153,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
  private:
+  std::optional<std::uint32_t> valid_id(int id) const noexcept {
+    if (id < 0 || id >= sp_->GetPieceSize()) return std::nullopt;
+    return static_cast<std::uint32_t>(id);
+  }
+
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::array<SpecialTokenSource, 5> sources_;
   std::uint32_t base_vocab_size_;
