@@ -14,6 +14,7 @@ void add_run_command(CLI::App& app);      // cmd_run.cpp: stream batches, print 
 void add_dump_command(CLI::App& app);     // cmd_dump.cpp: write the next N batches as .npy
 void add_inspect_command(CLI::App& app);  // cmd_inspect.cpp: describe and validate a dataset
 void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversations -> dataset
+void add_prepare_text_command(CLI::App& app);  // cmd_prepare_text.cpp: raw text -> pretraining dataset
 void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
 void add_show_command(CLI::App& app);     // cmd_show.cpp: rows of a batch as text, trained targets highlighted
 

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   tokenfeed::cli::add_dump_command(app);
   tokenfeed::cli::add_inspect_command(app);
   tokenfeed::cli::add_prepare_command(app);
+  tokenfeed::cli::add_prepare_text_command(app);
   tokenfeed::cli::add_bench_command(app);
   tokenfeed::cli::add_show_command(app);
   try {

@@ -25,24 +25,27 @@ std::size_t descr_size(const std::string& descr) { return static_cast<std::size_
 
 }  // namespace
 
+std::string npy_header(const std::string& descr, const std::vector<std::uint64_t>& shape) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a
+  // multiple of 64 bytes and ended by a newline, as numpy writes it.
+  const std::size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict.push_back('\n');
+  const auto length = static_cast<std::uint16_t>(dict.size());
+  std::string header(kMagic, 6);
+  header += {'\x01', '\x00', static_cast<char>(length & 0xff), static_cast<char>(length >> 8)};
+  return header + dict;
+}
+
 NpyWriter::NpyWriter(const std::filesystem::path& path, std::string descr, std::vector<std::uint64_t> shape)
     : path_(path) {
   expected_bytes_ = descr_size(descr);
   for (const std::uint64_t d : shape) expected_bytes_ *= d;
-  std::string header =
-      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
-  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a
-  // multiple of 64 bytes and ended by a newline, as numpy writes it.
-  const std::size_t unpadded = 10 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
-  header.push_back('\n');
+  const std::string header = npy_header(descr, shape);
   file_ = std::fopen(path.c_str(), "wb");
   if (file_ == nullptr) throw Error(ErrorKind::io, "cannot create '" + path.string() + "': " + std::strerror(errno));
-  const auto length = static_cast<std::uint16_t>(header.size());
-  const unsigned char preamble[4] = {1, 0, static_cast<unsigned char>(length & 0xff),
-                                     static_cast<unsigned char>(length >> 8)};
-  if (std::fwrite(kMagic, 1, 6, file_) != 6 || std::fwrite(preamble, 1, 4, file_) != 4 ||
-      std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
     throw Error(ErrorKind::io, "cannot write '" + path.string() + "': " + std::strerror(errno));
   }
 }

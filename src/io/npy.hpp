@@ -11,6 +11,11 @@
 
 namespace tokenfeed {
 
+// The header of a C-order little-endian array (magic, version 1.0, the dictionary padded as
+// numpy pads it). A 1-D array's header is 128 bytes whatever its length, so a file can be
+// written with a placeholder length and its header rewritten in place at the end.
+std::string npy_header(const std::string& descr, const std::vector<std::uint64_t>& shape);
+
 // Streams an array of known shape to a .npy file, in chunks. Throws Error(io).
 class NpyWriter {
  public:

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <mutex>
@@ -33,7 +34,8 @@ std::mutex g_staging_mutex;
 bool is_prepare_entry(const std::string& name) {
   return name == "train" || name == "val" || name.starts_with(".train.") || name.starts_with(".val.") ||
          name == "dataset_metadata.json" || name.starts_with(".dataset_metadata.json.tmp-") ||
-         name == "tokenizer_state.json";
+         name == "tokenizer_state.json" || name == "prepare_text_manifest.json" ||
+         name.starts_with(".prepare_text_manifest.json.tmp");
 }
 
 // What EpisodeDatasetWriter writes into a split's staging directory: shard_NNNNN.
@@ -121,8 +123,11 @@ StagingDir::StagingDir(fs::path final_dir) : final_dir_(std::move(final_dir)) {
   if (lock_fd_ >= 0) ::flock(lock_fd_, LOCK_EX | LOCK_NB);
 }
 
+StagingDir::StagingDir(fs::path final_dir, fs::path path, int lock_fd)
+    : final_dir_(std::move(final_dir)), path_(std::move(path)), lock_fd_(lock_fd) {}
+
 StagingDir::~StagingDir() {
-  if (!committed_ && !path_.empty()) {
+  if (!committed_ && !kept_ && !path_.empty()) {
     std::error_code ec;
     fs::remove_all(path_, ec);
   }
@@ -141,31 +146,66 @@ void StagingDir::commit() {
   sync_path(final_dir_.parent_path(), true);  // the rename itself
 }
 
-std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir, StagingContents contents) {
-  const auto is_ours = contents == StagingContents::dataset ? is_prepare_entry : is_split_entry;
-  std::vector<fs::path> removed;
+namespace {
+
+// Calls visit(dir, fd) for each staging directory of `final_dir` whose run is gone, with `fd`
+// open on it and locked; visit returns true to keep the fd (it then owns it) and stop.
+// REQUIRES: g_staging_mutex held.
+void for_each_stale(const fs::path& final_dir, const std::function<bool(const fs::path&, int)>& visit) {
   const fs::path parent = final_dir.parent_path();
   const std::string prefix = staging_prefix(final_dir);
   const pid_t self = ::getpid();
-  const std::lock_guard lock(g_staging_mutex);
   std::error_code ec;
-  fs::directory_iterator it(parent, ec);
-  if (ec) return removed;  // no parent yet: nothing left behind
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) break;
+  std::vector<fs::path> candidates;
+  for (fs::directory_iterator it(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const fs::path dir = it->path();
     const pid_t pid = staging_pid(dir.filename().string(), prefix);
     if (pid == 0) continue;
     std::error_code st_ec;
     if (!fs::is_directory(it->symlink_status(st_ec)) || st_ec) continue;
     if (pid != self && !process_is_gone(pid)) continue;
-
+    candidates.push_back(dir);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  for (const fs::path& dir : candidates) {
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a live run holds it, or no locks here
       ::close(fd);
       continue;
     }
+    if (visit(dir, fd)) return;
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<StagingDir> StagingDir::adopt_stale(const fs::path& final_dir,
+                                                    const std::function<bool(const fs::path&)>& accept) {
+  const std::lock_guard lock(g_staging_mutex);
+  std::unique_ptr<StagingDir> adopted;
+  for_each_stale(final_dir, [&](const fs::path& dir, int fd) {
+    if (!accept(dir)) return false;
+    const fs::path renamed =
+        final_dir.parent_path() / (staging_prefix(final_dir) + std::to_string(::getpid()) + "-" + random_suffix());
+    std::error_code ec;
+    fs::rename(dir, renamed, ec);
+    if (ec) {
+      ::close(fd);
+      throw Error(ErrorKind::io, "cannot take over '" + dir.string() + "': " + ec.message());
+    }
+    adopted.reset(new StagingDir(final_dir, renamed, fd));
+    return true;
+  });
+  return adopted;
+}
+
+std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir, StagingContents contents) {
+  const auto is_ours = contents == StagingContents::dataset ? is_prepare_entry : is_split_entry;
+  std::vector<fs::path> removed;
+  const std::lock_guard lock(g_staging_mutex);
+  for_each_stale(final_dir, [&](const fs::path& dir, int fd) {
     bool ours = true;
     std::error_code list_ec;
     for (fs::directory_iterator child(dir, list_ec); !list_ec && child != fs::directory_iterator();
@@ -182,8 +222,8 @@ std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir, Stagi
       }
       removed.push_back(dir);
     }
-    ::close(fd);
-  }
+    return false;
+  });
   return removed;
 }
 

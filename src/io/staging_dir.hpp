@@ -18,6 +18,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -28,8 +30,20 @@ class StagingDir {
   // Creates and locks the staging directory of `final_dir` (absolute, no trailing
   // separator; its parent must exist). Throws Error(io) when it cannot be created.
   explicit StagingDir(std::filesystem::path final_dir);
-  // Removes the staging directory and everything in it unless commit() succeeded.
+  // Removes the staging directory and everything in it unless commit() succeeded or keep()
+  // was called.
   ~StagingDir();
+
+  // Takes over the staging directory a killed run of `final_dir` left behind (prepare-text
+  // --resume): the first leftover (the conditions remove_stale_staging_dirs checks, in name
+  // order) for which `accept(dir)` is true is renamed to a name of this process, locked, and
+  // returned; nullptr when there is none. Throws Error(io) when the rename fails.
+  static std::unique_ptr<StagingDir> adopt_stale(const std::filesystem::path& final_dir,
+                                                 const std::function<bool(const std::filesystem::path&)>& accept);
+
+  // Leaves the staging directory in place when this object goes (an interrupted run that
+  // can be resumed); a later run takes it over or removes it.
+  void keep() noexcept { kept_ = true; }
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
 
@@ -40,16 +54,20 @@ class StagingDir {
   void commit();
 
  private:
+  StagingDir(std::filesystem::path final_dir, std::filesystem::path path, int lock_fd);
+
   std::filesystem::path final_dir_;
   std::filesystem::path path_;
   int lock_fd_ = -1;
   bool committed_ = false;
+  bool kept_ = false;
 };
 
 // What a staging directory holds, which decides whether a leftover one is ours to remove.
 enum class StagingContents {
-  dataset,  // `tokenfeed prepare`: train/, val/, the dataset writer's staging directories for
-            // them (.train.*, .val.*), dataset_metadata.json, tokenizer_state.json
+  dataset,  // `tokenfeed prepare` and `prepare-text`: train/, val/, the dataset writer's staging
+            // directories for them (.train.*, .val.*), dataset_metadata.json,
+            // tokenizer_state.json, prepare-text's manifest
   split,    // EpisodeDatasetWriter: shard directories shard_NNNNN
 };
 

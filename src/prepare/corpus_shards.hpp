@@ -1,0 +1,103 @@
+// CorpusShardWriter: one split of a prepared pretraining corpus (prepare-text), written
+// document by document into shards cut only at document ends, and resumable at any point
+// the caller saved with state().
+//
+// Layouts under the split directory:
+//   tokens    shard_NNNNN.npy       the documents' tokens, 1-D, uint16 or uint32
+//             shard_NNNNN.docs.npy  uint64, one entry per document: its first token's offset
+//                                   in the shard (0 first, strictly increasing)
+//   episodes  shard_NNNNN/tokens.bin, shard_NNNNN/episodes.idx (the episode-indexed format:
+//             records of two little-endian uint64, offset and length; no mask.bin, so every
+//             position is trained)
+// A shard holds at most shard_tokens tokens, except a single document longer than that,
+// which makes a shard of its own. Finished shards are final; the open shard's files grow by
+// appending (a .npy's header gives its length only once the shard is finished).
+//
+// Thread-safety: used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tokenfeed/dtype.hpp"
+
+namespace tokenfeed {
+
+enum class CorpusFormat : std::uint8_t { tokens, episodes };
+const char* to_string(CorpusFormat format) noexcept;
+
+struct CorpusShard {
+  std::uint64_t tokens = 0;
+  std::uint64_t documents = 0;
+  std::map<std::string, std::string> sha256;  // file (relative to the split directory) -> hex
+};
+
+// Where a split stands: enough to resume it exactly.
+struct CorpusSplitState {
+  std::vector<CorpusShard> finished;
+  std::uint64_t open_tokens = 0;     // of the open shard
+  std::uint64_t open_documents = 0;
+};
+
+class CorpusShardWriter {
+ public:
+  // Creates `split_dir` when missing. REQUIRES: shard_tokens > 0.
+  CorpusShardWriter(std::filesystem::path split_dir, CorpusFormat format, TokenDtype dtype,
+                    std::uint64_t shard_tokens);
+  ~CorpusShardWriter();
+  CorpusShardWriter(const CorpusShardWriter&) = delete;
+  CorpusShardWriter& operator=(const CorpusShardWriter&) = delete;
+
+  // Takes up a split an earlier run left at `state`: the finished shards must be there with
+  // their sizes, the open shard's files at least as long as recorded (they are cut back
+  // to it), and no other shard. Throws Error(format) naming the file that does not match.
+  // REQUIRES: nothing added yet.
+  void restore(const CorpusSplitState& state);
+
+  // Appends a document (its ids, end-of-text included). When the open shard cannot take it
+  // without passing shard_tokens, the shard is finished first and shard_finished() called
+  // (the moment to save state()), then the document starts the next shard. Throws Error(io)
+  // on write errors. REQUIRES: ids not empty, each id fits the dtype.
+  template <typename ShardFinished>
+  void add(std::span<const std::uint32_t> ids, ShardFinished&& shard_finished) {
+    if (open_tokens_ > 0 && open_tokens_ + ids.size() > shard_tokens_) {
+      finish_shard();
+      shard_finished();
+    }
+    append(ids);
+  }
+
+  // The split as it stands, with the open shard's files flushed to disk (fsync), so that a
+  // run killed right after can resume from it.
+  CorpusSplitState state();
+  // Finishes the open shard, if it holds anything. Then nothing more may be added.
+  void finish();
+
+  std::uint64_t tokens() const noexcept;     // all shards
+  std::uint64_t documents() const noexcept;  // all shards
+  const std::vector<CorpusShard>& finished_shards() const noexcept { return finished_; }
+
+ private:
+  struct OpenFiles;
+  void open_shard(bool resume, std::uint64_t tokens, std::uint64_t documents);
+  void append(std::span<const std::uint32_t> ids);
+  void finish_shard();
+  std::filesystem::path shard_file(std::uint64_t index, bool index_file) const;
+  std::uint64_t file_bytes(std::uint64_t tokens, std::uint64_t documents, bool index_file) const;
+
+  std::filesystem::path split_dir_;
+  CorpusFormat format_;
+  TokenDtype dtype_;
+  std::uint64_t shard_tokens_;
+  std::vector<CorpusShard> finished_;
+  std::uint64_t open_tokens_ = 0, open_documents_ = 0;
+  std::unique_ptr<OpenFiles> open_;
+  std::vector<std::uint16_t> narrow_;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,758 @@
+#include "prepare/prepare_text.hpp"
+
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <system_error>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "dataset/dataset_metadata.hpp"
+#include "io/staging_dir.hpp"
+#include "prepare/output_dir.hpp"
+#include "prepare/stage_fence.hpp"
+#include "util/bounded_json.hpp"
+#include "util/sha256.hpp"
+#include "tokenfeed/log.hpp"
+#include "tokenfeed/tokenizer.hpp"
+#include "tokenfeed/version.hpp"
+
+namespace tokenfeed {
+namespace {
+
+namespace fs = std::filesystem;
+using ordered_json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kManifestName = "prepare_text_manifest.json";
+constexpr int kManifestVersion = 1;
+constexpr std::size_t kMaxRecordsPerChunk = 8192;
+
+// Every reason a record can be skipped for, in the order they are reported.
+const std::vector<std::string_view>& all_reasons() {
+  static const std::vector<std::string_view> reasons = {
+      kTextReasonInvalidJson, kTextReasonNotObject, kTextReasonMissingField, kTextReasonNotString,
+      kTextReasonInvalidUtf8, kTextReasonTooLong,   kTextReasonTokenizer};
+  return reasons;
+}
+
+// The built-in tokenizer or the caller's encoder, with the ids every document gets around it.
+struct ResolvedTokenizer {
+  std::unique_ptr<Tokenizer> builtin;  // null with the caller's encoder
+  std::optional<std::uint32_t> eos, bos;
+  std::uint64_t vocab_size = 0;
+  ordered_json identity;  // what the metadata and the run key record of it
+};
+
+std::optional<std::uint32_t> named_token(const Tokenizer& tokenizer, const std::string& token, const char* option) {
+  const std::optional<std::uint32_t> id = tokenizer.token_id(token);
+  if (!id) {
+    throw Error(ErrorKind::config, std::string(option) + " '" + token + "' is not a single token of the tokenizer");
+  }
+  return id;
+}
+
+ResolvedTokenizer resolve_tokenizer(const PrepareTextOptions& o) {
+  ResolvedTokenizer t;
+  if (o.encoder) {
+    const EncoderIdentity& e = o.encoder_identity;
+    if (o.append_eos && !e.eos_id) {
+      throw Error(ErrorKind::config, "the tokenizer defines no end-of-text token: name one with --eos-token, or "
+                                     "pass --no-eos");
+    }
+    if (o.prepend_bos && !e.bos_id) {
+      throw Error(ErrorKind::config, "--bos: the tokenizer defines no beginning-of-sequence token");
+    }
+    t.eos = o.append_eos ? e.eos_id : std::nullopt;
+    t.bos = o.prepend_bos ? e.bos_id : std::nullopt;
+    t.vocab_size = e.vocab_size;
+    t.identity = {{"kind", e.kind}, {"model", e.model_path}, {"sha256", e.model_sha256}, {"version", e.version}};
+  } else {
+    t.builtin = make_tokenizer(o.tokenizer);
+    const TokenizerDescription d = t.builtin->describe();
+    if (o.append_eos) {
+      t.eos = o.eos_token ? named_token(*t.builtin, *o.eos_token, "--eos-token") : t.builtin->model_eos_id();
+      if (!t.eos) {
+        throw Error(ErrorKind::config, "tokenizer '" + o.tokenizer +
+                                           "' defines no end-of-text token: name one with --eos-token, or pass "
+                                           "--no-eos");
+      }
+    }
+    if (o.prepend_bos) {
+      t.bos = t.builtin->model_bos_id();
+      if (!t.bos) throw Error(ErrorKind::config, "--bos: tokenizer '" + o.tokenizer + "' defines no BOS token");
+    }
+    // The model's own ids, and the special ids beyond them only when one is written.
+    t.vocab_size = d.base_vocab_size;
+    for (const auto& id : {t.eos, t.bos}) {
+      if (id) t.vocab_size = std::max<std::uint64_t>(t.vocab_size, std::uint64_t{*id} + 1);
+    }
+    t.identity = {{"kind", d.kind},
+                  {"model", d.model_path.empty() ? std::string() : recorded_path(d.model_path)},
+                  {"sha256", d.model_sha256},
+                  {"version", version()}};
+  }
+  if (t.vocab_size == 0 || t.vocab_size > (std::uint64_t{1} << 32)) {
+    throw Error(ErrorKind::config, "the tokenizer's vocabulary size " + std::to_string(t.vocab_size) + " is unusable");
+  }
+  t.identity["vocab_size"] = t.vocab_size;
+  t.identity["eos_token_id"] = t.eos ? ordered_json(*t.eos) : ordered_json(nullptr);
+  t.identity["bos_token_id"] = t.bos ? ordered_json(*t.bos) : ordered_json(nullptr);
+  return t;
+}
+
+void check_options(const PrepareTextOptions& o) {
+  if (!(o.val_split >= 0.0 && o.val_split < 1.0)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", o.val_split);
+    throw Error(ErrorKind::config, std::string("--val-split must be in [0, 1) (train needs documents), got ") + value);
+  }
+  if (o.shard_tokens == 0) throw Error(ErrorKind::config, "--shard-tokens must be positive");
+  if (o.read.max_document_bytes == 0 || o.batch_bytes == 0) {
+    throw Error(ErrorKind::config, "the document size limit and batch bytes must be positive");
+  }
+  if (o.workers < 0) throw Error(ErrorKind::config, "--workers must be 0 (all cores) or positive");
+  if (o.read.text_field.empty()) throw Error(ErrorKind::config, "--text-field must not be empty");
+}
+
+void check_stop(const PrepareTextOptions& o) {
+  if (o.stop_requested != nullptr && o.stop_requested->load(std::memory_order_relaxed)) throw PrepareInterrupted();
+}
+
+// A chunk of consecutive records: read together, parsed and tokenized by one worker, written
+// in input order.
+struct RecordChunk {
+  std::vector<TextRecord> records;
+  std::vector<std::vector<std::uint32_t>> ids;  // per record (documents only)
+  std::vector<std::uint8_t> val;                // per record
+  std::uint64_t bytes_read_after = 0;           // input bytes consumed through this chunk
+};
+
+// Owns every chunk in flight (a cancelled pipeline leaks nothing) and reuses them.
+// Thread-safety: acquire/release from any thread.
+class ChunkPool {
+ public:
+  RecordChunk* acquire() {
+    const std::lock_guard lock(mutex_);
+    if (free_.empty()) {
+      all_.push_back(std::make_unique<RecordChunk>());
+      return all_.back().get();
+    }
+    RecordChunk* c = free_.back();
+    free_.pop_back();
+    return c;
+  }
+  void release(RecordChunk* c) {
+    c->records.clear();
+    c->ids.clear();
+    c->val.clear();
+    const std::lock_guard lock(mutex_);
+    free_.push_back(c);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<RecordChunk>> all_;
+  std::vector<RecordChunk*> free_;
+};
+
+// Where the input stands: the records of `file` up to `units` are done.
+struct InputPosition {
+  std::uint32_t file = 0;
+  std::uint64_t units = 0;
+};
+
+// Reads the inputs' records in order from a position on.
+class CorpusReader {
+ public:
+  CorpusReader(const std::vector<TextInputFile>& inputs, const TextReadOptions& options, InputPosition from)
+      : inputs_(inputs), options_(options), file_(from.file), skip_(from.units) {
+    for (std::uint32_t i = 0; i < from.file && i < inputs.size(); ++i) done_bytes_ += inputs[i].bytes;
+  }
+
+  // The next record; false when every file is read.
+  bool next(TextRecord& r) {
+    while (file_ < inputs_.size()) {
+      if (!reader_) reader_ = std::make_unique<TextFileReader>(inputs_[file_], file_, options_, std::exchange(skip_, 0));
+      if (reader_->next(r)) return true;
+      done_bytes_ += inputs_[file_].bytes;
+      reader_.reset();
+      ++file_;
+    }
+    return false;
+  }
+  // Raw input bytes consumed (finished files at their size on disk).
+  std::uint64_t bytes_read() const noexcept { return done_bytes_ + (reader_ ? reader_->bytes_read() : 0); }
+
+ private:
+  const std::vector<TextInputFile>& inputs_;
+  const TextReadOptions& options_;
+  std::uint32_t file_;
+  std::uint64_t skip_;
+  std::unique_ptr<TextFileReader> reader_;
+  std::uint64_t done_bytes_ = 0;
+};
+
+// The figures of the run, as the manifest saves and restores them.
+struct Counters {
+  CorpusSplitSummary train, val;
+  std::map<std::string, SkippedLines> skipped;
+  std::uint64_t blank_lines = 0;
+  CorpusSplitSummary& split(bool val_split) { return val_split ? val : train; }
+};
+
+ordered_json split_counters_json(const CorpusSplitSummary& s) {
+  return {{"documents", s.documents},
+          {"tokens", s.tokens},
+          {"empty_documents", s.empty_documents},
+          {"skipped_lines", s.skipped_lines},
+          {"shards", s.shards}};
+}
+
+CorpusSplitSummary split_counters_from(const nlohmann::json& j) {
+  CorpusSplitSummary s;
+  s.documents = j.at("documents").get<std::uint64_t>();
+  s.tokens = j.at("tokens").get<std::uint64_t>();
+  s.empty_documents = j.at("empty_documents").get<std::uint64_t>();
+  s.skipped_lines = j.at("skipped_lines").get<std::uint64_t>();
+  s.shards = j.at("shards").get<std::uint64_t>();
+  return s;
+}
+
+ordered_json split_state_json(const CorpusSplitState& s) {
+  ordered_json shards = ordered_json::array();
+  for (const CorpusShard& shard : s.finished) {
+    ordered_json sums = ordered_json::object();
+    for (const auto& [file, hex] : shard.sha256) sums[file] = hex;
+    shards.push_back({{"tokens", shard.tokens}, {"documents", shard.documents}, {"sha256", sums}});
+  }
+  return {{"finished", shards}, {"open_tokens", s.open_tokens}, {"open_documents", s.open_documents}};
+}
+
+CorpusSplitState split_state_from(const nlohmann::json& j) {
+  CorpusSplitState s;
+  for (const auto& shard : j.at("finished")) {
+    CorpusShard c;
+    c.tokens = shard.at("tokens").get<std::uint64_t>();
+    c.documents = shard.at("documents").get<std::uint64_t>();
+    for (const auto& [file, hex] : shard.at("sha256").items()) c.sha256[file] = hex.get<std::string>();
+    s.finished.push_back(std::move(c));
+  }
+  s.open_tokens = j.at("open_tokens").get<std::uint64_t>();
+  s.open_documents = j.at("open_documents").get<std::uint64_t>();
+  return s;
+}
+
+// What a resumed run must share with the run it takes over: the inputs as they were (path,
+// size, modification time) and every option that changes the output.
+ordered_json run_description(const PrepareTextOptions& o, const std::vector<TextInputFile>& inputs,
+                             const ResolvedTokenizer& t, TokenDtype dtype) {
+  ordered_json files = ordered_json::array();
+  for (const TextInputFile& f : inputs) {
+    files.push_back({{"path", recorded_path(f.path)}, {"bytes", f.bytes}, {"mtime_ns", f.mtime_ns}});
+  }
+  return {{"inputs", files},
+          {"format", to_string(o.format)},
+          {"text_field", o.read.text_field},
+          {"doc_per", to_string(o.read.doc_per)},
+          {"max_document_bytes", o.read.max_document_bytes},
+          {"tokenizer", t.identity},
+          {"val_split", o.val_split},
+          {"seed", o.seed},
+          {"shard_tokens", o.shard_tokens},
+          {"token_dtype", to_string(dtype)},
+          {"on_error", o.on_error == OnBadLine::fail ? "fail" : "skip"},
+          {"tokenfeed_version", version()}};
+}
+
+std::string run_key(const ordered_json& run) {
+  Sha256 sha;
+  sha.update(run.dump());
+  return Sha256::hex(sha.finish());
+}
+
+void write_json_atomically(const fs::path& path, const ordered_json& doc) {
+  const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << doc.dump(2) << '\n';
+    out.close();
+    if (!out) throw Error(ErrorKind::io, "cannot write '" + tmp.string() + "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
+}
+
+// A leftover staging directory's manifest, when it is one this run can take over.
+std::optional<nlohmann::json> read_manifest(const fs::path& dir, const std::string& key) {
+  std::ifstream in(dir / kManifestName, std::ios::binary);
+  if (!in) return std::nullopt;
+  try {
+    nlohmann::json m = parse_bounded_json(in);
+    if (m.at("manifest_version").get<int>() != kManifestVersion || m.at("run_key").get<std::string>() != key) {
+      return std::nullopt;
+    }
+    return m;
+  } catch (const std::exception&) {
+    return std::nullopt;  // torn or foreign: not resumable
+  }
+}
+
+// The split writers, the counters, and the manifest saved whenever a shard is finished.
+class CorpusSink {
+ public:
+  CorpusSink(const fs::path& root, const PrepareTextOptions& o, TokenDtype dtype, std::string key,
+             ordered_json run)
+      : root_(root),
+        train_(root / "train", o.format, dtype, o.shard_tokens),
+        val_(root / "val", o.format, dtype, o.shard_tokens),
+        key_(std::move(key)),
+        run_(std::move(run)) {}
+
+  // Takes up where a manifest left off; returns the input position to read from.
+  InputPosition restore(const nlohmann::json& m) {
+    const auto& c = m.at("counters");
+    counters.train = split_counters_from(c.at("train"));
+    counters.val = split_counters_from(c.at("val"));
+    counters.blank_lines = c.at("blank_lines").get<std::uint64_t>();
+    for (const auto& [reason, s] : c.at("skipped").items()) {
+      counters.skipped[reason] = SkippedLines{s.at("count").get<std::uint64_t>(), s.at("first_line").get<std::uint64_t>(),
+                                              s.at("first_detail").get<std::string>()};
+    }
+    train_.restore(split_state_from(m.at("splits").at("train")));
+    val_.restore(split_state_from(m.at("splits").at("val")));
+    shards_reused = train_.finished_shards().size() + val_.finished_shards().size();
+    position_ = {m.at("position").at("file").get<std::uint32_t>(), m.at("position").at("units").get<std::uint64_t>()};
+    return position_;
+  }
+
+  void add_document(bool val, std::span<const std::uint32_t> ids) {
+    (val ? val_ : train_).add(ids, [this] { save_manifest(); });
+  }
+  void done_with(const TextRecord& r) { position_ = {r.file, r.units_after}; }
+
+  void finish(PrepareTextSummary& summary) {
+    train_.finish();
+    val_.finish();
+    counters.train.shards = train_.finished_shards().size();
+    counters.val.shards = val_.finished_shards().size();
+    summary.train = counters.train;
+    summary.val = counters.val;
+    summary.skipped = counters.skipped;
+    summary.blank_lines = counters.blank_lines;
+  }
+
+  // content_sha256 for the metadata: tokens shards by split ("train" -> file -> hex), episode
+  // shards by shard directory ("train/shard_00000" -> file -> hex), as prepare records them.
+  ordered_json checksums() const {
+    ordered_json all = ordered_json::object();
+    for (const auto& [name, writer] : {std::pair{"train", &train_}, std::pair{"val", &val_}}) {
+      for (const CorpusShard& shard : writer->finished_shards()) {
+        for (const auto& [file, hex] : shard.sha256) {
+          const fs::path rel(file);
+          const bool nested = rel.has_parent_path();
+          const std::string key = nested ? std::string(name) + "/" + rel.parent_path().generic_string() : name;
+          all[key][rel.filename().string()] = hex;
+        }
+      }
+    }
+    return all;
+  }
+
+  Counters counters;
+  std::uint64_t shards_reused = 0;
+
+ private:
+  // Saves where the run stands, right after a shard was finished and before the record that
+  // did not fit is counted or written: the position, the counters and both splits agree.
+  void save_manifest() {
+    ordered_json m;
+    m["manifest_version"] = kManifestVersion;
+    m["run_key"] = key_;
+    m["run"] = run_;
+    m["position"] = {{"file", position_.file}, {"units", position_.units}};
+    ordered_json skipped = ordered_json::object();
+    for (const auto& [reason, s] : counters.skipped) {
+      skipped[reason] = {{"count", s.count}, {"first_line", s.first_line}, {"first_detail", s.first_detail}};
+    }
+    // Finished shards are counted when the run ends, from the writers.
+    m["counters"] = {{"train", split_counters_json(counters.train)},
+                     {"val", split_counters_json(counters.val)},
+                     {"blank_lines", counters.blank_lines},
+                     {"skipped", skipped}};
+    m["splits"] = {{"train", split_state_json(train_.state())}, {"val", split_state_json(val_.state())}};
+    write_json_atomically(root_ / kManifestName, m);
+  }
+
+ private:
+  fs::path root_;
+  CorpusShardWriter train_, val_;
+  std::string key_;
+  ordered_json run_;
+  InputPosition position_;
+};
+
+}  // namespace
+
+double text_split_point(std::string_view text, std::uint64_t seed) {
+  Sha256 sha;
+  static constexpr char kDomain[] = "tokenfeed-text-split-v1";
+  sha.update(kDomain, sizeof kDomain);  // includes the terminating 0 byte
+  std::uint8_t seed_bytes[8];
+  for (int i = 0; i < 8; ++i) seed_bytes[i] = static_cast<std::uint8_t>(seed >> (8 * i));
+  sha.update(seed_bytes, sizeof seed_bytes);
+  sha.update(text);
+  const Sha256::Digest digest = sha.finish();
+  std::uint64_t top = 0;
+  for (int i = 0; i < 8; ++i) top = (top << 8) | digest[static_cast<std::size_t>(i)];
+  return static_cast<double>(top >> 11) * 0x1.0p-53;
+}
+
+std::string format_text_progress(const PrepareTextProgress& p, bool terminal) {
+  const double s = std::max(p.seconds, 1e-9);
+  const auto bytes = static_cast<double>(p.input_bytes_read);
+  const auto documents = static_cast<double>(p.documents);
+  const auto tokens = static_cast<double>(p.tokens);
+  const double fraction =
+      p.input_bytes_total > 0 ? std::min(1.0, bytes / static_cast<double>(p.input_bytes_total)) : 0.0;
+  char eta[32] = "--";
+  if (p.done) {
+    std::snprintf(eta, sizeof eta, "done in %.0fs", p.seconds);
+  } else if (fraction > 0.001) {
+    const double left = p.seconds * (1.0 - fraction) / fraction;
+    std::snprintf(eta, sizeof eta, "ETA %dm%02ds", static_cast<int>(left) / 60, static_cast<int>(left) % 60);
+  }
+  char figures[160];
+  std::snprintf(figures, sizeof figures, "%5.1f%%  %llu docs  %.0f docs/s  %.2fM tok/s  %.1f MB/s  %s",
+                100.0 * fraction, static_cast<unsigned long long>(p.documents), documents / s, tokens / s / 1e6,
+                bytes / s / 1e6, eta);
+  if (!terminal) return std::string("prepare-text: ") + figures;
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(fraction * kWidth + 0.5);
+  return "[" + std::string(static_cast<std::size_t>(filled), '#') +
+         std::string(static_cast<std::size_t>(kWidth - filled), '.') + "] " + figures;
+}
+
+namespace {
+
+// One run: the setup, then read -> parse (parallel) -> encode -> write (in order).
+class TextCorpusRun {
+ public:
+  explicit TextCorpusRun(const PrepareTextOptions& o) : o_(o), started_(Clock::now()) {}
+
+  PrepareTextSummary run() {
+    check_options(o_);
+    const std::vector<TextInputFile> inputs = expand_text_inputs(o_.inputs);
+    tokenizer_ = resolve_tokenizer(o_);
+    const TokenDtype dtype = choose_token_dtype(o_.token_dtype, tokenizer_.vocab_size);
+    const ordered_json run = run_description(o_, inputs, tokenizer_, dtype);
+    const std::string key = run_key(run);
+    for (const TextInputFile& f : inputs) total_bytes_ += f.bytes;
+
+    const fs::path out_dir = normalized_output(o_.output_dir);
+    check_output_dir(out_dir);
+    std::error_code ec;
+    fs::create_directories(out_dir.parent_path(), ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create '" + out_dir.parent_path().string() + "': " + ec.message());
+
+    std::unique_ptr<StagingDir> staging;
+    std::optional<nlohmann::json> manifest;
+    if (o_.resume) {
+      staging = StagingDir::adopt_stale(out_dir, [&](const fs::path& dir) {
+        manifest = read_manifest(dir, key);
+        return manifest.has_value();
+      });
+    }
+    summary_.removed_stale_dirs = remove_stale_staging_dirs(out_dir);
+    if (!staging) staging = std::make_unique<StagingDir>(out_dir);
+    check_stop(o_);
+
+    CorpusSink sink(staging->path(), o_, dtype, key, run);
+    InputPosition from;
+    if (manifest) {
+      from = sink.restore(*manifest);
+      summary_.resumed = true;
+      summary_.shards_reused = sink.shards_reused;
+      log_line(LogLevel::info, "[tokenfeed] prepare-text: resuming '" + out_dir.string() + "' with " +
+                                   std::to_string(sink.shards_reused) + " finished shard(s) kept");
+    } else if (o_.resume) {
+      log_line(LogLevel::info, "[tokenfeed] prepare-text: no interrupted run of '" + out_dir.string() +
+                                   "' with these inputs and options; starting from the beginning");
+    }
+    CorpusReader reader(inputs, o_.read, from);
+    documents_ = sink.counters.train.documents + sink.counters.val.documents;
+    tokens_ = sink.counters.train.tokens + sink.counters.val.tokens;
+    try {
+      write_all(reader, sink, inputs);
+    } catch (const PrepareInterrupted&) {
+      staging->keep();  // resumable from the last finished shard
+      throw;
+    }
+    sink.finish(summary_);
+    if (summary_.train.documents == 0) {
+      throw Error(ErrorKind::format, "no document landed in train (" + std::to_string(summary_.val.documents) +
+                                         " in val, " + std::to_string(summary_.train.empty_documents +
+                                                                      summary_.val.empty_documents) +
+                                         " empty): the train split needs at least one");
+    }
+    if (summary_.val.documents == 0) fs::remove_all(staging->path() / "val", ec);
+    fs::remove(staging->path() / kManifestName, ec);
+
+    summary_.input_files = inputs.size();
+    summary_.input_bytes = total_bytes_;
+    summary_.token_dtype = dtype;
+    summary_.vocab_size = tokenizer_.vocab_size;
+    summary_.eos_id = tokenizer_.eos;
+    summary_.bos_id = tokenizer_.bos;
+    write_metadata_document(staging->path(), metadata(run, sink.checksums()));
+    report(total_bytes_, true);
+    check_output_dir(out_dir);
+    check_stop(o_);
+    staging->commit();
+    summary_.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    return summary_;
+  }
+
+ private:
+  ordered_json metadata(const ordered_json& run, const ordered_json& checksums) const {
+    DatasetMetadata fields;
+    fields.token_dtype = summary_.token_dtype;
+    fields.vocab_size = static_cast<std::int64_t>(summary_.vocab_size);
+    if (summary_.eos_id) {
+      fields.eos_token_id = *summary_.eos_id;
+      if (o_.format == CorpusFormat::episodes) fields.pad_token_id = *summary_.eos_id;
+    }
+    ordered_json meta = dataset_metadata_fields(fields, nullptr);
+    meta["bos_token_id"] = summary_.bos_id ? ordered_json(*summary_.bos_id) : ordered_json(nullptr);
+    meta["corpus_format"] = to_string(o_.format);
+    meta["tokenizer"] = run.at("tokenizer");
+    meta["splits"] = {{"train", split_counters_json(summary_.train)}, {"val", split_counters_json(summary_.val)}};
+    meta["documents"] = {{"end_of_text", summary_.eos_id ? "appended" : "none"},
+                         {"beginning_of_sequence", summary_.bos_id ? "prepended" : "none"},
+                         {"doc_per", to_string(o_.read.doc_per)},
+                         {"text_field", o_.read.text_field},
+                         {"blank_lines", summary_.blank_lines}};
+    meta["split"] = {{"rule", "tokenfeed-text-split-v1 (sha256 of seed and document bytes)"},
+                     {"seed", o_.seed},
+                     {"val_split", o_.val_split}};
+    ordered_json skipped = ordered_json::object();
+    for (const std::string_view reason : all_reasons()) {
+      const auto it = summary_.skipped.find(std::string(reason));
+      skipped[std::string(reason)] = it == summary_.skipped.end() ? 0 : it->second.count;
+    }
+    meta["skipped"] = skipped;
+    meta["on_error"] = o_.on_error == OnBadLine::fail ? "fail" : "skip";
+    meta["source"] = {{"files", run.at("inputs").size()}, {"bytes", total_bytes_}, {"inputs", run.at("inputs")}};
+    meta["content_sha256"] = checksums;
+    meta["created_by"] = "tokenfeed prepare-text";
+    meta["tokenfeed_version"] = version();
+    return meta;
+  }
+
+  void report(std::uint64_t bytes_read, bool done) {
+    if (!o_.on_progress) return;
+    PrepareTextProgress p;
+    p.input_bytes_read = bytes_read;
+    p.input_bytes_total = total_bytes_;
+    p.documents = documents_;
+    p.tokens = tokens_;
+    p.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    p.done = done;
+    o_.on_progress(p);
+  }
+
+  // Parses, splits and (built-in tokenizer) tokenizes one chunk. Parallel.
+  void parse_chunk(RecordChunk& c) const {
+    c.ids.resize(c.records.size());
+    c.val.assign(c.records.size(), 0);
+    for (std::size_t i = 0; i < c.records.size(); ++i) {
+      TextRecord& r = c.records[i];
+      parse_text_record(r, o_.read.text_field);
+      if (r.kind == TextRecord::Kind::blank) continue;
+      c.val[i] = text_split_point(r.text, o_.seed) < o_.val_split ? 1 : 0;
+      if (r.kind != TextRecord::Kind::text || !tokenizer_.builtin) continue;
+      try {
+        tokenizer_.builtin->encode(r.text, c.ids[i]);
+      } catch (const Error& e) {
+        r.kind = TextRecord::Kind::bad;
+        r.reason = kTextReasonTokenizer;
+        r.detail = e.what();
+      }
+    }
+  }
+
+  // The caller's encoder over a chunk's documents. Serial, in order.
+  void encode_chunk(RecordChunk& c) const {
+    std::vector<std::string_view> texts;
+    std::vector<std::size_t> at;
+    for (std::size_t i = 0; i < c.records.size(); ++i) {
+      if (c.records[i].kind != TextRecord::Kind::text) continue;
+      texts.push_back(c.records[i].text);
+      at.push_back(i);
+    }
+    if (texts.empty()) return;
+    std::vector<std::vector<std::uint32_t>> ids(texts.size());
+    o_.encoder->encode(texts, ids);
+    if (ids.size() != texts.size()) {
+      throw Error(ErrorKind::pipeline, "the encoder returned " + std::to_string(ids.size()) + " id lists for " +
+                                           std::to_string(texts.size()) + " texts");
+    }
+    for (std::size_t k = 0; k < at.size(); ++k) c.ids[at[k]] = std::move(ids[k]);
+  }
+
+  void count_bad(Counters& counters, const TextRecord& r, bool val, const std::string& where) const {
+    if (o_.on_error == OnBadLine::fail) throw Error(ErrorKind::format, where + ": " + r.reason + ": " + r.detail);
+    SkippedLines& s = counters.skipped[r.reason];
+    if (s.count++ == 0) {
+      s.first_line = r.line;
+      s.first_detail = where + ": " + r.detail;
+    }
+    ++counters.split(val).skipped_lines;
+  }
+
+  // Writes one chunk's records in order. Serial.
+  void write_chunk(RecordChunk& c, CorpusSink& sink, const std::vector<std::string>& names) {
+    Counters& counters = sink.counters;
+    std::vector<std::uint32_t> doc;
+    for (std::size_t i = 0; i < c.records.size(); ++i) {
+      const TextRecord& r = c.records[i];
+      const bool val = c.val[i] != 0;
+      switch (r.kind) {
+        case TextRecord::Kind::blank:
+          ++counters.blank_lines;
+          break;
+        case TextRecord::Kind::empty:
+          ++counters.split(val).empty_documents;
+          break;
+        case TextRecord::Kind::bad:
+          count_bad(counters, r, val, names[r.file] + ":" + std::to_string(r.line));
+          break;
+        case TextRecord::Kind::json_line:  // parsed by now
+        case TextRecord::Kind::text: {
+          const std::vector<std::uint32_t>& ids = c.ids[i];
+          for (const std::uint32_t id : ids) {
+            if (id >= tokenizer_.vocab_size) {
+              throw Error(ErrorKind::format, names[r.file] + ":" + std::to_string(r.line) + ": the tokenizer gave id " +
+                                                 std::to_string(id) + ", outside its vocabulary of " +
+                                                 std::to_string(tokenizer_.vocab_size));
+            }
+          }
+          doc.clear();
+          if (tokenizer_.bos) doc.push_back(*tokenizer_.bos);
+          doc.insert(doc.end(), ids.begin(), ids.end());
+          if (tokenizer_.eos) doc.push_back(*tokenizer_.eos);
+          if (doc.empty()) {  // a text the tokenizer gives no ids for, with nothing around it
+            ++counters.split(val).empty_documents;
+            break;
+          }
+          sink.add_document(val, doc);
+          CorpusSplitSummary& s = counters.split(val);
+          ++s.documents;
+          s.tokens += doc.size();
+          ++documents_;
+          tokens_ += doc.size();
+          break;
+        }
+      }
+      sink.done_with(r);
+    }
+  }
+
+  void write_all(CorpusReader& reader, CorpusSink& sink, const std::vector<TextInputFile>& inputs) {
+    std::vector<std::string> names;
+    names.reserve(inputs.size());
+    for (const TextInputFile& f : inputs) names.push_back(f.path.string());
+
+    bool input_done = false;
+    ChunkPool pool;
+    Clock::time_point last_report = Clock::now();
+    const auto read = [&](tbb::flow_control& fc) -> RecordChunk* {
+      const StageFence fence;
+      check_stop(o_);
+      RecordChunk* c = pool.acquire();
+      std::size_t bytes = 0;
+      TextRecord r;
+      while (c->records.size() < kMaxRecordsPerChunk && bytes < o_.batch_bytes) {
+        if (!reader.next(r)) {
+          input_done = true;
+          break;
+        }
+        bytes += r.text.size() + 1;
+        c->records.push_back(std::move(r));
+      }
+      c->bytes_read_after = reader.bytes_read();
+      if (c->records.empty()) {
+        pool.release(c);
+        fc.stop();
+        return nullptr;
+      }
+      return c;
+    };
+    const auto parse = [&](RecordChunk* c) {
+      const StageFence fence;
+      parse_chunk(*c);
+      return c;
+    };
+    const auto encode = [&](RecordChunk* c) {
+      const StageFence fence;
+      check_stop(o_);
+      encode_chunk(*c);
+      return c;
+    };
+    const auto write = [&](RecordChunk* c) {
+      const StageFence fence;
+      check_stop(o_);
+      write_chunk(*c, sink, names);
+      const Clock::time_point now = Clock::now();
+      if (std::chrono::duration<double>(now - last_report).count() >= o_.progress_interval_seconds) {
+        last_report = now;
+        report(c->bytes_read_after, false);
+      }
+      pool.release(c);
+    };
+
+    tbb::task_arena arena(o_.workers > 0 ? o_.workers : tbb::task_arena::automatic);
+    const auto live = static_cast<std::size_t>(std::clamp(2 * arena.max_concurrency() + 2, 4, 64));
+    auto head = tbb::make_filter<void, RecordChunk*>(tbb::filter_mode::serial_in_order, read) &
+                tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::parallel, parse);
+    auto tail = tbb::make_filter<RecordChunk*, void>(tbb::filter_mode::serial_in_order, write);
+    publish_to_stages();
+    try {
+      arena.execute([&] {
+        if (o_.encoder) {
+          tbb::parallel_pipeline(
+              live, head & tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::serial_in_order, encode) &
+                        tail);
+        } else {
+          tbb::parallel_pipeline(live, head & tail);
+        }
+      });
+    } catch (...) {
+      acquire_from_stages();
+      throw;
+    }
+    acquire_from_stages();
+    if (!input_done) throw Error(ErrorKind::pipeline, "prepare-text: the input was not read to its end");
+  }
+
+  const PrepareTextOptions& o_;
+  Clock::time_point started_;
+  ResolvedTokenizer tokenizer_;
+  PrepareTextSummary summary_;
+  std::uint64_t total_bytes_ = 0;
+  std::uint64_t documents_ = 0, tokens_ = 0;
+};
+
+}  // namespace
+
+PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options) { return TextCorpusRun(options).run(); }
+
+}  // namespace tokenfeed

@@ -1,0 +1,461 @@
+// `tokenfeed prepare-text` (prepare_text_corpus) and its parts: the input formats (JSONL,
+// plain text by file, line or blank line, gzip and zstd), the token shards and their document
+// offsets read back and compared with the tokenizer's own ids, the episode format, output
+// identical for any worker count and for any input format of the same documents, bad input,
+// the split rule, staging all or nothing, and resuming an interrupted run onto the same bytes.
+#include <doctest/doctest.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/npy.hpp"
+#include "prepare/prepare_text.hpp"
+#include "test_support.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+#include "tokenfeed/tokenizer.hpp"
+#include "util/sha256.hpp"
+
+namespace {
+
+using namespace tokenfeed;
+namespace fs = std::filesystem;
+using Ids = std::vector<std::uint32_t>;
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(in);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out << bytes;
+}
+
+// Documents of every kind a corpus holds: ASCII, multi-byte UTF-8, long, one-character ones.
+std::vector<std::string> sample_documents(std::size_t n) {
+  std::vector<std::string> docs;
+  const std::vector<std::string> words = {"the", "loader", "naïve", "café", "東京", "données", "🙂", "x", "data"};
+  std::uint64_t state = 12345;
+  for (std::size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::size_t count = 1 + (state >> 33) % (i % 50 == 0 ? 400 : 30);
+    std::string doc;
+    for (std::size_t w = 0; w < count; ++w) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      if (w > 0) doc += ' ';
+      doc += words[(state >> 33) % words.size()];
+    }
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+std::string jsonl_of(const std::vector<std::string>& docs) {
+  std::string out;
+  for (const std::string& d : docs) out += nlohmann::json{{"id", 1}, {"text", d}}.dump() + "\n";
+  return out;
+}
+
+std::string gzip_of(const std::string& bytes) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&zs, bytes.size()), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  zs.avail_in = static_cast<uInt>(bytes.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+std::string zstd_of(const std::string& bytes) {
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  const std::size_t n = ZSTD_compress(out.data(), out.size(), bytes.data(), bytes.size(), 3);
+  REQUIRE(ZSTD_isError(n) == 0);
+  out.resize(n);
+  return out;
+}
+
+// A 1-D .npy file's values, widened.
+std::vector<std::uint64_t> read_npy(const fs::path& p) {
+  const std::string bytes = read_bytes(p);
+  const NpyHeader h = parse_npy_header(std::as_bytes(std::span(bytes.data(), bytes.size())), p.string());
+  REQUIRE(h.shape.size() == 1);
+  const std::size_t item = h.descr == "<u2" ? 2 : h.descr == "<u4" ? 4 : 8;
+  REQUIRE(bytes.size() == h.data_offset + h.shape[0] * item);
+  std::vector<std::uint64_t> values(h.shape[0]);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, bytes.data() + h.data_offset + i * item, item);
+    values[i] = v;
+  }
+  return values;
+}
+
+// The documents of a tokens-format split, from its shards and document offsets.
+std::vector<Ids> read_token_split(const fs::path& split_dir, std::uint64_t shard_tokens) {
+  std::vector<Ids> docs;
+  for (std::uint64_t shard = 0;; ++shard) {
+    char name[32];
+    std::snprintf(name, sizeof name, "shard_%05llu", static_cast<unsigned long long>(shard));
+    const fs::path tokens = split_dir / (std::string(name) + ".npy");
+    if (!fs::exists(tokens)) break;
+    const std::vector<std::uint64_t> t = read_npy(tokens);
+    const std::vector<std::uint64_t> starts = read_npy(split_dir / (std::string(name) + ".docs.npy"));
+    REQUIRE(!starts.empty());
+    CHECK(starts[0] == 0);
+    if (starts.size() > 1) CHECK(t.size() <= shard_tokens);  // only a lone document may pass the limit
+    for (std::size_t d = 0; d < starts.size(); ++d) {
+      const std::uint64_t end = d + 1 < starts.size() ? starts[d + 1] : t.size();
+      REQUIRE(starts[d] < end);
+      docs.emplace_back(t.begin() + static_cast<std::ptrdiff_t>(starts[d]), t.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+  }
+  return docs;
+}
+
+PrepareTextOptions base_options(const fs::path& input, const fs::path& out) {
+  PrepareTextOptions o;
+  o.inputs = {input.string()};
+  o.output_dir = out;
+  o.val_split = 0.0;
+  o.shard_tokens = 4096;
+  o.workers = 2;
+  o.batch_bytes = 2048;  // many chunks, so that the pipeline reorders
+  return o;
+}
+
+// Every file of a prepared dataset, by relative path, with its bytes' SHA-256 (the metadata's
+// run-dependent fields aside: the inputs' paths and times).
+std::map<std::string, std::string> dataset_files(const fs::path& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file() || e.path().filename() == "dataset_metadata.json") continue;
+    files[e.path().lexically_relative(root).generic_string()] = sha256_file_hex(e.path());
+  }
+  return files;
+}
+
+Ids expected_ids(const Tokenizer& t, const std::string& text) {
+  Ids ids = t.encode(text);
+  ids.push_back(t.special_ids().eot);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("prepare-text: token shards hold each document's own ids and eos, cut only at document ends") {
+  test::TempDir dir;
+  const std::vector<std::string> docs = sample_documents(600);
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  const PrepareTextSummary s = prepare_text_corpus(base_options(dir / "c.jsonl", dir / "out"));
+  const auto tokenizer = make_bytes_tokenizer();
+  const std::vector<Ids> got = read_token_split(dir / "out" / "train", 4096);
+  REQUIRE(got.size() == docs.size());
+  std::uint64_t tokens = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    CHECK(got[i] == expected_ids(*tokenizer, docs[i]));
+    tokens += got[i].size();
+  }
+  CHECK(s.train.documents == docs.size());
+  CHECK(s.train.tokens == tokens);
+  CHECK(s.train.shards > 1);
+  CHECK(!fs::exists(dir / "out" / "val"));  // no val document: not written
+  const nlohmann::json meta = nlohmann::json::parse(read_bytes(dir / "out" / "dataset_metadata.json"));
+  CHECK(meta["token_dtype"] == "uint16");
+  CHECK(meta["eos_token_id"] == 260);
+  CHECK(meta["vocab_size"] == 261);
+  CHECK(meta["splits"]["train"]["documents"] == docs.size());
+  CHECK(meta["content_sha256"]["train"]["shard_00000.npy"] ==
+        sha256_file_hex(dir / "out" / "train" / "shard_00000.npy"));
+}
+
+TEST_CASE("prepare-text: a document longer than a shard makes a shard of its own") {
+  test::TempDir dir;
+  write_bytes(dir / "c.txt", "short one\n" + std::string(5000, 'a') + "\nshort two\n");
+  PrepareTextOptions o = base_options(dir / "c.txt", dir / "out");
+  o.read.doc_per = DocPer::line;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.train.shards == 3);
+  CHECK(read_npy(dir / "out" / "train" / "shard_00001.npy").size() == 5001);
+  CHECK(read_npy(dir / "out" / "train" / "shard_00001.docs.npy") == std::vector<std::uint64_t>{0});
+}
+
+TEST_CASE("prepare-text: the output is the same for 1, 2 and 4 workers") {
+  test::TempDir dir;
+  write_bytes(dir / "c.jsonl", jsonl_of(sample_documents(800)));
+  std::map<std::string, std::string> first;
+  for (const int workers : {1, 2, 4}) {
+    PrepareTextOptions o = base_options(dir / "c.jsonl", dir / ("out" + std::to_string(workers)));
+    o.workers = workers;
+    o.val_split = 0.1;
+    prepare_text_corpus(o);
+    const auto files = dataset_files(o.output_dir);
+    if (first.empty()) {
+      first = files;
+      CHECK(files.size() > 4);
+    } else {
+      CHECK(files == first);
+    }
+  }
+}
+
+TEST_CASE("prepare-text: JSONL, gzip, zstd and plain text of the same documents give the same bytes") {
+  test::TempDir dir;
+  const std::vector<std::string> docs = sample_documents(300);
+  const std::string jsonl = jsonl_of(docs);
+  std::string lines, paragraphs;
+  for (const std::string& d : docs) {
+    lines += d + "\n";
+    paragraphs += d + "\n\n\n";
+  }
+  write_bytes(dir / "a.jsonl", jsonl);
+  write_bytes(dir / "b.jsonl.gz", gzip_of(jsonl));
+  write_bytes(dir / "c.jsonl.zst", zstd_of(jsonl));
+  write_bytes(dir / "d.txt", lines);
+  write_bytes(dir / "e.txt.zst", zstd_of(paragraphs));
+  std::map<std::string, std::string> reference;
+  for (const auto& [input, doc_per] : std::vector<std::pair<std::string, DocPer>>{
+           {"a.jsonl", DocPer::file}, {"b.jsonl.gz", DocPer::file}, {"c.jsonl.zst", DocPer::file},
+           {"d.txt", DocPer::line}, {"e.txt.zst", DocPer::blank_line}}) {
+    CAPTURE(input);
+    PrepareTextOptions o = base_options(dir / input, dir / ("out_" + input));
+    o.read.doc_per = doc_per;
+    o.val_split = 0.2;
+    prepare_text_corpus(o);
+    const auto files = dataset_files(o.output_dir);
+    if (reference.empty()) {
+      reference = files;
+    } else {
+      CHECK(files == reference);
+    }
+  }
+}
+
+TEST_CASE("prepare-text: plain text per file keeps the text whole; blank-line joins a block's lines") {
+  test::TempDir dir;
+  fs::create_directories(dir / "docs");
+  write_bytes(dir / "docs" / "b.txt", "\xEF\xBB\xBFsecond\r\nfile\n");
+  write_bytes(dir / "docs" / "a.txt", "first file\n\nwith a gap");
+  write_bytes(dir / "docs" / "c.txt", "");
+  PrepareTextOptions o = base_options(dir / "docs" / "*.txt", dir / "out");
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  const auto t = make_bytes_tokenizer();
+  const std::vector<Ids> got = read_token_split(dir / "out" / "train", 4096);
+  REQUIRE(got.size() == 2);  // sorted: a.txt, b.txt; c.txt is empty
+  CHECK(got[0] == expected_ids(*t, "first file\n\nwith a gap"));
+  CHECK(got[1] == expected_ids(*t, "second\r\nfile\n"));  // the BOM goes, nothing else
+  CHECK(s.train.empty_documents == 1);
+
+  write_bytes(dir / "p.txt", "\n\nline one\nline two  \n\n\n   \nthird\n");
+  PrepareTextOptions p = base_options(dir / "p.txt", dir / "out_p");
+  p.read.doc_per = DocPer::blank_line;
+  prepare_text_corpus(p);
+  const std::vector<Ids> blocks = read_token_split(dir / "out_p" / "train", 4096);
+  REQUIRE(blocks.size() == 2);
+  CHECK(blocks[0] == expected_ids(*t, "line one\nline two  "));
+  CHECK(blocks[1] == expected_ids(*t, "   \nthird"));  // a whitespace-only line is content
+}
+
+TEST_CASE("prepare-text: eos, --eos-token, --no-eos and --bos") {
+  test::TempDir dir;
+  write_bytes(dir / "c.jsonl", "{\"text\": \"ab\"}\n");
+  const auto t = make_bytes_tokenizer();
+  SUBCASE("no eos") {
+    PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+    o.append_eos = false;
+    prepare_text_corpus(o);
+    CHECK(read_token_split(dir / "out" / "train", 4096) == std::vector<Ids>{{'a', 'b'}});
+  }
+  SUBCASE("a named token") {
+    PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+    o.eos_token = t->special_strings().user;
+    prepare_text_corpus(o);
+    CHECK(read_token_split(dir / "out" / "train", 4096) == std::vector<Ids>{{'a', 'b', t->special_ids().user}});
+  }
+  SUBCASE("a token the tokenizer does not have") {
+    PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+    o.eos_token = "</s>";
+    CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("--eos-token '</s>'"), Error);
+    CHECK(!fs::exists(dir / "out"));
+  }
+  SUBCASE("bytes has no bos") {
+    PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+    o.prepend_bos = true;
+    CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("BOS"), Error);
+  }
+}
+
+TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and counted") {
+  test::TempDir dir;
+  const std::string lines = "{\"text\": \"ok\"}\n"
+                            "not json\n"
+                            "{\"text\": null}\n"
+                            "{\"text\": 7}\n"
+                            "{\"body\": \"x\"}\n"
+                            "[1, 2]\n"
+                            "{\"text\": \"\"}\n"
+                            "   \n"
+                            "{\"text\": \"\\ud800\"}\n"
+                            "{\"text\": \"fine\"}\n";
+  write_bytes(dir / "c.jsonl", lines);
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("c.jsonl:2: invalid_json"), Error);
+  CHECK(!fs::exists(dir / "out"));
+  CHECK(fs::directory_iterator(dir.path()) != fs::directory_iterator());
+  for (const auto& e : fs::directory_iterator(dir.path())) CHECK(e.path().filename().string()[0] != '.');
+
+  o.on_error = OnBadLine::skip;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.train.documents == 2);
+  CHECK(s.train.empty_documents == 1);
+  CHECK(s.blank_lines == 1);
+  CHECK(s.skipped.at("invalid_json").count == 2);  // "not json" and the lone surrogate
+  CHECK(s.skipped.at("not_a_string").count == 2);
+  CHECK(s.skipped.at("missing_field").count == 1);
+  CHECK(s.skipped.at("not_an_object").count == 1);
+  CHECK(s.train.skipped_lines == 6);
+
+  write_bytes(dir / "bad.txt", "fine\n\xff\xfe bad\n");
+  PrepareTextOptions t = base_options(dir / "bad.txt", dir / "out_t");
+  t.read.doc_per = DocPer::line;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(t), doctest::Contains("bad.txt:2: invalid_utf8"), Error);
+
+  write_bytes(dir / "long.jsonl", "{\"text\": \"" + std::string(200, 'x') + "\"}\n{\"text\": \"y\"}\n");
+  PrepareTextOptions l = base_options(dir / "long.jsonl", dir / "out_l");
+  l.read.max_document_bytes = 100;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(l), doctest::Contains("long.jsonl:1: document_too_long"), Error);
+}
+
+TEST_CASE("prepare-text: inputs that are not there, not files, or corrupt are clear errors") {
+  test::TempDir dir;
+  PrepareTextOptions o = base_options(dir / "none*.jsonl", dir / "out");
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("matches no file"), Error);
+  fs::create_directories(dir / "d.jsonl");
+  o.inputs = {(dir / "d.jsonl").string()};
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("not a regular file"), Error);
+  write_bytes(dir / "t.jsonl.zst", zstd_of(jsonl_of(sample_documents(50))).substr(0, 40));
+  o.inputs = {(dir / "t.jsonl.zst").string()};
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("zstd"), Error);
+  write_bytes(dir / "p.parquet", "PAR1");
+  o.inputs = {(dir / "p.parquet").string()};
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("Python package"), Error);
+  write_bytes(dir / "e.jsonl", "{\"text\": \"\"}\n");
+  o.inputs = {(dir / "e.jsonl").string()};
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("no document landed in train"), Error);
+  CHECK(!fs::exists(dir / "out"));
+}
+
+TEST_CASE("prepare-text: the split rule is a pure function of the document and the seed") {
+  // Pinned: a change moves documents between splits of datasets already prepared.
+  const double u = text_split_point("hello world", 0);
+  CHECK(u >= 0.0);
+  CHECK(u < 1.0);
+  CHECK(text_split_point("hello world", 0) == u);
+  CHECK(text_split_point("hello world", 1) != u);
+  // hashlib.sha256(b"tokenfeed-text-split-v1\0" + (0).to_bytes(8, "little") + b"hello world")
+  Sha256 sha;
+  const std::string prefix("tokenfeed-text-split-v1\0\0\0\0\0\0\0\0\0", 32);
+  sha.update(prefix);
+  sha.update("hello world");
+  const Sha256::Digest d = sha.finish();
+  std::uint64_t top = 0;
+  for (int i = 0; i < 8; ++i) top = (top << 8) | d[static_cast<std::size_t>(i)];
+  CHECK(u == static_cast<double>(top >> 11) * 0x1.0p-53);
+}
+
+TEST_CASE("prepare-text: documents as episodes load in sft_packed, every position trained") {
+  test::TempDir dir;
+  const std::vector<std::string> docs = sample_documents(200);
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  o.format = CorpusFormat::episodes;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.train.documents == docs.size());
+  CHECK(fs::exists(dir / "out" / "train" / "shard_00000" / "tokens.bin"));
+  CHECK(!fs::exists(dir / "out" / "train" / "shard_00000" / "mask.bin"));
+  const nlohmann::json meta = nlohmann::json::parse(read_bytes(dir / "out" / "dataset_metadata.json"));
+  CHECK(meta["pad_token_id"] == 260);
+  CHECK(meta["content_sha256"]["train/shard_00000"].contains("episodes.idx"));
+
+  Config c;
+  c.dataset_dir = dir / "out";
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.batch_size = 2;
+  c.block_size = 64;
+  c.audit_log_dir.clear();
+  Loader loader(c);
+  const Batch b = loader.get_batch("train");
+  std::size_t trained = 0;
+  for (const std::int64_t label : b.labels()) trained += label != c.ignore_index ? 1 : 0;
+  CHECK(trained > 0);
+}
+
+TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards and gives the same bytes" *
+          doctest::timeout(120)) {
+  test::TempDir dir;
+  write_bytes(dir / "c.jsonl", jsonl_of(sample_documents(3000)));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "full");
+  o.val_split = 0.05;
+  o.shard_tokens = 2000;
+  prepare_text_corpus(o);
+  const auto reference = dataset_files(dir / "full");
+
+  for (const int stop_after : {3, 20}) {
+    CAPTURE(stop_after);
+    const fs::path out = dir / ("resumed" + std::to_string(stop_after));
+    std::atomic<bool> stop{false};
+    int reports = 0;
+    PrepareTextOptions run = o;
+    run.output_dir = out;
+    run.stop_requested = &stop;
+    run.progress_interval_seconds = 0;
+    run.on_progress = [&](const PrepareTextProgress&) {
+      if (++reports == stop_after) stop = true;
+    };
+    CHECK_THROWS_AS(prepare_text_corpus(run), PrepareInterrupted);
+    CHECK(!fs::exists(out));
+
+    PrepareTextOptions again = o;
+    again.output_dir = out;
+    again.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    CHECK(s.resumed);
+    CHECK(s.shards_reused > 0);
+    CHECK(dataset_files(out) == reference);
+    const nlohmann::json a = nlohmann::json::parse(read_bytes(out / "dataset_metadata.json"));
+    const nlohmann::json b = nlohmann::json::parse(read_bytes(dir / "full" / "dataset_metadata.json"));
+    CHECK(a["splits"] == b["splits"]);
+    CHECK(a["content_sha256"] == b["content_sha256"]);
+  }
+
+  SUBCASE("other options start over; without --resume the leftover is removed") {
+    std::atomic<bool> stop{false};
+    PrepareTextOptions run = o;
+    run.output_dir = dir / "other";
+    run.stop_requested = &stop;
+    run.progress_interval_seconds = 0;
+    run.on_progress = [&](const PrepareTextProgress&) { stop = true; };
+    CHECK_THROWS_AS(prepare_text_corpus(run), PrepareInterrupted);
+    PrepareTextOptions changed = o;
+    changed.output_dir = dir / "other";
+    changed.seed = 7;
+    changed.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(changed);
+    CHECK(!s.resumed);
+    CHECK(s.removed_stale_dirs.size() == 1);
+  }
+}

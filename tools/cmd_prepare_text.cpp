@@ -1,0 +1,293 @@
+// `tokenfeed prepare-text`: raw text (JSONL, parquet, plain text) -> a pretraining dataset of
+// token-stream shards or of documents as episodes. With --hf-tokenizer DIR, or parquet input,
+// the job is the Python package's (tokenfeed.prepare_text, which drives the same library code
+// with the `tokenizers` package or pyarrow): the command replaces itself with that program.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "prepare/prepare_text.hpp"
+#include "stop_signals.hpp"
+#include "tokenfeed/error.hpp"
+
+namespace tokenfeed::cli {
+namespace {
+
+constexpr const char* kFooter = R"help(Input: files or globs (quote them), read in sorted path order, documents in file order:
+  *.jsonl, *.json, *.ndjson   one JSON object per line; the document is --text-field
+  *.parquet                   the --text-field column, by row group (needs pyarrow)
+  anything else               plain UTF-8 text: --doc-per file (default), line, or blank-line
+A .gz or .zst suffix is decompressed. "" is an empty document (skipped and counted); null, a
+non-string, a missing field, invalid JSON or invalid UTF-8 is a bad line (--on-error).
+
+Each document becomes [BOS] + its ids + [EOS]: the end-of-text id is appended unless
+--no-eos (--eos-token names it; default: the tokenizer's own; bytes: its eot id), BOS only
+with --bos.
+
+Output (DIR is created; it must not exist or be empty):
+  --format tokens    DIR/train/shard_NNNNN.npy (uint16 when the vocabulary fits, else
+                     uint32) and shard_NNNNN.docs.npy (uint64 document start offsets);
+                     loads with dataset_mode=token_stream (document_aware=true for labels
+                     that never cross a document)
+  --format episodes  DIR/train/shard_NNNNN/{tokens.bin,episodes.idx}, one episode per
+                     document, every position trained; loads with dataset_mode=sft_packed
+                     (truncation=split packs whole documents and splits only longer ones)
+  DIR/val/... (documents by content hash, --val-split), DIR/dataset_metadata.json
+Shards hold at most --shard-tokens tokens and are cut only at document ends.
+
+The run is staged in a hidden directory beside DIR and renamed at the end. A run that is
+killed or interrupted (SIGINT, SIGTERM, SIGHUP) can be continued with --resume: every shard
+it finished is kept and the rest redone, giving the same bytes as an uninterrupted run, as
+long as the inputs and options are the same. Without --resume the leftover is removed.
+
+Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
+value), 3 (a file that cannot be read or written, a missing input), 4 (a bad input line,
+corrupt compressed data, or no document for train) or 6 (an internal failure).
+
+Examples:
+  tokenfeed prepare-text 'corpus/*.jsonl.zst' --tokenizer sentencepiece:tok.model --output-dir data/pt
+  tokenfeed prepare-text 'web/*.parquet' --hf-tokenizer models/gpt2 --output-dir data/web --resume
+)help";
+
+// Runs tokenfeed.prepare_text with the given arguments; a missing package is one clear line.
+constexpr const char* kPythonBootstrap = R"py(import sys
+try:
+    from tokenfeed import prepare_text
+except ImportError as e:
+    sys.stderr.write("tokenfeed: error: --hf-tokenizer and parquet input run the tokenfeed Python package, which "
+                     "%s cannot import (%s); install it with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON "
+                     "to the Python that has it\n" % (sys.executable, e))
+    sys.exit(2)
+sys.exit(prepare_text.main(sys.argv[1:]))
+)py";
+
+struct PrepareTextArgs {
+  PrepareTextOptions options;
+  std::vector<std::string> inputs;
+  std::string format = "tokens";
+  std::string doc_per = "file";
+  std::string eos_token;
+  bool no_eos = false;
+  std::string token_dtype = "auto";
+  std::string on_error = "fail";
+  std::string hf_tokenizer;
+  double progress_seconds = 5;
+  std::vector<std::string> argv;  // the options as given, for the Python program
+};
+
+std::string format_double(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+// The options as the Python program takes them (the same names).
+std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
+  const PrepareTextOptions& o = a.options;
+  std::vector<std::string> argv(a.inputs.begin(), a.inputs.end());
+  const auto add = [&argv](const char* name, const std::string& value) {
+    argv.emplace_back(name);
+    argv.push_back(value);
+  };
+  add("--output-dir", o.output_dir.string());
+  add("--format", a.format);
+  add("--text-field", o.read.text_field);
+  add("--doc-per", a.doc_per);
+  if (!a.hf_tokenizer.empty()) {
+    add("--hf-tokenizer", a.hf_tokenizer);
+  } else {
+    add("--tokenizer", o.tokenizer);
+  }
+  if (!a.eos_token.empty()) add("--eos-token", a.eos_token);
+  if (a.no_eos) argv.emplace_back("--no-eos");
+  if (o.prepend_bos) argv.emplace_back("--bos");
+  add("--val-split", format_double(o.val_split));
+  add("--seed", std::to_string(o.seed));
+  add("--shard-tokens", std::to_string(o.shard_tokens));
+  add("--token-dtype", a.token_dtype);
+  add("--on-error", a.on_error);
+  add("--max-document-bytes", std::to_string(o.read.max_document_bytes));
+  add("--workers", std::to_string(o.workers));
+  add("--progress-seconds", format_double(a.progress_seconds));
+  if (o.resume) argv.emplace_back("--resume");
+  return argv;
+}
+
+[[noreturn]] void exec_python(const PrepareTextArgs& args) {
+  const char* env_python = std::getenv("TOKENFEED_PYTHON");
+  const std::string python = env_python != nullptr && *env_python != '\0' ? env_python : "python3";
+  std::vector<std::string> argv = {python, "-c", kPythonBootstrap};
+  for (std::string& a : python_arguments(args)) argv.push_back(std::move(a));
+  std::vector<char*> c_argv;
+  for (std::string& a : argv) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  std::cout.flush();
+  std::fflush(nullptr);
+  ::execvp(python.c_str(), c_argv.data());
+  const int err = errno;
+  throw Error(ErrorKind::config, "prepare-text runs the tokenfeed Python package for --hf-tokenizer and parquet "
+                                 "input, but '" + python + "' cannot be started (" + std::strerror(err) +
+                                     "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
+}
+
+bool needs_python(const PrepareTextArgs& args) {
+  if (!args.hf_tokenizer.empty()) return true;
+  for (const TextInputFile& f : expand_text_inputs(args.inputs)) {
+    if (f.format == TextInputFormat::parquet) return true;
+  }
+  return false;
+}
+
+void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
+  std::ostringstream out;
+  out << "tokenfeed prepare-text: wrote " << args.options.output_dir.string() << " (" << args.format << ")\n";
+  out << "  input      " << plural(s.input_files, "file") << ", " << human_bytes(static_cast<double>(s.input_bytes))
+      << "\n";
+  const auto split = [&](const char* name, const CorpusSplitSummary& c) {
+    out << "  " << name << "      " << plural(c.documents, "document") << ", " << plural(c.tokens, "token") << ", "
+        << plural(c.shards, "shard") << "; " << c.empty_documents << " empty, " << c.skipped_lines << " skipped\n";
+  };
+  split("train", s.train);
+  split("val  ", s.val);
+  if (s.resumed) out << "  resumed    " << plural(s.shards_reused, "finished shard") << " kept from the killed run\n";
+  for (const auto& dir : s.removed_stale_dirs) {
+    out << "  removed    " << dir.string() << " (left by an earlier run that was killed)\n";
+  }
+  if (s.blank_lines > 0) out << "  blank      " << plural(s.blank_lines, "blank line") << " ignored\n";
+  for (const auto& [reason, skipped] : s.skipped) {
+    out << "  skipped    " << reason << ": " << skipped.count << " (first: " << skipped.first_detail << ")\n";
+  }
+  out << "  tokenizer  " << args.options.tokenizer << ", vocab " << s.vocab_size << ", token dtype "
+      << to_string(s.token_dtype) << ", eos " << (s.eos_id ? std::to_string(*s.eos_id) : "none") << ", bos "
+      << (s.bos_id ? std::to_string(*s.bos_id) : "none") << "\n";
+  const std::uint64_t tokens = s.train.tokens + s.val.tokens;
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f s", s.seconds);
+  out << "  time       " << seconds << " ("
+      << human_count(s.seconds > 0 ? static_cast<double>(tokens) / s.seconds : 0.0) << "tokens/s)\n";
+  std::cout << out.str() << std::flush;
+}
+
+void run_prepare_text(PrepareTextArgs& args) {
+  PrepareTextOptions& o = args.options;
+  o.inputs = args.inputs;
+  if (needs_python(args)) exec_python(args);
+  o.format = args.format == "episodes" ? CorpusFormat::episodes : CorpusFormat::tokens;
+  o.read.doc_per = parse_doc_per(args.doc_per);
+  o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);
+  o.on_error = args.on_error == "skip" ? OnBadLine::skip : OnBadLine::fail;
+  if (!args.eos_token.empty()) o.eos_token = args.eos_token;
+  o.append_eos = !args.no_eos;
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  o.on_progress = [tty](const PrepareTextProgress& p) {
+    if (tty) {
+      std::fprintf(stderr, "\r\033[K%s", format_text_progress(p, true).c_str());
+    } else if (!p.done) {
+      std::fprintf(stderr, "%s\n", format_text_progress(p, false).c_str());
+    }
+    std::fflush(stderr);
+  };
+  if (!tty) o.progress_interval_seconds = args.progress_seconds;
+  o.stop_requested = &stop_requested();
+  const auto clear_progress = [tty] {
+    if (tty) std::fprintf(stderr, "\r\033[K");
+  };
+  PrepareTextSummary summary;
+  try {
+    const StopSignalScope signals;
+    summary = prepare_text_corpus(o);
+  } catch (const PrepareInterrupted&) {
+    clear_progress();
+    const int signal_number = stop_signal();
+    if (signal_number == 0) throw;
+    std::fprintf(stderr,
+                 "tokenfeed: error: prepare-text interrupted by %s; '%s' was not written. Its finished shards are "
+                 "kept: run the same command with --resume to go on\n",
+                 stop_signal_name(signal_number), o.output_dir.string().c_str());
+    die_by_signal(signal_number);
+  } catch (...) {
+    clear_progress();
+    throw;
+  }
+  clear_progress();
+  print_summary(args, summary);
+}
+
+}  // namespace
+
+void add_prepare_text_command(CLI::App& app) {
+  auto args = std::make_shared<PrepareTextArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "prepare-text", "Turn raw text (JSONL, parquet, plain text) into a pretraining dataset of token streams or "
+                      "documents");
+  cmd->footer(kFooter);
+  PrepareTextOptions& o = args->options;
+  cmd->add_option("inputs", args->inputs, "Input files or globs")->required();
+  cmd->add_option("--output-dir", o.output_dir, "Dataset directory to create (must not exist, or be empty)")
+      ->required();
+  cmd->add_option("--format", args->format, "tokens (token-stream shards) or episodes (one episode per document)")
+      ->check(CLI::IsMember({"tokens", "episodes"}))
+      ->capture_default_str();
+  cmd->add_option("--text-field", o.read.text_field, "JSONL field (or parquet column) holding the text")
+      ->capture_default_str();
+  cmd->add_option("--doc-per", args->doc_per, "Plain text: a document per file, line, or blank-line-separated block")
+      ->check(CLI::IsMember({"file", "line", "blank-line"}))
+      ->capture_default_str();
+  auto* tokenizer =
+      cmd->add_option("--tokenizer", o.tokenizer, "bytes or sentencepiece:MODEL")->capture_default_str();
+  cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
+                  "A local Hugging Face tokenizer directory (tokenizer.json): runs the Python package")
+      ->excludes(tokenizer);
+  auto* eos = cmd->add_option("--eos-token", args->eos_token,
+                              "The end-of-text token appended to each document (default: the tokenizer's own)");
+  cmd->add_flag("--no-eos", args->no_eos, "Append no end-of-text id")->excludes(eos);
+  cmd->add_flag("--bos", o.prepend_bos, "Prepend the tokenizer's BOS id to each document");
+  const CLI::Validator below_one(
+      [](const std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (end == value.c_str() || *end != '\0' || !(v >= 0.0 && v < 1.0)) {
+          return "Value " + value + " not in [0, 1) (train needs documents)";
+        }
+        return {};
+      },
+      "FLOAT in [0, 1)");
+  cmd->add_option("--val-split", o.val_split, "Fraction of documents put in val/ (by content hash)")
+      ->check(below_one)
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the content-hash train/val split")->capture_default_str();
+  cmd->add_option("--shard-tokens", o.shard_tokens, "Maximum tokens per shard (cut only at document ends)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--token-dtype", args->token_dtype, "Token dtype; auto picks uint16 when the vocabulary fits")
+      ->check(CLI::IsMember({"auto", "uint16", "uint32"}))
+      ->capture_default_str();
+  cmd->add_option("--on-error", args->on_error, "A bad line: fail (stop, naming file and line) or skip (count it)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  cmd->add_option("--max-document-bytes", o.read.max_document_bytes,
+                  "A longer line or document is a bad line (document_too_long)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--workers", o.workers, "Threads that parse and tokenize (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "Continue a killed run into the same DIR, keeping its finished shards");
+  cmd->add_option("--progress-seconds", args->progress_seconds,
+                  "When stderr is not a terminal: a progress line every this many seconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->callback([args] { run_prepare_text(*args); });
+}
+
+}  // namespace tokenfeed::cli
