@@ -246,7 +246,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(run("inspect", tmp, "--pack-lookahead", "0"), "inspect bad --pack-lookahead", "--pack-lookahead",
                  status=2)
     expect_error(run("inspect", tmp, "--no-such-option"), "inspect unknown option", "--no-such-option", status=2)
-    for command in ("run", "dump", "inspect", "prepare", "bench", "show"):
+    for command in ("run", "dump", "inspect", "prepare", "prepare-text", "bench", "show"):
         r = run(command, "--help")
         check(r.returncode == 0 and "--help" in r.stdout and not r.stderr, f"{command} --help: {r.returncode} {r.stderr!r}")
     check(run("--help").returncode == 0, "--help exits 0")

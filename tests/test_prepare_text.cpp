@@ -121,7 +121,8 @@ std::vector<Ids> read_token_split(const fs::path& split_dir, std::uint64_t shard
     for (std::size_t d = 0; d < starts.size(); ++d) {
       const std::uint64_t end = d + 1 < starts.size() ? starts[d + 1] : t.size();
       REQUIRE(starts[d] < end);
-      docs.emplace_back(t.begin() + static_cast<std::ptrdiff_t>(starts[d]), t.begin() + static_cast<std::ptrdiff_t>(end));
+      docs.emplace_back(t.begin() + static_cast<std::ptrdiff_t>(starts[d]),
+                        t.begin() + static_cast<std::ptrdiff_t>(end));
     }
   }
   return docs;
@@ -183,6 +184,32 @@ TEST_CASE("prepare-text: token shards hold each document's own ids and eos, cut 
         sha256_file_hex(dir / "out" / "train" / "shard_00000.npy"));
 }
 
+TEST_CASE("prepare-text: with SentencePiece, each document is SentencePiece's own encode and the model's eos") {
+  const fs::path spm_train = test::find_spm_train();
+  REQUIRE_MESSAGE(!spm_train.empty(), "spm_train (Debian's sentencepiece package) is needed");
+  test::TempDir dir;
+  const fs::path model = test::train_sentencepiece(spm_train, dir.path(), "");
+  const std::vector<std::string> docs = sample_documents(400);
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  o.tokenizer = "sentencepiece:" + model.string();
+  o.prepend_bos = true;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  const auto t = make_tokenizer(o.tokenizer);
+  REQUIRE(t->model_eos_id());
+  REQUIRE(t->model_bos_id());
+  CHECK(s.eos_id == t->model_eos_id());
+  CHECK(s.vocab_size == t->describe().base_vocab_size);
+  const std::vector<Ids> got = read_token_split(dir / "out" / "train", 4096);
+  REQUIRE(got.size() == docs.size());
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    Ids want = {*t->model_bos_id()};
+    for (const std::uint32_t id : t->encode(docs[i])) want.push_back(id);
+    want.push_back(*t->model_eos_id());
+    CHECK(got[i] == want);
+  }
+}
+
 TEST_CASE("prepare-text: a document longer than a shard makes a shard of its own") {
   test::TempDir dir;
   write_bytes(dir / "c.txt", "short one\n" + std::string(5000, 'a') + "\nshort two\n");
@@ -228,9 +255,11 @@ TEST_CASE("prepare-text: JSONL, gzip, zstd and plain text of the same documents 
   write_bytes(dir / "d.txt", lines);
   write_bytes(dir / "e.txt.zst", zstd_of(paragraphs));
   std::map<std::string, std::string> reference;
-  for (const auto& [input, doc_per] : std::vector<std::pair<std::string, DocPer>>{
-           {"a.jsonl", DocPer::file}, {"b.jsonl.gz", DocPer::file}, {"c.jsonl.zst", DocPer::file},
-           {"d.txt", DocPer::line}, {"e.txt.zst", DocPer::blank_line}}) {
+  for (const auto& [input, doc_per] : std::vector<std::pair<std::string, DocPer>>{{"a.jsonl", DocPer::file},
+                                                                                  {"b.jsonl.gz", DocPer::file},
+                                                                                  {"c.jsonl.zst", DocPer::file},
+                                                                                  {"d.txt", DocPer::line},
+                                                                                  {"e.txt.zst", DocPer::blank_line}}) {
     CAPTURE(input);
     PrepareTextOptions o = base_options(dir / input, dir / ("out_" + input));
     o.read.doc_per = doc_per;
@@ -245,7 +274,7 @@ TEST_CASE("prepare-text: JSONL, gzip, zstd and plain text of the same documents 
   }
 }
 
-TEST_CASE("prepare-text: plain text per file keeps the text whole; blank-line joins a block's lines") {
+TEST_CASE("prepare-text: plain text per file keeps the text whole, and blank-line joins a block of lines") {
   test::TempDir dir;
   fs::create_directories(dir / "docs");
   write_bytes(dir / "docs" / "b.txt", "\xEF\xBB\xBFsecond\r\nfile\n");
@@ -301,16 +330,17 @@ TEST_CASE("prepare-text: eos, --eos-token, --no-eos and --bos") {
 
 TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and counted") {
   test::TempDir dir;
-  const std::string lines = "{\"text\": \"ok\"}\n"
-                            "not json\n"
-                            "{\"text\": null}\n"
-                            "{\"text\": 7}\n"
-                            "{\"body\": \"x\"}\n"
-                            "[1, 2]\n"
-                            "{\"text\": \"\"}\n"
-                            "   \n"
-                            "{\"text\": \"\\ud800\"}\n"
-                            "{\"text\": \"fine\"}\n";
+  const std::string lines =
+      "{\"text\": \"ok\"}\n"
+      "not json\n"
+      "{\"text\": null}\n"
+      "{\"text\": 7}\n"
+      "{\"body\": \"x\"}\n"
+      "[1, 2]\n"
+      "{\"text\": \"\"}\n"
+      "   \n"
+      "{\"text\": \"\\ud800\"}\n"
+      "{\"text\": \"fine\"}\n";
   write_bytes(dir / "c.jsonl", lines);
   PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
   CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("c.jsonl:2: invalid_json"), Error);

@@ -1,6 +1,11 @@
 #include "test_support.hpp"
 
+#include <doctest/doctest.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -9,6 +14,42 @@
 #include "tokenfeed/dataset_writer.hpp"
 
 namespace tokenfeed::test {
+
+namespace fs = std::filesystem;
+
+fs::path find_spm_train() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return {};
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    const fs::path candidate = fs::path(dir) / "spm_train";
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec)) return candidate;
+  }
+  return {};
+}
+
+fs::path train_sentencepiece(const fs::path& spm_train, const fs::path& dir, const std::string& user_symbols,
+                             const std::string& control_symbols) {
+  const fs::path corpus = fs::path(TOKENFEED_TEST_DATA_DIR) / "spm_corpus.txt";
+  REQUIRE(fs::exists(corpus));
+  const fs::path prefix = dir / "model";
+  std::string cmd = "'" + spm_train.string() + "' --input='" + corpus.string() + "' --model_prefix='" +
+                    prefix.string() +
+                    "' --vocab_size=400 --model_type=bpe --character_coverage=1.0 --byte_fallback=true"
+                    " --normalization_rule_name=identity --add_dummy_prefix=false --remove_extra_whitespaces=false"
+                    " --hard_vocab_limit=false --num_threads=1 --minloglevel=2";
+  if (!user_symbols.empty()) cmd += " --user_defined_symbols='" + user_symbols + "'";
+  if (!control_symbols.empty()) cmd += " --control_symbols='" + control_symbols + "'";
+  cmd += " > '" + (dir / "spm_train.log").string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  INFO("spm_train command: " << cmd);
+  REQUIRE(rc == 0);
+  REQUIRE(fs::exists(prefix.string() + ".model"));
+  return prefix.string() + ".model";
+}
 
 TempDir::TempDir() {
   static std::atomic<int> counter{0};

@@ -14,6 +14,16 @@
 
 namespace tokenfeed::test {
 
+// The spm_train executable on PATH (Debian's `sentencepiece` package), or empty.
+std::filesystem::path find_spm_train();
+
+// Trains a small BPE model (400 pieces) on tests/data/spm_corpus.txt with byte fallback and
+// identity normalization (so that decoding gives back the exact text) into `dir`, and returns
+// the .model file. `user_symbols` is passed as --user_defined_symbols and `control_symbols`
+// as --control_symbols.
+std::filesystem::path train_sentencepiece(const std::filesystem::path& spm_train, const std::filesystem::path& dir,
+                                          const std::string& user_symbols, const std::string& control_symbols = "");
+
 // A fresh directory under the system temp dir, removed (recursively) on destruction.
 class TempDir {
  public:

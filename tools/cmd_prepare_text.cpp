@@ -1,6 +1,6 @@
 // `tokenfeed prepare-text`: raw text (JSONL, parquet, plain text) -> a pretraining dataset of
 // token-stream shards or of documents as episodes. With --hf-tokenizer DIR, or parquet input,
-// the job is the Python package's (tokenfeed.prepare_text, which drives the same library code
+// the job is the Python package's (tokenfeed.text_corpus, which drives the same library code
 // with the `tokenizers` package or pyarrow): the command replaces itself with that program.
 #include <unistd.h>
 
@@ -23,7 +23,8 @@
 namespace tokenfeed::cli {
 namespace {
 
-constexpr const char* kFooter = R"help(Input: files or globs (quote them), read in sorted path order, documents in file order:
+constexpr const char* kFooter =
+    R"help(Input: files or globs (quote them), read in sorted path order, documents in file order:
   *.jsonl, *.json, *.ndjson   one JSON object per line; the document is --text-field
   *.parquet                   the --text-field column, by row group (needs pyarrow)
   anything else               plain UTF-8 text: --doc-per file (default), line, or blank-line
@@ -59,16 +60,16 @@ Examples:
   tokenfeed prepare-text 'web/*.parquet' --hf-tokenizer models/gpt2 --output-dir data/web --resume
 )help";
 
-// Runs tokenfeed.prepare_text with the given arguments; a missing package is one clear line.
+// Runs tokenfeed.text_corpus with the given arguments; a missing package is one clear line.
 constexpr const char* kPythonBootstrap = R"py(import sys
 try:
-    from tokenfeed import prepare_text
+    from tokenfeed import text_corpus
 except ImportError as e:
     sys.stderr.write("tokenfeed: error: --hf-tokenizer and parquet input run the tokenfeed Python package, which "
                      "%s cannot import (%s); install it with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON "
                      "to the Python that has it\n" % (sys.executable, e))
     sys.exit(2)
-sys.exit(prepare_text.main(sys.argv[1:]))
+sys.exit(text_corpus.main(sys.argv[1:]))
 )py";
 
 struct PrepareTextArgs {
@@ -135,9 +136,11 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   std::fflush(nullptr);
   ::execvp(python.c_str(), c_argv.data());
   const int err = errno;
-  throw Error(ErrorKind::config, "prepare-text runs the tokenfeed Python package for --hf-tokenizer and parquet "
-                                 "input, but '" + python + "' cannot be started (" + std::strerror(err) +
-                                     "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
+  throw Error(ErrorKind::config,
+              "prepare-text runs the tokenfeed Python package for --hf-tokenizer and parquet "
+              "input, but '" +
+                  python + "' cannot be started (" + std::strerror(err) +
+                  "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
 }
 
 bool needs_python(const PrepareTextArgs& args) {
@@ -227,9 +230,10 @@ void run_prepare_text(PrepareTextArgs& args) {
 
 void add_prepare_text_command(CLI::App& app) {
   auto args = std::make_shared<PrepareTextArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "prepare-text", "Turn raw text (JSONL, parquet, plain text) into a pretraining dataset of token streams or "
-                      "documents");
+  CLI::App* cmd =
+      app.add_subcommand("prepare-text",
+                         "Turn raw text (JSONL, parquet, plain text) into a pretraining dataset of token streams or "
+                         "documents");
   cmd->footer(kFooter);
   PrepareTextOptions& o = args->options;
   cmd->add_option("inputs", args->inputs, "Input files or globs")->required();
@@ -243,8 +247,7 @@ void add_prepare_text_command(CLI::App& app) {
   cmd->add_option("--doc-per", args->doc_per, "Plain text: a document per file, line, or blank-line-separated block")
       ->check(CLI::IsMember({"file", "line", "blank-line"}))
       ->capture_default_str();
-  auto* tokenizer =
-      cmd->add_option("--tokenizer", o.tokenizer, "bytes or sentencepiece:MODEL")->capture_default_str();
+  auto* tokenizer = cmd->add_option("--tokenizer", o.tokenizer, "bytes or sentencepiece:MODEL")->capture_default_str();
   cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
                   "A local Hugging Face tokenizer directory (tokenizer.json): runs the Python package")
       ->excludes(tokenizer);

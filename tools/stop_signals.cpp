@@ -22,7 +22,7 @@ void on_stop_signal(int signal_number) {
 }  // namespace
 
 StopSignalScope::StopSignalScope() {
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = static_cast<int>(SA_RESETHAND | SA_RESTART);  // SA_RESETHAND is 0x80000000u
@@ -49,7 +49,7 @@ const char* stop_signal_name(int signal_number) noexcept {
 void die_by_signal(int signal_number) {
   std::cout.flush();
   std::fflush(nullptr);
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
   ::sigaction(signal_number, &action, nullptr);

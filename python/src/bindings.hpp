@@ -63,6 +63,11 @@ nanobind::object numpy_owning(std::vector<T>&& values, std::initializer_list<std
   throw tokenfeed::Error(tokenfeed::ErrorKind::usage, message);
 }
 
+// The tokenfeed::Error that carries a Python exception raised by a callback across C++ code
+// (a tokenfeed.Error subclass keeps its kind; anything else is ErrorKind::pipeline with
+// Python's message). REQUIRES: the GIL held.
+tokenfeed::Error error_from_python(const nanobind::python_error& e);
+
 // Raises tokenfeed.ConversationError: a conversation the chat template functions cannot
 // serialize. REQUIRES: the GIL held, bind_errors done.
 [[noreturn]] void conversation_error(const std::string& message);
@@ -111,5 +116,7 @@ void bind_tokenizers(nanobind::module_& m);
 void bind_chat(nanobind::module_& m);
 // RL prompts and the group batcher (rl.cpp).
 void bind_rl(nanobind::module_& m);
+// _prepare_text: the library's prepare-text with Python's encoder and parquet reader (prepare_text.cpp).
+void bind_prepare_text(nanobind::module_& m);
 
 }  // namespace tokenfeed_python

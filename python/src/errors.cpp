@@ -79,6 +79,16 @@ void bind_errors(nb::module_& m) {
   });
 }
 
+tokenfeed::Error error_from_python(const nb::python_error& e) {
+  // A tokenfeed error keeps its kind; anything else is a failure of the Python code called.
+  for (std::size_t i = 0; i < kErrorKinds; ++i) {
+    if (g_error_classes[i] != nullptr && e.matches(g_error_classes[i])) {
+      return Error(static_cast<ErrorKind>(i), std::string(nb::str(e.value()).c_str()));
+    }
+  }
+  return Error(ErrorKind::pipeline, e.what());
+}
+
 void conversation_error(const std::string& message) {
   PyErr_SetString(g_conversation_error, message.c_str());
   throw nb::python_error();

@@ -11,6 +11,7 @@
 //   tokenizers.cpp      SpecialTokenIds, Tokenizer, make_tokenizer
 //   chat.cpp            the chat template's functions
 //   rl.cpp              RL prompts and the group batcher behind RLLoader
+//   prepare_text.cpp    _prepare_text: prepare-text with Python's tokenizer and parquet reader
 #include <string>
 
 #include <nanobind/nanobind.h>
@@ -39,4 +40,5 @@ NB_MODULE(_tokenfeed, m) {
   bind_tokenizers(m);
   bind_chat(m);
   bind_rl(m);
+  bind_prepare_text(m);
 }

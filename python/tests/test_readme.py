@@ -52,11 +52,11 @@ def test_synopses_list_every_option(cli):
     synopsis = re.search(r"## The `tokenfeed` command\n\n```\n(.*?)```", README, re.S).group(1)
     commands = {}
     for line in synopsis.splitlines():
-        m = re.match(r"tokenfeed (\w+)", line)
+        m = re.match(r"tokenfeed ([\w-]+)", line)
         if m:
             current = m.group(1)
         commands[current] = commands.get(current, "") + line
-    for command in ("run", "dump", "inspect", "prepare", "bench", "show"):
+    for command in ("run", "dump", "inspect", "prepare", "prepare-text", "bench", "show"):
         assert command in commands, command
         help_text = subprocess.run([cli, command, "--help"], capture_output=True, text=True, timeout=60).stdout
         options = set(re.findall(r"^\s+(--[a-z][a-z-]*)", help_text, re.M)) - {"--help"}

@@ -45,7 +45,8 @@ of time on background C++ threads, for Python and PyTorch training loops.
   tokenizer, all or nothing; the chat-template functions build them from pre-tokenized
   messages; ``prepare(input, output_dir, hf_tokenizer=DIR)`` makes a whole dataset from
   conversations with a model's own Hugging Face tokenizer and chat template (the ``[hf]``
-  extra).
+  extra); ``prepare_text(inputs, output_dir, ...)`` makes a pretraining dataset from raw text
+  (JSONL, parquet, plain text) with the built-in tokenizers or a Hugging Face one.
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ from ._tokenfeed import (  # noqa: F401  (re-exports)
 )
 from . import _tokenfeed as _core
 from .rl import RLLoader, ScoredGroup
+from .text_corpus import prepare_text
 
 __all__ = [
     "Batch",
@@ -107,6 +109,7 @@ __all__ = [
     "pack_sft_ids_and_mask",
     "plan_sft_window",
     "prepare",
+    "prepare_text",
     "serialize_chat",
     "serialize_chat_text",
     "set_logging",

@@ -33,7 +33,7 @@ class AppendFile {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | (resume ? 0 : O_CREAT | O_TRUNC), 0644);
     if (fd_ < 0) throw Error(ErrorKind::io, "cannot open '" + path_.string() + "' for writing: " + errno_text());
     if (resume) {
-      struct stat st{};
+      struct stat st {};
       if (::fstat(fd_, &st) != 0) fail("cannot read the size of");
       if (static_cast<std::uint64_t>(st.st_size) < keep_bytes) {
         throw Error(ErrorKind::format, "'" + path_.string() + "' holds " + std::to_string(st.st_size) +
@@ -167,9 +167,9 @@ void CorpusShardWriter::restore(const CorpusSplitState& state) {
       std::error_code ec;
       const std::uint64_t size = fs::file_size(path, ec);
       if (ec || size != expected) {
-        throw Error(ErrorKind::format, "'" + path.string() + "' is not the shard the resumed run finished (" +
-                                           (ec ? ec.message() : std::to_string(size) + " bytes, not " +
-                                                                    std::to_string(expected)) + ")");
+        throw Error(ErrorKind::format,
+                    "'" + path.string() + "' is not the shard the resumed run finished (" +
+                        (ec ? ec.message() : std::to_string(size) + " bytes, not " + std::to_string(expected)) + ")");
       }
     }
   }

@@ -40,15 +40,14 @@ struct CorpusShard {
 // Where a split stands: enough to resume it exactly.
 struct CorpusSplitState {
   std::vector<CorpusShard> finished;
-  std::uint64_t open_tokens = 0;     // of the open shard
+  std::uint64_t open_tokens = 0;  // of the open shard
   std::uint64_t open_documents = 0;
 };
 
 class CorpusShardWriter {
  public:
   // Creates `split_dir` when missing. REQUIRES: shard_tokens > 0.
-  CorpusShardWriter(std::filesystem::path split_dir, CorpusFormat format, TokenDtype dtype,
-                    std::uint64_t shard_tokens);
+  CorpusShardWriter(std::filesystem::path split_dir, CorpusFormat format, TokenDtype dtype, std::uint64_t shard_tokens);
   ~CorpusShardWriter();
   CorpusShardWriter(const CorpusShardWriter&) = delete;
   CorpusShardWriter& operator=(const CorpusShardWriter&) = delete;

@@ -64,8 +64,9 @@ ResolvedTokenizer resolve_tokenizer(const PrepareTextOptions& o) {
   if (o.encoder) {
     const EncoderIdentity& e = o.encoder_identity;
     if (o.append_eos && !e.eos_id) {
-      throw Error(ErrorKind::config, "the tokenizer defines no end-of-text token: name one with --eos-token, or "
-                                     "pass --no-eos");
+      throw Error(ErrorKind::config,
+                  "the tokenizer defines no end-of-text token: name one with --eos-token, or "
+                  "pass --no-eos");
     }
     if (o.prepend_bos && !e.bos_id) {
       throw Error(ErrorKind::config, "--bos: the tokenizer defines no beginning-of-sequence token");
@@ -180,7 +181,8 @@ class CorpusReader {
   // The next record; false when every file is read.
   bool next(TextRecord& r) {
     while (file_ < inputs_.size()) {
-      if (!reader_) reader_ = std::make_unique<TextFileReader>(inputs_[file_], file_, options_, std::exchange(skip_, 0));
+      if (!reader_)
+        reader_ = std::make_unique<TextFileReader>(inputs_[file_], file_, options_, std::exchange(skip_, 0));
       if (reader_->next(r)) return true;
       done_bytes_ += inputs_[file_].bytes;
       reader_.reset();
@@ -288,7 +290,8 @@ void write_json_atomically(const fs::path& path, const ordered_json& doc) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) throw Error(ErrorKind::io, "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
+  if (ec)
+    throw Error(ErrorKind::io, "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
 }
 
 // A leftover staging directory's manifest, when it is one this run can take over.
@@ -309,8 +312,7 @@ std::optional<nlohmann::json> read_manifest(const fs::path& dir, const std::stri
 // The split writers, the counters, and the manifest saved whenever a shard is finished.
 class CorpusSink {
  public:
-  CorpusSink(const fs::path& root, const PrepareTextOptions& o, TokenDtype dtype, std::string key,
-             ordered_json run)
+  CorpusSink(const fs::path& root, const PrepareTextOptions& o, TokenDtype dtype, std::string key, ordered_json run)
       : root_(root),
         train_(root / "train", o.format, dtype, o.shard_tokens),
         val_(root / "val", o.format, dtype, o.shard_tokens),
@@ -324,8 +326,9 @@ class CorpusSink {
     counters.val = split_counters_from(c.at("val"));
     counters.blank_lines = c.at("blank_lines").get<std::uint64_t>();
     for (const auto& [reason, s] : c.at("skipped").items()) {
-      counters.skipped[reason] = SkippedLines{s.at("count").get<std::uint64_t>(), s.at("first_line").get<std::uint64_t>(),
-                                              s.at("first_detail").get<std::string>()};
+      counters.skipped[reason] =
+          SkippedLines{s.at("count").get<std::uint64_t>(), s.at("first_line").get<std::uint64_t>(),
+                       s.at("first_detail").get<std::string>()};
     }
     train_.restore(split_state_from(m.at("splits").at("train")));
     val_.restore(split_state_from(m.at("splits").at("val")));
@@ -499,8 +502,8 @@ class TextCorpusRun {
     sink.finish(summary_);
     if (summary_.train.documents == 0) {
       throw Error(ErrorKind::format, "no document landed in train (" + std::to_string(summary_.val.documents) +
-                                         " in val, " + std::to_string(summary_.train.empty_documents +
-                                                                      summary_.val.empty_documents) +
+                                         " in val, " +
+                                         std::to_string(summary_.train.empty_documents + summary_.val.empty_documents) +
                                          " empty): the train split needs at least one");
     }
     if (summary_.val.documents == 0) fs::remove_all(staging->path() / "val", ec);
@@ -729,8 +732,8 @@ class TextCorpusRun {
       arena.execute([&] {
         if (o_.encoder) {
           tbb::parallel_pipeline(
-              live, head & tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::serial_in_order, encode) &
-                        tail);
+              live,
+              head & tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::serial_in_order, encode) & tail);
         } else {
           tbb::parallel_pipeline(live, head & tail);
         }

@@ -88,7 +88,7 @@ struct PrepareTextOptions {
   std::vector<std::string> inputs;   // paths or globs (expand_text_inputs)
   std::filesystem::path output_dir;  // must not exist, or be an empty directory
   CorpusFormat format = CorpusFormat::tokens;
-  TextReadOptions read;              // text field, doc-per, document size limit, parquet opener
+  TextReadOptions read;  // text field, doc-per, document size limit, parquet opener
 
   // The tokenizer: the built-in one named by `tokenizer` ("bytes" or "sentencepiece:MODEL"),
   // or, when set, `encoder` described by `encoder_identity`.
@@ -100,10 +100,10 @@ struct PrepareTextOptions {
   bool append_eos = true;
   bool prepend_bos = false;
 
-  double val_split = 0.0005;                 // fraction of documents in val, in [0, 1)
-  std::uint64_t seed = 0;                    // split seed
+  double val_split = 0.0005;                            // fraction of documents in val, in [0, 1)
+  std::uint64_t seed = 0;                               // split seed
   std::uint64_t shard_tokens = std::uint64_t{1} << 28;  // most tokens per shard, > 0
-  std::optional<TokenDtype> token_dtype;     // nullopt: uint16 when the vocabulary fits, else uint32
+  std::optional<TokenDtype> token_dtype;                // nullopt: uint16 when the vocabulary fits, else uint32
   OnBadLine on_error = OnBadLine::fail;
   std::size_t batch_bytes = std::size_t{1} << 20;  // text per chunk
   int workers = 0;                                 // 0: all cores

@@ -78,18 +78,24 @@ void make_bad(TextRecord& r, std::string_view reason, std::string detail) {
 
 const char* to_string(TextInputFormat format) noexcept {
   switch (format) {
-    case TextInputFormat::jsonl: return "jsonl";
-    case TextInputFormat::parquet: return "parquet";
-    case TextInputFormat::text: return "text";
+    case TextInputFormat::jsonl:
+      return "jsonl";
+    case TextInputFormat::parquet:
+      return "parquet";
+    case TextInputFormat::text:
+      return "text";
   }
   return "?";
 }
 
 const char* to_string(DocPer doc_per) noexcept {
   switch (doc_per) {
-    case DocPer::file: return "file";
-    case DocPer::line: return "line";
-    case DocPer::blank_line: return "blank-line";
+    case DocPer::file:
+      return "file";
+    case DocPer::line:
+      return "line";
+    case DocPer::blank_line:
+      return "blank-line";
   }
   return "?";
 }
@@ -98,8 +104,7 @@ DocPer parse_doc_per(std::string_view text) {
   if (text == "file") return DocPer::file;
   if (text == "line") return DocPer::line;
   if (text == "blank-line") return DocPer::blank_line;
-  throw Error(ErrorKind::config,
-              "--doc-per must be file, line or blank-line, not '" + std::string(text) + "'");
+  throw Error(ErrorKind::config, "--doc-per must be file, line or blank-line, not '" + std::string(text) + "'");
 }
 
 TextInputFormat text_input_format(const fs::path& path) {
@@ -108,7 +113,8 @@ TextInputFormat text_input_format(const fs::path& path) {
     if (ends_with(name, compressed)) name.resize(name.size() - std::strlen(compressed));
   }
   if (ends_with(name, ".parquet")) return TextInputFormat::parquet;
-  if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) return TextInputFormat::jsonl;
+  if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson"))
+    return TextInputFormat::jsonl;
   return TextInputFormat::text;
 }
 
@@ -134,7 +140,7 @@ std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& pa
   std::vector<TextInputFile> inputs;
   inputs.reserve(paths.size());
   for (const std::string& p : paths) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(p.c_str(), &st) != 0) {
       throw Error(ErrorKind::io, "cannot read input '" + p + "': " + std::strerror(errno));
     }
@@ -174,9 +180,8 @@ void parse_text_record(TextRecord& r, const std::string& field) {
   }
   nlohmann::json doc;
   try {
-    doc = parse_bounded_json(r.text, [&field](std::size_t depth, std::string_view key) {
-      return depth == 1 && key == field;
-    });
+    doc = parse_bounded_json(r.text,
+                             [&field](std::size_t depth, std::string_view key) { return depth == 1 && key == field; });
   } catch (const JsonParseError& e) {
     make_bad(r, kTextReasonInvalidJson, e.what());
     return;
@@ -203,7 +208,7 @@ struct TextFileReader::Impl {
   const TextInputFile& input;
   std::uint32_t index;
   const TextReadOptions& options;
-  std::unique_ptr<LineReader> lines;            // jsonl, text
+  std::unique_ptr<LineReader> lines;           // jsonl, text
   std::unique_ptr<ParquetTextReader> parquet;  // parquet
   std::vector<std::optional<std::string>> rows;
   std::size_t row_pos = 0;
@@ -355,9 +360,15 @@ bool TextFileReader::next(TextRecord& record) {
     any = d.next_jsonl(record);
   } else {
     switch (d.options.doc_per) {
-      case DocPer::file: any = d.next_file(record); break;
-      case DocPer::line: any = d.next_text_line(record); break;
-      case DocPer::blank_line: any = d.next_paragraph(record); break;
+      case DocPer::file:
+        any = d.next_file(record);
+        break;
+      case DocPer::line:
+        any = d.next_text_line(record);
+        break;
+      case DocPer::blank_line:
+        any = d.next_paragraph(record);
+        break;
     }
   }
   record.units_after = d.units;

@@ -41,8 +41,8 @@ DocPer parse_doc_per(std::string_view text);
 struct TextInputFile {
   std::filesystem::path path;
   TextInputFormat format = TextInputFormat::text;
-  std::uint64_t bytes = 0;     // size on disk
-  std::int64_t mtime_ns = 0;   // modification time, for the resume manifest
+  std::uint64_t bytes = 0;    // size on disk
+  std::int64_t mtime_ns = 0;  // modification time, for the resume manifest
 };
 
 // The format of `path` by its name (see above).
@@ -64,21 +64,21 @@ struct TextRecord {
     bad,        // a bad line: reason and detail say why
   };
   Kind kind = Kind::text;
-  std::string text;            // json_line: the line; text: the document; bad: the raw bytes, if any
-  std::string reason, detail;  // bad
-  std::uint32_t file = 0;      // index into the input files
-  std::uint64_t line = 0;      // first line (or row) of the record in its file, from 1
+  std::string text;               // json_line: the line; text: the document; bad: the raw bytes, if any
+  std::string reason, detail;     // bad
+  std::uint32_t file = 0;         // index into the input files
+  std::uint64_t line = 0;         // first line (or row) of the record in its file, from 1
   std::uint64_t units_after = 0;  // units of the file consumed through this record
 };
 
 // Reasons a record is bad, as counted in the summary.
-inline constexpr std::string_view kTextReasonInvalidJson = "invalid_json";     // not JSON (or not UTF-8 JSON)
-inline constexpr std::string_view kTextReasonNotObject = "not_an_object";      // JSON, but not an object
-inline constexpr std::string_view kTextReasonMissingField = "missing_field";   // no text field
-inline constexpr std::string_view kTextReasonNotString = "not_a_string";       // null or another type
-inline constexpr std::string_view kTextReasonInvalidUtf8 = "invalid_utf8";     // plain text that is not UTF-8
-inline constexpr std::string_view kTextReasonTooLong = "document_too_long";    // over max_document_bytes
-inline constexpr std::string_view kTextReasonTokenizer = "tokenizer_error";    // the tokenizer refused it
+inline constexpr std::string_view kTextReasonInvalidJson = "invalid_json";    // not JSON (or not UTF-8 JSON)
+inline constexpr std::string_view kTextReasonNotObject = "not_an_object";     // JSON, but not an object
+inline constexpr std::string_view kTextReasonMissingField = "missing_field";  // no text field
+inline constexpr std::string_view kTextReasonNotString = "not_a_string";      // null or another type
+inline constexpr std::string_view kTextReasonInvalidUtf8 = "invalid_utf8";    // plain text that is not UTF-8
+inline constexpr std::string_view kTextReasonTooLong = "document_too_long";   // over max_document_bytes
+inline constexpr std::string_view kTextReasonTokenizer = "tokenizer_error";   // the tokenizer refused it
 
 // Turns a json_line record into a text, empty or bad one, and checks a text record's UTF-8.
 // Cheap enough for the parallel stage; keeps only `field` of the object.
@@ -103,7 +103,7 @@ struct TextReadOptions {
   std::string text_field = "text";
   DocPer doc_per = DocPer::file;
   std::size_t max_document_bytes = std::size_t{64} << 20;  // a longer line or document is bad
-  ParquetOpener open_parquet;  // required for parquet input
+  ParquetOpener open_parquet;                              // required for parquet input
 };
 
 // Reads the records of one input file, from a given unit on.

@@ -1,0 +1,234 @@
+"""prepare-text from Python and through the command: ids equal to the Hugging Face tokenizer's
+own for every document (Unicode, empty, very long), for 1, 2 and 4 workers; parquet giving the
+bytes JSONL gives; the command handing --hf-tokenizer and parquet to the package; a run killed
+with SIGKILL at several points and resumed onto the bytes of an uninterrupted run; bad input."""
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenfeed
+
+pytest.importorskip("tokenizers")
+
+WORDS = ("the loader reads tokens from memory mapped files naïve café 東京 données 🙂 a b c "
+         "pretraining corpus documents packed whole into rows").split()
+
+
+def documents(n, seed=0):
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        if i % 97 == 5:
+            docs.append("")  # an empty document
+            continue
+        count = rng.randint(1, 4000 if i % 500 == 7 else 40)  # a few very long ones
+        docs.append(" ".join(rng.choice(WORDS) for _ in range(count)) + ("\n" if i % 11 == 0 else ""))
+    return docs
+
+
+def write_jsonl(path, docs):
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d, "meta": {"n": len(d or "")}}, ensure_ascii=False) + "\n")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A byte-level BPE trained here (about 2k ids) with an end-of-text token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>", "<s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(documents(2000, seed=1), trainer)
+    d = tmp_path_factory.mktemp("hf")
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "bos_token": "<s>"}))
+    return d
+
+
+def read_token_split(split_dir):
+    """The documents of a tokens-format split, from its shards and document offsets."""
+    docs = []
+    for shard in sorted(Path(split_dir).glob("shard_*.docs.npy")):
+        tokens = np.load(shard.with_name(shard.name.replace(".docs.npy", ".npy")))
+        starts = np.load(shard)
+        assert starts.dtype == np.uint64 and starts[0] == 0
+        ends = list(starts[1:]) + [len(tokens)]
+        docs.extend(tokens[int(s):int(e)].tolist() for s, e in zip(starts, ends))
+    return docs
+
+
+def dataset_files(root):
+    """Every file but the metadata (which names the inputs), with its SHA-256."""
+    root = Path(root)
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "dataset_metadata.json"}
+
+
+def run_prepare_text(*args, check=True, env=None):
+    """`python -m tokenfeed.text_corpus` in a fresh process (its own tokenizers thread pool)."""
+    r = subprocess.run([sys.executable, "-m", "tokenfeed.text_corpus", *map(str, args)], capture_output=True,
+                       text=True, env=env)
+    if check and r.returncode != 0:
+        raise AssertionError(f"prepare_text {args} failed ({r.returncode}): {r.stderr}")
+    return r
+
+
+def test_ids_equal_the_tokenizers_own_for_every_worker_count(hf_dir, tmp_path):
+    from tokenizers import Tokenizer
+    docs = documents(3000)
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    want = [tok.encode(d, add_special_tokens=False).ids + [eos] for d in docs if d != ""]
+    reference = None
+    for workers in (1, 2, 4):
+        out = tmp_path / f"out{workers}"
+        run_prepare_text(tmp_path / "c.jsonl", "--output-dir", out, "--hf-tokenizer", hf_dir, "--workers", workers,
+                         "--val-split", "0", "--shard-tokens", 20000)
+        assert read_token_split(out / "train") == want
+        files = dataset_files(out)
+        assert reference is None or files == reference
+        reference = files
+    meta = json.loads((tmp_path / "out1" / "dataset_metadata.json").read_text())
+    assert meta["eos_token_id"] == eos
+    assert meta["token_dtype"] == "uint16"
+    assert meta["splits"]["train"]["empty_documents"] == docs.count("")
+    assert meta["tokenizer"]["kind"] == "huggingface"
+    assert meta["tokenizer"]["sha256"] == hashlib.sha256((hf_dir / "tokenizer.json").read_bytes()).hexdigest()
+
+
+def test_bos_and_a_named_eos(hf_dir, tmp_path):
+    from tokenizers import Tokenizer
+    write_jsonl(tmp_path / "c.jsonl", ["one doc", "two docs"])
+    tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, bos=True,
+                               eos_token="<s>", val_split=0.0)
+    bos = eos = tok.token_to_id("<s>")
+    assert s["bos_token_id"] == bos
+    assert read_token_split(tmp_path / "out" / "train") == [
+        [bos] + tok.encode(t, add_special_tokens=False).ids + [eos] for t in ("one doc", "two docs")]
+    with pytest.raises(tokenfeed.ConfigError, match="not a token"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=hf_dir, eos_token="<nope>")
+    with pytest.raises(tokenfeed.IoError, match="no tokenizer.json"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=tmp_path)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_parquet_gives_the_bytes_jsonl_gives(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = documents(1500)
+    write_jsonl(tmp_path / "c.jsonl", docs + [None])
+    table = pa.table({"id": list(range(len(docs) + 1)), "text": docs + [None]})
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=100)
+    common = dict(val_split=0.1, shard_tokens=5000, on_error="skip")
+    a = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "a", **common)
+    b = tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "b", **common)
+    assert dataset_files(tmp_path / "a") == dataset_files(tmp_path / "b")
+    assert a["train"] == b["train"] and a["val"] == b["val"]
+    assert b["skipped"]["not_a_string"]["count"] == 1
+    with pytest.raises(tokenfeed.FormatError, match="has no column 'body'"):
+        tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "c", text_field="body")
+    with pytest.raises(tokenfeed.FormatError, match=r"c.parquet:1501: not_a_string"):
+        tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_command_hands_hf_and_parquet_to_the_package(cli, hf_dir, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = documents(300)
+    pq.write_table(pa.table({"text": docs}), tmp_path / "c.parquet", row_group_size=64)
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.parquet"), "--output-dir", str(tmp_path / "out"),
+                        "--hf-tokenizer", str(hf_dir), "--val-split", "0"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "prepare-text: wrote" in r.stdout
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    assert read_token_split(tmp_path / "out" / "train") == [
+        tok.encode(d, add_special_tokens=False).ids + [eos] for d in docs if d]
+    bad = subprocess.run([cli, "prepare-text", str(tmp_path / "c.parquet"), "--output-dir", str(tmp_path / "o2"),
+                          "--text-field", "body"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 4 and "has no column 'body'" in bad.stderr
+
+
+def test_killed_runs_resume_onto_the_bytes_of_an_uninterrupted_run(cli, tmp_path):
+    docs = documents(30000, seed=3) * 8  # about 30 MB: 30 chunks, a progress line each
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    common = ["--val-split", "0.01", "--shard-tokens", "60000", "--workers", "1", "--progress-seconds", "0"]
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(tmp_path / "full"),
+                        *common], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    reference = dataset_files(tmp_path / "full")
+    assert len(reference) > 20
+    for kill_after in (3, 12, 24):  # progress lines (one per chunk of about 1 MB)
+        out = tmp_path / f"killed{kill_after}"
+        p = subprocess.Popen([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(out), *common,
+                              "--resume"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines = 0
+        for _ in p.stderr:
+            lines += 1
+            if lines == kill_after:
+                p.send_signal(signal.SIGKILL)
+                break
+        p.wait(timeout=60)
+        assert p.returncode == -signal.SIGKILL, "the run ended before it was killed"
+        assert not out.exists()
+        r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(out), *common,
+                            "--resume"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert dataset_files(out) == reference
+        full = json.loads((tmp_path / "full" / "dataset_metadata.json").read_text())
+        resumed = json.loads((out / "dataset_metadata.json").read_text())
+        assert resumed["splits"] == full["splits"] and resumed["content_sha256"] == full["content_sha256"]
+        if kill_after >= 12:
+            assert "kept from the killed run" in r.stdout
+    # Without --resume, a killed run's staging directory is removed and the run starts over.
+    p = subprocess.Popen([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(tmp_path / "fresh"),
+                          *common], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for i, _ in enumerate(p.stderr):
+        if i == 10:
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGKILL and not (tmp_path / "fresh").exists()
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(tmp_path / "fresh"),
+                        *common], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert dataset_files(tmp_path / "fresh") == reference
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_ctrl_c_stops_the_run_and_keeps_it_resumable(tmp_path):
+    docs = documents(30000, seed=4) * 8
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    args = [tmp_path / "c.jsonl", "--output-dir", tmp_path / "out", "--shard-tokens", "20000", "--workers", "1",
+            "--progress-seconds", "0"]
+    p = subprocess.Popen([sys.executable, "-m", "tokenfeed.text_corpus", *map(str, args)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for i, _ in enumerate(p.stderr):
+        if i == 5:
+            started = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            break
+    rest = p.stderr.read()
+    p.wait(timeout=30)
+    assert time.monotonic() - started < 5
+    assert p.returncode == -signal.SIGINT, rest
+    assert "--resume" in rest
+    r = run_prepare_text(*args, "--resume")
+    assert "kept from the killed run" in r.stdout

@@ -1,0 +1,322 @@
+"""Pretraining corpora: raw text to a tokenfeed dataset (``tokenfeed prepare-text``).
+
+    import tokenfeed
+    tokenfeed.prepare_text(["web/*.jsonl.zst"], "data/web", hf_tokenizer="models/gpt2")
+
+    python -m tokenfeed.text_corpus 'web/*.parquet' --output-dir data/web --hf-tokenizer DIR
+
+Reading, splitting, sharding, staging and resuming are the C++ library's (the same code as
+the ``tokenfeed prepare-text`` command, which runs this module for ``--hf-tokenizer`` and
+parquet input); this module brings what only Python has:
+
+- ``--hf-tokenizer DIR``: a local Hugging Face ``tokenizer.json`` through the ``tokenizers``
+  package, each document encoded as ``Tokenizer.encode(text, add_special_tokens=False).ids``
+  (in batches, ``encode_batch``, on ``--workers`` threads); ``tokenizer_config.json``, when
+  present, names the end-of-text and BOS tokens (``eos_token``, ``bos_token``).
+- parquet input through pyarrow, one row group at a time.
+
+Both are in the ``[hf]`` extra: ``pip install 'tokenfeed[hf]'``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from . import _tokenfeed as _core
+from ._tokenfeed import ConfigError, FormatError, IoError, UsageError
+
+_Path = Union[str, "os.PathLike[str]"]
+_EXTRA_HINT = "pip install 'tokenfeed[hf]'"
+
+
+def _require(module: str, what: str) -> Any:
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as e:
+        raise ConfigError(f"{what} needs the Python package '{module.split('.')[0]}' ({_EXTRA_HINT}): {e}") from e
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _token_text(value: Any) -> Optional[str]:
+    """A special token from tokenizer_config.json: a string, or an AddedToken dict."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+class HfTextEncoder:
+    """A local Hugging Face tokenizer directory, for plain text: tokenizer.json (required) and
+    tokenizer_config.json (optional: eos_token, bos_token)."""
+
+    def __init__(self, directory: _Path, eos_token: Optional[str], bos: bool) -> None:
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--hf-tokenizer '{directory}' is not a local directory (tokenfeed reads local files "
+                              "only; fetch tokenizer.json and tokenizer_config.json first)")
+        tokenizers = _require("tokenizers", "--hf-tokenizer")
+        self.tokenizer_json = os.path.join(directory, "tokenizer.json")
+        if not os.path.isfile(self.tokenizer_json):
+            raise IoError(f"--hf-tokenizer '{directory}' has no tokenizer.json (a Hugging Face fast tokenizer "
+                          "directory has one)")
+        try:
+            self.tokenizer = tokenizers.Tokenizer.from_file(self.tokenizer_json)
+        except Exception as e:  # the Rust side raises a plain Exception for a malformed file
+            raise FormatError(f"'{self.tokenizer_json}' is not a tokenizer the tokenizers library can load: {e}") from e
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        config: Dict[str, Any] = {}
+        config_json = os.path.join(directory, "tokenizer_config.json")
+        if os.path.isfile(config_json):
+            try:
+                with open(config_json, encoding="utf-8") as f:
+                    config = json.load(f)
+            except ValueError as e:
+                raise FormatError(f"'{config_json}' is not valid JSON: {e}") from e
+            if not isinstance(config, dict):
+                raise FormatError(f"'{config_json}' must hold a JSON object")
+        self.eos_token = eos_token if eos_token is not None else _token_text(config.get("eos_token"))
+        self.bos_token = _token_text(config.get("bos_token")) if bos else None
+        self.eos_id = self._id(self.eos_token, "--eos-token" if eos_token is not None else "eos_token")
+        self.bos_id = self._id(self.bos_token, "bos_token")
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(self.tokenizer.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=-1) + 1)
+        # encode_batch_fast (tokenizers >= 0.21) skips the offsets, which ids do not need.
+        self._encode_batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        self.version = f"tokenizers {tokenizers.__version__}"
+
+    def _id(self, token: Optional[str], what: str) -> Optional[int]:
+        if token is None:
+            return None
+        token_id = self.tokenizer.token_to_id(token)
+        if token_id is None:
+            raise ConfigError(f"{what} '{token}' is not a token of '{self.tokenizer_json}'")
+        return int(token_id)
+
+    def encode(self, texts: List[str]) -> List[List[int]]:
+        """Each text's ids, no special tokens added: Tokenizer.encode(text, add_special_tokens=False).ids."""
+        return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
+
+    def identity(self) -> Dict[str, Any]:
+        return {"kind": "huggingface", "model": os.path.realpath(self.tokenizer_json),
+                "sha256": _sha256_file(self.tokenizer_json), "version": self.version, "vocab_size": self.vocab_size,
+                "eos_token_id": self.eos_id, "bos_token_id": self.bos_id}
+
+
+class ParquetColumn:
+    """One text column of a parquet file, from a row on, a row group at a time."""
+
+    def __init__(self, path: str, column: str, first_row: int) -> None:
+        pq = _require("pyarrow.parquet", "parquet input")
+        pa = _require("pyarrow", "parquet input")
+        try:
+            self.file = pq.ParquetFile(path)
+        except Exception as e:
+            raise FormatError(f"'{path}' is not a parquet file pyarrow can read: {e}") from e
+        schema = self.file.schema_arrow
+        if column not in schema.names:
+            raise FormatError(f"'{path}' has no column '{column}' (it has {schema.names}); name the text column "
+                              "with --text-field")
+        kind = schema.field(column).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise FormatError(f"'{path}': column '{column}' holds {kind}, not strings")
+        self.path, self.column = path, column
+        self.column_index = schema.names.index(column)
+        self.group = 0
+        self.skip = first_row
+        self.bytes_read = 0
+        meta = self.file.metadata
+        while self.group < meta.num_row_groups and self.skip >= meta.row_group(self.group).num_rows:
+            self.skip -= meta.row_group(self.group).num_rows
+            self.bytes_read += self._group_bytes(self.group)
+            self.group += 1
+
+    def _group_bytes(self, group: int) -> int:
+        row_group = self.file.metadata.row_group(group)
+        # The column's chunk; a nested schema's leaf index may differ, so fall back to the group.
+        try:
+            return int(row_group.column(self.column_index).total_compressed_size)
+        except Exception:
+            return int(row_group.total_byte_size)
+
+    def next_batch(self) -> Optional[List[Any]]:
+        if self.group >= self.file.metadata.num_row_groups:
+            return None
+        values = self.file.read_row_group(self.group, columns=[self.column]).column(0).to_pylist()
+        self.bytes_read += self._group_bytes(self.group)
+        self.group += 1
+        if self.skip:
+            values, self.skip = values[self.skip:], 0
+        return values
+
+
+def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, format: str = "tokens",  # noqa: A002
+                 text_field: str = "text", doc_per: str = "file", tokenizer: str = "bytes",
+                 hf_tokenizer: Optional[_Path] = None, eos_token: Optional[str] = None, eos: bool = True,
+                 bos: bool = False, val_split: float = 0.0005, seed: int = 0, shard_tokens: int = 1 << 28,
+                 token_dtype: str = "auto", on_error: str = "fail", max_document_bytes: int = 64 << 20,
+                 workers: int = 0, resume: bool = False,
+                 progress: Optional[Callable[[str, str, bool], None]] = None,
+                 progress_seconds: float = 5.0) -> Dict[str, Any]:
+    """Prepares a pretraining dataset from raw text; the options are the command's
+    (``tokenfeed prepare-text --help``). ``inputs``: paths or globs. ``format``: "tokens"
+    (token-stream shards with document offsets) or "episodes" (one episode per document, for
+    sft_packed with truncation=split). ``tokenizer``: "bytes" or "sentencepiece:MODEL", or
+    ``hf_tokenizer``: a local Hugging Face tokenizer directory. ``workers``: threads that
+    tokenize (0: all cores; with ``hf_tokenizer``, the ``tokenizers`` thread pool, which is
+    sized once per process: set it before the first parallel encode). ``progress(bar, line,
+    done)`` is called every ``progress_seconds``. Returns the summary as a dict. Ctrl-C stops
+    the run and keeps its finished shards for ``resume=True``."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    paths = [os.fspath(p) for p in inputs]
+    encoder: Optional[HfTextEncoder] = None
+    if hf_tokenizer is not None:
+        if workers > 0:
+            os.environ["RAYON_RS_NUM_CPUS"] = str(workers)  # the tokenizers thread pool, when it starts
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+        encoder = HfTextEncoder(hf_tokenizer, eos_token, bos)
+    return _core._prepare_text(
+        paths, os.fspath(output_dir), format, text_field, doc_per, tokenizer,
+        encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
+        eos_token if encoder is None else None, eos, bos, float(val_split), int(seed), int(shard_tokens),
+        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), ParquetColumn,
+        progress, float(progress_seconds))
+
+
+def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str) -> None:
+    def plural(n: int, noun: str) -> str:
+        return f"{n} {noun}{'' if n == 1 else 's'}"
+
+    lines = [f"tokenfeed prepare-text: wrote {output_dir} ({fmt})",
+             f"  input      {plural(s['input_files'], 'file')}, {s['input_bytes'] / 1e6:.1f} MB"]
+    for name in ("train", "val"):
+        c = s[name]
+        lines.append(f"  {name:<5}      {plural(c['documents'], 'document')}, {plural(c['tokens'], 'token')}, "
+                     f"{plural(c['shards'], 'shard')}; {c['empty_documents']} empty, {c['skipped_lines']} skipped")
+    if s["resumed"]:
+        lines.append(f"  resumed    {plural(s['shards_reused'], 'finished shard')} kept from the killed run")
+    for d in s["removed_stale_dirs"]:
+        lines.append(f"  removed    {d} (left by an earlier run that was killed)")
+    for reason, r in s["skipped"].items():
+        lines.append(f"  skipped    {reason}: {r['count']} (first: {r['first']})")
+    eos, bos = s["eos_token_id"], s["bos_token_id"]
+    lines.append(f"  tokenizer  {tokenizer}, vocab {s['vocab_size']}, token dtype {s['token_dtype']}, "
+                 f"eos {'none' if eos is None else eos}, bos {'none' if bos is None else bos}")
+    tokens = s["train"]["tokens"] + s["val"]["tokens"]
+    rate = tokens / s["seconds"] if s["seconds"] > 0 else 0.0
+    lines.append(f"  time       {s['seconds']:.2f} s ({rate / 1e6:.2f} Mtokens/s)")
+    print("\n".join(lines), flush=True)
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
+    bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
+    bad line under --on-error fail, corrupt input, or no document for train), 6 (anything
+    else); ended by the signal that stopped it."""
+    p = argparse.ArgumentParser(prog="tokenfeed prepare-text",
+                                description="Turn raw text into a pretraining dataset (see tokenfeed prepare-text "
+                                            "--help)")
+    p.add_argument("inputs", nargs="+", help="input files or globs")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--format", choices=("tokens", "episodes"), default="tokens")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--doc-per", choices=("file", "line", "blank-line"), default="file")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--tokenizer", default="bytes")
+    group.add_argument("--hf-tokenizer")
+    eos = p.add_mutually_exclusive_group()
+    eos.add_argument("--eos-token")
+    eos.add_argument("--no-eos", action="store_true")
+    p.add_argument("--bos", action="store_true")
+    p.add_argument("--val-split", type=float, default=0.0005)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shard-tokens", type=int, default=1 << 28)
+    p.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
+    p.add_argument("--on-error", choices=("fail", "skip"), default="fail")
+    p.add_argument("--max-document-bytes", type=int, default=64 << 20)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--progress-seconds", type=float, default=5.0)
+    args = p.parse_args(argv)
+    tty = sys.stderr.isatty()
+
+    def show(bar: str, line: str, done: bool) -> None:
+        if tty:
+            sys.stderr.write("\r\033[K" + bar)
+        elif not done:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def clear() -> None:
+        if tty:
+            sys.stderr.write("\r\033[K")
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise _Stop(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        summary = prepare_text(args.inputs, args.output_dir, format=args.format, text_field=args.text_field,
+                               doc_per=args.doc_per, tokenizer=args.tokenizer, hf_tokenizer=args.hf_tokenizer,
+                               eos_token=args.eos_token, eos=not args.no_eos, bos=args.bos, val_split=args.val_split,
+                               seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
+                               on_error=args.on_error, max_document_bytes=args.max_document_bytes,
+                               workers=args.workers, resume=args.resume, progress=show,
+                               progress_seconds=0.5 if tty else args.progress_seconds)
+    except _Stop as e:
+        clear()
+        name = signal.Signals(e.signum).name
+        sys.stderr.write(f"tokenfeed: error: prepare-text interrupted by {name}; '{args.output_dir}' was not "
+                         "written. Its finished shards are kept: run the same command with --resume to go on\n")
+        sys.stderr.flush()
+        signal.signal(e.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), e.signum)
+        return 128 + e.signum
+    except (ConfigError, UsageError) as e:
+        return _fail(e, 2)
+    except IoError as e:
+        return _fail(e, 3)
+    except FormatError as e:
+        return _fail(e, 4)
+    except OSError as e:
+        return _fail(e, 3)
+    except Exception as e:  # a failure of the run itself, not of its input
+        return _fail(e, 6)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    clear()
+    _print_summary(summary, args.output_dir, args.format,
+                   f"huggingface {args.hf_tokenizer}" if args.hf_tokenizer else args.tokenizer)
+    return 0
+
+
+def _fail(e: BaseException, status: int) -> int:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+    sys.stderr.write(f"tokenfeed: error: {e}\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
