@@ -8,6 +8,8 @@ content line of `tokenfeed run`:
   lookahead packs (checked against the dump's segments), and its usage errors;
 - inspect --packed --truncation split reports the documents cut and the padding, as a
   run with truncation=split packs them;
+- shard_NNNNN.docs.npy beside token-stream shards: counted as documents, never as a shard,
+  and refused when invalid;
 - verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
 - --print-config's pad id follows the loader's precedence (pad_token_id, eot, eos);
 - --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
@@ -280,6 +282,24 @@ def test_packed_split(tmp):
               f"split: the run packs {pieces} pieces holding every label position")
 
 
+def test_stream_documents(tmp):
+    root = os.path.join(tmp, "pretrain")
+    os.makedirs(os.path.join(root, "train"))
+    tokens = stream_tokens(3000, 5)
+    write_npy(os.path.join(root, "train", "shard_00000.npy"), tokens[:2000])
+    write_npy(os.path.join(root, "train", "shard_00001.npy"), tokens[2000:])
+    write_npy(os.path.join(root, "train", "shard_00000.docs.npy"), [0, 100, 700, 1999], "<u8")
+    write_npy(os.path.join(root, "train", "shard_00001.docs.npy"), [0, 10], "<u8")
+    r = run("inspect", root, "--block-size", "64")
+    check(r.returncode == 0 and "2 files" in r.stdout and "shard_00000.npy: 2000 tokens" in r.stdout
+          and "4 documents (shard_00000.docs.npy)" in r.stdout
+          and "docs.npy     6 documents, offsets beside 2 of 2 files" in r.stdout and "docs.npy:" not in r.stdout, f"docs.npy beside shards: {r.returncode} {r.stdout} {r.stderr}")
+    write_npy(os.path.join(root, "train", "shard_00001.docs.npy"), [0, 1000], "<u8")
+    r = run("inspect", root)
+    check(r.returncode != 0 and "shard_00001.docs.npy" in r.stdout + r.stderr,
+          f"an offset past its shard is refused, naming the file: {r.returncode} {r.stdout} {r.stderr}")
+
+
 def test_verdicts(tmp):
     meta = {"token_dtype": "uint16", "eot_token_id": 0}
     config = os.path.join(tmp, "verdict.xml")
@@ -491,6 +511,7 @@ with tempfile.TemporaryDirectory() as tmp:
     test_nanogpt_example(tmp)
     test_packed(tmp)
     test_packed_split(tmp)
+    test_stream_documents(tmp)
     test_verdicts(tmp)
     test_deep(tmp)
     test_deep_corruption(tmp)

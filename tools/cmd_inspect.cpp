@@ -466,13 +466,29 @@ void describe_stream_files(const DatasetMetadata& meta, const std::string& name,
   found.stream_files.push_back(file_tokens);
   std::printf("  layout       %s, %zu file%s\n", split.flat() ? ("flat (" + name + ".bin)").c_str() : "sharded",
               split.files().size(), split.files().size() == 1 ? "" : "s");
+  std::uint64_t documents = 0, with_docs = 0;
   for (const StreamFile& f : split.files()) {
     const bool bin = f.map.path().extension() == ".bin";
-    std::printf("  file         %s: %llu tokens, %s%s\n", f.map.path().filename().c_str(),
+    const std::string docs =
+        f.documents ? ", " + std::to_string(*f.documents) + " documents (" + f.map.path().stem().string() + ".docs.npy)"
+                    : std::string();
+    std::printf("  file         %s: %llu tokens, %s%s%s\n", f.map.path().filename().c_str(),
                 static_cast<unsigned long long>(f.tokens), to_string(f.dtype),
-                !bin ? " (from its .npy header)" : meta.token_dtype ? " (from dataset_metadata.json)" : " (from --token-dtype)");
+                !bin               ? " (from its .npy header)"
+                : meta.token_dtype ? " (from dataset_metadata.json)"
+                                   : " (from --token-dtype)",
+                docs.c_str());
+    if (f.documents) {
+      documents += *f.documents;
+      ++with_docs;
+    }
   }
   std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
+  if (with_docs > 0) {
+    std::printf("  docs.npy     %llu documents, offsets beside %llu of %zu files\n",
+                static_cast<unsigned long long>(documents), static_cast<unsigned long long>(with_docs),
+                split.files().size());
+  }
 }
 
 // The windows --block-size gives (none without it); why the loader would refuse the split
