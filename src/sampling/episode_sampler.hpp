@@ -117,9 +117,9 @@ class EpisodeSampler {
   }
 
  private:
-  IdList kept_;              // iota for an IdRange
-  std::shared_ptr<const DocumentPieces> pieces_;
-  std::uint64_t count_ = 0;  // kept_.size(), or pieces_->size()
+  IdList kept_;                                   // iota for an IdRange
+  std::shared_ptr<const DocumentPieces> pieces_;  // truncation=split: the ids are its piece numbers
+  std::uint64_t count_ = 0;                       // kept_.size(), or pieces_->size()
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;
