@@ -4,11 +4,11 @@
 // The padding rule, per row, for an episode whose kept sequence t (see EpisodeWindows)
 // has length n <= L = block_size + 1: right-pad t to L with pad_token_id,
 // x = t[0:block_size], y = t[1:L]; the mask aligned to y is mask[1:L] with 0 on padding.
-// Fill rows are x = y = pad, mask 0, id -1. With truncation=split the sampled ids are piece
-// numbers (DocumentPieces) and each row is one piece, t its tokens, the row's id its
-// episode's. The batch contract's fields follow: labels = y
+// Fill rows are x = y = pad, mask 0, id -1. The batch contract's fields follow: labels = y
 // where there is a loss (not padding, mask non-zero), else ignore_index; one sequence of
-// n - 1 positions per row, then the row's padding.
+// n - 1 positions per row, then the row's padding. With truncation=split the sampled ids
+// are piece numbers (DocumentPieces) and each row is one piece: t is the piece's tokens,
+// the row's id its episode's.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
