@@ -6,6 +6,10 @@ content line of `tokenfeed run`:
   snippet written to a config and dumped; the block size chosen without --block-size;
 - inspect --packed reproduces what a sft_packed run with the same truncation, seed and
   lookahead packs (checked against the dump's segments), and its usage errors;
+- inspect --packed --truncation split reports the documents cut and the padding, as a
+  run with truncation=split packs them;
+- shard_NNNNN.docs.npy beside token-stream shards: counted as documents, never as a shard,
+  and refused when invalid;
 - verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
 - --print-config's pad id follows the loader's precedence (pad_token_id, eot, eos);
 - --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
@@ -24,12 +28,13 @@ import tempfile
 from cli_support import check, finish, npy_values, run, write_config
 
 
-def write_npy_u16(path, tokens):
-    header = "{'descr': '<u2', 'fortran_order': False, 'shape': (%d,), }" % len(tokens)
+def write_npy(path, values, descr="<u2"):
+    """A 1-D .npy file of uint16 (tokens) or uint64 ('<u8': document offsets) values."""
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (descr, len(values))
     header += " " * (63 - (10 + len(header)) % 64) + "\n"
     with open(path, "wb") as f:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1"))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+        f.write(struct.pack(f"<{len(values)}{'Q' if descr == '<u8' else 'H'}", *values))
 
 
 def write_episodes(root, split, shards, with_mask=True):
@@ -149,8 +154,8 @@ def test_nanogpt_example(tmp):
     npy = os.path.join(tmp, "npy")
     os.makedirs(os.path.join(npy, "train"))
     long_stream = stream_tokens(20000, 3)  # 9 whole 1025-token windows in each file
-    write_npy_u16(os.path.join(npy, "train", "part_0.npy"), long_stream[:10000])
-    write_npy_u16(os.path.join(npy, "train", "part_1.npy"), long_stream[10000:])
+    write_npy(os.path.join(npy, "train", "part_0.npy"), long_stream[:10000])
+    write_npy(os.path.join(npy, "train", "part_1.npy"), long_stream[10000:])
     r = run("inspect", npy, "--print-config")
     xml = snippet(r.stdout)
     check(r.returncode == 0 and "(from its .npy header)" in r.stdout and "<token_dtype>" not in xml
@@ -238,6 +243,61 @@ def test_packed(tmp):
         json.dump({"token_dtype": "uint16", "eot_token_id": 94}, f)
     expect_usage_error(run("inspect", plain, "--block-size", "8", "--packed", "--truncation", "drop_oldest_turns"),
                        "drop_oldest_turns without special_tokens", "special_tokens")
+
+
+def test_packed_split(tmp):
+    # Pretraining documents as episodes without masks (prepare-text --format episodes).
+    data = os.path.join(tmp, "documents")
+    lengths = [2 + (d * 37) % 41 for d in range(50)]
+    write_episodes(data, "train", [[([1 + (d + p) % 300 for p in range(n)], [1] * n) for d, n in enumerate(lengths)]],
+                   with_mask=False)
+    with open(os.path.join(data, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    T = 8
+    pieces = sum((n - 2) // T + 1 for n in lengths)
+    cut = sum(1 for n in lengths if n > T + 1)
+    r = run("inspect", data, "--block-size", str(T), "--packed", "--truncation", "split")
+    m = re.search(r"split        (\d+) of (\d+) documents cut \(([\d.]+)%\) into (\d+) pieces; "
+                  r"padding (\d+) of (\d+) packed positions \(([\d.]+)%\)", r.stdout)
+    rows = re.search(r"packing      sft_packed: (\d+) rows", r.stdout)
+    check(r.returncode == 0 and m is not None and rows is not None, f"--truncation split: {r.returncode} {r.stdout} {r.stderr}")
+    if not (m and rows):
+        return
+    check((int(m.group(1)), int(m.group(2)), int(m.group(4))) == (cut, len(lengths), pieces),
+          f"split: {cut} of {len(lengths)} documents cut into {pieces} pieces: {m.group(0)}")
+    check(m.group(3) == f"{100 * cut / len(lengths):.1f}", f"split: the fraction cut: {m.group(0)}")
+    # The run: every label position of every document trained, in `rows` rows of T.
+    cells = int(rows.group(1)) * T
+    check((int(m.group(5)), int(m.group(6))) == (cells - sum(n - 1 for n in lengths), cells),
+          f"split: the padding is what the pieces leave of {cells} positions: {m.group(0)}")
+    config = os.path.join(tmp, "split.xml")
+    write_config(config, data, dataset_mode="sft_packed", batch_size=1, block_size=T, epoch_drop_last="false",
+                 truncation="split")
+    out = os.path.join(tmp, "split_dump")
+    d = run("dump", "--config", config, "--batches", rows.group(1), "--out", out)
+    check(d.returncode == 0, f"split: dump: {d.stderr}")
+    if d.returncode == 0:
+        _, shape, seg = npy_values(os.path.join(out, "segments.npy"))
+        check(shape[0] == pieces and sum(seg[5 * k + 3] for k in range(shape[0])) == sum(n - 1 for n in lengths),
+              f"split: the run packs {pieces} pieces holding every label position")
+
+
+def test_stream_documents(tmp):
+    root = os.path.join(tmp, "pretrain")
+    os.makedirs(os.path.join(root, "train"))
+    tokens = stream_tokens(3000, 5)
+    write_npy(os.path.join(root, "train", "shard_00000.npy"), tokens[:2000])
+    write_npy(os.path.join(root, "train", "shard_00001.npy"), tokens[2000:])
+    write_npy(os.path.join(root, "train", "shard_00000.docs.npy"), [0, 100, 700, 1999], "<u8")
+    write_npy(os.path.join(root, "train", "shard_00001.docs.npy"), [0, 10], "<u8")
+    r = run("inspect", root, "--block-size", "64")
+    check(r.returncode == 0 and "2 files" in r.stdout and "shard_00000.npy: 2000 tokens" in r.stdout
+          and "4 documents (shard_00000.docs.npy)" in r.stdout
+          and "docs.npy     6 documents, offsets beside 2 of 2 files" in r.stdout and "docs.npy:" not in r.stdout, f"docs.npy beside shards: {r.returncode} {r.stdout} {r.stderr}")
+    write_npy(os.path.join(root, "train", "shard_00001.docs.npy"), [0, 1000], "<u8")
+    r = run("inspect", root)
+    check(r.returncode != 0 and "shard_00001.docs.npy" in r.stdout + r.stderr,
+          f"an offset past its shard is refused, naming the file: {r.returncode} {r.stdout} {r.stderr}")
 
 
 def test_verdicts(tmp):
@@ -450,6 +510,8 @@ def test_print_config_pad_id(tmp):
 with tempfile.TemporaryDirectory() as tmp:
     test_nanogpt_example(tmp)
     test_packed(tmp)
+    test_packed_split(tmp)
+    test_stream_documents(tmp)
     test_verdicts(tmp)
     test_deep(tmp)
     test_deep_corruption(tmp)

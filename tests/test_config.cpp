@@ -2,6 +2,8 @@
 // kind of bad input.
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "test_support.hpp"
@@ -192,4 +194,35 @@ TEST_CASE("config: an inherits name the file system refuses is a config error, n
   const std::string message =
       test::error_of([&] { (void)parse_config_xml(xml, std::filesystem::temp_directory_path()); });
   CHECK(message.find("inherited config") != std::string::npos);
+}
+
+TEST_CASE("config: the README's key table has a row for every key, and its truncation row names every rule") {
+  std::ifstream in(std::string(TOKENFEED_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const std::size_t begin = readme.find("\n## Config (XML)\n");
+  REQUIRE(begin != std::string::npos);
+  const std::string section = readme.substr(begin, readme.find("\n## ", begin + 1) - begin);
+  // A row's first cell names its keys: "| `rank`, `world_size` | ...".
+  const auto row_of = [&section](const std::string& key) -> std::string {
+    std::istringstream lines(section);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("| ", 0) != 0) continue;
+      const std::string first = line.substr(0, line.find(" |", 1));
+      if (first.find("`" + key + "`") != std::string::npos) return line;
+    }
+    return {};
+  };
+  for (const auto& [key, value] : config_entries(Config{})) {
+    CAPTURE(key);
+    // A per-split key ("val.epoch_shuffle") is documented in the <train>, <val> row.
+    CHECK_FALSE(row_of(key.find('.') == std::string::npos ? key : "<" + key.substr(0, key.find('.')) + ">").empty());
+  }
+  const std::string truncation = row_of("truncation");
+  for (const Truncation rule : {Truncation::right, Truncation::drop_oldest_turns, Truncation::split}) {
+    CAPTURE(to_string(rule));
+    CHECK(truncation.find(std::string("`") + to_string(rule) + "`") != std::string::npos);
+  }
 }

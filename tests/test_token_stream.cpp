@@ -364,3 +364,48 @@ TEST_CASE("token stream: resume at arbitrary points, both modes" * doctest::time
     CHECK_THROWS_AS(different.load_state(straight.save_state()), Error);
   }
 }
+
+TEST_CASE("token stream: NAME.docs.npy beside a shard is its document offsets, never a shard, and is validated") {
+  TempDir dir;
+  const auto write_docs = [](const std::filesystem::path& path, const std::vector<std::uint64_t>& offsets,
+                             const char* descr = "<u8") {
+    NpyWriter w(path, descr, {offsets.size()});
+    w.append(std::span<const std::uint64_t>(offsets));
+    w.finish();
+  };
+  const std::filesystem::path docs = dir / "train/shard_00000.docs.npy";
+  write_npy(dir / "train/shard_00000.npy", file_tokens(0, 20));
+  write_npy(dir / "train/shard_00001.npy", file_tokens(1, 12));
+  write_docs(docs, {0, 5, 11});
+  {
+    const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+    REQUIRE(split.files().size() == 2);
+    CHECK(split.total_tokens() == 32);
+    CHECK(split.files()[0].documents == std::optional<std::uint64_t>(3));
+    CHECK_FALSE(split.files()[1].documents.has_value());
+  }
+  const auto refused = [&](const std::filesystem::path& named) {
+    const std::string message =
+        error_of([&] { TokenStreamSplit::open(dir.path(), "train", std::nullopt); }, ErrorKind::format);
+    CAPTURE(message);
+    CHECK(message.find(named.string()) != std::string::npos);
+    return message;
+  };
+  write_docs(docs, {1, 5});
+  CHECK(refused(docs).find("not 0") != std::string::npos);
+  write_docs(docs, {0, 5, 5});
+  CHECK(refused(docs).find("strictly increasing") != std::string::npos);
+  write_docs(docs, {0, 20});
+  CHECK(refused(docs).find("past the shard's last token") != std::string::npos);
+  write_docs(docs, {0, 5}, "<i8");
+  CHECK(refused(docs).find("uint64") != std::string::npos);
+  write_docs(docs, {0, 5});
+  const std::filesystem::path orphan = dir / "train/shard_00002.docs.npy";
+  write_docs(orphan, {0});
+  CHECK(refused(orphan).find("shard_00002.npy") != std::string::npos);
+  // Offsets alone are no token stream.
+  TempDir only;
+  std::filesystem::create_directories(only / "train");
+  write_docs(only / "train/shard_00000.docs.npy", {0});
+  CHECK_FALSE(TokenStreamSplit::has_split(only.path(), "train"));
+}

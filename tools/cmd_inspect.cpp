@@ -184,20 +184,39 @@ void report_packing(const InspectOptions& o, const ResolvedOptions& run, const s
                     const EpisodeSplit& split, const IdList& kept, Findings& found) {
   const auto T = static_cast<std::size_t>(o.block_size);
   const std::unique_ptr<EpisodeWindows> windows = run.episode_windows(split);
-  const EpisodeSampler sampler(kept, run.packed_order_settings(name));
-  const EpochOrders orders(sampler);
+  const std::unique_ptr<EpisodeSampler> sampler = run.episode_sampler(split, kept, run.packed_order_settings(name));
+  const EpochOrders orders(*sampler);
   const PackedBatchSource source(split, *windows, orders, run.packing_options(name, false));
   const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
-  // Padded sft_episode rows hold the same positions: each kept episode's kept length - 1.
+  // Padded sft_episode rows hold the same positions, one row per sampled id (a kept episode,
+  // or with truncation=split a piece): its kept length - 1.
   std::uint64_t positions = 0;
-  for (const std::uint64_t e : kept) positions += windows->window(e).size() - 1;
-  const std::uint64_t packed_cells = packed->rows() * T, padded_cells = kept.size() * T;
-  std::printf("  packing      sft_packed: %llu rows, %llu of %llu positions real (%s); sft_episode: %zu rows, %llu of %llu "
-              "positions real (%s)\n",
-              static_cast<unsigned long long>(packed->rows()), static_cast<unsigned long long>(packed->positions),
-              static_cast<unsigned long long>(packed_cells), percent(packed->positions, packed_cells).c_str(),
-              kept.size(), static_cast<unsigned long long>(positions), static_cast<unsigned long long>(padded_cells),
-              percent(positions, padded_cells).c_str());
+  for (std::uint64_t i = 0; i < sampler->size(); ++i) {
+    positions += windows->kept(sampler->id_at(i), sampler->pieces()).window.size() - 1;
+  }
+  const std::uint64_t packed_cells = packed->rows() * T, padded_cells = sampler->size() * T;
+  std::printf(
+      "  packing      sft_packed: %llu rows, %llu of %llu positions real (%s); sft_episode: %llu rows, %llu of "
+      "%llu positions real (%s)\n",
+      static_cast<unsigned long long>(packed->rows()), static_cast<unsigned long long>(packed->positions),
+      static_cast<unsigned long long>(packed_cells), percent(packed->positions, packed_cells).c_str(),
+      static_cast<unsigned long long>(sampler->size()), static_cast<unsigned long long>(positions),
+      static_cast<unsigned long long>(padded_cells), percent(positions, padded_cells).c_str());
+  if (const DocumentPieces* pieces = sampler->pieces()) {
+    // What split costs: the documents it cuts, and the padding left in the packed rows.
+    const std::uint64_t documents = kept.size();
+    std::uint64_t cut = 0;
+    for (std::uint64_t k = 0; k < documents; ++k) {
+      if (pieces->pieces_in(k) > 1) ++cut;
+    }
+    std::printf(
+        "  split        %llu of %llu documents cut (%s) into %llu pieces; padding %llu of %llu packed positions "
+        "(%s)\n",
+        static_cast<unsigned long long>(cut), static_cast<unsigned long long>(documents),
+        percent(cut, documents).c_str(), static_cast<unsigned long long>(pieces->size()),
+        static_cast<unsigned long long>(packed_cells - packed->positions),
+        static_cast<unsigned long long>(packed_cells), percent(packed_cells - packed->positions, packed_cells).c_str());
+  }
   std::printf(
       "  packing      assumed: truncation=%s, epoch_seed=%ld (epoch 0's order), pack_lookahead=%ld, "
       "episode_min_tokens=%llu; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
@@ -447,13 +466,29 @@ void describe_stream_files(const DatasetMetadata& meta, const std::string& name,
   found.stream_files.push_back(file_tokens);
   std::printf("  layout       %s, %zu file%s\n", split.flat() ? ("flat (" + name + ".bin)").c_str() : "sharded",
               split.files().size(), split.files().size() == 1 ? "" : "s");
+  std::uint64_t documents = 0, with_docs = 0;
   for (const StreamFile& f : split.files()) {
     const bool bin = f.map.path().extension() == ".bin";
-    std::printf("  file         %s: %llu tokens, %s%s\n", f.map.path().filename().c_str(),
+    const std::string docs =
+        f.documents ? ", " + std::to_string(*f.documents) + " documents (" + f.map.path().stem().string() + ".docs.npy)"
+                    : std::string();
+    std::printf("  file         %s: %llu tokens, %s%s%s\n", f.map.path().filename().c_str(),
                 static_cast<unsigned long long>(f.tokens), to_string(f.dtype),
-                !bin ? " (from its .npy header)" : meta.token_dtype ? " (from dataset_metadata.json)" : " (from --token-dtype)");
+                !bin               ? " (from its .npy header)"
+                : meta.token_dtype ? " (from dataset_metadata.json)"
+                                   : " (from --token-dtype)",
+                docs.c_str());
+    if (f.documents) {
+      documents += *f.documents;
+      ++with_docs;
+    }
   }
   std::printf("  tokens       %llu\n", static_cast<unsigned long long>(split.total_tokens()));
+  if (with_docs > 0) {
+    std::printf("  docs.npy     %llu documents, offsets beside %llu of %zu files\n",
+                static_cast<unsigned long long>(documents), static_cast<unsigned long long>(with_docs),
+                split.files().size());
+  }
 }
 
 // The windows --block-size gives (none without it); why the loader would refuse the split
@@ -777,7 +812,7 @@ void add_inspect_command(CLI::App& app) {
                                ->capture_default_str();
   auto truncation_name = std::make_shared<std::string>("right");
   CLI::Option* truncation = cmd->add_option("--truncation", *truncation_name, "--packed: how long episodes are cut")
-                                ->check(CLI::IsMember({"right", "drop_oldest_turns"}))
+                                ->check(CLI::IsMember({"right", "drop_oldest_turns", "split"}))
                                 ->capture_default_str();
   CLI::Option* seed = cmd->add_option("--seed", options->seed, "--packed: epoch_seed (epoch 0's order)")
                           ->check(CLI::Range(0L, 4294967295L))
@@ -789,7 +824,9 @@ void add_inspect_command(CLI::App& app) {
     }
     if (dir->count() == 0) throw CLI::RequiredError("dataset_dir (or --config FILE for a mixture)");
     if (steps->count() > 0) throw CLI::ValidationError("--steps", "needs --config");
-    options->truncation = *truncation_name == "right" ? Truncation::right : Truncation::drop_oldest_turns;
+    Config parsed;  // the config key's own parser names the rule
+    set_config_value(parsed, "truncation", *truncation_name);
+    options->truncation = parsed.truncation;
     options->packing_option_given = lookahead->count() + truncation->count() + seed->count() > 0;
     inspect(*options);
   });

@@ -34,12 +34,17 @@ enum class DatasetMode {
   sft_packed,   // several whole episodes per row, attention kept inside each
 };
 
-// What an episode longer than block_size + 1 keeps (sft_episode and sft_packed).
+// What an episode longer than L = block_size + 1 keeps (sft_episode and sft_packed).
 enum class Truncation {
   right,              // its first block_size + 1 tokens
   drop_oldest_turns,  // drop whole oldest user+assistant exchanges after the system turn,
                       // never the final assistant turn; then cut from the left keeping the
                       // final assistant end-of-turn (needs special_tokens in the metadata)
+  split,              // all of it, as pieces t[0:L], t[L-1:2L-1], t[2L-2:3L-2], ...: each
+                      // starts with the previous one's last token, so every label position
+                      // 1..n-1 is trained once; a last piece of one token (no label) is
+                      // dropped. Each piece is a sequence of its own (sft_packed) or a row
+                      // of its own (sft_episode), after the previous piece of its episode.
 };
 
 enum class SamplingMode {

@@ -17,6 +17,9 @@ MODES = {
     "sft_episode_turns": lambda sft, stream: base_keys(sft, use_loss_mask=True, truncation="drop_oldest_turns",
                                                         block_size=48),
     "sft_packed": lambda sft, stream: base_keys(sft, dataset_mode="sft_packed", use_loss_mask=True),
+    "sft_packed_split": lambda sft, stream: base_keys(sft, dataset_mode="sft_packed", use_loss_mask=True,
+                                                      truncation="split", block_size=48),
+    "sft_episode_split": lambda sft, stream: base_keys(sft, use_loss_mask=True, truncation="split", block_size=48),
     "token_stream": lambda sft, stream: base_keys(stream, block_size=128),
     "token_stream_documents": lambda sft, stream: base_keys(stream, block_size=128, document_aware=True,
                                                             batch_sampling_mode="epoch"),
@@ -48,7 +51,7 @@ def test_matches_dump(mode, sft_dir, stream_dir, tmp_path, cli):
         assert len(got) == BATCHES
         np.testing.assert_array_equal(cat(got, "x"), dumped["x"])
         np.testing.assert_array_equal(cat(got, "y"), dumped["y"])
-        if mode == "sft_packed":
+        if mode.startswith("sft_packed"):
             np.testing.assert_array_equal(cat(got, "token_weights"), dumped["weights"])
             np.testing.assert_array_equal(cat(got, "position_ids"), dumped["position_ids"])
             # The structured PackedSegment records, as the dump's int64 rows

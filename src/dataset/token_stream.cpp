@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "util/hash.hpp"
 #include "io/npy.hpp"
@@ -12,34 +13,86 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr std::string_view kDocsSuffix = ".docs.npy";
+
+// NAME.docs.npy: the document offsets of shard NAME.npy (or NAME.bin), never a shard.
+bool is_docs_file(const fs::path& path) {
+  const std::string name = path.filename().string();
+  return name.size() > kDocsSuffix.size() && name.ends_with(kDocsSuffix);
+}
+
 bool is_shard_file(const fs::directory_entry& entry) {
   const std::string ext = entry.path().extension().string();
-  return entry.is_regular_file() && (ext == ".bin" || ext == ".npy");
+  return entry.is_regular_file() && (ext == ".bin" || ext == ".npy") && !is_docs_file(entry.path());
+}
+
+[[noreturn]] void fail_file(const fs::path& path, const std::string& why) {
+  throw Error(ErrorKind::format, "'" + path.string() + "': " + why);
+}
+
+// Checks that `h`, the header of `map`, describes a 1-D C-order array of `width`-byte
+// elements (`what`: "tokens", "offsets") that fills the file. Throws Error(format) naming it.
+void check_1d_npy(const NpyHeader& h, const MappedFile& map, const fs::path& path, std::uint64_t width,
+                  const char* what) {
+  if (h.fortran_order) fail_file(path, "Fortran order is not supported (save a C-order array)");
+  if (h.shape.size() != 1)
+    fail_file(path, "expected a 1-D array, got " + std::to_string(h.shape.size()) + " dimensions");
+  const std::uint64_t n = h.shape[0];
+  if (n > (UINT64_MAX - h.data_offset) / width || map.size() != h.data_offset + n * width) {
+    fail_file(path, "file size " + std::to_string(map.size()) + " bytes does not match its header (" +
+                        std::to_string(n) + " " + what + " of " + std::to_string(width) + " bytes after a " +
+                        std::to_string(h.data_offset) + "-byte header): truncated or corrupt");
+  }
 }
 
 StreamFile open_npy(const fs::path& path) {
   StreamFile f;
   f.map = MappedFile(path);
   const NpyHeader h = parse_npy_header(f.map.bytes(), path.string());
-  const auto fail = [&](const std::string& what) { throw Error(ErrorKind::format, "'" + path.string() + "': " + what); };
   if (h.descr == "<u2" || h.descr == "=u2") {
     f.dtype = TokenDtype::uint16;
   } else if (h.descr == "<u4" || h.descr == "=u4") {
     f.dtype = TokenDtype::uint32;
   } else {
-    fail("dtype '" + h.descr + "' is not a little-endian uint16 or uint32 ('<u2' or '<u4')");
+    fail_file(path, "dtype '" + h.descr + "' is not a little-endian uint16 or uint32 ('<u2' or '<u4')");
   }
-  if (h.fortran_order) fail("Fortran order is not supported (save a C-order array)");
-  if (h.shape.size() != 1) fail("expected a 1-D array, got " + std::to_string(h.shape.size()) + " dimensions");
+  check_1d_npy(h, f.map, path, size_of(f.dtype), "tokens");
   f.data_offset = h.data_offset;
   f.tokens = h.shape[0];
-  const std::uint64_t width = size_of(f.dtype);
-  if (f.tokens > (UINT64_MAX - f.data_offset) / width || f.map.size() != f.data_offset + f.tokens * width) {
-    fail("file size " + std::to_string(f.map.size()) + " bytes does not match its header (" +
-         std::to_string(f.tokens) + " tokens of " + std::to_string(width) + " bytes after a " +
-         std::to_string(f.data_offset) + "-byte header): truncated or corrupt");
-  }
   return f;
+}
+
+// Checks `path`, the document offsets of `shard`: uint64, 1-D, first 0, strictly
+// increasing, each below the shard's token count. Returns how many documents it holds.
+std::uint64_t check_docs_file(const fs::path& path, const StreamFile& shard) {
+  const MappedFile map(path);
+  const NpyHeader h = parse_npy_header(map.bytes(), path.string());
+  if (h.descr != "<u8" && h.descr != "=u8") {
+    fail_file(path, "dtype '" + h.descr + "' is not little-endian uint64 ('<u8'), as document offsets are");
+  }
+  check_1d_npy(h, map, path, 8, "offsets");
+  const auto fail = [&](const std::string& why) {
+    throw Error(ErrorKind::format, "'" + path.string() + "': document offsets of '" +
+                                       shard.map.path().filename().string() + "' (" + std::to_string(shard.tokens) +
+                                       " tokens) " + why);
+  };
+  const std::uint64_t n = h.shape[0];
+  if (n == 0 && shard.tokens > 0) fail("are empty; the first document starts at 0");
+  const std::byte* data = map.bytes().data() + h.data_offset;
+  std::uint64_t previous = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t offset = 0;
+    std::memcpy(&offset, data + 8 * i, 8);
+    if (i == 0 && offset != 0) fail("start at " + std::to_string(offset) + ", not 0");
+    if (i > 0 && offset <= previous) {
+      fail("are not strictly increasing: entry " + std::to_string(i) + " is " + std::to_string(offset) + " after " +
+           std::to_string(previous));
+    }
+    if (offset >= shard.tokens)
+      fail("hold " + std::to_string(offset) + " at entry " + std::to_string(i) + ", past the shard's last token");
+    previous = offset;
+  }
+  return n;
 }
 
 StreamFile open_bin(const fs::path& path, std::optional<TokenDtype> dtype) {
@@ -76,7 +129,7 @@ bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string&
 TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::string& split,
                                         std::optional<TokenDtype> bin_dtype) {
   std::error_code ec;
-  std::vector<fs::path> paths;
+  std::vector<fs::path> paths, docs;
   TokenStreamSplit result;
   const fs::path flat = dataset_dir / (split + ".bin");
   const fs::path dir = dataset_dir / split;
@@ -96,6 +149,7 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     }
     for (const auto& entry : fs::directory_iterator(dir)) {
       if (is_shard_file(entry)) paths.push_back(entry.path());
+      if (entry.is_regular_file() && is_docs_file(entry.path())) docs.push_back(entry.path());
     }
     std::sort(paths.begin(), paths.end());
     if (paths.empty()) throw Error(ErrorKind::format, "'" + dir.string() + "' holds no *.bin or *.npy shard files");
@@ -115,6 +169,18 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     result.files_.push_back(std::move(f));
   }
   result.fingerprint_ = hasher.digest();
+  // Each NAME.docs.npy belongs to the shard NAME.npy or NAME.bin beside it.
+  for (const fs::path& path : docs) {
+    const std::string name = path.filename().string();
+    const std::string stem = name.substr(0, name.size() - kDocsSuffix.size());
+    const auto shard = std::find_if(result.files_.begin(), result.files_.end(),
+                                    [&stem](const StreamFile& f) { return f.map.path().stem().string() == stem; });
+    if (shard == result.files_.end()) {
+      throw Error(ErrorKind::format, "'" + path.string() + "' holds document offsets, but its token shard '" + stem +
+                                         ".npy' (or '" + stem + ".bin') is not beside it");
+    }
+    shard->documents = check_docs_file(path, *shard);
+  }
   return result;
 }
 

@@ -6,6 +6,12 @@
 // in that order. .npy files carry their dtype and shape (1-D, little-endian uint16 or
 // uint32, C order); .bin files take the dtype given (dataset_metadata.json or config).
 //
+// Beside shard NAME.npy (or NAME.bin), NAME.docs.npy may hold its document start offsets
+// (`tokenfeed prepare-text`): 1-D little-endian uint64, one entry per document, the first
+// 0, strictly increasing, each below the shard's token count. It is never a shard. open()
+// validates it (a docs file without its shard, or bad contents, is Error(format) naming
+// it) and records its document count; batches do not use it.
+//
 // Thread-safety: immutable after open(); const members may be called concurrently.
 #pragma once
 
@@ -26,6 +32,7 @@ struct StreamFile {
   std::size_t data_offset = 0;     // bytes before the first token (the .npy header)
   std::uint64_t tokens = 0;
   std::uint64_t first_token = 0;   // global offset of its first token
+  std::optional<std::uint64_t> documents;  // entries of its NAME.docs.npy, when present
 };
 
 class TokenStreamSplit {

@@ -189,8 +189,10 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return rank_text(c.world_size); }},
       {"truncation",
        [](Config& c, std::string_view v) {
-         c.truncation = parse_enum<Truncation>(
-             "truncation", v, {{"right", Truncation::right}, {"drop_oldest_turns", Truncation::drop_oldest_turns}});
+         c.truncation = parse_enum<Truncation>("truncation", v,
+                                               {{"right", Truncation::right},
+                                                {"drop_oldest_turns", Truncation::drop_oldest_turns},
+                                                {"split", Truncation::split}});
        },
        [](const Config& c) { return std::string(to_string(c.truncation)); }},
       {"pack_lookahead", [](Config& c, std::string_view v) { c.pack_lookahead = parse_int("pack_lookahead", v); },
@@ -502,7 +504,15 @@ const char* to_string(DatasetMode mode) noexcept {
 }
 
 const char* to_string(Truncation truncation) noexcept {
-  return truncation == Truncation::right ? "right" : "drop_oldest_turns";
+  switch (truncation) {
+    case Truncation::right:
+      return "right";
+    case Truncation::drop_oldest_turns:
+      return "drop_oldest_turns";
+    case Truncation::split:
+      return "split";
+  }
+  return "";
 }
 
 const char* to_string(SamplingMode mode) noexcept { return mode == SamplingMode::epoch ? "epoch" : "random"; }
@@ -589,6 +599,11 @@ void validate_config(const Config& c) {
   if (c.document_aware && (c.dataset_mode == DatasetMode::sft_episode || c.dataset_mode == DatasetMode::sft_packed)) {
     config_error(std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
                  to_string(c.dataset_mode));
+  }
+  if (c.truncation == Truncation::split && c.dataset_mode == DatasetMode::token_stream) {
+    config_error(
+        "config key 'truncation' is split, which cuts episodes into pieces (sft_episode, sft_packed); "
+        "dataset_mode=token_stream reads windows of a token stream, not episodes: remove the key");
   }
   if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
     config_error("config key 'contract_fields' cannot be false with dataset_mode=sft_packed: its batches are the "

@@ -261,6 +261,11 @@ void Loader::Impl::make_fingerprint() {
     order_fields["block_size"] = std::to_string(config.block_size);
     order_fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
     order_fields["truncation"] = to_string(config.truncation);
+  } else if (episode_mode() && config.truncation == Truncation::split) {
+    // Rows are pieces, cut at block_size + 1 (other rules keep one row per episode, so
+    // their fingerprints do not name the rule).
+    order_fields["block_size"] = std::to_string(config.block_size);
+    order_fields["truncation"] = to_string(config.truncation);
   } else if (!episode_mode()) {
     order_fields["block_size"] = std::to_string(config.block_size);  // windows are carved at block_size + 1
   }
@@ -281,7 +286,7 @@ void Loader::Impl::announce_open() {
   for (const auto& [name, split] : splits) {
     if (split.episodes) fields.emplace_back("num_" + name + "_episodes", std::to_string(split.episodes->num_episodes()));
     fields.emplace_back(std::string(episode_mode() ? "kept_" : "sampled_") + name + "_" + unit(),
-                        std::to_string(split.sampler->size()));
+                        std::to_string(split.sampler->kept_size()));
   }
   audit->write("dataset_load", fields);
 
@@ -289,7 +294,7 @@ void Loader::Impl::announce_open() {
   std::string line = "[tokenfeed] opened '" + config.dataset_dir.string() + "' mode=" + to_string(config.dataset_mode) +
                      " sampling=" + to_string(*config.batch_sampling_mode);
   for (const auto& [name, split] : splits) {
-    line += " " + name + "=" + std::to_string(split.sampler->size()) + (episode_mode() ? "_episodes" : "_windows");
+    line += " " + name + "=" + std::to_string(split.sampler->kept_size()) + (episode_mode() ? "_episodes" : "_windows");
   }
   line += std::string(" mask=") + bool_text(config.use_loss_mask.value_or(false)) +
           " rank=" + std::to_string(config.rank) + " world_size=" + std::to_string(config.world_size) + " (" +
@@ -325,12 +330,12 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   split.fingerprint = data.fingerprint();
   split.windows = settled.episode_windows(data);
   if (packed_mode()) {
-    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), settled.packed_order_settings(name));
+    split.sampler = settled.episode_sampler(data, std::move(kept), settled.packed_order_settings(name));
     split.orders = std::make_unique<EpochOrders>(*split.sampler);
     split.source = std::make_unique<PackedBatchSource>(data, *split.windows, *split.orders,
                                                        settled.packing_options(name, split.mask));
   } else {
-    split.sampler = std::make_unique<EpisodeSampler>(std::move(kept), settled.sampler_settings(name));
+    split.sampler = settled.episode_sampler(data, std::move(kept), settled.sampler_settings(name));
     split.orders = std::make_unique<EpochOrders>(*split.sampler);
     split.source =
         std::make_unique<EpisodeBatchSource>(data, *split.orders, *split.windows, settled.episode_options(split.mask));
@@ -339,7 +344,7 @@ void Loader::Impl::open_episode_split(const std::string& name, const fs::path& d
   split.stats.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   log_line(LogLevel::debug, "[tokenfeed] split=" + name + " episodes=" + std::to_string(data.num_episodes()) +
-                                " kept=" + std::to_string(split.sampler->size()) +
+                                " kept=" + std::to_string(split.sampler->kept_size()) +
                                 " tokens=" + std::to_string(data.total_tokens()) +
                                 " shards=" + std::to_string(data.shards().size()) +
                                 " dtype=" + to_string(data.token_dtype()) + " mask=" + bool_text(split.mask));
@@ -394,10 +399,14 @@ void Loader::Impl::check_forms_a_batch(Split& split) {
   }
   std::string what;
   if (packed_mode()) {
-    what = std::to_string(split.sampler->size()) + " kept episodes that pack into " +
+    what = std::to_string(split.sampler->kept_size()) + " kept episodes that pack into " +
            std::to_string(static_cast<const PackedBatchSource&>(*split.source).packing(0)->rows()) + " rows";
   } else {
     what = std::to_string(split.sampler->size()) + (episode_mode() ? " kept episodes" : " windows of block_size + 1");
+    if (split.sampler->pieces() != nullptr) {
+      what = std::to_string(split.sampler->kept_size()) + " kept episodes in " + std::to_string(split.sampler->size()) +
+             " pieces (truncation=split)";
+    }
   }
   split.unusable = "split '" + split.name + "' of '" + config.dataset_dir.string() + "' has " + what +
                    ", fewer than one global batch (batch_size x world_size = " + std::to_string(global) +
@@ -458,7 +467,10 @@ void Loader::Impl::on_consumed(Split& split, const detail::BatchSlot& slot) {
                                  : std::string(" document_aware=") + bool_text(config.document_aware)));
     const auto order = split.orders->get(slot.epoch);
     std::vector<std::uint64_t> first;
-    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) first.push_back((*order)[i]);
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) {
+      // With truncation=split the order holds piece numbers: their episodes' ids.
+      first.push_back(EpisodeWindows::episode_of((*order)[i], sampler.pieces()));
+    }
     AuditLog::Fields fields{{"split", split.name},
                             {"epoch", std::to_string(slot.epoch)},
                             {"seed", epoch_seed_text(config, slot.epoch)},
@@ -487,7 +499,7 @@ std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
     return "the state does not record its order fields (an older tokenfeed wrote it); the order depends on the "
            "dataset content, the global batch (batch_size x world_size), batch_sampling_mode, epoch_seed, "
            "epoch_shuffle, epoch_drop_last and episode_min_tokens (sft_packed and token_stream: block_size; "
-           "sft_packed: pack_lookahead, truncation)";
+           "sft_packed: pack_lookahead, truncation; sft_episode with truncation=split: block_size, truncation)";
   }
   std::string out;
   const auto add = [&](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
@@ -700,7 +712,7 @@ SplitInfo Loader::split_info(std::string_view name) const {
       const Impl::Split& part = member->find(name);
       if (part.episodes) {
         info.episodes += part.episodes->num_episodes();
-        info.kept_episodes += part.sampler->size();
+        info.kept_episodes += part.sampler->kept_size();
         info.tokens += part.episodes->total_tokens();
         info.shards += part.episodes->shards().size();
       } else {
@@ -714,7 +726,7 @@ SplitInfo Loader::split_info(std::string_view name) const {
   }
   if (split.episodes) {
     info.episodes = split.episodes->num_episodes();
-    info.kept_episodes = split.sampler->size();
+    info.kept_episodes = split.sampler->kept_size();
     info.tokens = split.episodes->total_tokens();
     info.shards = split.episodes->shards().size();
   } else {
@@ -904,7 +916,7 @@ void Loader::Impl::open_mixture() {
     fields.emplace_back("source_" + names[i] + "_mode", to_string(m.config.dataset_mode));
     fields.emplace_back("source_" + names[i] + "_fingerprint", m.fingerprint);
     fields.emplace_back("source_" + names[i] + "_" + (m.episode_mode() ? "kept_" : "sampled_") + m.unit(),
-                        std::to_string(m.splits.at("train").sampler->size()));
+                        std::to_string(m.splits.at("train").sampler->kept_size()));
   }
   audit->write("dataset_load", fields);
 }

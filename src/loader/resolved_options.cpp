@@ -101,6 +101,11 @@ ResolvedOptions resolve_options(Config config) {
   const DatasetMetadata& metadata = r.metadata;
 
   if (c.dataset_mode == DatasetMode::auto_detect) c.dataset_mode = detect_mode(c.dataset_dir);
+  if (c.truncation == Truncation::split && c.dataset_mode == DatasetMode::token_stream) {
+    throw Error(ErrorKind::config, "config key 'truncation' is split, which cuts episodes into pieces, but '" +
+                                       c.dataset_dir.string() +
+                                       "' holds a token stream (dataset_mode=token_stream, detected): remove the key");
+  }
   if (!c.batch_sampling_mode) c.batch_sampling_mode = r.episode_mode() ? SamplingMode::epoch : SamplingMode::random;
   if (r.packed_mode() && *c.batch_sampling_mode != SamplingMode::epoch) {
     throw Error(ErrorKind::config,
@@ -206,6 +211,17 @@ EpisodeSampler::Settings ResolvedOptions::sampler_settings(const std::string& sp
   settings.rank = static_cast<std::uint64_t>(config.rank);
   settings.split = split;
   return settings;
+}
+
+std::unique_ptr<EpisodeSampler> ResolvedOptions::episode_sampler(const EpisodeSplit& split, IdList kept,
+                                                                 EpisodeSampler::Settings settings) const {
+  if (config.truncation != Truncation::split)
+    return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
+  const EpisodeSpans spans = split.spans();
+  auto pieces =
+      std::make_shared<const DocumentPieces>(std::move(kept), static_cast<std::uint64_t>(config.block_size) + 1,
+                                             [&spans](std::uint64_t id) { return spans[id].length; });
+  return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
 }
 
 EpisodeSampler::Settings ResolvedOptions::packed_order_settings(const std::string& split) const {

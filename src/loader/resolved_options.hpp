@@ -86,6 +86,10 @@ struct ResolvedOptions {
   // REQUIRES: split outlives the result.
   std::unique_ptr<EpisodeWindows> episode_windows(const EpisodeSplit& split) const;
   EpisodeSampler::Settings sampler_settings(const std::string& split) const;
+  // The sampler of an episode split's `kept` ids with `settings`: of the kept episodes, or
+  // with truncation=split of their pieces (DocumentPieces over the split's lengths).
+  std::unique_ptr<EpisodeSampler> episode_sampler(const EpisodeSplit& split, IdList kept,
+                                                  EpisodeSampler::Settings settings) const;
   // sft_packed: the sampler only orders each epoch's episodes (one id per batch, one
   // rank, nothing dropped); rows, not episodes, make up a batch.
   EpisodeSampler::Settings packed_order_settings(const std::string& split) const;

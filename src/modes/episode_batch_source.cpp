@@ -33,7 +33,8 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   } else if (options_.with_mask) {
     row.weights = slot.mask.data() + r * T;
   }
-  slot.episode_ids[r] = id;
+  // The row's episode (a piece's, with truncation=split), or -1.
+  slot.episode_ids[r] = id >= 0 ? static_cast<std::int64_t>(episode_of(id)) : id;
 
   // The row's labelled positions t[1:n] (y_count of them), then padding from there in
   // every field; x keeps its last real token in the first padding position (the padding
@@ -49,8 +50,9 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
     return f;
   };
   if (id >= 0) {
-    const EpisodeData episode = windows_.data(static_cast<std::uint64_t>(id));
-    const SftWindow window = windows_.window(episode);
+    const EpisodeWindows::Kept kept = windows_.kept(static_cast<std::uint64_t>(id), sampler_.pieces());
+    const EpisodeData& episode = kept.data;
+    const SftWindow& window = kept.window;
     const std::size_t n = window.size();
     const std::size_t x_count = std::min(n, T);  // real tokens in x: t[0:min(n, T)]
     y_count = n == 0 ? 0 : std::min(n - 1, T);
@@ -69,11 +71,11 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
 }
 
 void EpisodeBatchSource::prefetch_id(std::int64_t id) const noexcept {
-  if (id >= 0) windows_.prefetch_start(static_cast<std::uint64_t>(id), options_.with_mask);
+  if (id >= 0) windows_.prefetch_start(episode_of(id), options_.with_mask);
 }
 
 void EpisodeBatchSource::will_need_id(std::int64_t id) const noexcept {
-  split_.prefetch_episode(static_cast<std::uint64_t>(id), options_.block_size + 1);
+  split_.prefetch_episode(episode_of(id), options_.block_size + 1);
 }
 
 }  // namespace tokenfeed

@@ -6,7 +6,9 @@
 // x = t[0:block_size], y = t[1:L]; the mask aligned to y is mask[1:L] with 0 on padding.
 // Fill rows are x = y = pad, mask 0, id -1. The batch contract's fields follow: labels = y
 // where there is a loss (not padding, mask non-zero), else ignore_index; one sequence of
-// n - 1 positions per row, then the row's padding.
+// n - 1 positions per row, then the row's padding. With truncation=split the sampled ids
+// are piece numbers (DocumentPieces) and each row is one piece: t is the piece's tokens,
+// the row's id its episode's.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
@@ -46,7 +48,7 @@ class EpisodeBatchSource final : public SampledRowSource {
   void will_need_id(std::int64_t id) const noexcept override;
   void prefetch_id(std::int64_t id) const noexcept override;
   void prefetch_record_id(std::int64_t id) const noexcept override {
-    if (id >= 0) split_.prefetch_record(static_cast<std::uint64_t>(id));
+    if (id >= 0) split_.prefetch_record(episode_of(id));
   }
 
  private:
@@ -55,6 +57,10 @@ class EpisodeBatchSource final : public SampledRowSource {
   Options options_;
 
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
+  // The episode of sampled id `id` >= 0 (a piece number with truncation=split).
+  std::uint64_t episode_of(std::int64_t id) const noexcept {
+    return EpisodeWindows::episode_of(static_cast<std::uint64_t>(id), sampler_.pieces());
+  }
 };
 
 // Completes one row's contract fields after its first `real` input positions were filled

@@ -20,7 +20,7 @@ EpisodeWindows::EpisodeWindows(const EpisodeSplit& split, std::size_t S, Truncat
 
 SftWindow EpisodeWindows::window(const EpisodeData& e) const {
   SftWindow w;
-  if (e.length <= S_ || truncation_ == Truncation::right) {
+  if (e.length <= S_ || truncation_ != Truncation::drop_oldest_turns) {  // split: its first piece
     w.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(e.length, S_));
     return w;
   }
@@ -31,6 +31,22 @@ SftWindow EpisodeWindows::window(const EpisodeData& e) const {
   }
   return plan_sft_window(std::span<const std::uint32_t>(reinterpret_cast<const std::uint32_t*>(e.tokens), n), S_,
                          *special_);
+}
+
+EpisodeWindows::Kept EpisodeWindows::kept(std::uint64_t id, const DocumentPieces* pieces) const {
+  Kept k;
+  if (pieces == nullptr) {
+    k.episode = id;
+    k.data = data(id);
+    k.window = window(k.data);
+    return k;
+  }
+  const DocumentPieces::Piece piece = pieces->piece(id);
+  k.episode = piece.episode;
+  k.data = data(piece.episode);
+  k.window.head_begin = static_cast<std::size_t>(piece.first);
+  k.window.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(k.data.length, piece.first + S_));
+  return k;
 }
 
 namespace {

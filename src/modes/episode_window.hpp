@@ -5,7 +5,8 @@
 // otherwise its first S tokens (Truncation::right) or the chat template's turn-aware
 // window (Truncation::drop_oldest_turns: plan_sft_window from chat_format.hpp, which finds
 // turns from the role and end-of-turn ids only). A window is a head range followed by a
-// tail range of the episode's own positions.
+// tail range of the episode's own positions. With Truncation::split the sampled ids are
+// piece numbers (DocumentPieces) and a row keeps one piece: `kept` resolves either.
 //
 // Thread-safety: immutable after construction; const members may be called concurrently.
 #pragma once
@@ -15,6 +16,7 @@
 
 #include "dataset/episode_dataset.hpp"
 #include "modes/next_token_run.hpp"
+#include "sampling/document_pieces.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
 
@@ -32,6 +34,19 @@ class EpisodeWindows {
 
   SftWindow window(const EpisodeData& episode) const;
   SftWindow window(std::uint64_t episode) const { return window(data(episode)); }
+
+  // What a row reads for sampled id `id`: with `pieces` null, episode `id` and its window;
+  // else piece number `id`: its episode and the piece's tokens as the window.
+  struct Kept {
+    std::uint64_t episode = 0;
+    EpisodeData data;
+    SftWindow window;
+  };
+  Kept kept(std::uint64_t id, const DocumentPieces* pieces) const;
+  // The episode of sampled id `id` (as kept() resolves it).
+  static std::uint64_t episode_of(std::uint64_t id, const DocumentPieces* pieces) noexcept {
+    return pieces != nullptr ? pieces->piece(id).episode : id;
+  }
   // Tokens / mask of the kept sequence, positions [first, first + count) of it.
   // REQUIRES: first + count <= window.size(); read_mask needs split.has_mask().
   void read_tokens(const EpisodeData& episode, const SftWindow& window, std::size_t first, std::size_t count,

@@ -9,7 +9,22 @@ namespace tokenfeed {
 
 PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows,
                                      const EpochOrders& orders, Options options)
-    : split_(split), windows_(windows), orders_(orders), options_(options) {
+    : split_(split), windows_(windows), orders_(orders), options_(options), pieces_(orders.sampler().pieces()) {
+  if (pieces_ != nullptr) {
+    // Units are piece numbers: a piece of t[first:first+S] has min(S, n - first) - 1 positions.
+    positions_of_.assign(pieces_->size(), 0);
+    follows_.assign(pieces_->size(), false);
+    const std::uint64_t S = pieces_->S();
+    for (std::uint64_t k = 0; k < pieces_->kept().size(); ++k) {
+      const std::uint64_t n = split.spans()[pieces_->kept()[k]].length;
+      for (std::uint64_t u = pieces_->first_piece(k); u < pieces_->first_piece(k + 1); ++u) {
+        const std::uint64_t first = (u - pieces_->first_piece(k)) * (S - 1);
+        positions_of_[u] = static_cast<std::uint32_t>(std::min(S, n - first) - 1);
+        follows_[u] = u != pieces_->first_piece(k);
+      }
+    }
+    return;
+  }
   positions_of_.assign(split.num_episodes(), 0);
   const EpisodeSampler& order = orders.sampler();
   for (std::uint64_t i = 0; i < order.size(); ++i) {
@@ -25,7 +40,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
   return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
-                       options_.lookahead);
+                       options_.lookahead, follows_);
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
@@ -113,9 +128,10 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
       const std::uint64_t global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
       ++slot.real_rows;
       for (std::uint64_t k = packed.row_begin[global_row]; k < packed.row_begin[global_row + 1]; ++k) {
-        const std::uint64_t episode = packed.episodes[k];
-        const EpisodeData data = windows_.data(episode);
-        const SftWindow window = windows_.window(data);
+        const EpisodeWindows::Kept kept = windows_.kept(packed.episodes[k], pieces_);
+        const std::uint64_t episode = kept.episode;
+        const EpisodeData& data = kept.data;
+        const SftWindow& window = kept.window;
         const std::size_t positions = window.size() - 1;
         const std::size_t at = r * T + column;
         if (k == packed.row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);

@@ -13,7 +13,9 @@
 // An episode t kept to length n <= block_size + 1 contributes inputs t[0:n-1] and labels
 // t[1:n] to its row, positions restarting at 0, weights = its mask shifted the same way (1
 // with the mask off); the rest of a row is padding (pad, ignore_index, weight 0), a
-// sequence of its own.
+// sequence of its own. With truncation=split the packed units are the pieces of the
+// episodes (the sampler's piece numbers, DocumentPieces), each packed as an episode of its
+// own (its segment carrying its episode's id), a document's pieces in order in the stream.
 //
 // A batch belongs to the epoch of its first row, and batches are numbered within that
 // epoch. The position in the stream is (epoch, row in epoch, batch in epoch), advanced by
@@ -94,7 +96,9 @@ class PackedBatchSource final : public BatchSource {
   const EpisodeWindows& windows_;
   const EpochOrders& orders_;
   Options options_;
-  std::vector<std::uint32_t> positions_of_;  // per global episode id: kept length - 1 (0: not kept)
+  const DocumentPieces* pieces_;             // truncation=split: the units are its pieces; else null
+  std::vector<std::uint32_t> positions_of_;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
+  std::vector<bool> follows_;                // per piece: it follows the previous one (split only)
 
   PackedEpoch make_packing(std::uint64_t epoch) const;
 

@@ -5,7 +5,7 @@
 namespace tokenfeed {
 
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead) {
+                          std::size_t lookahead, const std::vector<bool>& follows) {
   PackedEpoch packed;
   packed.episodes.reserve(static_cast<std::size_t>(order.size()));
   packed.row_begin.push_back(0);
@@ -29,6 +29,9 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
     while (free > 0) {
       std::size_t best = pending.size();
       for (std::size_t i = 0; i < pending.size(); ++i) {
+        // A piece whose predecessor is unplaced waits for it; the predecessor, older and
+        // adjacent in `order`, is then right before it in the window.
+        if (!follows.empty() && i > 0 && follows[pending[i]] && pending[i - 1] == pending[i] - 1) continue;
         const std::uint32_t p = positions_of[pending[i]];
         if (p <= free && (best == pending.size() || p > positions_of[pending[best]])) best = i;
       }

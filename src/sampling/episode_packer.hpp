@@ -4,7 +4,12 @@
 // yet placed; its gap is then filled from a lookahead window over the next `lookahead`
 // unplaced episodes, taking the longest one that fits (the earliest on ties), until none
 // fits. Every episode is placed exactly once. The result is a pure function of
-// (order, lengths, row capacity, lookahead).
+// (order, lengths, row capacity, lookahead, follows).
+//
+// The ids may be pieces of documents (truncation=split), a document's pieces consecutive
+// both in `order` and as ids: an id u with follows[u] set is the next piece after u - 1,
+// and is never placed before it (it is passed over while u - 1 is in the window). So a
+// document's pieces keep their order in the packed stream.
 //
 // How far an episode strays from the epoch order. With L = lookahead, let the episode at
 // epoch position i (order[i]) be placed at position k of `episodes`, in row r(k), and let
@@ -34,6 +39,9 @@
 //    window of L - 1 older episodes and order[i], so u <= L - 2 (or k is in row R) and
 //    r(i) >= R. Either way r(k) <= r(i) + L - 1. For i < L the episode is in the first
 //    window, and r(k) <= i <= L - 1.
+// A piece passed over for its predecessor changes none of this: both arguments use only
+// the window's invariant and the rows' openers, and the oldest unplaced id, whose
+// predecessor is older and so placed, is always placeable.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +59,10 @@ struct PackedEpoch {
 };
 
 // `positions_of[id]` is the number of input positions episode `id` occupies (its kept
-// length - 1), in [1, capacity]. REQUIRES: every id in `order` indexes positions_of;
-// lookahead >= 1.
+// length - 1), in [1, capacity]. `follows` is empty, or says per id whether it is a piece
+// that follows id - 1 (above). REQUIRES: every id in `order` indexes positions_of (and
+// follows, when not empty); lookahead >= 1.
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead);
+                          std::size_t lookahead, const std::vector<bool>& follows = {});
 
 }  // namespace tokenfeed

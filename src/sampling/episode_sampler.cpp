@@ -11,27 +11,42 @@ namespace tokenfeed {
 EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
     : EpisodeSampler(IdList::iota(range.count), std::move(settings)) {}
 
+EpisodeSampler::EpisodeSampler(std::shared_ptr<const DocumentPieces> pieces, Settings settings)
+    : EpisodeSampler(pieces->kept(), std::move(settings)) {
+  pieces_ = std::move(pieces);
+  count_ = pieces_->size();
+  count_batches();
+}
+
 EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)
     : kept_(std::move(kept)), count_(kept_.size()), settings_(std::move(settings)) {
-  const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
-  const std::uint64_t n = count_;
-  if (settings_.mode == SamplingMode::epoch) {
-    batches_per_epoch_ = settings_.drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
-  }
+  count_batches();
   Hasher key;
   key.add(std::uint64_t{settings_.seed});
   key.add(std::string_view(settings_.split));
   random_key_ = key.digest();
 }
 
+void EpisodeSampler::count_batches() noexcept {
+  const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
+  if (settings_.mode == SamplingMode::epoch) {
+    batches_per_epoch_ = settings_.drop_last ? count_ / global_batch : (count_ + global_batch - 1) / global_batch;
+  }
+}
+
 EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
+  if (pieces_) return pieces_->expand(kept_order(epoch));
+  return kept_order(epoch);
+}
+
+IdList EpisodeSampler::kept_order(std::uint64_t epoch) const {
   if (!settings_.shuffle) return kept_;
   const std::uint64_t seed = settings_.seed + epoch;
   if (seed > 0xffffffffULL) {
     throw Error(ErrorKind::config, "epoch_seed + epoch = " + std::to_string(seed) +
                                        " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
   }
-  return kept_.gather(numpy_permutation_ids(static_cast<std::uint32_t>(seed), count_));
+  return kept_.gather(numpy_permutation_ids(static_cast<std::uint32_t>(seed), kept_.size()));
 }
 
 SampledBatch EpisodeSampler::position(std::uint64_t step) const {

@@ -13,7 +13,9 @@
 // only, never on its split across ranks; resuming at step k needs only k, and decoding
 // batches in parallel needs no shared generator.
 //
-// The ids need not be episodes: the token-stream mode samples window numbers the same way.
+// The ids need not be episodes: the token-stream mode samples window numbers the same way,
+// and with truncation=split the SFT modes sample piece numbers (DocumentPieces): epoch e's
+// order is then the documents in the order above, each replaced by its pieces in order.
 //
 // The sampler is pure arithmetic: it makes an epoch's order when asked and keeps none. The
 // modes keep the orders in use and make the next one ahead (modes/epoch_orders.hpp).
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "sampling/document_pieces.hpp"
 #include "tokenfeed/config.hpp"
 #include "util/id_list.hpp"
 
@@ -68,11 +71,19 @@ class EpisodeSampler {
     std::uint64_t count = 0;
   };
   EpisodeSampler(IdRange range, Settings settings);
+  // Samples the piece numbers of `pieces` (truncation=split): an epoch's order permutes
+  // pieces->kept() as the kept-id constructor would, and lists each document's pieces in
+  // its place; random mode draws piece numbers uniformly.
+  EpisodeSampler(std::shared_ptr<const DocumentPieces> pieces, Settings settings);
 
   const Settings& settings() const noexcept { return settings_; }
   // How many ids are sampled from, and the i-th of them.
   std::uint64_t size() const noexcept { return count_; }
-  std::uint64_t id_at(std::uint64_t i) const noexcept { return kept_[i]; }
+  std::uint64_t id_at(std::uint64_t i) const noexcept { return pieces_ ? i : kept_[i]; }
+  // How many kept ids the sampled ids come from: size(), or the documents of the pieces.
+  std::uint64_t kept_size() const noexcept { return kept_.size(); }
+  // The pieces whose numbers are sampled; null when the ids are sampled themselves.
+  const DocumentPieces* pieces() const noexcept { return pieces_.get(); }
 
   // Batches per epoch (epoch mode; 0 when not even one fits); 0 in random mode, which has
   // no epochs.
@@ -96,7 +107,8 @@ class EpisodeSampler {
   // Rows of this rank's batch that are real episodes (the rest are fill rows).
   std::uint64_t real_rows(const SampledBatch& batch) const noexcept;
 
-  // Epoch e's order (kept ids), made afresh: a permutation of size() ids, which takes the
+  // Epoch e's order (kept ids, or piece numbers), made afresh: a permutation of the kept ids
+  // (then expanded into pieces), which takes the
   // best part of a second for 10M of them, in the kept ids' storage (4 bytes an id below
   // 2^32). Epoch mode only.
   EpochOrder make_epoch_order(std::uint64_t epoch) const;
@@ -105,11 +117,17 @@ class EpisodeSampler {
   }
 
  private:
-  IdList kept_;              // iota for an IdRange
-  std::uint64_t count_ = 0;  // kept_.size()
+  IdList kept_;                                   // iota for an IdRange
+  std::shared_ptr<const DocumentPieces> pieces_;  // truncation=split: the ids are its piece numbers
+  std::uint64_t count_ = 0;                       // kept_.size(), or pieces_->size()
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;
+
+  // batches_per_epoch_ from count_ and the settings.
+  void count_batches() noexcept;
+  // Epoch e's order of the kept ids (the documents, with pieces).
+  IdList kept_order(std::uint64_t epoch) const;
 };
 
 }  // namespace tokenfeed
