@@ -21,6 +21,7 @@
 #include "test_support.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/batch.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/tokenizer.hpp"
 #include "util/sha256.hpp"
@@ -487,5 +488,79 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
     const PrepareTextSummary s = prepare_text_corpus(changed);
     CHECK(!s.resumed);
     CHECK(s.removed_stale_dirs.size() == 1);
+  }
+}
+
+TEST_CASE("prepare-text: a prepared corpus trains end to end as document-aware windows" * doctest::timeout(120)) {
+  test::TempDir dir;
+  const std::vector<std::string> docs = sample_documents(300);
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  prepare_text_corpus(base_options(dir / "c.jsonl", dir / "out"));
+  Config c;
+  c.dataset_dir = dir / "out";
+  c.dataset_mode = DatasetMode::token_stream;
+  c.batch_sampling_mode = SamplingMode::epoch;
+  c.document_aware = true;
+  c.batch_size = 4;
+  c.block_size = 32;
+  c.audit_log_dir.clear();
+  Loader loader(c);  // the .docs.npy files beside the shards are no shards
+  const Batch b = loader.get_batch("train");
+  std::size_t boundaries = 0;
+  for (std::size_t i = 0; i < b.x().size(); ++i) {
+    if (b.x()[i] == 260) {  // the end-of-text id: the label after it is another document's
+      CHECK(b.y()[i] == c.ignore_index);
+      ++boundaries;
+    }
+  }
+  CHECK(boundaries > 0);
+}
+
+TEST_CASE("prepare-text: packed with truncation=split, every label position of every document is trained once" *
+          doctest::timeout(120)) {
+  test::TempDir dir;
+  const std::vector<std::string> docs = sample_documents(150);
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  o.format = CorpusFormat::episodes;
+  prepare_text_corpus(o);
+  const auto t = make_bytes_tokenizer();
+  std::vector<Ids> want;
+  std::size_t long_docs = 0;
+  for (const std::string& d : docs) {
+    want.push_back(expected_ids(*t, d));
+    long_docs += want.back().size() > 65 ? 1 : 0;
+  }
+  REQUIRE(long_docs > 0);
+  Config c;
+  c.dataset_dir = dir / "out";
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.truncation = Truncation::split;
+  c.epoch_drop_last = false;
+  c.batch_size = 4;
+  c.block_size = 64;
+  c.audit_log_dir.clear();
+  Loader loader(c);
+  std::map<std::int64_t, Ids> labels;  // per document, the labels trained, in the order trained
+  for (;;) {
+    const Batch b = loader.get_batch("train");
+    if (b.epoch() != 0) break;
+    const std::size_t T = b.cols();
+    for (const PackedSegment& s : b.segments()) {
+      const std::size_t at = s.row * T + s.column;
+      const Ids& doc = want.at(static_cast<std::size_t>(s.episode));
+      Ids& got = labels[s.episode];
+      // A piece starts at the previous piece's last token: its inputs continue the document.
+      for (std::size_t i = 0; i < s.positions; ++i) {
+        CHECK(b.tokens()[at + i] == doc.at(got.size() + i));
+        CHECK(b.position_ids()[at + i] == static_cast<std::int32_t>(i));
+      }
+      for (std::size_t i = 0; i < s.positions; ++i) got.push_back(static_cast<std::uint32_t>(b.labels()[at + i]));
+    }
+  }
+  REQUIRE(labels.size() == want.size());
+  for (const auto& [episode, got] : labels) {
+    const Ids& doc = want[static_cast<std::size_t>(episode)];
+    CHECK(got == Ids(doc.begin() + 1, doc.end()));  // tokens 1..n-1, each once, in order
   }
 }

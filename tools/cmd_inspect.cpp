@@ -8,6 +8,7 @@
 // content against the SHA-256 recorded in dataset_metadata.json), whose failure is also
 // INVALID.
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -290,9 +291,10 @@ void deep_check_mask_values(const EpisodeSplit& split, Findings& found) {
   found.bad_mask_values = found.bad_mask_values || total > 0;
 }
 
-// --deep: each shard's files against the SHA-256 recorded in dataset_metadata.json.
-void deep_check_checksums(const fs::path& root, const DatasetMetadata& meta, const std::string& name,
-                          const EpisodeSplit& split, Findings& found) {
+// --deep: `actual` (each shard's key, relative to the dataset directory, with its files'
+// SHA-256) against what dataset_metadata.json records for split `name`.
+void compare_checksums(const DatasetMetadata& meta, const std::string& name,
+                       const std::map<std::string, ShardChecksums>& actual, Findings& found) {
   std::size_t recorded = 0;
   for (const auto& [shard, files] : meta.content_sha256) recorded += shard == name || shard.starts_with(name + "/");
   if (recorded == 0) {
@@ -300,42 +302,58 @@ void deep_check_checksums(const fs::path& root, const DatasetMetadata& meta, con
     return;
   }
   std::vector<std::string> problems;
-  std::set<std::string> seen;
-  for (const EpisodeShard& shard : split.shards()) {
-    const std::string key = shard.dir.lexically_relative(root).generic_string();
-    seen.insert(key);
+  for (const auto& [key, files] : actual) {
     const auto it = meta.content_sha256.find(key);
-    const ShardChecksums actual = checksum_shard(shard.dir);
     if (it == meta.content_sha256.end()) {
       problems.push_back(key + " has no recorded checksum");
       continue;
     }
     for (const auto& [file, hex] : it->second) {
-      const auto got = actual.find(file);
-      if (got == actual.end()) {
+      const auto got = files.find(file);
+      if (got == files.end()) {
         problems.push_back(key + "/" + file + " is missing");
       } else if (got->second != hex) {
         problems.push_back(key + "/" + file + " differs (sha256 " + got->second.substr(0, 16) + "..., recorded " +
                            hex.substr(0, 16) + "...)");
       }
     }
-    for (const auto& [file, hex] : actual) {
+    for (const auto& [file, hex] : files) {
       if (it->second.count(file) == 0) problems.push_back(key + "/" + file + " has no recorded checksum");
     }
   }
   for (const auto& [shard, files] : meta.content_sha256) {
-    if ((shard == name || shard.starts_with(name + "/")) && seen.count(shard) == 0) {
+    if ((shard == name || shard.starts_with(name + "/")) && actual.count(shard) == 0) {
       problems.push_back(shard + " is recorded but missing");
     }
   }
   if (problems.empty()) {
-    std::printf("  deep         content checksums ok (%zu shard%s, sha256)\n", split.shards().size(),
-                split.shards().size() == 1 ? "" : "s");
+    std::printf("  deep         content checksums ok (%zu shard%s, sha256)\n", actual.size(),
+                actual.size() == 1 ? "" : "s");
     return;
   }
   std::printf("  deep         content checksums: %zu mismatch%s: %s%s\n", problems.size(),
               problems.size() == 1 ? "" : "es", problems.front().c_str(), problems.size() > 1 ? ", ..." : "");
   found.bad_checksums = true;
+}
+
+// --deep: each shard's files against the SHA-256 recorded in dataset_metadata.json.
+void deep_check_checksums(const fs::path& root, const DatasetMetadata& meta, const std::string& name,
+                          const EpisodeSplit& split, Findings& found) {
+  std::map<std::string, ShardChecksums> actual;
+  for (const EpisodeShard& shard : split.shards()) {
+    actual[shard.dir.lexically_relative(root).generic_string()] = checksum_shard(shard.dir);
+  }
+  compare_checksums(meta, name, actual, found);
+}
+
+// --deep on a sharded token stream: its files (shards and their .docs.npy), recorded under
+// the split's name as prepare-text records them.
+void deep_check_stream_checksums(const fs::path& root, const DatasetMetadata& meta, const std::string& name,
+                                 Findings& found) {
+  const fs::path dir = root / name;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;  // a flat <split>.bin|.npy: nothing records it
+  compare_checksums(meta, name, {{name, checksum_stream_split(dir)}}, found);
 }
 
 // --deep on an episode split: token ids against vocab_size (the first offender located by
@@ -581,13 +599,18 @@ void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
   }
   if (o.deep && !meta.vocab_size) std::printf("  deep         token ids not checked: dataset_metadata.json has no vocab_size\n");
   found.bad_token_ids = found.bad_token_ids || bad_ids;
+  const bool bad_sums_before = found.bad_checksums;
+  if (o.deep) deep_check_stream_checksums(fs::path(o.dataset_dir), meta, name, found);
+  const bool bad_sums = found.bad_checksums && !bad_sums_before;
   if (refusal) {
     std::printf("  verdict      INVALID: %s%s\n", refusal->c_str(),
                 o.block_size > 0 ? "; the loader refuses this split at this block_size" : "");
     found.refuse(ErrorKind::format, "split '" + name + "' of '" + o.dataset_dir + "': " + *refusal);
     return;
   }
-  std::printf("  verdict      %s\n", bad_ids ? "INVALID: token ids out of vocabulary" : "ok");
+  std::printf("  verdict      %s\n", bad_ids    ? "INVALID: token ids out of vocabulary"
+                                    : bad_sums ? "INVALID: content checksum mismatch"
+                                               : "ok");
 }
 
 // The block size of a token-stream snippet without --block-size: the largest power of two

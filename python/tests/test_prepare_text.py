@@ -232,3 +232,18 @@ def test_ctrl_c_stops_the_run_and_keeps_it_resumable(tmp_path):
     assert "--resume" in rest
     r = run_prepare_text(*args, "--resume")
     assert "kept from the killed run" in r.stdout
+
+
+def test_inspect_deep_verifies_a_prepared_corpus(cli, tmp_path):
+    write_jsonl(tmp_path / "c.jsonl", documents(2000))
+    tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", shard_tokens=20000, val_split=0.05)
+    r = subprocess.run([cli, "inspect", str(tmp_path / "out"), "--deep"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "content checksums ok" in r.stdout and "documents" in r.stdout
+    shard = tmp_path / "out" / "train" / "shard_00001.npy"
+    data = bytearray(shard.read_bytes())
+    data[200] ^= 1
+    shard.write_bytes(bytes(data))
+    r = subprocess.run([cli, "inspect", str(tmp_path / "out"), "--deep"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "train/shard_00001.npy differs" in r.stdout

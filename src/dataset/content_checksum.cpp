@@ -22,6 +22,15 @@ ShardChecksums checksum_shard(const fs::path& shard_dir) {
   return sums;
 }
 
+ShardChecksums checksum_stream_split(const fs::path& split_dir) {
+  ShardChecksums sums;
+  std::error_code ec;
+  for (fs::directory_iterator it(split_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) sums[it->path().filename().string()] = sha256_file_hex(it->path());
+  }
+  return sums;
+}
+
 void record_content_checksums(const fs::path& dataset_dir, const std::string& split,
                               const ContentChecksums& checksums) {
   using ordered_json = nlohmann::ordered_json;

@@ -26,6 +26,11 @@ inline constexpr const char* kChecksummedFiles[] = {"episodes.idx", "tokens.bin"
 // The checksums of the files of kChecksummedFiles present in `shard_dir`.
 ShardChecksums checksum_shard(const std::filesystem::path& shard_dir);
 
+// The checksums of every regular file of a sharded token-stream split (its shard_NNNNN.npy
+// and shard_NNNNN.docs.npy), which `tokenfeed prepare-text` records under the split's name
+// ("train" -> file -> hex).
+ShardChecksums checksum_stream_split(const std::filesystem::path& split_dir);
+
 // Replaces the entries of split `split` (the key `split` and keys `split/...`) in
 // dataset_dir/dataset_metadata.json's "content_sha256" by `checksums`, keeping every other
 // field; creates the file when absent. Written to a temporary file and renamed, so that a
