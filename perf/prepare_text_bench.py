@@ -21,8 +21,9 @@ interleaved, the order turning each round, so that a busy machine weighs on all 
                    the ids sent back to one writer that appends them to a .bin and keeps
                    the document sizes for an index
   tokenfeed_spm    tokenfeed prepare-text --tokenizer sentencepiece:MODEL (the command)
-  spm_encode       SentencePiece's own encode (the sentencepiece package) over the texts in
-                   memory, num_threads=--workers
+  spm_encode       SentencePiece's own encode over the texts in memory, with the library the
+                   command links (perf/bench_spm_encode, --workers threads); spm_encode_pypi:
+                   the sentencepiece package's encode(num_threads=--workers), a newer release
   tokenfeed_rss    peak RSS of tokenfeed_hf on the corpus and on a quarter of it
 
 Ratios are medians over the rounds. Needs tokenizers, sentencepiece (pip) and spm_train
@@ -144,7 +145,7 @@ def child(args):
             if args.child == "encode_batch_ids":
                 tokens += sum(len(e.ids) for e in encodings)
         return time.perf_counter() - start, tokens
-    if args.child == "spm_encode":
+    if args.child == "spm_encode_pypi":
         import sentencepiece as spm
         sp = spm.SentencePieceProcessor(model_file=args.spm)
         texts = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")]
@@ -216,6 +217,7 @@ def main():
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--cache", default="build/perf-data/prepare_text")
     p.add_argument("--cli", default="build/tools/tokenfeed")
+    p.add_argument("--spm-bench", default="build/perf/bench_spm_encode")
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None)
     p.add_argument("--corpus"), p.add_argument("--hf"), p.add_argument("--spm"), p.add_argument("--scratch")
@@ -256,7 +258,7 @@ def main():
     def tokenfeed_hf(source):
         out = scratch / "tf_hf"
         shutil.rmtree(out, ignore_errors=True)
-        return [sys.executable, "-m", "tokenfeed.prepare_text", source, "--output-dir", out, "--hf-tokenizer", hf,
+        return [sys.executable, "-m", "tokenfeed.text_corpus", source, "--output-dir", out, "--hf-tokenizer", hf,
                 "--workers", args.workers, "--val-split", "0.0005", "--progress-seconds", "1000"]
 
     def tokenfeed_spm():
@@ -271,7 +273,8 @@ def main():
         "encode_batch_ids": lambda: me + ["--child", "encode_batch_ids"],
         "megatron_style": lambda: me + ["--child", "megatron_style"],
         "tokenfeed_spm": tokenfeed_spm,
-        "spm_encode": lambda: me + ["--child", "spm_encode"],
+        "spm_encode": lambda: [args.spm_bench, corpus, spm_model, args.workers],
+        "spm_encode_pypi": lambda: me + ["--child", "spm_encode_pypi"],
         "tokenfeed_hf_quarter": lambda: tokenfeed_hf(quarter),
     }
     results = {name: [] for name in variants}
@@ -300,6 +303,7 @@ def main():
         "tokenfeed_hf_vs_encode_batch_ids": round(med["encode_batch_ids"] / med["tokenfeed_hf"], 3),
         "tokenfeed_hf_vs_megatron_style": round(med["megatron_style"] / med["tokenfeed_hf"], 3),
         "tokenfeed_spm_vs_spm_encode": round(med["spm_encode"] / med["tokenfeed_spm"], 3),
+        "tokenfeed_spm_vs_spm_encode_pypi": round(med["spm_encode_pypi"] / med["tokenfeed_spm"], 3),
         "tokenfeed_hf_mb_per_s": round(mb / med["tokenfeed_hf"], 2),
         "peak_rss_mib": {"corpus": round(rss["tokenfeed_hf"], 1), "quarter": round(rss["tokenfeed_hf_quarter"], 1)},
         "runs": results,
