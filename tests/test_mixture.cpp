@@ -412,3 +412,36 @@ TEST_CASE("mixture: XML config, and every bad config names what is wrong") {
       ErrorKind::io);
   CHECK(missing.find("mixture source 'gone': dataset_dir") != std::string::npos);
 }
+
+TEST_CASE("mixture: counts that overflow are config errors naming the keys, never a wrapped stage" *
+          doctest::timeout(60)) {
+  Fixture f;
+  // until_step x rows per step wraps 64 bits: the second stage would start at row 0.
+  Config late = f.mixture(4, 8);
+  MixtureStage first;
+  first.until_step = std::int64_t{1} << 62;
+  first.weights = {{"chat", "1"}, {"code", "0"}, {"web", "0"}};
+  MixtureStage second;
+  second.weights = {{"chat", "0"}, {"code", "1"}};
+  late.stages = {first, second};
+  std::string message = error_of([&] { Loader loader(late); });
+  CHECK_MESSAGE(message.find("mixture stage 1's first step (the until_step before it) x batch_size x world_size = "
+                             "4611686018427387904 x 4 overflows 64 bits") != std::string::npos,
+                message);
+  // A world size whose global batch no row counter holds.
+  Config huge = f.mixture(4, 8);
+  huge.world_size = std::int64_t{1} << 62;
+  huge.rank = 0;
+  message = error_of([&] { Loader loader(huge); });
+  CHECK_MESSAGE(message.find("'batch_size' x 'world_size' = 4 x 4611686018427387904 exceed 2^40") != std::string::npos,
+                message);
+  // A global batch spanning millions of epochs of a source: refused, not walked epoch by epoch.
+  Config wide = f.mixture(1, 8);
+  wide.world_size = std::int64_t{1} << 36;
+  wide.rank = 5;
+  wide.audit_log_dir = f.dir / "audit";
+  message = error_of([&] { Loader loader(wide); });
+  CHECK_MESSAGE(message.find("mixture source 'chat': one step of batch_size x world_size = 68719476736 rows spans up "
+                             "to") != std::string::npos,
+                message);
+}

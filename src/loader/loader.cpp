@@ -19,6 +19,7 @@
 #include "sampling/mixture_schedule.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
+#include "util/checked_math.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/resume_state.hpp"
 #include "pipeline/split_pipeline.hpp"
@@ -63,9 +64,8 @@ void check_reachable(const std::string& name, const SplitPosition& pos, const Co
   if (pos.step > kMaxResumeStep) {
     refuse("step=" + std::to_string(pos.step) + " is beyond any run (at most 2^53 batches)");
   }
-  const std::uint64_t rows_per_step =
-      static_cast<std::uint64_t>(config.batch_size) * static_cast<std::uint64_t>(config.world_size);
-  if (rows_per_step != 0 && pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
+  const std::uint64_t rows_per_step = global_batch_size(config);
+  if (pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
     refuse("step=" + std::to_string(pos.step) + " times batch_size * world_size overflows the sample counter");
   }
   if (packed && *config.batch_sampling_mode == SamplingMode::epoch) {
@@ -244,7 +244,7 @@ void Loader::Impl::make_fingerprint() {
   order_fields["dataset_mode"] = to_string(config.dataset_mode);
   for (const auto& [name, split] : splits) order_fields["data." + name] = hex64(split.fingerprint);
   order_fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
-  order_fields["global_batch_size"] = std::to_string(config.batch_size * config.world_size);
+  order_fields["global_batch_size"] = std::to_string(global_batch_size(config));
   order_fields["epoch_seed"] = std::to_string(config.epoch_seed);
   order_fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
@@ -383,7 +383,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
 // so that a trainer that never evaluates (or evaluates elsewhere) is not stopped by it.
 void Loader::Impl::check_forms_a_batch(Split& split) {
   if (*config.batch_sampling_mode != SamplingMode::epoch) return;
-  const std::uint64_t global = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  const std::uint64_t global = global_batch_size(config);
   if (packed_mode()) {
     // Packed batches continue into the next epoch, so they always form; a split whose
     // epoch does not fill one global batch would repeat episodes within a batch.
@@ -756,6 +756,25 @@ namespace {
 // The one-row shape a source's own loader would give its slots (see get_batch).
 detail::BatchShape one_row_shape(const Config& c, bool mask) { return batch_shape_of(c, 1, mask); }
 
+// The most epochs of one source a global batch may span. Each epoch passed is found (a
+// packed source packs it) and written to the audit log, so a step spanning millions of
+// epochs (a world_size of 2^40 over a small source) would run for hours and write
+// gigabytes: refused at open, with the keys to change.
+constexpr std::uint64_t kMaxEpochsPerStep = std::uint64_t{1} << 16;
+
+void check_epochs_per_step(const MixtureBatchSource::Member& part, const std::string& source,
+                           const std::string& split, std::uint64_t rows_per_step) {
+  if (part.epochs == MixtureBatchSource::Member::Epochs::none) return;
+  const std::uint64_t rows = part.source->batches_in_epoch(0);
+  if (rows == 0 || rows_per_step / rows <= kMaxEpochsPerStep) return;
+  throw Error(ErrorKind::config, "mixture source '" + source + "': one step of batch_size x world_size = " +
+                                     std::to_string(rows_per_step) + " rows spans up to " +
+                                     std::to_string(rows_per_step / rows) + " epochs of its split '" + split +
+                                     "' (" + std::to_string(rows) + " rows in epoch 0), more than " +
+                                     std::to_string(kMaxEpochsPerStep) + "; lower world_size or batch_size");
+}
+
+
 }  // namespace
 
 Config Loader::Impl::member_config(const MixtureSource& source) const {
@@ -812,7 +831,7 @@ void Loader::Impl::open_mixture() {
   }
   const auto B = static_cast<std::uint64_t>(config.batch_size);
   const auto W = static_cast<std::uint64_t>(config.world_size);
-  schedule = std::make_unique<MixtureSchedule>(names, std::move(specs), B * W);
+  schedule = std::make_unique<MixtureSchedule>(names, std::move(specs), global_batch_size(config));
 
   for (const char* name : kSplitNames) {
     std::string lacking;
@@ -844,6 +863,7 @@ void Loader::Impl::open_mixture() {
                         ? MixtureBatchSource::Member::Epochs::none
                     : member->packed_mode() ? MixtureBatchSource::Member::Epochs::varying
                                             : MixtureBatchSource::Member::Epochs::equal;
+      check_epochs_per_step(part, config.mixture[parts.size()].name, name, B * W);
       parts.push_back(part);
       any_episode = any_episode || (member->episode_mode() && !member->packed_mode());
       any_document = any_document || member->config.document_aware;
@@ -931,13 +951,13 @@ void Loader::Impl::on_consumed_mixture(Split& split, const detail::BatchSlot& sl
   }
   // Each source's epochs that the global batch `step` opened or closed (every rank writes
   // the same events: they follow from the step alone).
-  const std::uint64_t per_step = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  const std::uint64_t per_step = global_batch_size(config);
   const MixtureBatchSource& source = *split.mixture_source;
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!source.has_epochs(i)) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    const std::uint64_t before = schedule->rows_before(index, step * per_step);
-    const std::uint64_t after = schedule->rows_before(index, (step + 1) * per_step);
+    const std::uint64_t before = schedule->rows_before(index, checked_product(step, per_step, "step x batch_size x world_size"));
+    const std::uint64_t after = schedule->rows_before(index, checked_product(step + 1, per_step, "step x batch_size x world_size"));
     if (after == before) continue;
     const Impl& m = *members[i];
     const std::string& name = config.mixture[i].name;
@@ -991,7 +1011,7 @@ std::optional<std::uint64_t> Loader::source_epoch_after(std::string_view split_n
   if (!split.mixture_source->has_epochs(source)) return std::nullopt;
   const std::uint64_t rows =
       s.schedule->rows_before(static_cast<std::uint32_t>(source),
-                              steps * static_cast<std::uint64_t>(s.config.batch_size * s.config.world_size));
+                              checked_product(steps, global_batch_size(s.config), "steps x batch_size x world_size"));
   return split.mixture_source->epoch_of(source, rows);
 }
 

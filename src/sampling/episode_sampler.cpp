@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "util/checked_math.hpp"
 #include "util/hash.hpp"
 #include "sampling/numpy_random.hpp"
 #include "tokenfeed/error.hpp"
@@ -13,10 +14,12 @@ EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
 
 EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)
     : kept_(std::move(kept)), count_(kept_.size()), settings_(std::move(settings)) {
-  const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
+  // A wrapped product would be 0 (a division by zero) or a wrong order: refused.
+  const std::uint64_t global_batch = checked_product(settings_.batch_size, settings_.world_size,
+                                                     "batch_size x world_size of split '" + settings_.split + "'");
   const std::uint64_t n = count_;
   if (settings_.mode == SamplingMode::epoch) {
-    batches_per_epoch_ = settings_.drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
+    batches_per_epoch_ = n / global_batch + (!settings_.drop_last && n % global_batch != 0 ? 1 : 0);
   }
   Hasher key;
   key.add(std::uint64_t{settings_.seed});
