@@ -445,3 +445,47 @@ TEST_CASE("mixture: counts that overflow are config errors naming the keys, neve
                              "to") != std::string::npos,
                 message);
 }
+
+TEST_CASE("mixture: elastic resume, a state saved at 1x8 continues at 2x4 across stages" * doctest::timeout(120)) {
+  Fixture f;
+  Config one = f.mixture(8, 8);
+  MixtureStage first;
+  first.until_step = 3;
+  MixtureStage second;
+  second.weights = {{"chat", "1"}, {"web", "3"}};
+  one.stages = {first, second};
+  Loader reference(one);
+  const Taken all = take(reference, 6);
+  Loader saved(one);
+  take(saved, 2);
+  const std::string state = saved.save_state();
+  std::vector<Taken> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    Config c = one;
+    c.batch_size = 4;
+    c.world_size = 2;
+    c.rank = rank;
+    Loader loader(c);
+    loader.load_state(state);
+    ranks.push_back(take(loader, 4));
+  }
+  Taken joined;
+  for (std::size_t step = 0; step < 4; ++step) {
+    for (const Taken& t : ranks) {
+      for (std::size_t r = 0; r < 4; ++r) {
+        joined.sources.push_back(t.sources[step * 4 + r]);
+        joined.rows.push_back(t.rows[step * 4 + r]);
+      }
+    }
+  }
+  CHECK(std::equal(joined.rows.begin(), joined.rows.end(), all.rows.begin() + 16));
+  CHECK(std::equal(joined.sources.begin(), joined.sources.end(), all.sources.begin() + 16));
+  // Another global batch is still refused, naming it and what to set.
+  Config other = one;
+  other.batch_size = 3;
+  other.world_size = 2;
+  other.rank = 0;
+  Loader wrong(other);
+  CHECK(error_of([&] { wrong.load_state(state); }, ErrorKind::state)
+            .find("global_batch_size (batch_size x world_size) is 8 in the state but 6 here") != std::string::npos);
+}

@@ -570,6 +570,20 @@ TEST_CASE("rl: the max_attempts error prints eps exactly, skip_failed_prompts pa
   CHECK(skipping.save_state().find("\"failed_runs\":1") != std::string::npos);
 }
 
+TEST_CASE("rl: the prompts' fingerprint covers their tokens: a copy with one token changed differs") {
+  test::TempDir dir;
+  test::write_split(dir / "a", "train", test::numbered_episodes(12, {3, 5, 7, 9}), TokenDtype::uint16, false);
+  std::filesystem::copy(dir / "a", dir / "b", std::filesystem::copy_options::recursive);
+  std::vector<char> bytes = test::read_bytes(dir / "b" / "train" / "tokens.bin");
+  bytes[10] = static_cast<char>(bytes[10] ^ 1);
+  test::write_raw(dir / "b" / "train" / "tokens.bin", bytes.data(), bytes.size());
+  const RLPrompts original(test::make_config(dir / "a", 1, 10), 10);
+  const RLPrompts copy(test::make_config(dir / "b", 1, 10), 10);
+  const RLPrompts again(test::make_config(dir / "a", 1, 10), 10);
+  CHECK(copy.fingerprint() != original.fingerprint());
+  CHECK(again.fingerprint() == original.fingerprint());
+}
+
 TEST_CASE("rl: prompts give the vocabulary their metadata records") {
   test::TempDir dir;
   test::write_split(dir.path(), "train", test::numbered_episodes(4, {3}), TokenDtype::uint16, false);

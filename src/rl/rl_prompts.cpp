@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataset/content_fingerprint.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
 #include "loader/resolved_options.hpp"
@@ -63,6 +64,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   Hasher h;
   h.add(std::string_view("tokenfeed-rl-prompts"));
   h.add(s.split->fingerprint());
+  h.add(content_fingerprint(dir));  // the prompts' tokens, not only their lengths
   h.add(static_cast<std::uint64_t>(settings.mode));
   h.add(settings.shuffle ? 1 : 0);
   h.add(settings.seed);
