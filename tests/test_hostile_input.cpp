@@ -160,8 +160,9 @@ TEST_CASE("hostile: resume states no run can reach are refused before they overf
         std::string::npos);
     // Fields the step decides must agree with it (12 episodes, 6 batches an epoch: step 7 is
     // epoch 1, batch 1), else the state was not written by a Loader.
-    for (const auto& [epoch, batch] : {std::pair{kMax, std::uint64_t{1'000'000'000}}, std::pair{std::uint64_t{0}, std::uint64_t{0}},
-                                       std::pair{std::uint64_t{1}, std::uint64_t{2}}}) {
+    for (const auto& [epoch, batch] :
+         {std::pair{kMax, std::uint64_t{1'000'000'000}}, std::pair{std::uint64_t{0}, std::uint64_t{0}},
+          std::pair{std::uint64_t{1}, std::uint64_t{2}}}) {
       CHECK(error_of([&] { loader.load_state(state_with(fp, 7, epoch, batch)); }, ErrorKind::state)
                 .find("but its step=7 is epoch 1, batch_in_epoch 1, row_in_epoch 0") != std::string::npos);
     }

@@ -289,8 +289,8 @@ TEST_CASE("loader: a copy of the dataset with one token changed refuses the stat
   for (std::size_t i = 0; i < stream.size(); ++i) stream[i] = static_cast<std::uint16_t>(i % 300 + 1);
   write_raw(dir / "s" / "train.bin", stream.data(), stream.size() * 2);
   copy_with_one_token_changed(dir / "s", dir / "t", "train.bin", 1001);
-  for (const auto& [original, changed, mode] : {std::tuple{"a", "b", DatasetMode::sft_episode},
-                                                std::tuple{"s", "t", DatasetMode::token_stream}}) {
+  for (const auto& [original, changed, mode] :
+       {std::tuple{"a", "b", DatasetMode::sft_episode}, std::tuple{"s", "t", DatasetMode::token_stream}}) {
     CAPTURE(to_string(mode));
     Config c = make_config(dir / original, 2, 4);
     c.dataset_mode = mode;

@@ -478,13 +478,12 @@ TEST_CASE("rl: token ids outside the vocabulary are refused, naming the pull ind
   for (std::int64_t bad : {std::int64_t{-1}, std::int64_t{10'000'000}, std::int64_t{1} << 40}) {
     CAPTURE(bad);
     GroupBatcher batcher(o);
-    const std::string message =
-        error_of([&] { batcher.next_batch(with([bad](ScoredGroup& g) { g.completions[3][1] = bad; })); },
-                 ErrorKind::usage);
-    CHECK_MESSAGE(message.find("pull index 2 (prompt episode 7002): completion 3 holds token id " +
-                               std::to_string(bad) + " at position 1, outside the vocabulary [0, 10000000)") !=
-                      std::string::npos,
-                  message);
+    const std::string message = error_of(
+        [&] { batcher.next_batch(with([bad](ScoredGroup& g) { g.completions[3][1] = bad; })); }, ErrorKind::usage);
+    CHECK_MESSAGE(
+        message.find("pull index 2 (prompt episode 7002): completion 3 holds token id " + std::to_string(bad) +
+                     " at position 1, outside the vocabulary [0, 10000000)") != std::string::npos,
+        message);
     CHECK(batcher.cursor() == 0);
   }
   GroupBatcher batcher(o);
@@ -493,9 +492,9 @@ TEST_CASE("rl: token ids outside the vocabulary are refused, naming the pull ind
   CHECK(batcher.next_batch(sampler).valid());
   // Without a vocabulary, negative ids are still refused; large ones pass.
   GroupBatcher unknown(options(4, 24));
-  CHECK(error_of([&] { unknown.next_batch(with([](ScoredGroup& g) { g.completions[0][0] = -100; })); },
-                 ErrorKind::usage)
-            .find("completion 0 holds token id -100 at position 0, negative") != std::string::npos);
+  CHECK(
+      error_of([&] { unknown.next_batch(with([](ScoredGroup& g) { g.completions[0][0] = -100; })); }, ErrorKind::usage)
+          .find("completion 0 holds token id -100 at position 0, negative") != std::string::npos);
   CHECK(unknown.next_batch(with([](ScoredGroup& g) { g.completions[0][0] = std::int64_t{1} << 40; })).valid());
 }
 
@@ -509,17 +508,28 @@ TEST_CASE("rl: rewards and advantages that float32 cannot hold are refused, comp
     };
   };
   GroupBatcher grpo(options(4, 24));
-  CHECK(error_of([&] { grpo.next_batch(rewards({1.5e308, 1.5e308, -1e308, 0})); }, ErrorKind::usage)
+  CHECK(error_of(
+            [&] {
+              grpo.next_batch(rewards({1.5e308, 1.5e308, -1e308, 0}));
+            },
+            ErrorKind::usage)
             .find("pull index 1 (prompt episode 7001): reward 0 (1.5e+308) is not finite in float32") !=
         std::string::npos);
-  CHECK(error_of([&] { grpo.next_batch(rewards({0, 1e39, 0, 0})); }, ErrorKind::usage)
+  CHECK(error_of(
+            [&] {
+              grpo.next_batch(rewards({0, 1e39, 0, 0}));
+            },
+            ErrorKind::usage)
             .find("reward 1 (1e+39) is not finite in float32") != std::string::npos);
   GroupBatcher mean_only(options(4, 24, Advantage::mean_only));
-  const std::string advantage =
-      error_of([&] { mean_only.next_batch(rewards({3e38, 3e38, 3e38, -3e38})); }, ErrorKind::usage);
-  CHECK_MESSAGE(advantage.find("pull index 1 (prompt episode 7001): the advantage of completion 3 (-4.") !=
-                    std::string::npos,
-                advantage);
+  const std::string advantage = error_of(
+      [&] {
+        mean_only.next_batch(rewards({3e38, 3e38, 3e38, -3e38}));
+      },
+      ErrorKind::usage);
+  CHECK_MESSAGE(
+      advantage.find("pull index 1 (prompt episode 7001): the advantage of completion 3 (-4.") != std::string::npos,
+      advantage);
   CHECK(advantage.find("e+38) is not finite in float32") != std::string::npos);
   // Rewards at float32's limits still give exact, finite weights.
   Batch b = grpo.next_batch(rewards({3e38, -3e38, 3e38, -3e38}));

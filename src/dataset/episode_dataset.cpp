@@ -192,9 +192,8 @@ void EpisodeSplit::Opening::map_shards(const std::vector<fs::path>& dirs) {
     // holds tokens (at the narrowest dtype, 2 bytes). One that does is sparse or corrupt:
     // refused before its pages are read, since reading a sparse 4 GiB index would cost 4 GiB.
     if (shard.episodes > shard.tokens.size() / 2) {
-      format_error("'" + index.path().string() + "' holds " + std::to_string(shard.episodes) +
-                   " records but '" + shard.tokens.path().string() + "' at most " +
-                   std::to_string(shard.tokens.size() / 2) +
+      format_error("'" + index.path().string() + "' holds " + std::to_string(shard.episodes) + " records but '" +
+                   shard.tokens.path().string() + "' at most " + std::to_string(shard.tokens.size() / 2) +
                    " tokens: an index larger than its data can explain (sparse or corrupt)");
     }
     for (DtypeCandidate& c : candidates) {

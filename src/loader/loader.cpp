@@ -531,7 +531,8 @@ std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
           "dataset's tokens; start the run afresh");
     } else if (key.rfind("content.", 0) == 0) {
       add("the content of the dataset's '" + key.substr(8) + "' split differs (content hash " + was +
-          " in the state, " + is + " here) though its lengths may not: point dataset_dir at the dataset the state "
+          " in the state, " + is +
+          " here) though its lengths may not: point dataset_dir at the dataset the state "
           "was saved with");
     } else if (key.rfind("source.", 0) == 0) {
       add("mixture " + key + " differs (its fingerprint " + was + " in the state, " + is +
@@ -654,8 +655,9 @@ void Loader::load_state(std::string_view text) {
   }
   // A Loader's state records every split; one without train would silently restart it.
   if (state.splits.find("train") == state.splits.end()) {
-    throw Error(ErrorKind::state, "invalid resume state: it has no splits.train entry (save_state records every "
-                                  "split, train always)");
+    throw Error(ErrorKind::state,
+                "invalid resume state: it has no splits.train entry (save_state records every "
+                "split, train always)");
   }
   // Where each split resumes. Epochs of equal length give the position from the step
   // alone; packed epochs differ in length, so their position is read from the state.
@@ -700,13 +702,12 @@ void Loader::load_state(std::string_view text) {
     // a state that contradicts itself was not written by a Loader.
     if (s.mixture() || !s.packed_mode() || *s.config.batch_sampling_mode != SamplingMode::epoch) {
       if (pos.epoch != resolved.epoch || pos.batch_in_epoch != resolved.batch_in_epoch || pos.row_in_epoch != 0) {
-        throw Error(ErrorKind::state, "invalid resume state: splits." + name + " has epoch=" +
-                                          std::to_string(pos.epoch) + " batch_in_epoch=" +
-                                          std::to_string(pos.batch_in_epoch) + " row_in_epoch=" +
-                                          std::to_string(pos.row_in_epoch) + ", but its step=" +
-                                          std::to_string(pos.step) + " is epoch " + std::to_string(resolved.epoch) +
-                                          ", batch_in_epoch " + std::to_string(resolved.batch_in_epoch) +
-                                          ", row_in_epoch 0");
+        throw Error(ErrorKind::state,
+                    "invalid resume state: splits." + name + " has epoch=" + std::to_string(pos.epoch) +
+                        " batch_in_epoch=" + std::to_string(pos.batch_in_epoch) +
+                        " row_in_epoch=" + std::to_string(pos.row_in_epoch) +
+                        ", but its step=" + std::to_string(pos.step) + " is epoch " + std::to_string(resolved.epoch) +
+                        ", batch_in_epoch " + std::to_string(resolved.batch_in_epoch) + ", row_in_epoch 0");
       }
       resolved.row_in_epoch = 0;
     }
@@ -805,15 +806,15 @@ detail::BatchShape one_row_shape(const Config& c, bool mask) { return batch_shap
 // gigabytes: refused at open, with the keys to change.
 constexpr std::uint64_t kMaxEpochsPerStep = std::uint64_t{1} << 16;
 
-void check_epochs_per_step(const MixtureBatchSource::Member& part, const std::string& source,
-                           const std::string& split, std::uint64_t rows_per_step) {
+void check_epochs_per_step(const MixtureBatchSource::Member& part, const std::string& source, const std::string& split,
+                           std::uint64_t rows_per_step) {
   if (part.epochs == MixtureBatchSource::Member::Epochs::none) return;
   const std::uint64_t rows = part.source->batches_in_epoch(0);
   if (rows == 0 || rows_per_step / rows <= kMaxEpochsPerStep) return;
   throw Error(ErrorKind::config, "mixture source '" + source + "': one step of batch_size x world_size = " +
                                      std::to_string(rows_per_step) + " rows spans up to " +
-                                     std::to_string(rows_per_step / rows) + " epochs of its split '" + split +
-                                     "' (" + std::to_string(rows) + " rows in epoch 0), more than " +
+                                     std::to_string(rows_per_step / rows) + " epochs of its split '" + split + "' (" +
+                                     std::to_string(rows) + " rows in epoch 0), more than " +
                                      std::to_string(kMaxEpochsPerStep) + "; lower world_size or batch_size");
 }
 
@@ -1001,8 +1002,10 @@ void Loader::Impl::on_consumed_mixture(Split& split, const detail::BatchSlot& sl
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!source.has_epochs(i)) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    const std::uint64_t before = schedule->rows_before(index, checked_product(step, per_step, "step x batch_size x world_size"));
-    const std::uint64_t after = schedule->rows_before(index, checked_product(step + 1, per_step, "step x batch_size x world_size"));
+    const std::uint64_t before =
+        schedule->rows_before(index, checked_product(step, per_step, "step x batch_size x world_size"));
+    const std::uint64_t after =
+        schedule->rows_before(index, checked_product(step + 1, per_step, "step x batch_size x world_size"));
     if (after == before) continue;
     const Impl& m = *members[i];
     const std::string& name = config.mixture[i].name;

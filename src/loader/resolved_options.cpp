@@ -70,7 +70,8 @@ std::uint64_t global_batch_size(const Config& config) {
   const auto world = static_cast<std::uint64_t>(config.world_size);
   if (world > kMaxGlobalBatch || batch * world > kMaxGlobalBatch) {  // batch <= 2^24: no wrap
     throw Error(ErrorKind::config, "config keys 'batch_size' x 'world_size' = " + std::to_string(batch) + " x " +
-                                       std::to_string(world) + " exceed 2^40 rows per step (the loader's row "
+                                       std::to_string(world) +
+                                       " exceed 2^40 rows per step (the loader's row "
                                        "counter must hold the rows of every step of a run); lower world_size");
   }
   return batch * world;

@@ -233,8 +233,9 @@ struct GroupBatcher::Impl {
                                  exact(options.eps) + "): " + list;
         if (!options.skip_failed_prompts) {
           throw Error(ErrorKind::pipeline,
-                      what + "; to pass over such runs, construct the batcher with skip_failed_prompts and load "
-                             "its last state");
+                      what +
+                          "; to pass over such runs, construct the batcher with skip_failed_prompts and load "
+                          "its last state");
         }
         log_line(LogLevel::warning, "[tokenfeed] warning: " + what + "; skipped (skip_failed_prompts)");
         ++dropped.failed_runs;
