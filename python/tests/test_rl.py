@@ -435,3 +435,22 @@ print("ok", flush=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
     assert "terminate" not in result.stderr and "leaked" not in result.stderr, result.stderr
+
+
+def test_a_state_is_refused_by_a_copy_of_the_prompts_with_one_token_changed(prompts_dir, tmp_path):
+    import shutil
+    root, _ = prompts_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    [tokens] = sorted((copy / "train").rglob("tokens.bin"))[:1]
+    data = bytearray(tokens.read_bytes())
+    data[4] ^= 1  # same lengths, one prompt token differs
+    tokens.write_bytes(bytes(data))
+    loader = make_loader(prompts_dir)
+    next(loader)
+    state = loader.state_dict()
+    other = tokenfeed.RLLoader({"dataset_dir": str(copy), "audit_log_dir": ""}, toy_group, group_size=GROUP,
+                               batch_size=4, block_size=24)
+    with pytest.raises(tokenfeed.StateError, match="another prompt dataset or order"):
+        other.load_state_dict(state)
+    make_loader(prompts_dir).load_state_dict(state)  # the original still takes it

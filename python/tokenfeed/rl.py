@@ -23,7 +23,7 @@ import os
 import queue
 import threading
 import weakref
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -109,24 +109,25 @@ class _Prefetcher:
 
     The trainer's thread never waits for this thread to end: a stopped prefetcher whose
     sampler hangs is abandoned (a daemon thread, its results discarded), and the thread of
-    the next prefetcher (``after``) waits for it before calling the sampler, so the sampler
-    is never called from two threads at once."""
+    the next prefetcher waits for every such thread (``after``) before calling the sampler,
+    so the sampler is never called from two threads at once."""
 
     def __init__(self, sample: Callable[[int], Tuple[Any, ...]], start: int, depth: int,
-                 after: Optional[threading.Thread] = None) -> None:
+                 after: Sequence[threading.Thread] = ()) -> None:
         self.next_index = start  # the index the consumer takes next
         self._sample: Optional[Callable[[int], Tuple[Any, ...]]] = sample
         self._slots = threading.Semaphore(depth)
         self._queue: "queue.Queue[Tuple[int, Any, Optional[BaseException]]]" = queue.Queue()
         self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(start, sample, after), name="tokenfeed-rl-prefetch",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(start, sample, list(after)),
+                                       name="tokenfeed-rl-prefetch", daemon=True)
         _live_prefetchers.add(self)
         self.thread.start()
 
-    def _run(self, index: int, sample: Callable[[int], Tuple[Any, ...]], after: Optional[threading.Thread]) -> None:
-        while after is not None and after.is_alive() and not self._stop.is_set():
-            after.join(0.05)
+    def _run(self, index: int, sample: Callable[[int], Tuple[Any, ...]], after: List[threading.Thread]) -> None:
+        for earlier in after:
+            while earlier.is_alive() and not self._stop.is_set():
+                earlier.join(0.05)
         while not self._stop.is_set():
             if not self._slots.acquire(timeout=0.05):
                 continue
@@ -211,7 +212,7 @@ class RLLoader:
                  prefetch_groups: int = 0, vocab_size: Optional[int] = None, skip_failed_prompts: bool = False,
                  **overrides: Any) -> None:
         self._prefetcher: Optional[_Prefetcher] = None
-        self._abandoned: Optional[threading.Thread] = None  # a stopped prefetcher's thread, maybe still sampling
+        self._abandoned: List[threading.Thread] = []  # stopped prefetchers' threads, maybe still sampling
         if not callable(sample_and_score):
             raise UsageError("RLLoader: sample_and_score must be callable")
         group_size = _count("group_size", group_size, 2)
@@ -252,8 +253,9 @@ class RLLoader:
     def _stop_prefetch(self, wait: float = 0.0) -> None:
         if self._prefetcher is not None:
             self._prefetcher.stop(wait)
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
             if self._prefetcher.thread.is_alive():
-                self._abandoned = self._prefetcher.thread
+                self._abandoned.append(self._prefetcher.thread)
             self._prefetcher = None
 
     def next_batch(self) -> Batch:
