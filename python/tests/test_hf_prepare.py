@@ -798,3 +798,21 @@ def test_a_line_past_max_line_bytes_is_a_bad_record_read_in_bounded_pieces(token
         tokenfeed.prepare(src, tmp_path / "f", hf_tokenizer=ok, workers=1, max_line_bytes=1000)
     # The default limit takes it, and the input's hash covers every byte either way.
     assert tokenfeed.prepare(src, tmp_path / "d", hf_tokenizer=ok, workers=1)["conversations"] == 3
+
+
+def test_a_rendering_past_the_time_limit_is_a_template_error(tokenizer_json, tmp_path, monkeypatch):
+    """Nested loops that output nothing are stopped by the time limit, not run for hours."""
+    import datetime
+    import time
+    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 0.5)
+    template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHATML
+    hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, template))
+    chat = hf_prepare.ChatTemplate(hf, datetime.datetime.now())
+    started = time.monotonic()
+    with pytest.raises(hf_prepare.BadRecord, match=r"ran past 0\.5 s, the per-conversation limit") as e:
+        chat.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert e.value.reason == "template_error"
+    assert time.monotonic() - started < 5
+    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 10.0)  # the next conversation has its own time
+    assert hf_prepare.ChatTemplate(hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)),
+                                   datetime.datetime.now()).render([{"role": "user", "content": "hi"}])[0]

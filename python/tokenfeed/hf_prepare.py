@@ -70,8 +70,13 @@ MIN_JINJA2 = (3, 1, 6)
 # The most characters one conversation may render to: a template looping without bound
 # (nested range(100000)) is stopped once its output passes this, as a template_error. The
 # output is counted as it streams; a {% generation %} block is counted when it ends. A
-# loop that outputs nothing is not bounded by it (there is no time limit).
+# loop that outputs nothing is bounded by MAX_RENDER_SECONDS instead.
 MAX_RENDERED_CHARS = 1 << 24
+
+# The most seconds one conversation's rendering may take: checked at every call the template
+# makes (range(), methods, macros) and every output chunk, so nested loops stop within
+# about one inner loop of it, as a template_error.
+MAX_RENDER_SECONDS = 10.0
 
 # The longest JSONL line read, in bytes (prepare's max_line_bytes, --max-line-bytes): a
 # longer one is read in bounded pieces and is an invalid_json record (skipped and counted
@@ -416,6 +421,13 @@ def _make_environment(now: datetime.datetime) -> Any:
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self._safe_attributes: Dict[Tuple[type, str], bool] = {}
+            self.deadline = float("inf")  # set by ChatTemplate.render for each conversation
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            if time.monotonic() > __self.deadline:
+                raise jinja2.exceptions.TemplateError(f"the rendering ran past {MAX_RENDER_SECONDS} s, the "
+                                                      "per-conversation limit (MAX_RENDER_SECONDS)")
+            return super().call(__context, __obj, *args, **kwargs)
 
         def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
             kind = type(obj)
@@ -442,7 +454,7 @@ class ChatTemplate:
     def __init__(self, hf: HfTokenizer, now: Optional[datetime.datetime] = None) -> None:
         self.hf = hf
         jinja2 = _require("jinja2", "--hf-tokenizer")
-        env = _make_environment(now or datetime.datetime.now())
+        env = self.environment = _make_environment(now or datetime.datetime.now())
         try:
             self.template = env.from_string(hf.chat_template)
         except jinja2.exceptions.TemplateSyntaxError as e:
@@ -466,6 +478,7 @@ class ChatTemplate:
         without {% generation %}). Raises BadRecord."""
         variables = dict(self._variables, messages=list(messages), tools=tools, documents=None,
                          add_generation_prompt=add_generation_prompt)
+        self.environment.deadline = deadline = time.monotonic() + MAX_RENDER_SECONDS
         try:
             recorder = _Recorder()
             if self.uses_generation:
@@ -473,6 +486,9 @@ class ChatTemplate:
             for chunk in self.template.generate(variables):
                 recorder.chunks.append(chunk)
                 recorder.length += len(chunk)
+                if time.monotonic() > deadline:
+                    raise BadRecord("template_error", f"the chat template's rendering ran past {MAX_RENDER_SECONDS} "
+                                    "s, the per-conversation limit (MAX_RENDER_SECONDS)")
                 if recorder.length > MAX_RENDERED_CHARS:
                     raise BadRecord("template_error", f"the chat template's rendering passed {MAX_RENDERED_CHARS} "
                                     "characters, the per-conversation limit (MAX_RENDERED_CHARS)")
