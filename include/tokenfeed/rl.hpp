@@ -95,7 +95,7 @@ struct GroupBatcherOptions {
   std::size_t group_size = 0;  // completions per group; 0 accepts any count >= 2; never 1
   double eps = 1e-6;           // >= 0: the zero-variance threshold and grpo's denominator term
   Advantage advantage = Advantage::grpo;
-  std::uint64_t max_attempts = 64;  // consecutive dropped groups before an error, > 0
+  std::uint64_t max_attempts = 64;   // consecutive dropped groups before an error, > 0
   bool skip_failed_prompts = false;  // true: max_attempts consecutive drops are a warning, not an error
   std::uint64_t vocab_size = 0;      // token ids must be below it; 0: unknown (ids only checked >= 0)
   std::int64_t pad_token_id = 0;
@@ -113,7 +113,7 @@ struct RLMetrics {
   std::uint64_t sequences = 0;        // completions placed
   std::uint64_t truncated_sequences = 0;
   std::uint64_t failed_runs = 0;  // runs of max_attempts drops passed over (skip_failed_prompts)
-  double reward_sum = 0;  // over the placed sequences
+  double reward_sum = 0;          // over the placed sequences
   double advantage_sum = 0;
   double abs_advantage_sum = 0;
 
