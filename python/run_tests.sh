@@ -100,7 +100,7 @@ pip_install numpy pytest "scikit-build-core>=0.10,<2" "nanobind>=2.0,<4"
 if ! "$PY" -c "import tokenizers, jinja2, pyarrow, transformers" 2>/dev/null; then
   log "installing tokenizers, jinja2, pyarrow, transformers (once per venv)"
   # pyarrow below 21: later wheels refuse NumPy 1.x, which Debian's torch 1.13 is built against.
-  pip_install "tokenizers>=0.15" "jinja2>=3.1" "pyarrow>=12,<21" "transformers>=4.45"
+  pip_install "tokenizers>=0.15" "jinja2>=3.1.6" "pyarrow>=12,<21" "transformers>=4.45"
 fi
 case "$TORCH" in
   pypi)

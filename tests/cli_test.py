@@ -530,6 +530,13 @@ with tempfile.TemporaryDirectory() as tmp:
         check(needle in r.stdout, f"inspect --config should print {needle!r}: {r.stdout}")
     # 3*3 + 14 = 23 chat rows over 12 episodes: epoch 1; 3 + 14 = 17 code rows over 5: epoch 3.
     check("chat             epoch 1" in r.stdout and "code             epoch 3" in r.stdout, r.stdout)
+    # The rank it describes is the settled one (0 without a launcher), never the config's "env" (-1).
+    check("steps of rank 0 (4 x 8 per batch)" in r.stdout, f"inspect --config names rank 0: {r.stdout}")
+    # A count it cannot show is refused at once, not read batch by batch for hours.
+    started = time.monotonic()
+    r = run("inspect", "--config", config, "--steps", "9223372036854775807")
+    check(r.returncode == 2 and "inspect --steps 9223372036854775807: must be in [1, 10000000]" in r.stderr
+          and time.monotonic() - started < 30, f"inspect --steps 2^63-1: {r.returncode} {r.stderr}")
     # With a document-aware token-stream source, dump writes the document fields too: the
     # stream rows' doc_ids restart after each end-of-text (id 0 here), the episode rows' are 0.
     web = os.path.join(tmp, "web")

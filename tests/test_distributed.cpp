@@ -315,3 +315,24 @@ TEST_CASE("elastic resume: the fingerprint guards the global batch and the order
   longer.block_size = 32;
   Loader(longer).load_state(state);
 }
+
+TEST_CASE("a world size whose global batch overflows is a config error naming the keys, in every mode" *
+          doctest::timeout(60)) {
+  Datasets data;
+  for (const Case& k : kCases) {
+    CAPTURE(k.name);
+    for (const std::int64_t world : {std::int64_t{1} << 62, (std::int64_t{1} << 40) + 1}) {
+      CAPTURE(world);
+      // The config's own value, and the launcher's (RANK=0 WORLD_SIZE=...).
+      const std::string message = error_of([&] { Loader loader(case_config(data, k, 4, world, 0)); });
+      CHECK_MESSAGE(message.find("config keys 'batch_size' x 'world_size' = 4 x " + std::to_string(world) +
+                                 " exceed 2^40 rows per step") != std::string::npos,
+                    message);
+      LauncherEnv env({{"RANK", "0"}, {"WORLD_SIZE", std::to_string(world)}});
+      Config c = case_config(data, k, 4, 1, 0);
+      c.world_size = kFromLauncher;
+      c.rank = kFromLauncher;
+      CHECK(error_of([&] { Loader loader(c); }).find("'batch_size' x 'world_size'") != std::string::npos);
+    }
+  }
+}

@@ -122,3 +122,18 @@ TEST_CASE("index: episodes.idx truncated while mapped reads as empty episodes an
   const std::string message = error_of([&] { split.check_intact(); }, ErrorKind::io);
   CHECK(message.find("episodes.idx' became shorter than when it was opened") != std::string::npos);
 }
+
+TEST_CASE("index: a sparse episodes.idx larger than its tokens can explain is refused before it is read" *
+          doctest::timeout(60)) {
+  test::TempDir dir;
+  test::write_split(dir.path(), "train", test::numbered_episodes(4, {3}), TokenDtype::uint16, false);
+  // 2^24 records (256 MiB apparent, nothing on disk) over 12 tokens.
+  std::filesystem::resize_file(dir / "train" / "episodes.idx", std::uint64_t{16} << 24);
+  const std::string message =
+      test::error_of([&] { EpisodeSplit::open(dir / "train", EpisodeSplitOptions{}); }, ErrorKind::format);
+  CHECK_MESSAGE(message.find("episodes.idx' holds 16777216 records but") != std::string::npos, message);
+  CHECK(message.find("at most 12 tokens: an index larger than its data can explain") != std::string::npos);
+  // As many records as tokens is still a valid index (zero-length episodes are).
+  std::filesystem::resize_file(dir / "train" / "episodes.idx", 16 * 12);
+  CHECK(EpisodeSplit::open(dir / "train", EpisodeSplitOptions{}).num_episodes() == 12);
+}

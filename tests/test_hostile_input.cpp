@@ -158,8 +158,32 @@ TEST_CASE("hostile: resume states no run can reach are refused before they overf
     CHECK(
         error_of([&] { loader.load_state(state_with(fp, (1ULL << 40), 0, 0)); }, ErrorKind::state).find("seed range") !=
         std::string::npos);
-    loader.load_state(state_with(fp, 7, 0, 0));
+    // Fields the step decides must agree with it (12 episodes, 6 batches an epoch: step 7 is
+    // epoch 1, batch 1), else the state was not written by a Loader.
+    for (const auto& [epoch, batch] :
+         {std::pair{kMax, std::uint64_t{1'000'000'000}}, std::pair{std::uint64_t{0}, std::uint64_t{0}},
+          std::pair{std::uint64_t{1}, std::uint64_t{2}}}) {
+      CHECK(error_of([&] { loader.load_state(state_with(fp, 7, epoch, batch)); }, ErrorKind::state)
+                .find("but its step=7 is epoch 1, batch_in_epoch 1, row_in_epoch 0") != std::string::npos);
+    }
+    loader.load_state(state_with(fp, 7, 1, 1));
     CHECK(loader.get_batch().step() == 7);
+    // A state without the train split is refused, not resumed at step 0.
+    ResumeState no_train;
+    no_train.fingerprint = fp;
+    no_train.splits["val"] = {0, 0, 0};
+    CHECK(error_of([&] { loader.load_state(serialize_resume_state(no_train)); }, ErrorKind::state)
+              .find("no splits.train entry") != std::string::npos);
+  }
+  SUBCASE("sft_episode, random sampling: epoch 0, batch_in_epoch = step") {
+    Config c = base;
+    c.batch_sampling_mode = SamplingMode::random;
+    Loader loader(c);
+    const std::string fp = loader.fingerprint();
+    CHECK(error_of([&] { loader.load_state(state_with(fp, 5, 3, 5)); }, ErrorKind::state)
+              .find("but its step=5 is epoch 0, batch_in_epoch 5") != std::string::npos);
+    loader.load_state(state_with(fp, 5, 0, 5));
+    CHECK(loader.get_batch().step() == 5);
   }
   SUBCASE("sft_packed: the epoch comes from the state") {
     Config c = base;

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "sampling/numpy_random.hpp"
 #include "test_support.hpp"
@@ -264,6 +265,49 @@ TEST_CASE("loader: a state from another dataset or sampling config is refused, a
   Loader fresh(c);
   take(fresh, 3);
   CHECK(take(loader, 1).ids == take(fresh, 1).ids);
+}
+
+namespace {
+
+// A copy of `from`'s dataset with byte `at` of `file` changed: same lengths, one token differs.
+void copy_with_one_token_changed(const std::filesystem::path& from, const std::filesystem::path& to,
+                                 const std::filesystem::path& file, std::size_t at) {
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  std::vector<char> bytes = read_bytes(to / file);
+  REQUIRE(at < bytes.size());
+  bytes[at] = static_cast<char>(bytes[at] ^ 1);
+  write_raw(to / file, bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+TEST_CASE("loader: a copy of the dataset with one token changed refuses the state, naming the content") {
+  TempDir dir;
+  write_split(dir / "a", "train", numbered_episodes(20, {4, 6}));
+  copy_with_one_token_changed(dir / "a", dir / "b", "train/tokens.bin", 30);
+  std::vector<std::uint16_t> stream(600);
+  for (std::size_t i = 0; i < stream.size(); ++i) stream[i] = static_cast<std::uint16_t>(i % 300 + 1);
+  write_raw(dir / "s" / "train.bin", stream.data(), stream.size() * 2);
+  copy_with_one_token_changed(dir / "s", dir / "t", "train.bin", 1001);
+  for (const auto& [original, changed, mode] :
+       {std::tuple{"a", "b", DatasetMode::sft_episode}, std::tuple{"s", "t", DatasetMode::token_stream}}) {
+    CAPTURE(to_string(mode));
+    Config c = make_config(dir / original, 2, 4);
+    c.dataset_mode = mode;
+    c.token_dtype = TokenDtype::uint16;
+    Loader loader(c);
+    loader.get_batch();
+    const std::string state = loader.save_state();
+    c.dataset_dir = dir / changed;
+    Loader copy(c);
+    const std::string message = error_of([&] { copy.load_state(state); }, ErrorKind::state);
+    CHECK_MESSAGE(message.find("the content of the dataset's 'train' split differs") != std::string::npos, message);
+    // The unchanged copy's state resumes.
+    c.dataset_dir = dir / original;
+    Loader same(c);
+    same.load_state(state);
+    CHECK(same.get_batch().step() == 1);
+  }
 }
 
 TEST_CASE("loader: dataset-level errors at open") {

@@ -412,3 +412,80 @@ TEST_CASE("mixture: XML config, and every bad config names what is wrong") {
       ErrorKind::io);
   CHECK(missing.find("mixture source 'gone': dataset_dir") != std::string::npos);
 }
+
+TEST_CASE("mixture: counts that overflow are config errors naming the keys, never a wrapped stage" *
+          doctest::timeout(60)) {
+  Fixture f;
+  // until_step x rows per step wraps 64 bits: the second stage would start at row 0.
+  Config late = f.mixture(4, 8);
+  MixtureStage first;
+  first.until_step = std::int64_t{1} << 62;
+  first.weights = {{"chat", "1"}, {"code", "0"}, {"web", "0"}};
+  MixtureStage second;
+  second.weights = {{"chat", "0"}, {"code", "1"}};
+  late.stages = {first, second};
+  std::string message = error_of([&] { Loader loader(late); });
+  CHECK_MESSAGE(message.find("mixture stage 1's first step (the until_step before it) x batch_size x world_size = "
+                             "4611686018427387904 x 4 overflows 64 bits") != std::string::npos,
+                message);
+  // A world size whose global batch no row counter holds.
+  Config huge = f.mixture(4, 8);
+  huge.world_size = std::int64_t{1} << 62;
+  huge.rank = 0;
+  message = error_of([&] { Loader loader(huge); });
+  CHECK_MESSAGE(message.find("'batch_size' x 'world_size' = 4 x 4611686018427387904 exceed 2^40") != std::string::npos,
+                message);
+  // A global batch spanning millions of epochs of a source: refused, not walked epoch by epoch.
+  Config wide = f.mixture(1, 8);
+  wide.world_size = std::int64_t{1} << 36;
+  wide.rank = 5;
+  wide.audit_log_dir = f.dir / "audit";
+  message = error_of([&] { Loader loader(wide); });
+  CHECK_MESSAGE(message.find("mixture source 'chat': one step of batch_size x world_size = 68719476736 rows spans up "
+                             "to") != std::string::npos,
+                message);
+}
+
+TEST_CASE("mixture: elastic resume, a state saved at 1x8 continues at 2x4 across stages" * doctest::timeout(120)) {
+  Fixture f;
+  Config one = f.mixture(8, 8);
+  MixtureStage first;
+  first.until_step = 3;
+  MixtureStage second;
+  second.weights = {{"chat", "1"}, {"web", "3"}};
+  one.stages = {first, second};
+  Loader reference(one);
+  const Taken all = take(reference, 6);
+  Loader saved(one);
+  take(saved, 2);
+  const std::string state = saved.save_state();
+  std::vector<Taken> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    Config c = one;
+    c.batch_size = 4;
+    c.world_size = 2;
+    c.rank = rank;
+    Loader loader(c);
+    loader.load_state(state);
+    ranks.push_back(take(loader, 4));
+  }
+  Taken joined;
+  for (std::size_t step = 0; step < 4; ++step) {
+    for (const Taken& t : ranks) {
+      for (std::size_t r = 0; r < 4; ++r) {
+        joined.sources.push_back(t.sources[step * 4 + r]);
+        joined.rows.push_back(t.rows[step * 4 + r]);
+      }
+    }
+  }
+  CHECK(std::equal(joined.rows.begin(), joined.rows.end(), all.rows.begin() + 16));
+  CHECK(std::equal(joined.sources.begin(), joined.sources.end(), all.sources.begin() + 16));
+  // Another global batch is still refused, naming it and what to set.
+  Config other = one;
+  other.batch_size = 3;
+  other.world_size = 2;
+  other.rank = 0;
+  Loader wrong(other);
+  CHECK(error_of([&] { wrong.load_state(state); }, ErrorKind::state)
+            .find("global_batch_size (batch_size x world_size) is 8 in the state but 6 here") != std::string::npos);
+}

@@ -463,3 +463,141 @@ TEST_CASE("rl: prompts settle their config with the loader's rules: the train sp
   config.pad_token_id = 7;
   CHECK(RLPrompts(config, 10).pad_token_id() == 7);
 }
+
+TEST_CASE("rl: token ids outside the vocabulary are refused, naming the pull index, the completion and the id") {
+  ToySampler sampler;  // ids up to 100000 * (index + 1) + 400
+  GroupBatcherOptions o = options(4, 24);
+  o.vocab_size = 10'000'000;
+  auto with = [&](auto change) {
+    return [&, change](std::uint64_t i) {
+      ScoredGroup g = sampler(i);
+      if (i == 2) change(g);
+      return g;
+    };
+  };
+  for (std::int64_t bad : {std::int64_t{-1}, std::int64_t{10'000'000}, std::int64_t{1} << 40}) {
+    CAPTURE(bad);
+    GroupBatcher batcher(o);
+    const std::string message = error_of(
+        [&] { batcher.next_batch(with([bad](ScoredGroup& g) { g.completions[3][1] = bad; })); }, ErrorKind::usage);
+    CHECK_MESSAGE(
+        message.find("pull index 2 (prompt episode 7002): completion 3 holds token id " + std::to_string(bad) +
+                     " at position 1, outside the vocabulary [0, 10000000)") != std::string::npos,
+        message);
+    CHECK(batcher.cursor() == 0);
+  }
+  GroupBatcher batcher(o);
+  CHECK(error_of([&] { batcher.next_batch(with([](ScoredGroup& g) { g.prompt[0] = -7; })); }, ErrorKind::usage)
+            .find("the prompt holds token id -7 at position 0") != std::string::npos);
+  CHECK(batcher.next_batch(sampler).valid());
+  // Without a vocabulary, negative ids are still refused; large ones pass.
+  GroupBatcher unknown(options(4, 24));
+  CHECK(
+      error_of([&] { unknown.next_batch(with([](ScoredGroup& g) { g.completions[0][0] = -100; })); }, ErrorKind::usage)
+          .find("completion 0 holds token id -100 at position 0, negative") != std::string::npos);
+  CHECK(unknown.next_batch(with([](ScoredGroup& g) { g.completions[0][0] = std::int64_t{1} << 40; })).valid());
+}
+
+TEST_CASE("rl: rewards and advantages that float32 cannot hold are refused, computed in double") {
+  ToySampler sampler;
+  auto rewards = [&](std::vector<double> r) {
+    return [&, r](std::uint64_t i) {
+      ScoredGroup g = sampler(i);
+      if (i == 1) g.rewards = r;
+      return g;
+    };
+  };
+  GroupBatcher grpo(options(4, 24));
+  CHECK(error_of(
+            [&] {
+              grpo.next_batch(rewards({1.5e308, 1.5e308, -1e308, 0}));
+            },
+            ErrorKind::usage)
+            .find("pull index 1 (prompt episode 7001): reward 0 (1.5e+308) is not finite in float32") !=
+        std::string::npos);
+  CHECK(error_of(
+            [&] {
+              grpo.next_batch(rewards({0, 1e39, 0, 0}));
+            },
+            ErrorKind::usage)
+            .find("reward 1 (1e+39) is not finite in float32") != std::string::npos);
+  GroupBatcher mean_only(options(4, 24, Advantage::mean_only));
+  const std::string advantage = error_of(
+      [&] {
+        mean_only.next_batch(rewards({3e38, 3e38, 3e38, -3e38}));
+      },
+      ErrorKind::usage);
+  CHECK_MESSAGE(
+      advantage.find("pull index 1 (prompt episode 7001): the advantage of completion 3 (-4.") != std::string::npos,
+      advantage);
+  CHECK(advantage.find("e+38) is not finite in float32") != std::string::npos);
+  // Rewards at float32's limits still give exact, finite weights.
+  Batch b = grpo.next_batch(rewards({3e38, -3e38, 3e38, -3e38}));
+  for (float w : b.token_weights()) CHECK(std::isfinite(w));
+  CHECK(std::isfinite(grpo.batch_metrics().mean_advantage()));
+  bool found = false;
+  for (std::size_t s = 0; s < b.num_sequences(); ++s) found |= b.group_ids()[s] == 1 && b.rewards()[s] == 3e38f;
+  CHECK(found);
+}
+
+TEST_CASE("rl: the max_attempts error prints eps exactly, skip_failed_prompts passes the run over") {
+  ToySampler sampler;
+  for (std::uint64_t i = 3; i < 9; ++i) sampler.flat.insert(i);
+  GroupBatcherOptions o = options(4, 24);
+  o.max_attempts = 4;
+  o.eps = 1e-9;
+  GroupBatcher failing(o);
+  const std::string state = failing.save_state();
+  std::string message;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the same prompts fail again
+    message = error_of(
+        [&] {
+          for (;;) failing.next_batch(sampler);
+        },
+        ErrorKind::pipeline);
+    CHECK_MESSAGE(message.find("eps = 1e-09)") != std::string::npos, message);
+    CHECK(message.find("pull index 3 (prompt episode 7003)") != std::string::npos);
+    CHECK(message.find("skip_failed_prompts") != std::string::npos);
+  }
+  // The way on: a batcher with skip_failed_prompts resumed from the last state.
+  o.skip_failed_prompts = true;
+  GroupBatcher skipping(o);
+  skipping.load_state(state);
+  std::set<std::int64_t> seen;
+  for (int step = 0; step < 4; ++step) {
+    Batch b = skipping.next_batch(sampler);
+    for (std::int64_t g : b.group_ids())
+      if (g >= 0) seen.insert(g);
+  }
+  for (std::int64_t g = 3; g < 9; ++g) CHECK(seen.count(g) == 0);
+  CHECK(seen.count(9) == 1);
+  CHECK(skipping.total_metrics().failed_runs == 1);
+  CHECK(skipping.total_metrics().zero_var_groups == 6);
+  // Recorded in the state: a resumed batcher keeps the count.
+  GroupBatcher resumed(o);
+  resumed.load_state(skipping.save_state());
+  CHECK(resumed.total_metrics().failed_runs == 1);
+  CHECK(skipping.save_state().find("\"failed_runs\":1") != std::string::npos);
+}
+
+TEST_CASE("rl: the prompts' fingerprint covers their tokens: a copy with one token changed differs") {
+  test::TempDir dir;
+  test::write_split(dir / "a", "train", test::numbered_episodes(12, {3, 5, 7, 9}), TokenDtype::uint16, false);
+  std::filesystem::copy(dir / "a", dir / "b", std::filesystem::copy_options::recursive);
+  std::vector<char> bytes = test::read_bytes(dir / "b" / "train" / "tokens.bin");
+  bytes[10] = static_cast<char>(bytes[10] ^ 1);
+  test::write_raw(dir / "b" / "train" / "tokens.bin", bytes.data(), bytes.size());
+  const RLPrompts original(test::make_config(dir / "a", 1, 10), 10);
+  const RLPrompts copy(test::make_config(dir / "b", 1, 10), 10);
+  const RLPrompts again(test::make_config(dir / "a", 1, 10), 10);
+  CHECK(copy.fingerprint() != original.fingerprint());
+  CHECK(again.fingerprint() == original.fingerprint());
+}
+
+TEST_CASE("rl: prompts give the vocabulary their metadata records") {
+  test::TempDir dir;
+  test::write_split(dir.path(), "train", test::numbered_episodes(4, {3}), TokenDtype::uint16, false);
+  CHECK(RLPrompts(test::make_config(dir.path(), 1, 10), 10).vocab_size() == 0);
+  test::write_text(dir / "dataset_metadata.json", R"({"token_dtype": "uint16", "vocab_size": 5000})");
+  CHECK(RLPrompts(test::make_config(dir.path(), 1, 10), 10).vocab_size() == 5000);
+}

@@ -49,7 +49,16 @@ Counts row_counts(const Batch& b, std::size_t r, std::size_t& sequence) {
 
 }  // namespace
 
+// inspect reads every batch of the steps it describes: a count beyond this would run for
+// hours (or, near 2^63, for ever) instead of answering.
+constexpr long kMaxInspectSteps = 10'000'000;
+
 void inspect_mixture(const std::string& config_file, long steps) {
+  if (steps < 1 || steps > kMaxInspectSteps) {
+    throw Error(ErrorKind::usage, "inspect --steps " + std::to_string(steps) + ": must be in [1, " +
+                                      std::to_string(kMaxInspectSteps) +
+                                      "] (inspect reads every batch of the steps it describes)");
+  }
   Config config = load_config_file(config_file);
   if (config.mixture.empty()) {
     throw Error(ErrorKind::usage, "inspect --config '" + config_file +
@@ -80,7 +89,7 @@ void inspect_mixture(const std::string& config_file, long steps) {
   }
   std::printf("mixture %s: %zu sources, %zu stages; the first %llu steps of rank %lld (%lld x %lld per batch)\n",
               config_file.c_str(), names.size(), first.size(), static_cast<unsigned long long>(n),
-              static_cast<long long>(config.rank), static_cast<long long>(config.batch_size),
+              static_cast<long long>(loader.config().rank), static_cast<long long>(config.batch_size),
               static_cast<long long>(config.block_size));
   for (std::size_t s = 0; s < first.size(); ++s) {
     const std::uint64_t begin = first[s];

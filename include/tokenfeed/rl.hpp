@@ -31,9 +31,18 @@
 // and segments() lists the sequences (row, column, positions, the prompt's episode id).
 //
 // Advantages: over a group's rewards r with mean m and population standard deviation sd,
-// grpo gives (r_i - m) / (sd + eps) and mean_only gives r_i - m. A group with sd <= eps
-// (its rewards do not vary) teaches nothing and is dropped; max_attempts consecutive
-// dropped groups is Error(pipeline) naming the prompts tried.
+// grpo gives (r_i - m) / (sd + eps) and mean_only gives r_i - m, computed in double. A
+// group with sd <= eps (its rewards do not vary) teaches nothing and is dropped;
+// max_attempts consecutive dropped groups is Error(pipeline) naming the prompts tried and
+// eps (exactly), unless skip_failed_prompts, which logs a warning naming them, counts the
+// run in failed_runs and pulls on. After the error a trainer goes on by constructing the
+// batcher with skip_failed_prompts and loading its last state: the same prompts are pulled
+// again and this time passed over.
+//
+// What a group must hold (else Error(usage) naming its pull index, and the completion and
+// value at fault): every token id (prompt and completions) in [0, vocab_size) (>= 0 when
+// vocab_size is 0: unknown), so that an id the embedding cannot look up never reaches a
+// batch; finite rewards and advantages that float32, the batch's type, can hold.
 //
 // Determinism and resume: the batches are a pure function of the groups pulled, in pull
 // order. Groups are pulled by index 0, 1, 2, ...; save_state records the index of the
@@ -83,10 +92,12 @@ struct ScoredGroup {
 struct GroupBatcherOptions {
   std::size_t batch_size = 0;  // rows per batch, > 0
   std::size_t block_size = 0;  // input positions per row, > 0
-  std::size_t group_size = 0;  // completions per group; 0 accepts any count >= 2
+  std::size_t group_size = 0;  // completions per group; 0 accepts any count >= 2; never 1
   double eps = 1e-6;           // >= 0: the zero-variance threshold and grpo's denominator term
   Advantage advantage = Advantage::grpo;
-  std::uint64_t max_attempts = 64;  // consecutive dropped groups before an error, > 0
+  std::uint64_t max_attempts = 64;   // consecutive dropped groups before an error, > 0
+  bool skip_failed_prompts = false;  // true: max_attempts consecutive drops are a warning, not an error
+  std::uint64_t vocab_size = 0;      // token ids must be below it; 0: unknown (ids only checked >= 0)
   std::int64_t pad_token_id = 0;
   std::int64_t ignore_index = -100;
 };
@@ -101,7 +112,8 @@ struct RLMetrics {
   std::uint64_t valid_groups = 0;     // placed in the batches
   std::uint64_t sequences = 0;        // completions placed
   std::uint64_t truncated_sequences = 0;
-  double reward_sum = 0;  // over the placed sequences
+  std::uint64_t failed_runs = 0;  // runs of max_attempts drops passed over (skip_failed_prompts)
+  double reward_sum = 0;          // over the placed sequences
   double advantage_sum = 0;
   double abs_advantage_sum = 0;
 
@@ -120,6 +132,7 @@ struct RLMetrics {
     valid_groups += other.valid_groups;
     sequences += other.sequences;
     truncated_sequences += other.truncated_sequences;
+    failed_runs += other.failed_runs;
     reward_sum += other.reward_sum;
     advantage_sum += other.advantage_sum;
     abs_advantage_sum += other.abs_advantage_sum;
@@ -141,7 +154,8 @@ class TOKENFEED_API GroupBatcher {
 
   // The next batch, pulling groups until one does not fit. Throws Error(usage) for a
   // malformed group (naming its index and what is wrong) or a group that fits no empty
-  // batch, Error(pipeline) after max_attempts consecutive dropped groups, Error(usage)
+  // batch, Error(pipeline) after max_attempts consecutive dropped groups (unless
+  // skip_failed_prompts), Error(usage)
   // when kMaxHeldBatches batches are held; and rethrows what `pull` threw. After a throw
   // the batcher is where the last emitted batch left it (the next call pulls again from
   // cursor()).
@@ -194,6 +208,9 @@ class TOKENFEED_API RLPrompts {
   // The pad id, as the loader settles it: the config's, else the metadata's pad_token_id,
   // eot_token_id, eos_token_id; else 0.
   std::int64_t pad_token_id() const noexcept;
+  // The vocabulary size dataset_metadata.json records (GroupBatcherOptions::vocab_size); 0
+  // when it records none.
+  std::uint64_t vocab_size() const noexcept;
   // A hash of the dataset and the order-determining settings (hex), for states.
   std::string fingerprint() const;
   const Config& config() const noexcept;

@@ -69,6 +69,7 @@ nb::dict metrics_dict(const tokenfeed::RLMetrics& m) {
   d["valid_groups"] = m.valid_groups;
   d["sequences"] = m.sequences;
   d["truncated_sequences"] = m.truncated_sequences;
+  d["failed_runs"] = m.failed_runs;
   d["mean_reward"] = m.mean_reward();
   d["mean_advantage"] = m.mean_advantage();
   d["mean_abs_advantage"] = m.mean_abs_advantage();
@@ -101,6 +102,7 @@ void bind_rl(nb::module_& m) {
       .def_prop_ro("size", &tokenfeed::RLPrompts::size)
       .def_prop_ro("per_epoch", &tokenfeed::RLPrompts::per_epoch)
       .def_prop_ro("pad_token_id", &tokenfeed::RLPrompts::pad_token_id)
+      .def_prop_ro("vocab_size", &tokenfeed::RLPrompts::vocab_size)
       .def_prop_ro("ignore_index", [](const tokenfeed::RLPrompts& p) { return p.config().ignore_index; })
       .def_prop_ro("fingerprint", &tokenfeed::RLPrompts::fingerprint)
       .def_prop_ro("config", [](const tokenfeed::RLPrompts& p) { return config_to_python(p.config()); });
@@ -110,7 +112,7 @@ void bind_rl(nb::module_& m) {
           "__init__",
           [](tokenfeed::GroupBatcher* self, std::size_t batch_size, std::size_t block_size, std::size_t group_size,
              double eps, const std::string& advantage, std::uint64_t max_attempts, std::int64_t pad_token_id,
-             std::int64_t ignore_index) {
+             std::int64_t ignore_index, std::uint64_t vocab_size, bool skip_failed_prompts) {
             tokenfeed::GroupBatcherOptions o;
             o.batch_size = batch_size;
             o.block_size = block_size;
@@ -120,10 +122,12 @@ void bind_rl(nb::module_& m) {
             o.max_attempts = max_attempts;
             o.pad_token_id = pad_token_id;
             o.ignore_index = ignore_index;
+            o.vocab_size = vocab_size;
+            o.skip_failed_prompts = skip_failed_prompts;
             new (self) tokenfeed::GroupBatcher(o);
           },
           "batch_size"_a, "block_size"_a, "group_size"_a, "eps"_a, "advantage"_a, "max_attempts"_a, "pad_token_id"_a,
-          "ignore_index"_a)
+          "ignore_index"_a, "vocab_size"_a, "skip_failed_prompts"_a)
       .def(
           "next_batch",
           [](tokenfeed::GroupBatcher& b, nb::callable pull) {

@@ -729,3 +729,90 @@ def test_trimmed_offsets_match_transformers(tmp_path):
     src = write_jsonl(tmp_path / "c.jsonl", conversations)
     tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
     assert_same_as_transformers(conversations, tmp_path / "o", hf_dir)
+
+
+def test_jinja2_older_than_3_1_6_is_refused(tokenizer_json, tmp_path, monkeypatch):
+    """jinja2 3.1.5 and older let a template read the environment (CVE-2025-27516): the
+    package requires 3.1.6, and a user's environment holding an older one is refused before
+    any template renders."""
+    import datetime
+    import jinja2
+    from conftest import REPO
+    assert '"jinja2>=3.1.6"' in (REPO / "pyproject.toml").read_text()
+    hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, CHATML))
+    for old in ("3.1.5", "3.0.3", "2.11.3", ""):
+        monkeypatch.setattr(jinja2, "__version__", old)
+        with pytest.raises(tokenfeed.ConfigError, match=r"jinja2 >= 3\.1\.6 .*CVE-2025-27516"):
+            hf_prepare.ChatTemplate(hf, datetime.datetime.now())
+    monkeypatch.setattr(jinja2, "__version__", "3.1.6")
+    assert hf_prepare.ChatTemplate(hf, datetime.datetime.now()).render([{"role": "user", "content": "hi"}])[0]
+
+
+@pytest.mark.parametrize("template", ["{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}"
+                                      "{% endfor %}", GENERATION.replace("{% generation %}",
+                                      "{% generation %}{% for i in range(1000) %}{{ 'y' * 1000 }}{% endfor %}")])
+def test_a_rendering_past_the_size_limit_is_a_template_error(tokenizer_json, tmp_path, monkeypatch, template):
+    import datetime
+    import time
+    monkeypatch.setattr(hf_prepare, "MAX_RENDERED_CHARS", 50_000)
+    hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, template))
+    chat = hf_prepare.ChatTemplate(hf, datetime.datetime.now())
+    started = time.monotonic()
+    with pytest.raises(hf_prepare.BadRecord, match="passed 50000 characters, the per-conversation limit") as e:
+        chat.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert e.value.reason == "template_error"
+    assert time.monotonic() - started < 10
+
+
+def test_deeply_nested_json_and_lone_surrogates_are_bad_records(tokenizer_json, tmp_path):
+    """Skipped and counted under --on-error skip; with fail, an error naming file and line,
+    never an uncaught RecursionError or UnicodeEncodeError."""
+    ok = tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)
+    good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    deep = '{"messages": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    surrogate = json.dumps(good).replace("Hello.", "Hel\\ud800lo.")
+    src = tmp_path / "c.jsonl"
+    src.write_text("\n".join([json.dumps(good), deep, surrogate, json.dumps(good)]) + "\n")
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1)
+    assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 2, s
+    assert "c.jsonl:2: nested too deeply" in s["first_skipped"]["invalid_json"]
+    for line, needle in ((2, "nested too deeply"), (3, r"lone surrogate \(\\ud800\)")):
+        lines = [json.dumps(good)] * 3
+        lines[line - 1] = deep if line == 2 else surrogate
+        src.write_text("\n".join(lines) + "\n")
+        with pytest.raises(tokenfeed.FormatError, match=rf"c\.jsonl:{line}: invalid_json: .*{needle}"):
+            tokenfeed.prepare(src, tmp_path / f"f{line}", hf_tokenizer=ok, workers=1)
+
+
+def test_a_line_past_max_line_bytes_is_a_bad_record_read_in_bounded_pieces(tokenizer_json, tmp_path):
+    ok = tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)
+    good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    long = {"messages": [{"role": "user", "content": "x" * 5000}, {"role": "assistant", "content": "Hello."}]}
+    src = write_jsonl(tmp_path / "c.jsonl", [good, long, good])
+    size = len(json.dumps(long))
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1, max_line_bytes=1000)
+    assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 1, s
+    assert s["first_skipped"]["invalid_json"].endswith(f"c.jsonl:2: the line is {size} bytes, longer than the "
+                                                       "limit of 1000 (max_line_bytes)")
+    with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: invalid_json: the line is \d+ bytes"):
+        tokenfeed.prepare(src, tmp_path / "f", hf_tokenizer=ok, workers=1, max_line_bytes=1000)
+    # The default limit takes it, and the input's hash covers every byte either way.
+    assert tokenfeed.prepare(src, tmp_path / "d", hf_tokenizer=ok, workers=1)["conversations"] == 3
+
+
+def test_a_rendering_past_the_time_limit_is_a_template_error(tokenizer_json, tmp_path, monkeypatch):
+    """Nested loops that output nothing are stopped by the time limit, not run for hours."""
+    import datetime
+    import time
+    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 0.5)
+    template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHATML
+    hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, template))
+    chat = hf_prepare.ChatTemplate(hf, datetime.datetime.now())
+    started = time.monotonic()
+    with pytest.raises(hf_prepare.BadRecord, match=r"ran past 0\.5 s, the per-conversation limit") as e:
+        chat.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert e.value.reason == "template_error"
+    assert time.monotonic() - started < 5
+    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 10.0)  # the next conversation has its own time
+    assert hf_prepare.ChatTemplate(hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)),
+                                   datetime.datetime.now()).render([{"role": "user", "content": "hi"}])[0]

@@ -62,3 +62,15 @@ def test_synopses_list_every_option(cli):
         options = set(re.findall(r"^\s+(--[a-z][a-z-]*)", help_text, re.M)) - {"--help"}
         missing = sorted(o for o in options if o not in commands[command])
         assert not missing, f"tokenfeed {command}: the README synopsis lacks {missing}"
+
+
+def test_the_batch_contract_names_fields_one_way():
+    """The contract says once how each language spells a field (C++ methods, Python
+    properties); a name with parentheses would be wrong for Python."""
+    import tokenfeed
+    start = README.index("### The batch contract")
+    contract = README[start:README.index("A trainer that only reads the episode view", start)]
+    called = set(re.findall(r"`([a-z_]+)\(\)`", contract))
+    properties = {name for name in called if not callable(getattr(tokenfeed.Batch, name, None))}
+    assert not properties, f"Python properties written as calls in the batch contract: {sorted(properties)}"
+    assert "in Python a\nproperty" in contract

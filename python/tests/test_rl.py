@@ -295,3 +295,162 @@ def test_grpo_example_reward_goes_up():
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "step  40" in result.stdout
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(prompts_dir):
+    def bad(p, value):
+        g = toy_group(p)
+        g.completions[2] = np.array([201, value, 150])
+        g.log_probs = None
+        return g
+
+    for value in (-1, 300, 2**40):
+        loader = make_loader(prompts_dir, lambda p: bad(p, value), vocab_size=300)
+        with pytest.raises(tokenfeed.UsageError) as e:
+            next(loader)
+        assert (f"pull index 0 (prompt episode {loader_episode(loader, 0)}): completion 2 holds token id {value} "
+                "at position 1, outside the vocabulary [0, 300)") in str(e.value)
+    # ids below the vocabulary pass; without one known, negative ids are still refused
+    next(make_loader(prompts_dir, vocab_size=300))
+    with pytest.raises(tokenfeed.UsageError, match="completion 2 holds token id -5 at position 1, negative"):
+        next(make_loader(prompts_dir, lambda p: bad(p, -5)))
+
+
+def loader_episode(loader, index):
+    return loader._prompts.at(index)[1]
+
+
+def test_the_vocabulary_comes_from_the_prompt_metadata(tmp_path):
+    with tokenfeed.DatasetWriter(tmp_path / "train", token_dtype="uint16", write_mask=False) as w:
+        for k in range(8):
+            w.add([1 + k, 2, 3])
+    tokenfeed.write_dataset_metadata(tmp_path, token_dtype="uint16", mask_dtype=None, eot_token_id=PAD,
+                                     vocab_size=150)
+    loader = tokenfeed.RLLoader({"dataset_dir": str(tmp_path), "audit_log_dir": ""}, toy_group, group_size=GROUP,
+                                batch_size=4, block_size=24)
+    assert loader.vocab_size == 150
+    with pytest.raises(tokenfeed.UsageError, match=r"token id 2\d\d at position 0, outside the vocabulary \[0, 150\)"):
+        next(loader)  # toy completions start with 200 + k
+
+
+@pytest.mark.parametrize("name,value", [("group_size", 0), ("group_size", -1), ("group_size", 1),
+                                        ("batch_size", -1), ("block_size", 0), ("max_attempts", 0),
+                                        ("prefetch_groups", -1), ("prefetch_groups", 10**9), ("vocab_size", 0),
+                                        ("group_size", 2.5)])
+def test_arguments_out_of_range_are_config_errors_at_construction(prompts_dir, name, value):
+    with pytest.raises(tokenfeed.ConfigError, match=f"RLLoader: {name} must be an integer .*, got {value!r}"):
+        make_loader(prompts_dir, **{name: value})
+
+
+def test_tokens_is_refused_not_taken_for_completions(prompts_dir):
+    class SpecGroup:  # the spec's ScoredGroup: whole sequences with prompt_len
+        def __init__(self, p):
+            self.tokens = [np.concatenate([p, [200 + k, 150]]) for k in range(GROUP)]
+            self.rewards, self.prompt_len, self.log_probs = [0.0, 1.0, 2.0, 0.0], len(p), None
+
+    for sampler in (lambda p: {"tokens": [[200 + k, 150] for k in range(GROUP)], "rewards": [0, 1, 2, 0]},
+                    SpecGroup):
+        with pytest.raises(tokenfeed.UsageError, match="'tokens' without 'completions'.*prompt included"):
+            next(make_loader(prompts_dir, sampler))
+
+
+def test_max_attempts_prints_eps_exactly_and_skip_failed_prompts_goes_on(prompts_dir):
+    flat_from = {}
+
+    def sampler(p):  # pull indices 2..6 (counted by call order) give flat rewards
+        n = flat_from.setdefault("calls", 0)
+        flat_from["calls"] = n + 1
+        return toy_group(p, flat=lambda q: 2 <= n <= 6)
+
+    loader = make_loader(prompts_dir, sampler, max_attempts=4, eps=1e-9)
+    state = loader.state_dict()
+    with pytest.raises(tokenfeed.PipelineError, match=r"eps = 1e-09\).*skip_failed_prompts"):
+        while True:
+            next(loader)
+    flat_from["calls"] = 0
+    again = make_loader(prompts_dir, sampler, max_attempts=4, eps=1e-9, skip_failed_prompts=True)
+    again.load_state_dict(state)
+    ids = set()
+    for _ in range(3):
+        ids |= set(next(again).group_ids.tolist())
+    assert not ids & {2, 3, 4, 5, 6} and 7 in ids
+    assert again.metrics()["total"]["failed_runs"] == 1
+    assert again.state_dict()["batcher"]["metrics"]["failed_runs"] == 1
+
+
+def test_rewards_float32_cannot_hold_are_refused(prompts_dir):
+    def with_rewards(rewards):
+        def sampler(p):
+            g = toy_group(p)
+            g.rewards = rewards
+            return g
+        return sampler
+
+    with pytest.raises(tokenfeed.UsageError, match=r"reward 0 \(1\.5e\+308\) is not finite in float32"):
+        next(make_loader(prompts_dir, with_rewards([1.5e308, 1.5e308, -1e308, 0])))
+    with pytest.raises(tokenfeed.UsageError, match=r"reward 1 \(1e\+39\) is not finite in float32"):
+        next(make_loader(prompts_dir, with_rewards([0, 1e39, 0, 0])))
+    with pytest.raises(tokenfeed.UsageError, match=r"reward 0 \(1e\+300\) is not finite in float32"):
+        next(make_loader(prompts_dir, with_rewards([1e300, -1e300, 0, 0]), advantage="mean_only"))
+    with pytest.raises(tokenfeed.UsageError, match=r"advantage of completion 3 .* not finite in float32"):
+        next(make_loader(prompts_dir, with_rewards([3e38, 3e38, 3e38, -3e38]), advantage="mean_only"))
+
+
+def test_ctrl_c_with_a_hung_prefetching_sampler_is_prompt(prompts_dir):
+    import _thread
+    import time
+    release = threading.Event()
+
+    def hung(p):
+        release.wait(120)
+        return toy_group(p)
+
+    loader = make_loader(prompts_dir, hung, prefetch_groups=2)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(loader)
+    assert time.monotonic() - start < 2.0  # the interrupt at 0.3 s, within the loader's ~50 ms
+    release.set()
+    # the abandoned thread ends; the loader goes on from where it was
+    assert next(make_loader(prompts_dir)).num_sequences > 0
+    loader.close()
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_interpreter_exit_with_a_prefetching_loader_is_clean(prompts_dir, close):
+    root, _ = prompts_dir
+    script = f"""
+import numpy as np, tokenfeed
+def sample(p):
+    return tokenfeed.ScoredGroup([[200, 150], [201], [202, 3], [203]], [0.0, 1.0, 2.0, 0.5])
+loader = tokenfeed.RLLoader({{"dataset_dir": {str(root)!r}, "audit_log_dir": ""}}, sample, group_size=4,
+                            batch_size=4, block_size=24, prefetch_groups=tokenfeed.rl.MAX_PREFETCH_GROUPS)
+batch = next(loader)
+{"loader.close()" if close else ""}
+print("ok", flush=True)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+    assert "terminate" not in result.stderr and "leaked" not in result.stderr, result.stderr
+
+
+def test_a_state_is_refused_by_a_copy_of_the_prompts_with_one_token_changed(prompts_dir, tmp_path):
+    import shutil
+    root, _ = prompts_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    [tokens] = sorted((copy / "train").rglob("tokens.bin"))[:1]
+    data = bytearray(tokens.read_bytes())
+    data[4] ^= 1  # same lengths, one prompt token differs
+    tokens.write_bytes(bytes(data))
+    loader = make_loader(prompts_dir)
+    next(loader)
+    state = loader.state_dict()
+    other = tokenfeed.RLLoader({"dataset_dir": str(copy), "audit_log_dir": ""}, toy_group, group_size=GROUP,
+                               batch_size=4, block_size=24)
+    with pytest.raises(tokenfeed.StateError, match="another prompt dataset or order"):
+        other.load_state_dict(state)
+    make_loader(prompts_dir).load_state_dict(state)  # the original still takes it

@@ -400,7 +400,7 @@ def prepare(input: _Path, output_dir: _Path, *,  # noqa: A002
             hf_tokenizer: Optional[_Path] = None, val_split: float = 0.0, seed: int = 0,
             shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
             messages_field: str = "messages", workers: int = 0, progress: bool = False,
-            chunk_records: int = 256) -> Dict[str, Any]:
+            chunk_records: int = 256, max_line_bytes: int = 64 << 20) -> Dict[str, Any]:
     """Prepares an SFT dataset (train/, val/, dataset_metadata.json) from a JSONL or parquet
     file of conversations with ``hf_tokenizer``, a local Hugging Face tokenizer directory
     (tokenizer.json, tokenizer_config.json with its chat_template), the assistant-only loss
@@ -413,7 +413,7 @@ def prepare(input: _Path, output_dir: _Path, *,  # noqa: A002
     return hf_prepare.prepare(input, output_dir, hf_tokenizer=hf_tokenizer, val_split=val_split, seed=seed,
                               shard_tokens=shard_tokens, token_dtype=token_dtype, on_error=on_error,
                               messages_field=messages_field, workers=workers, progress=progress,
-                              chunk_records=chunk_records)
+                              chunk_records=chunk_records, max_line_bytes=max_line_bytes)
 
 
 # ---------------------------------------------------------------------------------------

@@ -63,6 +63,26 @@ EXTRA_HINT = "pip install 'tokenfeed[hf]' (the packages tokenizers, jinja2 and, 
 REASONS = ("invalid_json", "bad_messages", "no_assistant", "template_error", "inconsistent_template",
            "empty_mask")
 
+# The oldest jinja2 that renders untrusted chat templates safely (3.1.5 and older leak the
+# environment through str.format: CVE-2025-27516); pyproject.toml requires it too, and a
+# user's environment holding an older one is refused at run time.
+MIN_JINJA2 = (3, 1, 6)
+# The most characters one conversation may render to: a template looping without bound
+# (nested range(100000)) is stopped once its output passes this, as a template_error. The
+# output is counted as it streams; a {% generation %} block is counted when it ends. A
+# loop that outputs nothing is bounded by MAX_RENDER_SECONDS instead.
+MAX_RENDERED_CHARS = 1 << 24
+
+# The most seconds one conversation's rendering may take: checked at every call the template
+# makes (range(), methods, macros) and every output chunk, so nested loops stop within
+# about one inner loop of it, as a template_error.
+MAX_RENDER_SECONDS = 10.0
+
+# The longest JSONL line read, in bytes (prepare's max_line_bytes, --max-line-bytes): a
+# longer one is read in bounded pieces and is an invalid_json record (skipped and counted
+# under --on-error skip), so that one huge line cannot take the memory of the run.
+MAX_LINE_BYTES = 64 << 20
+
 _GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
 _RANDOM_NAMES = re.compile(r"random|lipsum")
 _SPLIT_DOMAIN = b"tokenfeed-hf-split-v1\0"
@@ -337,8 +357,20 @@ class _Recorder:
         self.spans: List[Tuple[int, int]] = []
 
 
+def _jinja2_version_refused(version: str) -> bool:
+    """True for a jinja2 older than MIN_JINJA2 (or a version text that does not say)."""
+    parts = re.findall(r"\d+", version)[:3]
+    return len(parts) < 3 or tuple(int(p) for p in parts) < MIN_JINJA2
+
+
 def _make_environment(now: datetime.datetime) -> Any:
     jinja2 = _require("jinja2", "--hf-tokenizer")
+    version = getattr(jinja2, "__version__", "")
+    if _jinja2_version_refused(version):
+        raise ConfigError(f"--hf-tokenizer renders chat templates only with jinja2 >= "
+                          f"{'.'.join(map(str, MIN_JINJA2))} (older versions let a template read the environment "
+                          f"through str.format, CVE-2025-27516); this environment has jinja2 {version or '(unknown)'}: "
+                          "pip install 'jinja2>=3.1.6'")
     from jinja2 import nodes
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -389,6 +421,13 @@ def _make_environment(now: datetime.datetime) -> Any:
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self._safe_attributes: Dict[Tuple[type, str], bool] = {}
+            self.deadline = float("inf")  # set by ChatTemplate.render for each conversation
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            if time.monotonic() > __self.deadline:
+                raise jinja2.exceptions.TemplateError(f"the rendering ran past {MAX_RENDER_SECONDS} s, the "
+                                                      "per-conversation limit (MAX_RENDER_SECONDS)")
+            return super().call(__context, __obj, *args, **kwargs)
 
         def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
             kind = type(obj)
@@ -415,7 +454,7 @@ class ChatTemplate:
     def __init__(self, hf: HfTokenizer, now: Optional[datetime.datetime] = None) -> None:
         self.hf = hf
         jinja2 = _require("jinja2", "--hf-tokenizer")
-        env = _make_environment(now or datetime.datetime.now())
+        env = self.environment = _make_environment(now or datetime.datetime.now())
         try:
             self.template = env.from_string(hf.chat_template)
         except jinja2.exceptions.TemplateSyntaxError as e:
@@ -439,14 +478,20 @@ class ChatTemplate:
         without {% generation %}). Raises BadRecord."""
         variables = dict(self._variables, messages=list(messages), tools=tools, documents=None,
                          add_generation_prompt=add_generation_prompt)
+        self.environment.deadline = deadline = time.monotonic() + MAX_RENDER_SECONDS
         try:
-            if not self.uses_generation:
-                return self.template.render(variables), []
             recorder = _Recorder()
-            variables["__tokenfeed_recorder"] = recorder
+            if self.uses_generation:
+                variables["__tokenfeed_recorder"] = recorder
             for chunk in self.template.generate(variables):
                 recorder.chunks.append(chunk)
                 recorder.length += len(chunk)
+                if time.monotonic() > deadline:
+                    raise BadRecord("template_error", f"the chat template's rendering ran past {MAX_RENDER_SECONDS} "
+                                    "s, the per-conversation limit (MAX_RENDER_SECONDS)")
+                if recorder.length > MAX_RENDERED_CHARS:
+                    raise BadRecord("template_error", f"the chat template's rendering passed {MAX_RENDERED_CHARS} "
+                                    "characters, the per-conversation limit (MAX_RENDERED_CHARS)")
         except self._template_error as e:
             raise BadRecord("template_error", f"the chat template failed: {e}") from e
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
@@ -639,22 +684,34 @@ class ConversationEncoder:
         result = ChunkResult()
         for index, (name, raw) in enumerate(records):
             try:
+                if isinstance(raw, _LineTooLong):
+                    raise BadRecord("invalid_json", f"the line is {raw.size} bytes, longer than the limit of "
+                                    f"{raw.limit} (max_line_bytes)")
                 if isinstance(raw, str):
                     has_null = "null" in raw  # else there is no null to drop
                     try:
                         raw = json.loads(raw)
                     except ValueError as e:
                         raise BadRecord("invalid_json", str(e)) from e
+                    except RecursionError as e:  # nested deeper than the interpreter's stack
+                        raise BadRecord("invalid_json", "nested too deeply to parse") from e
                 else:
                     has_null = True
                 if has_null and isinstance(raw, dict):
                     raw = _drop_nulls(raw)
                 messages, tools = _check_messages(raw, self.messages_field)
                 text, spans = self.template.assistant_spans(messages, tools)
+                try:  # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer encodes
+                    text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise BadRecord("invalid_json", f"a string holds a lone surrogate (\\u{ord(text[e.start]):04x}), "
+                                    "which is not text") from e
                 val = self.val_split > 0 and _split_point(messages, tools, self.seed) < self.val_split
                 rendered.append((index, text, spans, val))
             except BadRecord as e:
                 result.bad.append((index, name, e.reason, e.detail))
+            except RecursionError:  # parsed, but too deep for the null dropping or the template
+                result.bad.append((index, name, "invalid_json", "nested too deeply to process"))
         encodings = self._encode([r[1] for r in rendered])
         trim = not self.template.uses_generation
         special = self.hf.special_ids
@@ -716,12 +773,21 @@ def _worker_encode(records: Sequence[Tuple[str, Any]]) -> ChunkResult:
 # Inputs
 
 
+class _LineTooLong:
+    """A JSONL line past the limit, in place of its text: ``size`` bytes, ``limit``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+
+
 class _Input:
     """Streams (name, raw record) chunks from a JSONL (optionally gzip) or parquet file, and
     tracks progress and the file's SHA-256."""
 
-    def __init__(self, path: str, messages_field: str, chunk_records: int) -> None:
+    def __init__(self, path: str, messages_field: str, chunk_records: int,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.path = path
+        self.max_line_bytes = max_line_bytes
         self.messages_field = messages_field
         self.chunk_records = chunk_records
         if not os.path.exists(path) or os.path.isdir(path):
@@ -752,18 +818,35 @@ class _Input:
             chunk: List[Tuple[str, Any]] = []
             line_no = 0
             read = 0
+            limit = self.max_line_bytes
             try:
-                for line in stream:
+                while True:
+                    line = stream.readline(limit + 1)
+                    if not line:
+                        break
                     line_no += 1
                     read += len(line)
                     if not self.is_gzip:
                         sha.update(line)  # the gzip file's own bytes are hashed at the end
-                    text = line.decode("utf-8", errors="replace").strip()
-                    if not text:
-                        self.blank += 1
-                        continue
+                    record: Any
+                    if len(line) > limit and not line.endswith(b"\n"):
+                        size = len(line)
+                        while not line.endswith(b"\n"):  # the rest of the line, in bounded pieces
+                            line = stream.readline(limit)
+                            if not line:
+                                break
+                            size += len(line)
+                            read += len(line)
+                            if not self.is_gzip:
+                                sha.update(line)
+                        record = _LineTooLong(size - (1 if line.endswith(b"\n") else 0), limit)
+                    else:
+                        record = line.decode("utf-8", errors="replace").strip()
+                        if not record:
+                            self.blank += 1
+                            continue
                     self.records += 1
-                    chunk.append((f"{self.path}:{line_no}", text))
+                    chunk.append((f"{self.path}:{line_no}", record))
                     if len(chunk) >= self.chunk_records:
                         self.done_bytes = raw.tell() if self.is_gzip else read  # compressed bytes for gzip
                         yield chunk
@@ -922,13 +1005,14 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
             hf_tokenizer: Union[str, "os.PathLike[str]"], val_split: float = 0.0, seed: int = 0,
             shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
             messages_field: str = "messages", workers: int = 0, progress: bool = False,
-            chunk_records: int = 256) -> Dict[str, Any]:
+            chunk_records: int = 256, max_line_bytes: int = MAX_LINE_BYTES) -> Dict[str, Any]:
     """Prepares ``output_dir`` (train/, val/, dataset_metadata.json, tokenizer_state.json)
     from ``input`` with the tokenizer directory ``hf_tokenizer`` (see the module's doc).
 
     ``workers``: processes that render and tokenize (0: one per core; 1: this process only);
     the dataset is the same whatever the number. ``on_error``: ``fail`` stops at the first
-    bad conversation, naming it; ``skip`` counts it under its reason. All or nothing: the
+    bad conversation, naming it; ``skip`` counts it under its reason (a JSONL line longer
+    than ``max_line_bytes``, default 64 MiB, is an invalid_json record). All or nothing: the
     output is written to a hidden directory beside ``output_dir`` and renamed at the end.
     Returns the summary that the metadata records.
     """
@@ -950,7 +1034,9 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
     dtype = token_dtype if token_dtype != "auto" else ("uint16" if vocab_size <= 65536 else "uint32")
     if dtype == "uint16" and vocab_size > 65536:
         raise ConfigError(f"token dtype uint16 cannot hold a vocabulary of {vocab_size} tokens; use uint32 or auto")
-    source = _Input(input_path, messages_field, chunk_records)
+    if max_line_bytes < 1:
+        raise ConfigError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+    source = _Input(input_path, messages_field, chunk_records, max_line_bytes)
     _check_output(output)
     if workers == 0:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -1155,6 +1241,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
     parser.add_argument("--on-error", choices=("fail", "skip"), default="fail")
     parser.add_argument("--workers", type=int, default=0, help="processes (0: one per core)")
+    parser.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES,
+                        help="the longest JSONL line read (default 64 MiB); a longer one is invalid_json")
     args = parser.parse_args(argv)
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -1165,7 +1253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         summary = prepare(args.input, args.output_dir, hf_tokenizer=args.hf_tokenizer, val_split=args.val_split,
                           seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
                           on_error=args.on_error, messages_field=args.messages_field, workers=args.workers,
-                          progress=sys.stderr.isatty())
+                          progress=sys.stderr.isatty(), max_line_bytes=args.max_line_bytes)
     except _Stop as e:
         if sys.stderr.isatty():
             sys.stderr.write("\r\033[K")

@@ -188,6 +188,14 @@ void EpisodeSplit::Opening::map_shards(const std::vector<fs::path>& dirs) {
     }
     shard.first_episode = split.num_episodes_;
     shard.episodes = index.size() / 16;
+    // An episode is a run of tokens.bin, so an index cannot hold more records than tokens.bin
+    // holds tokens (at the narrowest dtype, 2 bytes). One that does is sparse or corrupt:
+    // refused before its pages are read, since reading a sparse 4 GiB index would cost 4 GiB.
+    if (shard.episodes > shard.tokens.size() / 2) {
+      format_error("'" + index.path().string() + "' holds " + std::to_string(shard.episodes) + " records but '" +
+                   shard.tokens.path().string() + "' at most " + std::to_string(shard.tokens.size() / 2) +
+                   " tokens: an index larger than its data can explain (sparse or corrupt)");
+    }
     for (DtypeCandidate& c : candidates) {
       const std::size_t width = size_of(c.dtype);
       c.sizes_fit = c.sizes_fit && shard.tokens.size() % width == 0;

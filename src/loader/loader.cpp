@@ -9,6 +9,7 @@
 
 #include "loader/audit_log.hpp"
 #include "pipeline/batch_pool.hpp"
+#include "dataset/content_fingerprint.hpp"
 #include "dataset/dataset_metadata.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "dataset/episode_dataset.hpp"
@@ -19,6 +20,7 @@
 #include "sampling/mixture_schedule.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "util/hash.hpp"
+#include "util/checked_math.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/resume_state.hpp"
 #include "pipeline/split_pipeline.hpp"
@@ -63,9 +65,8 @@ void check_reachable(const std::string& name, const SplitPosition& pos, const Co
   if (pos.step > kMaxResumeStep) {
     refuse("step=" + std::to_string(pos.step) + " is beyond any run (at most 2^53 batches)");
   }
-  const std::uint64_t rows_per_step =
-      static_cast<std::uint64_t>(config.batch_size) * static_cast<std::uint64_t>(config.world_size);
-  if (rows_per_step != 0 && pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
+  const std::uint64_t rows_per_step = global_batch_size(config);
+  if (pos.step > (std::uint64_t{1} << 62) / rows_per_step) {
     refuse("step=" + std::to_string(pos.step) + " times batch_size * world_size overflows the sample counter");
   }
   if (packed && *config.batch_sampling_mode == SamplingMode::epoch) {
@@ -76,6 +77,14 @@ void check_reachable(const std::string& name, const SplitPosition& pos, const Co
       refuse("batch_in_epoch=" + std::to_string(pos.batch_in_epoch) + " exceeds step=" + std::to_string(pos.step));
     }
   }
+}
+
+// Where split `name` of `dataset_dir` keeps its data: its directory, else (a token stream's
+// flat layout) NAME.bin.
+std::filesystem::path split_data_path(const std::filesystem::path& dataset_dir, const std::string& name) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(dataset_dir / name, ec)) return dataset_dir / name;
+  return dataset_dir / (name + ".bin");
 }
 
 // The shape of the slots a loader with config `c` fills, with `rows` rows.
@@ -242,9 +251,13 @@ void Loader::Impl::make_fingerprint() {
   // The order depends on the global batch (batch_size x world_size), never on its split
   // across ranks: a state resumes at another world size with the same global batch.
   order_fields["dataset_mode"] = to_string(config.dataset_mode);
-  for (const auto& [name, split] : splits) order_fields["data." + name] = hex64(split.fingerprint);
+  for (const auto& [name, split] : splits) {
+    order_fields["data." + name] = hex64(split.fingerprint);  // layout, lengths, dtype
+    // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).
+    order_fields["content." + name] = hex64(content_fingerprint(split_data_path(config.dataset_dir, name)));
+  }
   order_fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
-  order_fields["global_batch_size"] = std::to_string(config.batch_size * config.world_size);
+  order_fields["global_batch_size"] = std::to_string(global_batch_size(config));
   order_fields["epoch_seed"] = std::to_string(config.epoch_seed);
   order_fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   order_fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
@@ -388,7 +401,7 @@ void Loader::Impl::open_stream_split(const std::string& name) {
 // so that a trainer that never evaluates (or evaluates elsewhere) is not stopped by it.
 void Loader::Impl::check_forms_a_batch(Split& split) {
   if (*config.batch_sampling_mode != SamplingMode::epoch) return;
-  const std::uint64_t global = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  const std::uint64_t global = global_batch_size(config);
   if (packed_mode()) {
     // Packed batches continue into the next epoch, so they always form; a split whose
     // epoch does not fill one global batch would repeat episodes within a batch.
@@ -524,6 +537,18 @@ std::string Loader::Impl::explain_mismatch(const ResumeState& state) const {
                          ": run with a world size that divides it)";
       }
       add("global_batch_size (batch_size x world_size) is " + was + " in the state but " + is + " here: " + fix);
+    } else if (key.rfind("content.", 0) == 0 && was == "(absent)") {
+      add("the state records no content hash of the '" + key.substr(8) +
+          "' split (a tokenfeed before content hashing saved it): its order cannot be checked against this "
+          "dataset's tokens; start the run afresh");
+    } else if (key.rfind("content.", 0) == 0) {
+      add("the content of the dataset's '" + key.substr(8) + "' split differs (content hash " + was +
+          " in the state, " + is +
+          " here) though its lengths may not: point dataset_dir at the dataset the state "
+          "was saved with");
+    } else if (key.rfind("source.", 0) == 0) {
+      add("mixture " + key + " differs (its fingerprint " + was + " in the state, " + is +
+          " here): its dataset or its order settings changed");
     } else if (key.rfind("data.", 0) == 0) {
       add("the dataset's '" + key.substr(5) + "' split differs (content fingerprint " + was + " in the state, " + is +
           " here): point dataset_dir at the dataset the state was saved with");
@@ -640,6 +665,12 @@ void Loader::load_state(std::string_view text) {
                                       state.fingerprint + ", this loader " + s.fingerprint +
                                       "): " + s.explain_mismatch(state));
   }
+  // A Loader's state records every split; one without train would silently restart it.
+  if (state.splits.find("train") == state.splits.end()) {
+    throw Error(ErrorKind::state,
+                "invalid resume state: it has no splits.train entry (save_state records every "
+                "split, train always)");
+  }
   // Where each split resumes. Epochs of equal length give the position from the step
   // alone; packed epochs differ in length, so their position is read from the state.
   std::map<std::string, SplitPosition, std::less<>> positions;
@@ -678,6 +709,19 @@ void Loader::load_state(std::string_view text) {
                       ", and epoch_seed + epoch = " +
                       std::to_string(static_cast<std::uint64_t>(s.config.epoch_seed) + resolved.epoch) +
                       " exceeds numpy's seed range [0, 2^32-1]");
+    }
+    // Where the position follows from the step, the state's other fields must say the same:
+    // a state that contradicts itself was not written by a Loader.
+    if (s.mixture() || !s.packed_mode() || *s.config.batch_sampling_mode != SamplingMode::epoch) {
+      if (pos.epoch != resolved.epoch || pos.batch_in_epoch != resolved.batch_in_epoch || pos.row_in_epoch != 0) {
+        throw Error(ErrorKind::state,
+                    "invalid resume state: splits." + name + " has epoch=" + std::to_string(pos.epoch) +
+                        " batch_in_epoch=" + std::to_string(pos.batch_in_epoch) +
+                        " row_in_epoch=" + std::to_string(pos.row_in_epoch) +
+                        ", but its step=" + std::to_string(pos.step) + " is epoch " + std::to_string(resolved.epoch) +
+                        ", batch_in_epoch " + std::to_string(resolved.batch_in_epoch) + ", row_in_epoch 0");
+      }
+      resolved.row_in_epoch = 0;
     }
     positions[name] = resolved;
   }
@@ -768,6 +812,24 @@ namespace {
 // The one-row shape a source's own loader would give its slots (see get_batch).
 detail::BatchShape one_row_shape(const Config& c, bool mask) { return batch_shape_of(c, 1, mask); }
 
+// The most epochs of one source a global batch may span. Each epoch passed is found (a
+// packed source packs it) and written to the audit log, so a step spanning millions of
+// epochs (a world_size of 2^40 over a small source) would run for hours and write
+// gigabytes: refused at open, with the keys to change.
+constexpr std::uint64_t kMaxEpochsPerStep = std::uint64_t{1} << 16;
+
+void check_epochs_per_step(const MixtureBatchSource::Member& part, const std::string& source, const std::string& split,
+                           std::uint64_t rows_per_step) {
+  if (part.epochs == MixtureBatchSource::Member::Epochs::none) return;
+  const std::uint64_t rows = part.source->batches_in_epoch(0);
+  if (rows == 0 || rows_per_step / rows <= kMaxEpochsPerStep) return;
+  throw Error(ErrorKind::config, "mixture source '" + source + "': one step of batch_size x world_size = " +
+                                     std::to_string(rows_per_step) + " rows spans up to " +
+                                     std::to_string(rows_per_step / rows) + " epochs of its split '" + split + "' (" +
+                                     std::to_string(rows) + " rows in epoch 0), more than " +
+                                     std::to_string(kMaxEpochsPerStep) + "; lower world_size or batch_size");
+}
+
 }  // namespace
 
 Config Loader::Impl::member_config(const MixtureSource& source) const {
@@ -824,7 +886,7 @@ void Loader::Impl::open_mixture() {
   }
   const auto B = static_cast<std::uint64_t>(config.batch_size);
   const auto W = static_cast<std::uint64_t>(config.world_size);
-  schedule = std::make_unique<MixtureSchedule>(names, std::move(specs), B * W);
+  schedule = std::make_unique<MixtureSchedule>(names, std::move(specs), global_batch_size(config));
 
   for (const char* name : kSplitNames) {
     std::string lacking;
@@ -856,6 +918,7 @@ void Loader::Impl::open_mixture() {
                         ? MixtureBatchSource::Member::Epochs::none
                     : member->packed_mode() ? MixtureBatchSource::Member::Epochs::varying
                                             : MixtureBatchSource::Member::Epochs::equal;
+      check_epochs_per_step(part, config.mixture[parts.size()].name, name, B * W);
       parts.push_back(part);
       any_episode = any_episode || (member->episode_mode() && !member->packed_mode());
       any_document = any_document || member->config.document_aware;
@@ -880,19 +943,22 @@ void Loader::Impl::open_mixture() {
     split.stats.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
   }
 
-  Hasher h;
-  h.add(std::string_view("tokenfeed-mixture-v1"));
-  h.add(B);
-  h.add(W);
-  h.add(static_cast<std::uint64_t>(config.block_size));
-  h.add(std::string_view(to_string(config.dataset_mode)));
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    h.add(std::string_view(names[i]));
-    h.add(std::string_view(members[i]->fingerprint));
-  }
+  // As for one dataset: the global batch, never its split across ranks, so that a state
+  // resumes at another world size; each field named, so that a mismatch says which.
+  order_fields["global_batch_size"] = std::to_string(B * W);
+  order_fields["block_size"] = std::to_string(config.block_size);
+  order_fields["dataset_mode"] = to_string(config.dataset_mode);
+  for (std::size_t i = 0; i < members.size(); ++i) order_fields["source." + names[i]] = members[i]->fingerprint;
   for (std::size_t st = 0; st < schedule->stages(); ++st) {
-    h.add(schedule->stage_first_step(st));
-    for (const std::uint64_t w : schedule->stage_weights(st)) h.add(w);
+    std::string stage = std::to_string(schedule->stage_first_step(st)) + ":";
+    for (const std::uint64_t w : schedule->stage_weights(st)) stage += " " + std::to_string(w);
+    order_fields["stage." + std::to_string(st)] = stage;
+  }
+  Hasher h;
+  h.add(std::string_view("tokenfeed-mixture-v2"));
+  for (const auto& [key, value] : order_fields) {
+    h.add(std::string_view(key));
+    h.add(std::string_view(value));
   }
   fingerprint = hex64(h.digest());
   check_memory_bound();
@@ -943,13 +1009,15 @@ void Loader::Impl::on_consumed_mixture(Split& split, const detail::BatchSlot& sl
   }
   // Each source's epochs that the global batch `step` opened or closed (every rank writes
   // the same events: they follow from the step alone).
-  const std::uint64_t per_step = static_cast<std::uint64_t>(config.batch_size * config.world_size);
+  const std::uint64_t per_step = global_batch_size(config);
   const MixtureBatchSource& source = *split.mixture_source;
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!source.has_epochs(i)) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    const std::uint64_t before = schedule->rows_before(index, step * per_step);
-    const std::uint64_t after = schedule->rows_before(index, (step + 1) * per_step);
+    const std::uint64_t before =
+        schedule->rows_before(index, checked_product(step, per_step, "step x batch_size x world_size"));
+    const std::uint64_t after =
+        schedule->rows_before(index, checked_product(step + 1, per_step, "step x batch_size x world_size"));
     if (after == before) continue;
     const Impl& m = *members[i];
     const std::string& name = config.mixture[i].name;
@@ -1003,7 +1071,7 @@ std::optional<std::uint64_t> Loader::source_epoch_after(std::string_view split_n
   if (!split.mixture_source->has_epochs(source)) return std::nullopt;
   const std::uint64_t rows =
       s.schedule->rows_before(static_cast<std::uint32_t>(source),
-                              steps * static_cast<std::uint64_t>(s.config.batch_size * s.config.world_size));
+                              checked_product(steps, global_batch_size(s.config), "steps x batch_size x world_size"));
   return split.mixture_source->epoch_of(source, rows);
 }
 

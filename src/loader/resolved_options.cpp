@@ -60,9 +60,22 @@ void settle_ranks(Config& config, ResolvedOptions& r) {
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
   r.rank_source = ranks.source;
+  global_batch_size(config);
 }
 
 }  // namespace
+
+std::uint64_t global_batch_size(const Config& config) {
+  const auto batch = static_cast<std::uint64_t>(config.batch_size);
+  const auto world = static_cast<std::uint64_t>(config.world_size);
+  if (world > kMaxGlobalBatch || batch * world > kMaxGlobalBatch) {  // batch <= 2^24: no wrap
+    throw Error(ErrorKind::config, "config keys 'batch_size' x 'world_size' = " + std::to_string(batch) + " x " +
+                                       std::to_string(world) +
+                                       " exceed 2^40 rows per step (the loader's row "
+                                       "counter must hold the rows of every step of a run); lower world_size");
+  }
+  return batch * world;
+}
 
 ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
   if (config.batch_size <= 0) config.batch_size = 1;

@@ -114,6 +114,14 @@ ResolvedOptions resolve_options(Config config);
 // dataset_mode is not settled: prompts are always an episode-indexed split.
 ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens);
 
+// The most rows one step may take, batch_size x world_size: the loader counts rows of the
+// stream in 64 bits, with room for the steps of a run (2^62, as a resume state's step).
+inline constexpr std::uint64_t kMaxGlobalBatch = std::uint64_t{1} << 40;
+
+// batch_size x world_size of a config whose ranks are settled. Throws Error(config) naming
+// both keys (and where world_size came from) when the product exceeds kMaxGlobalBatch.
+std::uint64_t global_batch_size(const Config& config);
+
 // The pieces of the resolution, for fronts that apply only some of the rules
 // (RLPrompts) or report a refusal instead of throwing it (inspect).
 

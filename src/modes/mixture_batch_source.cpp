@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "util/checked_math.hpp"
+
 namespace tokenfeed {
 namespace {
 
@@ -45,7 +47,10 @@ std::uint64_t MixtureBatchSource::epoch_first_row(std::size_t source, std::uint6
 
 BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
   auto rows = std::make_shared<MixturePlan>(options_.batch_size);
-  const std::uint64_t first = (step * options_.world_size + options_.rank) * options_.batch_size;
+  // The global batch fits 64 bits (global_batch_size); its step-th multiple may not.
+  const std::uint64_t first =
+      checked_sum(checked_product(step, options_.world_size * options_.batch_size, "step x batch_size x world_size"),
+                  options_.rank * options_.batch_size, "the rank's first row");
   for (std::uint64_t r = 0; r < options_.batch_size; ++r) {
     const MixtureSchedule::Pick pick = schedule_.pick(first + r);
     Member& m = members_[pick.source];

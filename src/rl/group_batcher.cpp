@@ -1,5 +1,7 @@
 // GroupBatcher (include/tokenfeed/rl.hpp): scored groups to packed batches.
 #include <algorithm>
+#include <charconv>
+#include <cfloat>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -11,6 +13,7 @@
 #include "pipeline/batch_pool.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
 #include "tokenfeed/rl.hpp"
 
 namespace tokenfeed {
@@ -47,6 +50,16 @@ struct PreparedGroup {
   RLMetrics metrics;
 };
 
+// The shortest text that reads back as `value` (1e-09, not std::to_string's 0.000000).
+std::string exact(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return std::string(text, end);
+}
+
+// True when float32, the batch's type for rewards and weights, holds `value` finite.
+bool finite_in_float(double value) { return std::isfinite(value) && std::abs(value) <= FLT_MAX; }
+
 std::string where(std::uint64_t index, const ScoredGroup& g) {
   std::string s = "group at pull index " + std::to_string(index);
   if (g.episode >= 0) s += " (prompt episode " + std::to_string(g.episode) + ")";
@@ -78,6 +91,40 @@ struct GroupBatcher::Impl {
     shape.packed = true;
     shape.rl_fields = true;
     pool = std::make_shared<detail::BatchPool>(2, shape, "rl", kMaxHeldBatches);
+  }
+
+  // Refuses a token id outside [0, vocab_size) (>= 0 when the vocabulary is unknown).
+  // One compare per token, on ids the batch copies anyway (see the README for the cost).
+  void check_ids(const std::vector<std::int64_t>& ids, std::uint64_t index, const ScoredGroup& g,
+                 const std::string& what) const {
+    const std::uint64_t limit = options.vocab_size != 0 ? options.vocab_size : std::uint64_t{1} << 63;
+    // A branch-free pass of subtractions and ORs in four lanes, which GCC vectorises for the
+    // x86-64 baseline (it has no unsigned 64-bit compare): with highest = limit - 1 < 2^63, the top
+    // bit of id | (highest - id) is set exactly when id is negative or above highest. Measured: 0.2 ns
+    // per id. The position is found only for the message.
+    const std::uint64_t highest = limit - 1;
+    std::uint64_t lanes[4] = {0, 0, 0, 0};
+    const std::size_t whole = ids.size() & ~std::size_t{3};
+    for (std::size_t k = 0; k < whole; k += 4) {
+      for (std::size_t j = 0; j < 4; ++j) {
+        const auto u = static_cast<std::uint64_t>(ids[k + j]);
+        lanes[j] |= u | (highest - u);
+      }
+    }
+    for (std::size_t k = whole; k < ids.size(); ++k) {
+      const auto u = static_cast<std::uint64_t>(ids[k]);
+      lanes[0] |= u | (highest - u);
+    }
+    if (((lanes[0] | lanes[1] | lanes[2] | lanes[3]) >> 63) == 0) return;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if (static_cast<std::uint64_t>(ids[k]) >= limit) {  // a negative id wraps above any limit
+        throw Error(ErrorKind::usage,
+                    where(index, g) + ": " + what + " holds token id " + std::to_string(ids[k]) + " at position " +
+                        std::to_string(k) +
+                        (options.vocab_size != 0 ? ", outside the vocabulary [0, " + std::to_string(limit) + ")"
+                                                 : ", negative"));
+      }
+    }
   }
 
   // Checks a pulled group and derives its advantages; nullopt when its rewards do not vary.
@@ -112,10 +159,14 @@ struct GroupBatcher::Impl {
                                           std::to_string(g.completions[i].size()) + " tokens but " +
                                           std::to_string(g.log_probs[i].size()) + " log_probs");
       }
-      if (!std::isfinite(g.rewards[i])) {
-        throw Error(ErrorKind::usage, where(index, g) + ": reward " + std::to_string(i) + " is not finite");
+      if (!finite_in_float(g.rewards[i])) {
+        throw Error(ErrorKind::usage, where(index, g) + ": reward " + std::to_string(i) + " (" + exact(g.rewards[i]) +
+                                          ") is not finite in float32, the batch's type for rewards");
       }
+      check_ids(g.completions[i], index, g, "completion " + std::to_string(i));
     }
+    check_ids(g.prompt, index, g, "the prompt");
+    // Rewards are at most FLT_MAX in magnitude, so neither the sum nor the squares overflow.
     double mean = 0;
     for (double r : g.rewards) mean += r;
     mean /= static_cast<double>(n);
@@ -133,6 +184,12 @@ struct GroupBatcher::Impl {
     for (std::size_t i = 0; i < n; ++i) {
       p.advantages[i] =
           options.advantage == Advantage::grpo ? (g.rewards[i] - mean) / (sd + options.eps) : g.rewards[i] - mean;
+      if (!finite_in_float(p.advantages[i])) {
+        throw Error(ErrorKind::usage, where(index, g) + ": the advantage of completion " + std::to_string(i) + " (" +
+                                          exact(p.advantages[i]) +
+                                          ") is not finite in float32, the batch's type for token_weights; "
+                                          "scale the rewards down");
+      }
       p.kept[i] = std::min(g.completions[i].size(), room);
       if (p.kept[i] < g.completions[i].size()) ++p.metrics.truncated_sequences;
       p.metrics.reward_sum += g.rewards[i];
@@ -149,6 +206,7 @@ struct GroupBatcher::Impl {
   // Pulls from `cursor` until a group's rewards vary.
   PreparedGroup pull_valid(const Pull& pull) {
     RLMetrics dropped;
+    std::uint64_t run = 0;  // consecutive drops since the last failed run
     std::vector<std::string> tried;
     for (;;) {
       const std::uint64_t index = cursor++;
@@ -159,20 +217,30 @@ struct GroupBatcher::Impl {
       if (p) {
         p->metrics.attempts += dropped.attempts;
         p->metrics.zero_var_groups += dropped.zero_var_groups;
+        p->metrics.failed_runs += dropped.failed_runs;
         return std::move(*p);
       }
       ++dropped.zero_var_groups;
+      ++run;
       if (tried.size() < 16) tried.push_back(name);
-      if (dropped.zero_var_groups >= options.max_attempts) {
+      if (run >= options.max_attempts) {
         std::string list;
         for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
-        if (dropped.zero_var_groups > tried.size()) {
-          list += " and " + std::to_string(dropped.zero_var_groups - tried.size()) + " more";
+        if (run > tried.size()) list += " and " + std::to_string(run - tried.size()) + " more";
+        const std::string what = "max_attempts (" + std::to_string(options.max_attempts) +
+                                 ") consecutive groups were dropped because their rewards do not vary "
+                                 "(std <= eps = " +
+                                 exact(options.eps) + "): " + list;
+        if (!options.skip_failed_prompts) {
+          throw Error(ErrorKind::pipeline,
+                      what +
+                          "; to pass over such runs, construct the batcher with skip_failed_prompts and load "
+                          "its last state");
         }
-        throw Error(ErrorKind::pipeline, "max_attempts (" + std::to_string(options.max_attempts) +
-                                             ") consecutive groups were dropped because their rewards do not vary "
-                                             "(std <= eps = " +
-                                             std::to_string(options.eps) + "): " + list);
+        log_line(LogLevel::warning, "[tokenfeed] warning: " + what + "; skipped (skip_failed_prompts)");
+        ++dropped.failed_runs;
+        run = 0;
+        tried.clear();
       }
     }
   }
@@ -315,13 +383,16 @@ struct GroupBatcher::Impl {
 
 GroupBatcher::GroupBatcher(GroupBatcherOptions options) {
   if (options.batch_size == 0 || options.block_size == 0) {
-    throw Error(ErrorKind::config, "GroupBatcher: batch_size and block_size must be > 0");
+    throw Error(ErrorKind::config, "GroupBatcher: batch_size and block_size must be > 0, got " +
+                                       std::to_string(options.batch_size) + " and " +
+                                       std::to_string(options.block_size));
   }
   if (options.group_size == 1) {
-    throw Error(ErrorKind::config, "GroupBatcher: group_size must be >= 2 (a group of one has no reward variance)");
+    throw Error(ErrorKind::config,
+                "GroupBatcher: group_size must be >= 2 (a group of one has no reward variance), got 1");
   }
   if (!(options.eps >= 0) || !std::isfinite(options.eps)) {
-    throw Error(ErrorKind::config, "GroupBatcher: eps must be finite and >= 0, not " + std::to_string(options.eps));
+    throw Error(ErrorKind::config, "GroupBatcher: eps must be finite and >= 0, got " + exact(options.eps));
   }
   if (options.max_attempts == 0) throw Error(ErrorKind::config, "GroupBatcher: max_attempts must be > 0");
   impl_ = std::make_unique<Impl>(options);
@@ -347,6 +418,7 @@ std::string GroupBatcher::save_state() const {
                   {"valid_groups", m.valid_groups},
                   {"sequences", m.sequences},
                   {"truncated_sequences", m.truncated_sequences},
+                  {"failed_runs", m.failed_runs},
                   {"reward_sum", m.reward_sum},
                   {"advantage_sum", m.advantage_sum},
                   {"abs_advantage_sum", m.abs_advantage_sum}};
@@ -380,6 +452,7 @@ void GroupBatcher::load_state(std::string_view state) {
   m.valid_groups = count(mj, "valid_groups");
   m.sequences = count(mj, "sequences");
   m.truncated_sequences = count(mj, "truncated_sequences");
+  m.failed_runs = mj.contains("failed_runs") ? count(mj, "failed_runs") : 0;  // absent before failed_runs existed
   m.reward_sum = real(mj, "reward_sum");
   m.advantage_sum = real(mj, "advantage_sum");
   m.abs_advantage_sum = real(mj, "abs_advantage_sum");

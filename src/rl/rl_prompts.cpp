@@ -1,6 +1,7 @@
 // RLPrompts (include/tokenfeed/rl.hpp): the prompts of an episode-indexed dataset in the
 // loader's epoch order, one per pull index, through the same EpisodeSampler; its config is
 // settled by resolve_prompt_options (loader/resolved_options.hpp) with the loader's rules.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataset/content_fingerprint.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
 #include "loader/resolved_options.hpp"
@@ -27,6 +29,7 @@ struct RLPrompts::Impl {
   std::optional<EpisodeSampler> sampler;
   std::optional<EpochOrders> orders;  // the sampler's epoch orders in use, the next made ahead
   std::int64_t pad = 0;
+  std::uint64_t vocab_size = 0;
   std::uint64_t fingerprint = 0;
 };
 
@@ -35,6 +38,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   ResolvedOptions settled = resolve_prompt_options(std::move(config), max_tokens);
   Config& c = settled.config;
   s.pad = c.pad_token_id.value_or(0);
+  s.vocab_size = static_cast<std::uint64_t>(std::max<std::int64_t>(settled.metadata.vocab_size.value_or(0), 0));
 
   const fs::path dir = c.dataset_dir / "train";
   if (detect_split_layout(c.dataset_dir, "train") != DatasetMode::sft_episode) {
@@ -60,6 +64,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   Hasher h;
   h.add(std::string_view("tokenfeed-rl-prompts"));
   h.add(s.split->fingerprint());
+  h.add(content_fingerprint(dir));  // the prompts' tokens, not only their lengths
   h.add(static_cast<std::uint64_t>(settings.mode));
   h.add(settings.shuffle ? 1 : 0);
   h.add(settings.seed);
@@ -89,6 +94,7 @@ Prompt RLPrompts::at(std::uint64_t index) const {
 std::uint64_t RLPrompts::size() const noexcept { return impl_->sampler->size(); }
 std::uint64_t RLPrompts::per_epoch() const noexcept { return impl_->sampler->batches_per_epoch(); }
 std::int64_t RLPrompts::pad_token_id() const noexcept { return impl_->pad; }
+std::uint64_t RLPrompts::vocab_size() const noexcept { return impl_->vocab_size; }
 const Config& RLPrompts::config() const noexcept { return impl_->config; }
 
 std::string RLPrompts::fingerprint() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "util/checked_math.hpp"
 #include "util/hash.hpp"
 #include "sampling/numpy_random.hpp"
 #include "tokenfeed/error.hpp"
@@ -27,10 +28,12 @@ EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)
   random_key_ = key.digest();
 }
 
-void EpisodeSampler::count_batches() noexcept {
-  const std::uint64_t global_batch = settings_.batch_size * settings_.world_size;
+void EpisodeSampler::count_batches() {
+  // A wrapped product would be 0 (a division by zero) or a wrong order: refused.
+  const std::uint64_t global_batch = checked_product(settings_.batch_size, settings_.world_size,
+                                                     "batch_size x world_size of split '" + settings_.split + "'");
   if (settings_.mode == SamplingMode::epoch) {
-    batches_per_epoch_ = settings_.drop_last ? count_ / global_batch : (count_ + global_batch - 1) / global_batch;
+    batches_per_epoch_ = count_ / global_batch + (!settings_.drop_last && count_ % global_batch != 0 ? 1 : 0);
   }
 }
 

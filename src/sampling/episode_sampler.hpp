@@ -125,7 +125,7 @@ class EpisodeSampler {
   std::uint64_t random_key_ = 0;
 
   // batches_per_epoch_ from count_ and the settings.
-  void count_batches() noexcept;
+  void count_batches();  // throws Error(config) when batch_size x world_size overflows
   // Epoch e's order of the kept ids (the documents, with pieces).
   IdList kept_order(std::uint64_t epoch) const;
 };

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "tokenfeed/error.hpp"
+#include "util/checked_math.hpp"
 
 namespace tokenfeed {
 
@@ -40,7 +41,10 @@ MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<Sta
     const std::string where = "mixture stage " + std::to_string(s);
     Stage stage;
     stage.first_step = first_step;
-    stage.first_row = first_step * rows_per_step_;
+    // until_step x rows per step wraps for a huge until_step: refused, or the stage would
+    // start at a wrapped row (rows of the next stage from step 0).
+    stage.first_row = checked_product(first_step, rows_per_step_,
+                                      where + "'s first step (the until_step before it) x batch_size x world_size");
     stage.texts = spec.weights;
     // Exact decimals to integers: scale by 10^(most decimals), reduce by the gcd.
     std::vector<ExactWeight> exact(n);

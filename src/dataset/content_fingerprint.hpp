@@ -1,0 +1,28 @@
+// The content part of a resume fingerprint: a 64-bit hash of a split's data bytes, so that
+// a state is refused by a copy of the dataset whose tokens differ though every length is
+// the same (the index records, which the split's own fingerprint hashes, do not change).
+//
+// Cheap at open, whatever the dataset's size: the data files of the split (*.bin, *.idx,
+// *.npy, in sorted path order) are read as one byte stream of S bytes; when S is at most
+// kContentFullBytes (4 MiB) every byte is hashed, else kContentBlocks (64) blocks of
+// kContentBlockBytes (64 KiB) at evenly spaced offsets, the first and the last included
+// (4 MiB read in 64 reads). A change outside the sampled blocks of a larger dataset is not
+// seen; `tokenfeed inspect --deep` checks every byte against the recorded SHA-256s.
+//
+// Thread-safety: a pure function of the files (which must not change while it reads).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+namespace tokenfeed {
+
+inline constexpr std::uint64_t kContentFullBytes = std::uint64_t{4} << 20;
+inline constexpr std::uint64_t kContentBlocks = 64;
+inline constexpr std::uint64_t kContentBlockBytes = std::uint64_t{64} << 10;
+
+// The hash of the split at `split_path`: a directory (its data files, recursively) or one
+// data file (a token stream's NAME.bin). Throws Error(io) naming a file that cannot be read.
+std::uint64_t content_fingerprint(const std::filesystem::path& split_path);
+
+}  // namespace tokenfeed
