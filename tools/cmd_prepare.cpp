@@ -19,6 +19,7 @@
 
 #include "prepare/prepare.hpp"
 #include "commands.hpp"
+#include "python_program.hpp"
 #include "stop_signals.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -185,49 +186,18 @@ void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
   std::cout << out.str() << std::flush;
 }
 
-std::string format_double(double v) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", v);
-  return text;
-}
-
 // Replaces the process with `PYTHON -c BOOTSTRAP` and the options, so that the Python run's
 // output, exit status and signals are the command's. Returns only by throwing.
 [[noreturn]] void exec_hf_prepare(const PrepareArgs& args) {
   const PrepareOptions& o = args.options;
-  const char* env_python = std::getenv("TOKENFEED_PYTHON");
-  const std::string python = env_python != nullptr && *env_python != '\0' ? env_python : "python3";
-  std::vector<std::string> argv = {python,
-                                   "-c",
-                                   kHfBootstrap,
-                                   "--input",
-                                   o.input.string(),
-                                   "--output-dir",
-                                   o.output_dir.string(),
-                                   "--hf-tokenizer",
-                                   args.hf_tokenizer,
-                                   "--val-split",
-                                   format_double(o.val_split),
-                                   "--seed",
-                                   std::to_string(o.seed),
-                                   "--shard-tokens",
-                                   std::to_string(o.shard_tokens),
-                                   "--token-dtype",
-                                   args.token_dtype,
-                                   "--on-error",
-                                   args.on_error};
+  std::vector<std::string> argv = {
+      "--input",        o.input.string(),       "--output-dir",   o.output_dir.string(),
+      "--hf-tokenizer", args.hf_tokenizer,      "--val-split",    exact_double(o.val_split),
+      "--seed",         std::to_string(o.seed), "--shard-tokens", std::to_string(o.shard_tokens),
+      "--token-dtype",  args.token_dtype,       "--on-error",     args.on_error};
   if (!args.messages_field.empty()) argv.insert(argv.end(), {"--messages-field", args.messages_field});
   if (args.workers >= 0) argv.insert(argv.end(), {"--workers", std::to_string(args.workers)});
-  std::vector<char*> c_argv;
-  for (std::string& a : argv) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  std::cout.flush();
-  std::fflush(nullptr);
-  ::execvp(python.c_str(), c_argv.data());
-  const int err = errno;
-  throw Error(ErrorKind::config, "--hf-tokenizer runs the tokenfeed Python package, but '" + python +
-                                     "' cannot be started (" + std::strerror(err) +
-                                     "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
+  exec_python_program(kHfBootstrap, argv, "--hf-tokenizer");
 }
 
 // Errors propagate to main(), which prints them on one line and sets the exit status.

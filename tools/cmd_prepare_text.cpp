@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "prepare/prepare_text.hpp"
+#include "python_program.hpp"
 #include "stop_signals.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -86,12 +87,6 @@ struct PrepareTextArgs {
   std::vector<std::string> argv;  // the options as given, for the Python program
 };
 
-std::string format_double(double v) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", v);
-  return text;
-}
-
 // The options as the Python program takes them (the same names).
 std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   const PrepareTextOptions& o = a.options;
@@ -112,35 +107,16 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   if (!a.eos_token.empty()) add("--eos-token", a.eos_token);
   if (a.no_eos) argv.emplace_back("--no-eos");
   if (o.prepend_bos) argv.emplace_back("--bos");
-  add("--val-split", format_double(o.val_split));
+  add("--val-split", exact_double(o.val_split));
   add("--seed", std::to_string(o.seed));
   add("--shard-tokens", std::to_string(o.shard_tokens));
   add("--token-dtype", a.token_dtype);
   add("--on-error", a.on_error);
   add("--max-document-bytes", std::to_string(o.read.max_document_bytes));
   add("--workers", std::to_string(o.workers));
-  add("--progress-seconds", format_double(a.progress_seconds));
+  add("--progress-seconds", exact_double(a.progress_seconds));
   if (o.resume) argv.emplace_back("--resume");
   return argv;
-}
-
-[[noreturn]] void exec_python(const PrepareTextArgs& args) {
-  const char* env_python = std::getenv("TOKENFEED_PYTHON");
-  const std::string python = env_python != nullptr && *env_python != '\0' ? env_python : "python3";
-  std::vector<std::string> argv = {python, "-c", kPythonBootstrap};
-  for (std::string& a : python_arguments(args)) argv.push_back(std::move(a));
-  std::vector<char*> c_argv;
-  for (std::string& a : argv) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  std::cout.flush();
-  std::fflush(nullptr);
-  ::execvp(python.c_str(), c_argv.data());
-  const int err = errno;
-  throw Error(ErrorKind::config,
-              "prepare-text runs the tokenfeed Python package for --hf-tokenizer and parquet "
-              "input, but '" +
-                  python + "' cannot be started (" + std::strerror(err) +
-                  "); install Python 3 with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON");
 }
 
 bool needs_python(const PrepareTextArgs& args) {
@@ -184,7 +160,8 @@ void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
 void run_prepare_text(PrepareTextArgs& args) {
   PrepareTextOptions& o = args.options;
   o.inputs = args.inputs;
-  if (needs_python(args)) exec_python(args);
+  if (needs_python(args))
+    exec_python_program(kPythonBootstrap, python_arguments(args), "prepare-text with --hf-tokenizer or parquet");
   o.format = args.format == "episodes" ? CorpusFormat::episodes : CorpusFormat::tokens;
   o.read.doc_per = parse_doc_per(args.doc_per);
   o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);

@@ -54,7 +54,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from . import (ConfigError, DatasetWriter, FormatError, IoError, UsageError, __version__,
+from ._command import run_command
+from . import (ConfigError, DatasetWriter, FormatError, IoError, __version__,
                write_dataset_metadata)
 
 EXTRA_HINT = "pip install 'tokenfeed[hf]' (the packages tokenizers, jinja2 and, for parquet input, pyarrow)"
@@ -1217,11 +1218,6 @@ def _print_summary(s: Dict[str, Any], input_path: str) -> None:
     print("\n".join(out), flush=True)
 
 
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``tokenfeed prepare --hf-tokenizer``: exit status 0, or 2 (a bad option, value or
@@ -1245,47 +1241,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the longest JSONL line read (default 64 MiB); a longer one is invalid_json")
     args = parser.parse_args(argv)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        raise _Stop(signum)
+    def run() -> Dict[str, Any]:
+        return prepare(args.input, args.output_dir, hf_tokenizer=args.hf_tokenizer, val_split=args.val_split,
+                       seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
+                       on_error=args.on_error, messages_field=args.messages_field, workers=args.workers,
+                       progress=sys.stderr.isatty(), max_line_bytes=args.max_line_bytes)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        summary = prepare(args.input, args.output_dir, hf_tokenizer=args.hf_tokenizer, val_split=args.val_split,
-                          seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
-                          on_error=args.on_error, messages_field=args.messages_field, workers=args.workers,
-                          progress=sys.stderr.isatty(), max_line_bytes=args.max_line_bytes)
-    except _Stop as e:
-        if sys.stderr.isatty():
-            sys.stderr.write("\r\033[K")
-        name = signal.Signals(e.signum).name
-        sys.stderr.write(f"tokenfeed: error: prepare interrupted by {name}; removed its temporary output, "
-                         f"'{args.output_dir}' was not written\n")
-        sys.stderr.flush()
-        signal.signal(e.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), e.signum)
-        return 128 + e.signum
-    except (ConfigError, UsageError) as e:
-        return _fail(e, 2)
-    except IoError as e:
-        return _fail(e, 3)
-    except FormatError as e:
-        return _fail(e, 4)
-    except OSError as e:
-        return _fail(e, 3)
-    except Exception as e:  # a failure of the run itself, not of its input
-        return _fail(e, 6)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    status, summary = run_command(run, lambda name: f"prepare interrupted by {name}; removed its temporary output, "
+                                                    f"'{args.output_dir}' was not written")
+    if status != 0:
+        return status
     _print_summary(summary, args.input)
     return 0
-
-
-def _fail(e: BaseException, status: int) -> int:
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
-    sys.stderr.write(f"tokenfeed: error: {e}\n")
-    return status
 
 
 if __name__ == "__main__":

@@ -23,12 +23,12 @@ import argparse
 import hashlib
 import json
 import os
-import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _tokenfeed as _core
-from ._tokenfeed import ConfigError, FormatError, IoError, UsageError
+from ._command import clear_progress, run_command
+from ._tokenfeed import ConfigError, FormatError, IoError
 
 _Path = Union[str, "os.PathLike[str]"]
 _EXTRA_HINT = "pip install 'tokenfeed[hf]'"
@@ -222,12 +222,6 @@ def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str)
     print("\n".join(lines), flush=True)
 
 
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
     bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
@@ -267,55 +261,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
-    def clear() -> None:
-        if tty:
-            sys.stderr.write("\r\033[K")
+    def run() -> Dict[str, Any]:
+        return prepare_text(args.inputs, args.output_dir, format=args.format, text_field=args.text_field,
+                            doc_per=args.doc_per, tokenizer=args.tokenizer, hf_tokenizer=args.hf_tokenizer,
+                            eos_token=args.eos_token, eos=not args.no_eos, bos=args.bos, val_split=args.val_split,
+                            seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
+                            on_error=args.on_error, max_document_bytes=args.max_document_bytes,
+                            workers=args.workers, resume=args.resume, progress=show,
+                            progress_seconds=0.5 if tty else args.progress_seconds)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        raise _Stop(signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        summary = prepare_text(args.inputs, args.output_dir, format=args.format, text_field=args.text_field,
-                               doc_per=args.doc_per, tokenizer=args.tokenizer, hf_tokenizer=args.hf_tokenizer,
-                               eos_token=args.eos_token, eos=not args.no_eos, bos=args.bos, val_split=args.val_split,
-                               seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
-                               on_error=args.on_error, max_document_bytes=args.max_document_bytes,
-                               workers=args.workers, resume=args.resume, progress=show,
-                               progress_seconds=0.5 if tty else args.progress_seconds)
-    except _Stop as e:
-        clear()
-        name = signal.Signals(e.signum).name
-        sys.stderr.write(f"tokenfeed: error: prepare-text interrupted by {name}; '{args.output_dir}' was not "
-                         "written. Its finished shards are kept: run the same command with --resume to go on\n")
-        sys.stderr.flush()
-        signal.signal(e.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), e.signum)
-        return 128 + e.signum
-    except (ConfigError, UsageError) as e:
-        return _fail(e, 2)
-    except IoError as e:
-        return _fail(e, 3)
-    except FormatError as e:
-        return _fail(e, 4)
-    except OSError as e:
-        return _fail(e, 3)
-    except Exception as e:  # a failure of the run itself, not of its input
-        return _fail(e, 6)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    clear()
+    status, summary = run_command(run, lambda name: f"prepare-text interrupted by {name}; '{args.output_dir}' was "
+                                                    "not written. Its finished shards are kept: run the same command "
+                                                    "with --resume to go on")
+    if status != 0:
+        return status
+    clear_progress()
     _print_summary(summary, args.output_dir, args.format,
                    f"huggingface {args.hf_tokenizer}" if args.hf_tokenizer else args.tokenizer)
     return 0
-
-
-def _fail(e: BaseException, status: int) -> int:
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
-    sys.stderr.write(f"tokenfeed: error: {e}\n")
-    return status
 
 
 if __name__ == "__main__":
