@@ -1,6 +1,7 @@
 #include "prepare/prepare_text.hpp"
 
 #include <tbb/parallel_pipeline.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -722,7 +723,9 @@ class TextCorpusRun {
       pool.release(c);
     };
 
-    tbb::task_arena arena(o_.workers > 0 ? o_.workers : tbb::task_arena::automatic);
+    // More threads than cores only make TBB warn: the output is the same for any count.
+    const int cores = tbb::info::default_concurrency();
+    tbb::task_arena arena(o_.workers > 0 ? std::min(o_.workers, cores) : cores);
     const auto live = static_cast<std::size_t>(std::clamp(2 * arena.max_concurrency() + 2, 4, 64));
     auto head = tbb::make_filter<void, RecordChunk*>(tbb::filter_mode::serial_in_order, read) &
                 tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::parallel, parse);

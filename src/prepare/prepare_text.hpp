@@ -106,7 +106,7 @@ struct PrepareTextOptions {
   std::optional<TokenDtype> token_dtype;                // nullopt: uint16 when the vocabulary fits, else uint32
   OnBadLine on_error = OnBadLine::fail;
   std::size_t batch_bytes = std::size_t{1} << 20;  // text per chunk
-  int workers = 0;                                 // 0: all cores
+  int workers = 0;                                 // 0: all cores; at most the cores
   bool resume = false;
 
   std::function<void(const PrepareTextProgress&)> on_progress;  // from one thread at a time
