@@ -34,7 +34,6 @@ import json
 import math
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -219,12 +218,17 @@ def main():
     p.add_argument("--cli", default="build/tools/tokenfeed")
     p.add_argument("--spm-bench", default="build/perf/bench_spm_encode")
     p.add_argument("--out", default=None)
+    p.add_argument("--md", default=None, help="also write the results as markdown (perf/RESULTS_prepare_text.md)")
+    p.add_argument("--render", default=None, help="only write --md from the JSON an earlier run wrote with --out")
     p.add_argument("--child", default=None)
     p.add_argument("--corpus"), p.add_argument("--hf"), p.add_argument("--spm"), p.add_argument("--scratch")
     args = p.parse_args()
     if args.child:
         seconds, tokens = child(args)
         print(json.dumps({"seconds": seconds, "tokens": tokens}))
+        return 0
+    if args.render:
+        Path(args.md).write_text(markdown(json.loads(Path(args.render).read_text()), " ".join(sys.argv)))
         return 0
 
     cache = Path(args.cache)
@@ -311,7 +315,58 @@ def main():
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    if args.md:
+        Path(args.md).write_text(markdown(summary, " ".join(sys.argv)))
     return 0
+
+
+def markdown(s, command):
+    """The results as a page: the targets with their figures, then every run."""
+    med, runs = s["median_seconds"], s["runs"]
+
+    def spread(name):
+        values = [r["seconds"] for r in runs[name]]
+        return f"{med[name]:.2f} s ({min(values):.2f}..{max(values):.2f})"
+
+    def ratio(key, baseline, wanted):
+        # The ratio of the medians, and each round's own (the variants of a round ran back to back).
+        value = s[key]
+        ours = "tokenfeed_spm" if "spm" in baseline else "tokenfeed_hf"
+        rounds = [b["seconds"] / a["seconds"] for a, b in zip(runs[ours], runs[baseline])]
+        per_round = ", ".join(f"{r:.2f}" for r in rounds)
+        return f"{value:.2f}x (rounds: {per_round})", "yes" if value >= wanted else "no"
+
+    rows = [
+        ("`prepare-text --hf-tokenizer` >= 0.9x the tokenizer's own `encode_batch` over the texts in memory",
+         f"{spread('tokenfeed_hf')} vs {spread('encode_batch')}", *ratio("tokenfeed_hf_vs_encode_batch", "encode_batch", 0.9)),
+        ("... against `encode_batch` taking each Encoding's ids",
+         f"vs {spread('encode_batch_ids')}", *ratio("tokenfeed_hf_vs_encode_batch_ids", "encode_batch_ids", 0.9)),
+        (">= 2x a Megatron-style reference (pool of `encode` per line, one writer), same workers",
+         f"vs {spread('megatron_style')}", *ratio("tokenfeed_hf_vs_megatron_style", "megatron_style", 2.0)),
+        ("`--tokenizer sentencepiece:` >= 0.9x SentencePiece's own encode (the same library, in memory)",
+         f"{spread('tokenfeed_spm')} vs {spread('spm_encode')}", *ratio("tokenfeed_spm_vs_spm_encode", "spm_encode", 0.9)),
+        ("... against the sentencepiece package from PyPI (a newer release than Debian's)",
+         f"vs {spread('spm_encode_pypi')}", *ratio("tokenfeed_spm_vs_spm_encode_pypi", "spm_encode_pypi", 0.9)),
+    ]
+    L = ["# prepare-text performance", "",
+         f"Produced by `{command}`: a {s['corpus_mb']} MB generated JSONL corpus, {s['workers']} workers on "
+         f"this machine's cores, a byte-level BPE of {s['vocab']} ids and a SentencePiece BPE of 8,000; "
+         f"{s['repeats']} interleaved rounds, medians with (min..max). Each figure is one fresh process's "
+         "timed part (tokenfeed: the whole run, from reading to the renamed dataset; the baselines: encoding "
+         "only, the texts read beforehand).", "",
+         "| target | figure | ratio | met |", "| --- | --- | ---: | --- |"]
+    L += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    rss = s["peak_rss_mib"]
+    L += ["", f"Throughput: {s['tokenfeed_hf_mb_per_s']} MB/s of JSONL with the Hugging Face tokenizer on "
+          f"{s['workers']} cores.", "",
+          f"Peak RSS of `prepare-text --hf-tokenizer` (the process: Python, the tokenizer, the pipeline): "
+          f"{rss['corpus']} MiB on the whole corpus, {rss['quarter']} MiB on a quarter of it.", "",
+          "| round | variant | seconds | CPU s | peak RSS MiB | load before -> after |", "| ---: | --- | ---: | ---: | ---: | --- |"]
+    for name, rs in runs.items():
+        for i, r in enumerate(rs):
+            L.append(f"| {i} | {name} | {r['seconds']:.2f} | {r['cpu']:.2f} | {r['rss_mib']:.1f} | "
+                     f"{r['load_before']:.2f} -> {r['load_after']:.2f} |")
+    return "\n".join(L) + "\n"
 
 
 if __name__ == "__main__":

@@ -1047,6 +1047,31 @@ def reproduce_section():
     return L
 
 
+# prepare-text's benchmarks (perf/prepare_text_bench.py --md, perf/packing_fill.py --md), run
+# by hand (tens of minutes over a 200 MB corpus) and kept beside RESULTS.md.
+PREPARE_TEXT_FILE = "RESULTS_prepare_text.md"
+
+
+def prepare_text_section(out):
+    """## Pretraining corpora: the target tables of RESULTS_prepare_text.md, with where they
+    come from; nothing when that page is absent."""
+    path = os.path.join(out, PREPARE_TEXT_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    L = ["## Pretraining corpora (prepare-text)", "",
+         f"Measured by their own benchmarks, not by this run: every figure, the command and each run are in "
+         f"[{PREPARE_TEXT_FILE}]({PREPARE_TEXT_FILE}).", ""]
+    for i, line in enumerate(lines):
+        if line.startswith("| target |"):
+            end = i
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            L += lines[i:end] + [""]
+    return L
+
+
 # A long soak (perf/soak.py), run by hand for an hour and kept beside RESULTS.md: its lines
 # starting with "#" say how it was run; the rest is soak.py's output.
 SOAK_FILE = "soak_1h.txt"
@@ -1093,7 +1118,8 @@ def main():
     write_comparison_csv(run, comparison, out)
     L = (header_section(run, a.command, a.mode) + targets_section(run) + comparison_section(run, comparison)
          + latency_section(run) + python_thread_section(run) + sweep_section(run) + memory_section(run)
-         + open_section(run) + cold_section(run) + soak_section(out) + reproduce_section())
+         + open_section(run) + cold_section(run) + soak_section(out) + prepare_text_section(out)
+         + reproduce_section())
     with open(os.path.join(out, "RESULTS.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print(os.path.join(out, "RESULTS.md"))

@@ -360,6 +360,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check(needle in r.stdout, f"prepare skip summary lacks {needle!r}: {r.stdout}")
     meta = json.load(open(os.path.join(tmp, "bad_out", "dataset_metadata.json")))
     check(meta["skipped"]["invalid_json"] == 1 and meta["skipped"]["no_assistant_turn"] == 1, "skips in the metadata")
+    r = run("prepare", "--input", bad, "--output-dir", os.path.join(tmp, "long_out"), "--val-split", "0",
+            "--max-line-bytes", "40")
+    expect_error(r, "prepare --max-line-bytes", "bad.jsonl:1: line_too_long", status=4)
 
     # Exit statuses of bad options and inputs.
     special = os.path.join(tmp, "special.json")

@@ -197,6 +197,7 @@ void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
       "--token-dtype",  args.token_dtype,       "--on-error",     args.on_error};
   if (!args.messages_field.empty()) argv.insert(argv.end(), {"--messages-field", args.messages_field});
   if (args.workers >= 0) argv.insert(argv.end(), {"--workers", std::to_string(args.workers)});
+  argv.insert(argv.end(), {"--max-line-bytes", std::to_string(o.max_line_bytes)});
   exec_python_program(kHfBootstrap, argv, "--hf-tokenizer");
 }
 
@@ -300,6 +301,10 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--progress-seconds", args->progress_seconds,
                   "When stderr is not a terminal: a progress line every this many seconds")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-line-bytes", o.max_line_bytes,
+                  "A longer line is a bad line (line_too_long; with --hf-tokenizer invalid_json), never held in memory")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--on-error", args->on_error, "What to do with a bad line: fail (stop) or skip (count it)")
       ->check(CLI::IsMember({"fail", "skip"}))
