@@ -609,8 +609,8 @@ void inspect_stream_split(const InspectOptions& o, const DatasetMetadata& meta, 
     return;
   }
   std::printf("  verdict      %s\n", bad_ids    ? "INVALID: token ids out of vocabulary"
-                                    : bad_sums ? "INVALID: content checksum mismatch"
-                                               : "ok");
+                                     : bad_sums ? "INVALID: content checksum mismatch"
+                                                : "ok");
 }
 
 // The block size of a token-stream snippet without --block-size: the largest power of two

@@ -37,7 +37,7 @@ struct LineReader::Impl {
   std::size_t pos = 0, end = 0;
   bool first_line = true;
 
-  ZSTD_DCtx* zstd = nullptr;   // set for zstd input
+  ZSTD_DCtx* zstd = nullptr;    // set for zstd input
   bool zstd_frame_done = true;  // the last ZSTD_decompressStream call ended a frame
 
   ~Impl() {

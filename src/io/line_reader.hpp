@@ -4,7 +4,8 @@
 // bytes as they are read.
 //
 // Lines end at '\n'; a trailing '\r' is removed, as is a UTF-8 byte order mark at the start of
-// the file (read_rest, for a whole file as one text, removes the mark and nothing else). A line longer than the limit is skipped without being held in memory.
+// the file (read_rest, for a whole file as one text, removes the mark and nothing else). A
+// line longer than the limit is skipped without being held in memory.
 //
 // Thread-safety: not thread-safe; one thread reads.
 #pragma once
