@@ -62,7 +62,7 @@ class HfTextEncoder:
     """A local Hugging Face tokenizer directory, for plain text: tokenizer.json (required) and
     tokenizer_config.json (optional: eos_token, bos_token)."""
 
-    def __init__(self, directory: _Path, eos_token: Optional[str], bos: bool) -> None:
+    def __init__(self, directory: _Path, eos_token: Optional[str], eos: bool, bos: bool) -> None:
         directory = os.fspath(directory)
         if not os.path.isdir(directory):
             raise ConfigError(f"--hf-tokenizer '{directory}' is not a local directory (tokenfeed reads local files "
@@ -88,7 +88,8 @@ class HfTextEncoder:
                 raise FormatError(f"'{config_json}' is not valid JSON: {e}") from e
             if not isinstance(config, dict):
                 raise FormatError(f"'{config_json}' must hold a JSON object")
-        self.eos_token = eos_token if eos_token is not None else _token_text(config.get("eos_token"))
+        # Only the tokens that are written are looked up: --no-eos works with any config.
+        self.eos_token = None if not eos else eos_token if eos_token is not None else _token_text(config.get("eos_token"))
         self.bos_token = _token_text(config.get("bos_token")) if bos else None
         self.eos_id = self._id(self.eos_token, "--eos-token" if eos_token is not None else "eos_token")
         self.bos_id = self._id(self.bos_token, "bos_token")
@@ -188,7 +189,7 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
         if workers > 0:
             os.environ["RAYON_RS_NUM_CPUS"] = str(workers)  # the tokenizers thread pool, when it starts
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-        encoder = HfTextEncoder(hf_tokenizer, eos_token, bos)
+        encoder = HfTextEncoder(hf_tokenizer, eos_token, eos, bos)
     return _core._prepare_text(
         paths, os.fspath(output_dir), format, text_field, doc_per, tokenizer,
         encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
