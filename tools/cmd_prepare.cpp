@@ -84,18 +84,6 @@ names another interpreter), which needs `pip install 'tokenfeed[hf]'`; `python3 
 tokenfeed.hf_prepare --help` lists its options.
 )help";
 
-// Runs tokenfeed.hf_prepare with the given arguments; a missing package is one clear line.
-constexpr const char* kHfBootstrap = R"py(import sys
-try:
-    from tokenfeed import hf_prepare
-except ImportError as e:
-    sys.stderr.write("tokenfeed: error: --hf-tokenizer runs the tokenfeed Python package, which %s cannot "
-                     "import (%s); install it with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON to "
-                     "the Python that has it\n" % (sys.executable, e))
-    sys.exit(2)
-sys.exit(hf_prepare.main(sys.argv[1:]))
-)py";
-
 struct PrepareArgs {
   PrepareOptions options;
   std::string token_dtype = "auto";
@@ -198,7 +186,7 @@ void print_summary(const PrepareArgs& args, const PrepareSummary& s) {
   if (!args.messages_field.empty()) argv.insert(argv.end(), {"--messages-field", args.messages_field});
   if (args.workers >= 0) argv.insert(argv.end(), {"--workers", std::to_string(args.workers)});
   argv.insert(argv.end(), {"--max-line-bytes", std::to_string(o.max_line_bytes)});
-  exec_python_program(kHfBootstrap, argv, "--hf-tokenizer");
+  exec_python_program("hf_prepare", argv, "--hf-tokenizer");
 }
 
 // Errors propagate to main(), which prints them on one line and sets the exit status.

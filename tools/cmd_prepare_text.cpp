@@ -61,18 +61,6 @@ Examples:
   tokenfeed prepare-text 'web/*.parquet' --hf-tokenizer models/gpt2 --output-dir data/web --resume
 )help";
 
-// Runs tokenfeed.text_corpus with the given arguments; a missing package is one clear line.
-constexpr const char* kPythonBootstrap = R"py(import sys
-try:
-    from tokenfeed import text_corpus
-except ImportError as e:
-    sys.stderr.write("tokenfeed: error: --hf-tokenizer and parquet input run the tokenfeed Python package, which "
-                     "%s cannot import (%s); install it with pip install 'tokenfeed[hf]', or set TOKENFEED_PYTHON "
-                     "to the Python that has it\n" % (sys.executable, e))
-    sys.exit(2)
-sys.exit(text_corpus.main(sys.argv[1:]))
-)py";
-
 struct PrepareTextArgs {
   PrepareTextOptions options;
   std::vector<std::string> inputs;
@@ -161,7 +149,7 @@ void run_prepare_text(PrepareTextArgs& args) {
   PrepareTextOptions& o = args.options;
   o.inputs = args.inputs;
   if (needs_python(args))
-    exec_python_program(kPythonBootstrap, python_arguments(args), "prepare-text with --hf-tokenizer or parquet");
+    exec_python_program("text_corpus", python_arguments(args), "prepare-text with --hf-tokenizer or parquet");
   o.format = args.format == "episodes" ? CorpusFormat::episodes : CorpusFormat::tokens;
   o.read.doc_per = parse_doc_per(args.doc_per);
   o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);

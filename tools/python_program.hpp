@@ -1,7 +1,8 @@
 // Handing a command's job to the tokenfeed Python package (prepare --hf-tokenizer,
 // prepare-text with --hf-tokenizer or parquet input): the process replaces itself with
-// `PYTHON -c BOOTSTRAP ARGS...`, so that the Python run's output, exit status and signals are
-// the command's. PYTHON is $TOKENFEED_PYTHON, else python3 on PATH.
+// `PYTHON -c BOOTSTRAP ARGS...`, BOOTSTRAP running tokenfeed.MODULE.main(ARGS) (a missing
+// package is one clear line, status 2), so that the Python run's output, exit status and
+// signals are the command's. PYTHON is $TOKENFEED_PYTHON, else python3 on PATH.
 #pragma once
 
 #include <string>
@@ -11,7 +12,7 @@ namespace tokenfeed::cli {
 
 // Replaces the process; returns only by throwing Error(config) naming `what` (e.g.
 // "--hf-tokenizer") when the interpreter cannot be started.
-[[noreturn]] void exec_python_program(const char* bootstrap, const std::vector<std::string>& args,
+[[noreturn]] void exec_python_program(const std::string& module, const std::vector<std::string>& args,
                                       const std::string& what);
 
 // A double as the Python program reads it back exactly (%.17g).

@@ -1162,7 +1162,11 @@ def prepare(input: Union[str, "os.PathLike[str]"], output_dir: Union[str, "os.Pa
         return summary_out
     finally:
         if pool is not None:
-            pool.terminate()
+            # On failure the workers finish the few chunks in flight and exit: not terminate(),
+            # whose first step takes the task queue's lock, which an idle worker holds while it
+            # waits for a task, so that it waited for ever (the command hung on a bad first
+            # line whenever the other worker was already waiting).
+            pool.close()
             pool.join()
         if staging is not None:
             for w in writers.values():

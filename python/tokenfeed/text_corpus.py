@@ -20,7 +20,6 @@ Both are in the ``[hf]`` extra: ``pip install 'tokenfeed[hf]'``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -39,23 +38,6 @@ def _require(module: str, what: str) -> Any:
         return __import__(module, fromlist=["_"])
     except ImportError as e:
         raise ConfigError(f"{what} needs the Python package '{module.split('.')[0]}' ({_EXTRA_HINT}): {e}") from e
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _token_text(value: Any) -> Optional[str]:
-    """A special token from tokenizer_config.json: a string, or an AddedToken dict."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
 
 
 class HfTextEncoder:
@@ -78,6 +60,7 @@ class HfTextEncoder:
             raise FormatError(f"'{self.tokenizer_json}' is not a tokenizer the tokenizers library can load: {e}") from e
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
+        from .hf_prepare import _token_text  # the same reading as prepare's (imported here: it imports the package)
         config: Dict[str, Any] = {}
         config_json = os.path.join(directory, "tokenizer_config.json")
         if os.path.isfile(config_json):
@@ -112,6 +95,7 @@ class HfTextEncoder:
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
 
     def identity(self) -> Dict[str, Any]:
+        from .hf_prepare import _sha256_file
         return {"kind": "huggingface", "model": os.path.realpath(self.tokenizer_json),
                 "sha256": _sha256_file(self.tokenizer_json), "version": self.version, "vocab_size": self.vocab_size,
                 "eos_token_id": self.eos_id, "bos_token_id": self.bos_id}
