@@ -21,6 +21,7 @@
 #include "commands.hpp"
 #include "python_program.hpp"
 #include "stop_signals.hpp"
+#include "val_split_option.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed::cli {
@@ -260,17 +261,7 @@ void add_prepare_command(CLI::App& app) {
                   "(keys system, user, assistant, tool, eot)")
       ->check(CLI::ExistingFile)
       ->excludes(special);
-  // [0, 1): the train split must keep conversations (a dataset without train cannot be loaded).
-  const CLI::Validator below_one(
-      [](const std::string& value) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        if (end == value.c_str() || *end != '\0' || !(v >= 0.0 && v < 1.0)) {
-          return "Value " + value + " not in [0, 1) (train needs conversations)";
-        }
-        return {};
-      },
-      "FLOAT in [0, 1)");
+  const CLI::Validator below_one = val_split_validator("conversations");
   cmd->add_option("--val-split", o.val_split, "Fraction of conversations put in val/")
       ->check(below_one)
       ->capture_default_str();

@@ -19,6 +19,7 @@
 #include "prepare/prepare_text.hpp"
 #include "python_program.hpp"
 #include "stop_signals.hpp"
+#include "val_split_option.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed::cli {
@@ -220,16 +221,7 @@ void add_prepare_text_command(CLI::App& app) {
                               "The end-of-text token appended to each document (default: the tokenizer's own)");
   cmd->add_flag("--no-eos", args->no_eos, "Append no end-of-text id")->excludes(eos);
   cmd->add_flag("--bos", o.prepend_bos, "Prepend the tokenizer's BOS id to each document");
-  const CLI::Validator below_one(
-      [](const std::string& value) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        if (end == value.c_str() || *end != '\0' || !(v >= 0.0 && v < 1.0)) {
-          return "Value " + value + " not in [0, 1) (train needs documents)";
-        }
-        return {};
-      },
-      "FLOAT in [0, 1)");
+  const CLI::Validator below_one = val_split_validator("documents");
   cmd->add_option("--val-split", o.val_split, "Fraction of documents put in val/ (by content hash)")
       ->check(below_one)
       ->capture_default_str();
