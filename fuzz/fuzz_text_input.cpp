@@ -29,7 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   input.bytes = size - 1;
   input.format = (data[0] & 3) == 0 ? TextInputFormat::jsonl : TextInputFormat::text;
   TextReadOptions options;
-  options.doc_per = (data[0] >> 2) % 3 == 0 ? DocPer::file : (data[0] >> 2) % 3 == 1 ? DocPer::line : DocPer::blank_line;
+  options.doc_per = (data[0] >> 2) % 3 == 0   ? DocPer::file
+                    : (data[0] >> 2) % 3 == 1 ? DocPer::line
+                                              : DocPer::blank_line;
   options.max_document_bytes = 1 + (data[0] >> 4) * 512;  // small limits reach the too-long paths
   try {
     TextFileReader reader(input, 0, options, data[0] & 1);
