@@ -627,6 +627,26 @@ TEST_CASE("loader: dataset_metadata.json's dtypes come first, a config naming an
   CHECK(Loader(c).config().mask_dtype == MaskDtype::uint8);
 }
 
+TEST_CASE("loader: token_ids reports the ids it settled, pad eot-first and end-of-text eos-first") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(6, {4}), TokenDtype::uint16);
+  write_text(dir / "dataset_metadata.json", R"({"eos_token_id": 11, "eot_token_id": 12, "token_dtype": "uint16"})");
+  Config c = make_config(dir.path(), 2, 4);
+  c.pad_token_id.reset();
+  const TokenIds ids = Loader(c).token_ids();
+  CHECK(ids.pad == 12);          // pad_token_id's rule: the metadata's pad, eot, eos
+  CHECK(ids.end_of_text == 11);  // document_aware's rule: eos, else eot
+  CHECK(ids.eot == 12);
+  CHECK(ids.eos == 11);
+  c.pad_token_id = 3;
+  c.eos_token_id = 5;
+  const TokenIds given = Loader(c).token_ids();
+  CHECK(given.pad == 3);
+  CHECK(given.end_of_text == 5);
+  CHECK(given.eos == 5);
+  CHECK(given.eot == 12);
+}
+
 TEST_CASE("loader: use_loss_mask does not change the resume fingerprint (the order is the same)") {
   TempDir dir;
   write_split(dir.path(), "train", numbered_episodes(20, {4, 6}), TokenDtype::uint16, true);

@@ -184,8 +184,7 @@ void show(ShowOptions o) {
   const DatasetVocabulary vocabulary = loader.vocabulary();
   std::optional<SpecialTokenIds> special = vocabulary.special_tokens;
   if (!special && tokenizer) special = tokenizer->special_ids();
-  std::optional<std::int64_t> pad_id = c.pad_token_id;
-  if (!pad_id) pad_id = vocabulary.eot_token_id ? vocabulary.eot_token_id : vocabulary.eos_token_id;
+  const std::optional<std::int64_t> pad_id = loader.token_ids().pad;  // the loader's own rule
 
   const std::size_t T = b.cols();
   const std::size_t rows = std::min<std::size_t>(static_cast<std::size_t>(o.rows), b.rows());

@@ -60,6 +60,20 @@ struct DatasetVocabulary {
   std::optional<SpecialTokenIds> special_tokens;  // the chat template's ids
 };
 
+// The token ids the loader settled, each by its one rule in the library, so that every
+// front (C++, Python's Loader, `tokenfeed show`) reports the same ids; nullopt for none.
+struct TokenIds {
+  // What padding holds: the config's pad_token_id, else dataset_metadata.json's
+  // pad_token_id, else its eot_token_id, else its eos_token_id (the SFT modes; token_stream
+  // rows hold no padding, and have the config's pad_token_id only).
+  std::optional<std::int64_t> pad;
+  // What ends a document (document_aware's separator): the config's eos_token_id, else the
+  // metadata's eos_token_id, else its eot_token_id.
+  std::optional<std::int64_t> end_of_text;
+  std::optional<std::int64_t> eot;  // the metadata's eot_token_id
+  std::optional<std::int64_t> eos;  // the config's eos_token_id, else the metadata's
+};
+
 // Consumer-side counters for one split, since the loader was created.
 struct SplitStats {
   std::uint64_t batches = 0;      // returned by get_batch
@@ -112,6 +126,8 @@ class TOKENFEED_API Loader {
   SplitInfo split_info(std::string_view split) const;
   SplitStats split_stats(std::string_view split) const;
   DatasetVocabulary vocabulary() const;
+  // The pad, end-of-text, eot and eos ids as the loader settled them (see TokenIds).
+  TokenIds token_ids() const;
   // The dataset fingerprint recorded in states and the audit log (hex).
   std::string fingerprint() const;
 

@@ -155,6 +155,9 @@ class PyLoader {
   tokenfeed::DatasetVocabulary vocabulary() {
     return locked([](tokenfeed::Loader& l) { return l.vocabulary(); });
   }
+  tokenfeed::TokenIds token_ids() {
+    return locked([](tokenfeed::Loader& l) { return l.token_ids(); });
+  }
   tokenfeed::Config effective_config() {
     return locked([](tokenfeed::Loader& l) { return l.config(); });
   }
@@ -338,12 +341,22 @@ void bind_loader(nb::module_& m) {
           "The id padding rows hold: the config's, else dataset_metadata.json's pad_token_id, else its "
           "eot_token_id, else its eos_token_id (None when none applies, as in token_stream without them).")
       .def_prop_ro(
-          "eot_token_id",
+          "eot_token_id", [](PyLoader& l) { return l.token_ids().end_of_text; },
+          "The end-of-text id the loader separates documents with (token_ids()['end_of_text']): the config's "
+          "eos_token_id, else dataset_metadata.json's eos_token_id, else its eot_token_id, else None.")
+      .def_prop_ro(
+          "token_ids",
           [](PyLoader& l) {
-            const tokenfeed::DatasetVocabulary v = l.vocabulary();
-            return v.eot_token_id ? v.eot_token_id : v.eos_token_id;
+            const tokenfeed::TokenIds ids = l.token_ids();
+            nb::dict d;
+            d["pad"] = ids.pad;
+            d["end_of_text"] = ids.end_of_text;
+            d["eot"] = ids.eot;
+            d["eos"] = ids.eos;
+            return d;
           },
-          "The end-of-text id: dataset_metadata.json's eot_token_id, else eos_token_id, else None.")
+          "The ids the loader settled, each by its one rule: pad (what padding holds), end_of_text (what ends a "
+          "document), eot and eos (dataset_metadata.json's, eos the config's first); None for none.")
       .def_prop_ro(
           "special_token_ids", [](PyLoader& l) { return l.vocabulary().special_tokens; },
           "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")

@@ -3,6 +3,7 @@ iter(loader), Ctrl-C while waiting for a batch, per-split epoch settings, the da
 vocabulary on the loader, a configurable held-batch limit, and quiet logs."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,20 @@ def test_the_loader_exposes_the_vocabulary(sft_dir, stream_dir):
     assert tokenfeed.Loader(base_keys(sft_dir, pad_token_id=7)).pad_token_id == 7
     stream = tokenfeed.Loader(base_keys(stream_dir))
     assert stream.vocab_size is None and stream.special_token_ids is None and stream.eot_token_id == 0
+
+
+def test_the_loader_reports_the_ids_it_settled(sft_dir, tmp_path):
+    """A dataset recording both eot and eos: padding takes eot (pad_token_id's rule), a
+    document ends at eos (document_aware's rule), and Python reports the loader's own ids
+    rather than a rule of its own (eot_token_id once said eot-else-eos)."""
+    data = tmp_path / "both"
+    shutil.copytree(sft_dir, data)
+    meta = json.loads((data / "dataset_metadata.json").read_text())
+    meta["eos_token_id"] = eos = VOCAB - 1
+    (data / "dataset_metadata.json").write_text(json.dumps(meta))
+    loader = tokenfeed.Loader(base_keys(data))
+    assert loader.token_ids == {"pad": SPECIAL["eot"], "end_of_text": eos, "eot": SPECIAL["eot"], "eos": eos}
+    assert loader.eot_token_id == eos and loader.pad_token_id == SPECIAL["eot"]
 
 
 def test_max_held_batches_allows_longer_gradient_accumulation(sft_dir):

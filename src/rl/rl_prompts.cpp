@@ -2,7 +2,6 @@
 // loader's epoch order, one per pull index, through the same EpisodeSampler; its config is
 // settled by resolve_prompt_options (loader/resolved_options.hpp) with the loader's rules.
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -12,10 +11,10 @@
 #include "dataset/content_fingerprint.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
+#include "loader/fingerprint.hpp"
 #include "loader/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
 #include "sampling/episode_sampler.hpp"
-#include "util/hash.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/rl.hpp"
 
@@ -30,7 +29,7 @@ struct RLPrompts::Impl {
   std::optional<EpochOrders> orders;  // the sampler's epoch orders in use, the next made ahead
   std::int64_t pad = 0;
   std::uint64_t vocab_size = 0;
-  std::uint64_t fingerprint = 0;
+  std::string fingerprint;  // fingerprint_of("tokenfeed-rl-prompts", ...)
 };
 
 RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_unique<Impl>()) {
@@ -61,18 +60,16 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   s.sampler.emplace(std::move(kept), settings);
   s.orders.emplace(*s.sampler);
 
-  Hasher h;
-  h.add(std::string_view("tokenfeed-rl-prompts"));
-  h.add(s.split->fingerprint());
-  h.add(content_fingerprint(dir));  // the prompts' tokens, not only their lengths
-  h.add(static_cast<std::uint64_t>(settings.mode));
-  h.add(settings.shuffle ? 1 : 0);
-  h.add(settings.seed);
-  h.add(settings.world_size);
-  h.add(settings.rank);
-  h.add(static_cast<std::uint64_t>(c.episode_min_tokens));
-  h.add(max_tokens);
-  s.fingerprint = h.digest();
+  const FingerprintPart parts[] = {s.split->fingerprint(),
+                                   content_fingerprint(dir),  // the prompts' tokens, not only their lengths
+                                   static_cast<std::uint64_t>(settings.mode),
+                                   std::uint64_t{settings.shuffle ? 1U : 0U},
+                                   static_cast<std::uint64_t>(settings.seed),
+                                   static_cast<std::uint64_t>(settings.world_size),
+                                   static_cast<std::uint64_t>(settings.rank),
+                                   static_cast<std::uint64_t>(c.episode_min_tokens),
+                                   static_cast<std::uint64_t>(max_tokens)};
+  s.fingerprint = fingerprint_of("tokenfeed-rl-prompts", parts);
   s.config = std::move(c);
 }
 
@@ -97,10 +94,6 @@ std::int64_t RLPrompts::pad_token_id() const noexcept { return impl_->pad; }
 std::uint64_t RLPrompts::vocab_size() const noexcept { return impl_->vocab_size; }
 const Config& RLPrompts::config() const noexcept { return impl_->config; }
 
-std::string RLPrompts::fingerprint() const {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(impl_->fingerprint));
-  return text;
-}
+std::string RLPrompts::fingerprint() const { return impl_->fingerprint; }
 
 }  // namespace tokenfeed

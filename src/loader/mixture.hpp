@@ -1,0 +1,93 @@
+// Mixture: a Loader over several datasets (Config::mixture). Each source is a
+// SingleDataset opened on its own keys with batch_size 1 and world_size 1, so that its
+// batch k is its row k (no pipeline, ranks, audit log or threads of its own); the
+// MixtureSchedule chooses the source of each global row, and each split is a MixtureSplit
+// reading its rows through the sources' splits.
+//
+// A mixture's position is its step alone (batch k is a function of k, as in random mode);
+// its sources' epochs are followed for the audit log (epoch_start, epoch_complete per
+// source) and source_epoch_after.
+//
+// Thread-safety: as SplitSet.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loader/dataset_split.hpp"
+#include "loader/single_dataset.hpp"
+#include "loader/split_set.hpp"
+#include "modes/mixture_batch_source.hpp"
+#include "sampling/mixture_schedule.hpp"
+
+namespace tokenfeed {
+
+// One split of a mixture: its rows are its sources' rows, chosen by the schedule.
+class MixtureSplit final : public LoaderSplit {
+ public:
+  // REQUIRES: config, schedule and every part outlive the split; parts[i] is source i's
+  // split of this name, seeds[i] its epoch_seed.
+  MixtureSplit(std::string name, const Config& config, const MixtureSchedule& schedule,
+               std::vector<const DatasetSplit*> parts, std::vector<std::int64_t> seeds,
+               const detail::BatchShape& shape);
+
+  BatchSource& source() const noexcept override { return *source_; }
+  Epochs epochs() const noexcept override { return Epochs::none; }
+  std::uint64_t batches_in_epoch_at(const SplitPosition&) const override { return 0; }
+  SplitPosition resume_position(const SplitPosition& saved) const override;
+  // The sources' totals; a mixture has no epochs of its own.
+  SplitInfo info() const override;
+  // The epoch source `source` is in after the first `steps` batches; nullopt when it has no
+  // epochs. REQUIRES: source < the number of sources.
+  std::optional<std::uint64_t> source_epoch_after(std::size_t source, std::uint64_t steps) const;
+
+ private:
+  const Config& config_;
+  const MixtureSchedule& schedule_;
+  std::vector<const DatasetSplit*> parts_;
+  std::vector<std::int64_t> seeds_;
+  std::unique_ptr<MixtureBatchSource> source_;
+  // Per source, the epoch whose start was last written to the audit log.
+  std::vector<std::optional<std::uint64_t>> announced_;
+
+  void consumed(const detail::BatchSlot& slot, AuditTrail& audit) override;
+  void forget_announced() override;
+  // Writes stage_start when `step` opens a stage.
+  void announce_stage(std::uint64_t step, AuditTrail& audit) const;
+  // Source i's epochs that its rows [before, after) open or close.
+  void follow_source_epochs(std::size_t i, std::uint64_t before, std::uint64_t after, AuditTrail& audit);
+};
+
+class Mixture final : public SplitSet {
+ public:
+  // REQUIRES: `config` validated with its ranks settled (resolve_options). Opens every
+  // source; throws Error naming the source that fails.
+  explicit Mixture(Config config);
+
+  const Config& config() const noexcept override { return config_; }
+  const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
+  std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
+                                                  std::uint64_t steps) const override;
+
+ private:
+  Config config_;
+  DatasetMetadata no_metadata_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<SingleDataset>> members_;
+  std::unique_ptr<MixtureSchedule> schedule_;
+  std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
+
+  // A source's config: its keys over the mixture's, at one row per batch.
+  Config member_config(const MixtureSource& source) const;
+  void open_members();
+  void make_schedule();
+  void open_split(const std::string& name);
+  void make_fingerprint();
+  void announce_open();
+};
+
+}  // namespace tokenfeed
