@@ -542,6 +542,43 @@ void set_config_value(Config& config, std::string_view key, std::string_view val
   find_key(key).set(config, value);
 }
 
+namespace {
+
+// rank and world_size, each a number or env (kFromLauncher).
+void validate_ranks(const Config& c) {
+  if (c.world_size != kFromLauncher && c.world_size < 1) {
+    config_error("config key 'world_size' must be >= 1 or env, got " + std::to_string(c.world_size));
+  }
+  if (c.rank != kFromLauncher && c.rank < 0) {
+    config_error("config key 'rank' must be >= 0 or env, got " + std::to_string(c.rank));
+  }
+  // With either from the launcher, the range is checked once both are known (at open).
+  if (c.rank != kFromLauncher && c.world_size != kFromLauncher && c.rank >= c.world_size) {
+    config_error("config key 'rank' must be in [0, world_size-1] = [0, " + std::to_string(c.world_size - 1) +
+                 "], got " + std::to_string(c.rank));
+  }
+}
+
+// The keys that apply to some dataset modes only.
+void validate_mode_keys(const Config& c) {
+  if (c.document_aware && (c.dataset_mode == DatasetMode::sft_episode || c.dataset_mode == DatasetMode::sft_packed)) {
+    config_error(std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
+                 to_string(c.dataset_mode));
+  }
+  if (c.truncation == Truncation::split && c.dataset_mode == DatasetMode::token_stream) {
+    config_error(
+        "config key 'truncation' is split, which cuts episodes into pieces (sft_episode, sft_packed); "
+        "dataset_mode=token_stream reads windows of a token stream, not episodes: remove the key");
+  }
+  if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
+    config_error(
+        "config key 'contract_fields' cannot be false with dataset_mode=sft_packed: its batches are the "
+        "contract fields (tokens, labels, token_weights, position_ids, cu_seqlens)");
+  }
+}
+
+}  // namespace
+
 void validate_config(const Config& c) {
   validate_mixture(c);
   if (c.dataset_dir.empty() && c.mixture.empty()) config_error("config key 'dataset_dir' is required");
@@ -579,36 +616,14 @@ void validate_config(const Config& c) {
   if (c.max_held_batches < 1 || c.max_held_batches > 1024) {
     config_error("config key 'max_held_batches' must be in [1, 1024], got " + std::to_string(c.max_held_batches));
   }
-  if (c.world_size != kFromLauncher && c.world_size < 1) {
-    config_error("config key 'world_size' must be >= 1 or env, got " + std::to_string(c.world_size));
-  }
-  if (c.rank != kFromLauncher && c.rank < 0) {
-    config_error("config key 'rank' must be >= 0 or env, got " + std::to_string(c.rank));
-  }
-  // With either from the launcher, the range is checked once both are known (at open).
-  if (c.rank != kFromLauncher && c.world_size != kFromLauncher && c.rank >= c.world_size) {
-    config_error("config key 'rank' must be in [0, world_size-1] = [0, " + std::to_string(c.world_size - 1) +
-                 "], got " + std::to_string(c.rank));
-  }
+  validate_ranks(c);
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id > 0xffffffffLL)) {
     config_error("config key 'pad_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.pad_token_id));
   }
   if (c.eos_token_id && (*c.eos_token_id < 0 || *c.eos_token_id > 0xffffffffLL)) {
     config_error("config key 'eos_token_id' must be a token id in [0, 2^32-1], got " + std::to_string(*c.eos_token_id));
   }
-  if (c.document_aware && (c.dataset_mode == DatasetMode::sft_episode || c.dataset_mode == DatasetMode::sft_packed)) {
-    config_error(std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
-                 to_string(c.dataset_mode));
-  }
-  if (c.truncation == Truncation::split && c.dataset_mode == DatasetMode::token_stream) {
-    config_error(
-        "config key 'truncation' is split, which cuts episodes into pieces (sft_episode, sft_packed); "
-        "dataset_mode=token_stream reads windows of a token stream, not episodes: remove the key");
-  }
-  if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
-    config_error("config key 'contract_fields' cannot be false with dataset_mode=sft_packed: its batches are the "
-                 "contract fields (tokens, labels, token_weights, position_ids, cu_seqlens)");
-  }
+  validate_mode_keys(c);
   if (c.pack_lookahead < 1 || c.pack_lookahead > 65536) {
     config_error("config key 'pack_lookahead' must be in [1, 65536], got " + std::to_string(c.pack_lookahead));
   }

@@ -31,6 +31,75 @@ std::optional<ExactWeight> parse_mixture_weight(std::string_view text) {
   return w;
 }
 
+namespace {
+
+// A stage's weights (`texts`, one per source of `names`) as integers in lowest terms:
+// exact decimals scaled by 10^(most decimals), then reduced by their gcd. Throws
+// Error(config) naming `where` for a malformed weight, all zeros, or a sum (the period)
+// above MixtureSchedule::kMaxPeriod.
+std::vector<std::uint64_t> lowest_integer_weights(const std::vector<std::string>& texts,
+                                                  const std::vector<std::string>& names, const std::string& where) {
+  const std::size_t n = names.size();
+  std::vector<ExactWeight> exact(n);
+  int decimals = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto w = parse_mixture_weight(texts[i]);
+    if (!w) {
+      throw Error(ErrorKind::config, where + ": weight '" + texts[i] + "' of source '" + names[i] +
+                                         "' is not a non-negative integer or decimal (at most 9 digits before "
+                                         "the point and 6 after)");
+    }
+    exact[i] = *w;
+    decimals = std::max(decimals, w->decimals);
+  }
+  std::vector<std::uint64_t> weights(n);
+  std::uint64_t divisor = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t w = exact[i].mantissa;
+    for (int d = exact[i].decimals; d < decimals; ++d) w *= 10;
+    weights[i] = w;
+    divisor = std::gcd(divisor, w);
+  }
+  if (divisor == 0) {
+    throw Error(ErrorKind::config, where + ": every source's weight is zero; at least one must be positive");
+  }
+  std::uint64_t total = 0;
+  for (std::uint64_t& w : weights) {
+    w /= divisor;
+    total += w;
+    if (total > MixtureSchedule::kMaxPeriod) {
+      throw Error(ErrorKind::config, where + ": the weights in lowest integer terms sum to more than " +
+                                         std::to_string(MixtureSchedule::kMaxPeriod) +
+                                         " (the round-robin's period); use weights with fewer decimals");
+    }
+  }
+  return weights;
+}
+
+// One period (`total` picks) of the smooth weighted round-robin over `weights`: the source
+// of each pick (`sequence`), and per source its picks' places (`positions`).
+void round_robin_period(const std::vector<std::uint64_t>& weights, std::uint64_t total,
+                        std::vector<std::uint32_t>& sequence, std::vector<std::vector<std::uint32_t>>& positions) {
+  const std::size_t n = weights.size();
+  sequence.resize(total);
+  positions.resize(n);
+  for (std::size_t i = 0; i < n; ++i) positions[i].reserve(weights[i]);
+  std::vector<std::int64_t> current(n, 0);
+  const auto period = static_cast<std::int64_t>(total);
+  for (std::uint64_t p = 0; p < total; ++p) {
+    std::size_t best = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      current[i] += static_cast<std::int64_t>(weights[i]);
+      if (current[i] > current[best]) best = i;
+    }
+    current[best] -= period;
+    sequence[p] = static_cast<std::uint32_t>(best);
+    positions[best].push_back(static_cast<std::uint32_t>(p));
+  }
+}
+
+}  // namespace
+
 MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> specs,
                                  std::uint64_t rows_per_step)
     : names_(std::move(names)), rows_per_step_(rows_per_step) {
@@ -46,55 +115,10 @@ MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<Sta
     stage.first_row = checked_product(first_step, rows_per_step_,
                                       where + "'s first step (the until_step before it) x batch_size x world_size");
     stage.texts = spec.weights;
-    // Exact decimals to integers: scale by 10^(most decimals), reduce by the gcd.
-    std::vector<ExactWeight> exact(n);
-    int decimals = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto w = parse_mixture_weight(spec.weights[i]);
-      if (!w) {
-        throw Error(ErrorKind::config, where + ": weight '" + spec.weights[i] + "' of source '" + names_[i] +
-                                           "' is not a non-negative integer or decimal (at most 9 digits before "
-                                           "the point and 6 after)");
-      }
-      exact[i] = *w;
-      decimals = std::max(decimals, w->decimals);
-    }
-    stage.weights.resize(n);
-    std::uint64_t divisor = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint64_t w = exact[i].mantissa;
-      for (int d = exact[i].decimals; d < decimals; ++d) w *= 10;
-      stage.weights[i] = w;
-      divisor = std::gcd(divisor, w);
-    }
-    if (divisor == 0) {
-      throw Error(ErrorKind::config, where + ": every source's weight is zero; at least one must be positive");
-    }
-    for (std::uint64_t& w : stage.weights) {
-      w /= divisor;
-      stage.total += w;
-      if (stage.total > kMaxPeriod) {
-        throw Error(ErrorKind::config, where + ": the weights in lowest integer terms sum to more than " +
-                                           std::to_string(kMaxPeriod) +
-                                           " (the round-robin's period); use weights with fewer decimals");
-      }
-    }
+    stage.weights = lowest_integer_weights(spec.weights, names_, where);
+    for (const std::uint64_t w : stage.weights) stage.total += w;  // <= kMaxPeriod: no wrap
     // One period of the smooth weighted round-robin.
-    stage.sequence.resize(stage.total);
-    stage.positions.resize(n);
-    for (std::size_t i = 0; i < n; ++i) stage.positions[i].reserve(stage.weights[i]);
-    std::vector<std::int64_t> current(n, 0);
-    const auto total = static_cast<std::int64_t>(stage.total);
-    for (std::uint64_t p = 0; p < stage.total; ++p) {
-      std::size_t best = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        current[i] += static_cast<std::int64_t>(stage.weights[i]);
-        if (current[i] > current[best]) best = i;
-      }
-      current[best] -= total;
-      stage.sequence[p] = static_cast<std::uint32_t>(best);
-      stage.positions[best].push_back(static_cast<std::uint32_t>(p));
-    }
+    round_robin_period(stage.weights, stage.total, stage.sequence, stage.positions);
     stage.base.assign(n, 0);
     if (s > 0) {
       const Stage& prev = stages_.back();
