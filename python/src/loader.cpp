@@ -342,7 +342,7 @@ void bind_loader(nb::module_& m) {
           "eot_token_id, else its eos_token_id (None when none applies, as in token_stream without them).")
       .def_prop_ro(
           "eot_token_id", [](PyLoader& l) { return l.token_ids().end_of_text; },
-          "The end-of-text id the loader separates documents with (token_ids()['end_of_text']): the config's "
+          "The end-of-text id the loader separates documents with (token_ids['end_of_text']): the config's "
           "eos_token_id, else dataset_metadata.json's eos_token_id, else its eot_token_id, else None.")
       .def_prop_ro(
           "token_ids",

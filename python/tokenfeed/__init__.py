@@ -13,8 +13,9 @@ of time on background C++ threads, for Python and PyTorch training loops.
   override single keys. Opening the dataset releases the GIL.
 - ``loader.epoch(split)``: the rest of the current epoch, with ``len()``; ``iter(loader)``:
   the train split for ever; ``loader.iter(split, steps=N)``: N batches.
-- ``loader.vocab_size``, ``eot_token_id``, ``pad_token_id``, ``special_token_ids``: what the
-  dataset's metadata says (None where it says nothing).
+- ``loader.vocab_size``, ``special_token_ids``: what the dataset's metadata says (None where
+  it says nothing); ``pad_token_id``, ``eot_token_id`` (the end-of-text id) and ``token_ids``:
+  the ids the loader settled, by the loader's own rules.
 - ``loader.get_batch(split)`` pops a ready batch, with the GIL released while it waits (in
   50 ms slices: Ctrl-C raises KeyboardInterrupt meanwhile, and consumes nothing). Its
   fields are numpy arrays that view the loader's own buffers (no copy; ``segments`` too, as

@@ -23,7 +23,7 @@ void AuditTrail::epoch_opened(const SampledUnit& unit, const EpochOpened& e) {
   AuditLog::Fields fields{{"split", e.split},
                           {"epoch", std::to_string(e.epoch)},
                           {"seed", e.seed},
-                          {"shuffle", e.shuffle ? "true" : "false"},
+                          {"shuffle", bool_text(e.shuffle)},
                           {"num_" + unit.plural, std::to_string(e.units)},
                           {"batches", std::to_string(e.batches)},
                           {"rank", rank_},

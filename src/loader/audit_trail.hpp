@@ -21,6 +21,9 @@
 
 namespace tokenfeed {
 
+// A bool as the audit log and the loader's lines write it.
+inline const char* bool_text(bool b) { return b ? "true" : "false"; }
+
 // epoch_seed + epoch as the audit log records it: epoch_seed is validated to [0, 2^32-1]
 // and resumed epochs to below 2^60, so the unsigned sum cannot wrap.
 std::string epoch_seed_text(std::int64_t epoch_seed, std::uint64_t epoch);

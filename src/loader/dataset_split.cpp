@@ -9,12 +9,6 @@
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
-namespace {
-
-const char* bool_text(bool b) { return b ? "true" : "false"; }
-
-}  // namespace
-
 DatasetSplit::DatasetSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
                            const detail::BatchShape& shape, Description description)
     : LoaderSplit(std::move(name), shape, config),

@@ -10,8 +10,6 @@
 namespace tokenfeed {
 namespace {
 
-const char* bool_text(bool b) { return b ? "true" : "false"; }
-
 // The split of the sampling layout that fits `config`, over `data` and `source`.
 template <typename Source>
 std::unique_ptr<DatasetSplit> split_of_layout(const std::string& name, const Config& config,

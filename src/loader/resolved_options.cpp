@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "dataset/token_stream.hpp"
+#include "loader/audit_trail.hpp"
 #include "loader/launcher_ranks.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -198,6 +199,40 @@ void settle_use_loss_mask(Config& config, const std::string& with, const std::st
              "although the dataset has mask.bin (split " +
                  with + ")");
   }
+}
+
+OrderFields ResolvedOptions::order_fields() const {
+  OrderFields fields;
+  // The order depends on the global batch (batch_size x world_size), never on its split
+  // across ranks: a state resumes at another world size with the same global batch.
+  fields["dataset_mode"] = to_string(config.dataset_mode);
+  fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
+  fields["global_batch_size"] = std::to_string(global_batch_size(config));
+  fields["epoch_seed"] = std::to_string(config.epoch_seed);
+  fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
+  fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
+  if (episode_mode()) fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
+  // Per-split overrides, only when given: a config without them keeps its fingerprint.
+  for (const auto& [name, overrides] :
+       {std::pair{"train", config.train_overrides}, std::pair{"val", config.val_overrides}}) {
+    if (!overrides.epoch_shuffle && !overrides.epoch_drop_last) continue;
+    fields[std::string(name) + ".epoch_shuffle"] = bool_text(config.shuffle_for(name));
+    fields[std::string(name) + ".epoch_drop_last"] = bool_text(config.drop_last_for(name));
+  }
+  if (packed_mode()) {
+    // Rows depend on how episodes are cut and on the row length.
+    fields["block_size"] = std::to_string(config.block_size);
+    fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
+    fields["truncation"] = to_string(config.truncation);
+  } else if (episode_mode() && config.truncation == Truncation::split) {
+    // Rows are pieces, cut at block_size + 1 (other rules keep one row per episode, so
+    // their fingerprints do not name the rule).
+    fields["block_size"] = std::to_string(config.block_size);
+    fields["truncation"] = to_string(config.truncation);
+  } else if (!episode_mode()) {
+    fields["block_size"] = std::to_string(config.block_size);  // windows are carved at block_size + 1
+  }
+  return fields;
 }
 
 EpisodeSplitOptions ResolvedOptions::episode_split_options() const {

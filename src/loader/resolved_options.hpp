@@ -49,6 +49,7 @@
 
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
+#include "loader/fingerprint.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
@@ -99,6 +100,10 @@ struct ResolvedOptions {
   PackedBatchSource::Options packing_options(const std::string& split, bool with_mask) const;
   EpisodeBatchSource::Options episode_options(bool with_mask) const;
   TokenStreamBatchSource::Options stream_options() const;
+  // What the order of a single dataset's batches depends on among the settled settings, by
+  // name (the loader adds each split's data and content hashes): the resume fingerprint's
+  // fields, each named so that a refused state can say which differs.
+  OrderFields order_fields() const;
 };
 
 // The whole resolution above. Throws Error(config) for settings that contradict each other

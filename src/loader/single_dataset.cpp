@@ -14,8 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* bool_text(bool b) { return b ? "true" : "false"; }
-
 // Where split `name` of `dataset_dir` keeps its data: its directory, else (a token stream's
 // flat layout) NAME.bin.
 fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
@@ -75,38 +73,11 @@ void SingleDataset::resolve_use_loss_mask() {
 void SingleDataset::make_fingerprint() {
   const Config& c = config();
   OrderFields& fields = order_fields_;
-  // The order depends on the global batch (batch_size x world_size), never on its split
-  // across ranks: a state resumes at another world size with the same global batch.
-  fields["dataset_mode"] = to_string(c.dataset_mode);
+  fields = settled_.order_fields();
   for (const auto& [name, split] : own_) {
     fields["data." + name] = hex64(split->data().fingerprint);  // layout, lengths, dtype
     // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).
     fields["content." + name] = hex64(content_fingerprint(split_data_path(c.dataset_dir, name)));
-  }
-  fields["batch_sampling_mode"] = to_string(*c.batch_sampling_mode);
-  fields["global_batch_size"] = std::to_string(global_batch_size(c));
-  fields["epoch_seed"] = std::to_string(c.epoch_seed);
-  fields["epoch_shuffle"] = bool_text(c.epoch_shuffle);
-  fields["epoch_drop_last"] = bool_text(c.epoch_drop_last);
-  if (settled_.episode_mode()) fields["episode_min_tokens"] = std::to_string(c.episode_min_tokens);
-  // Per-split overrides, only when given: a config without them keeps its fingerprint.
-  for (const auto& [name, overrides] : {std::pair{"train", c.train_overrides}, std::pair{"val", c.val_overrides}}) {
-    if (!overrides.epoch_shuffle && !overrides.epoch_drop_last) continue;
-    fields[std::string(name) + ".epoch_shuffle"] = bool_text(c.shuffle_for(name));
-    fields[std::string(name) + ".epoch_drop_last"] = bool_text(c.drop_last_for(name));
-  }
-  if (settled_.packed_mode()) {
-    // Rows depend on how episodes are cut and on the row length.
-    fields["block_size"] = std::to_string(c.block_size);
-    fields["pack_lookahead"] = std::to_string(c.pack_lookahead);
-    fields["truncation"] = to_string(c.truncation);
-  } else if (settled_.episode_mode() && c.truncation == Truncation::split) {
-    // Rows are pieces, cut at block_size + 1 (other rules keep one row per episode, so
-    // their fingerprints do not name the rule).
-    fields["block_size"] = std::to_string(c.block_size);
-    fields["truncation"] = to_string(c.truncation);
-  } else if (!settled_.episode_mode()) {
-    fields["block_size"] = std::to_string(c.block_size);  // windows are carved at block_size + 1
   }
   fingerprint_ = fingerprint_of("tokenfeed-order-v2", fields);
 }
