@@ -51,6 +51,8 @@ class DatasetSplit : public LoaderSplit {
   // sampler and orders.
   DatasetSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data, const detail::BatchShape& shape,
                Description description);
+  // Stops the pipeline first: its stages read the source and data destroyed here.
+  ~DatasetSplit() override { reset_pipeline(); }
 
   BatchSource& source() const noexcept override { return *source_; }
   SplitInfo info() const override;

@@ -34,6 +34,8 @@ class MixtureSplit final : public LoaderSplit {
   MixtureSplit(std::string name, const Config& config, const MixtureSchedule& schedule,
                std::vector<const DatasetSplit*> parts, std::vector<std::int64_t> seeds,
                const detail::BatchShape& shape);
+  // Stops the pipeline first: its stages read the source destroyed here.
+  ~MixtureSplit() override { reset_pipeline(); }
 
   BatchSource& source() const noexcept override { return *source_; }
   Epochs epochs() const noexcept override { return Epochs::none; }
