@@ -62,7 +62,7 @@ struct MixtureSource {
   // Config::mixture is what Batch::source_ids records.
   std::string name;
   // Its weight in the first stage, as written: a non-negative integer or decimal ("3",
-  // "0.25"). Kept as text so that decimals stay exact (see the README's mixture rule).
+  // "0.25"). Kept as text so that decimals stay exact (see docs/mixtures.md's rule).
   std::string weight = "1";
   // The per-dataset keys this source sets (attribute name, text value as in XML), applied
   // over <training>'s keys; dataset_dir is required and, from XML, already resolved against
@@ -89,8 +89,8 @@ struct Config {
   std::filesystem::path dataset_dir;
 
   // Several datasets blended by weight, in place of dataset_dir: rows are assigned to
-  // sources by smooth weighted round-robin over the current stage's weights (README,
-  // "Mixtures and schedules"). Empty: one dataset.
+  // sources by smooth weighted round-robin over the current stage's weights (docs/mixtures.md,
+  // "The rule, exactly"). Empty: one dataset.
   std::vector<MixtureSource> mixture;
   // The mixture's schedule; empty: the sources' weights hold for ever.
   std::vector<MixtureStage> stages;
