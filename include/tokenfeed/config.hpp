@@ -175,10 +175,13 @@ struct Config {
   // a pool may grow to (the largest prefetch depth, fixed or auto, plus the batches the
   // trainer may hold), computed before anything is allocated. A loader whose buffers would
   // need more is refused with Error(config) giving the figures. 0 ("auto" in XML, the
-  // default): half of the machine's physical memory.
+  // default): half of the machine's physical memory divided by the job's processes on this
+  // node (effective_max_memory_mb).
   std::int64_t max_memory_mb = 0;
-  // Threads decoding batches in parallel; 0 means one per hardware thread but the
-  // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
+  // Threads decoding batches in parallel; 0 means this process's share of the CPUs it may
+  // use (its affinity mask, bounded by its cgroup CPU quota, divided by the job's processes
+  // on this node) but the trainer's, at least 1. TBB caps its workers at hardware threads
+  // - 1 in all.
   std::int64_t decode_threads = 0;
 
   // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
@@ -234,7 +237,8 @@ TOKENFEED_API void validate_config(const Config& config);
 TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 
 // max_memory_mb as a number of MiB: the key's value, or for 0 (auto) half of the physical
-// memory.
+// memory divided by the job's processes on this node (LOCAL_WORLD_SIZE and the like: each
+// has a loader of its own).
 TOKENFEED_API std::uint64_t effective_max_memory_mb(const Config& config) noexcept;
 
 TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
