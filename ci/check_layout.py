@@ -152,7 +152,7 @@ def check(root: pathlib.Path) -> list[str]:
             if (path.relative_to(tools).as_posix(), name) in TOOLS_EXCEPTIONS:
                 continue
             report(path, number, f'"{name}": tools/ may include only the public API (tokenfeed/...), '
-                                 f'{", ".join(sorted(TOOLS_MAY_INCLUDE))}/ and its own files; '
+                                 f'{", ".join(f + "/" for f in sorted(TOOLS_MAY_INCLUDE))} and its own files; '
                                  "an exception needs its reason in TOOLS_EXCEPTIONS")
     for (file, name) in sorted(TOOLS_EXCEPTIONS):
         if (tools / file).is_file() and not any(included == name for _, _, included in includes(tools / file)):

@@ -2,7 +2,6 @@
 // checks are the library's (src/inspect/, inspect_dataset: what it reports and why); this
 // command prints the report and exits with the status of the error the verdicts add up to.
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +26,7 @@ struct InspectOptions {
   bool packing_option_given = false;  // --pack-lookahead, --truncation or --seed (they need --packed)
 };
 
-using ull = unsigned long long;
+using ull = unsigned long long;  // printf's %llu
 
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   char text[32];
