@@ -11,7 +11,6 @@
 #include "dataset/content_checksum.hpp"
 #include "dataset/mask_values.hpp"
 #include "inspect/split_reports.hpp"
-#include "measure/nearest_rank.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -135,13 +134,6 @@ void deep_checks(const InspectRequest& r, const ResolvedOptions& run, const Epis
 }
 
 }  // namespace
-
-std::optional<LengthPercentiles> percentiles(std::vector<std::uint64_t>& lengths) {
-  if (lengths.empty()) return std::nullopt;
-  std::sort(lengths.begin(), lengths.end());
-  return LengthPercentiles{lengths.front(), nearest_rank(lengths, 0.5), nearest_rank(lengths, 0.9),
-                           nearest_rank(lengths, 0.99), lengths.back()};
-}
 
 SplitReport inspect_episode_split(const InspectRequest& r, const ResolvedOptions& run, const std::string& name) {
   SplitReport report;

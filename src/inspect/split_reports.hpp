@@ -4,6 +4,7 @@
 // (checksum_report.cpp), and the <training> snippet (suggested_config.cpp).
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "dataset/episode_dataset.hpp"
 #include "inspect/inspect_report.hpp"
 #include "loader/resolved_options.hpp"
+#include "measure/nearest_rank.hpp"
 #include "util/id_list.hpp"
 
 namespace tokenfeed {
@@ -41,8 +43,14 @@ SplitReport inspect_stream_split(const InspectRequest& request, const DatasetMet
 ChecksumCheck compare_checksums(const DatasetMetadata& meta, const std::string& name,
                                 const std::map<std::string, ShardChecksums>& actual);
 
-// Sorted lengths' percentiles; nullopt when there are none.
-std::optional<LengthPercentiles> percentiles(std::vector<std::uint64_t>& lengths);
+// The percentiles of `lengths` (sorted in place), as `tokenfeed bench` reports its own
+// (nearest rank); nullopt when there are none.
+inline std::optional<LengthPercentiles> percentiles(std::vector<std::uint64_t>& lengths) {
+  if (lengths.empty()) return std::nullopt;
+  std::sort(lengths.begin(), lengths.end());
+  return LengthPercentiles{lengths.front(), nearest_rank(lengths, 0.5), nearest_rank(lengths, 0.9),
+                           nearest_rank(lengths, 0.99), lengths.back()};
+}
 
 // The snippet for a dataset the loader accepts (no split refused, train present).
 std::vector<SuggestedKey> suggest_config(const InspectRequest& request, const ResolvedOptions& run,
