@@ -33,6 +33,10 @@ MAY_INCLUDE = {
     "prepare": {"util", "io", "dataset", "tokenizer", "chat"},
     # Measurement helpers for tools/, perf/ and python/: not part of the library's core.
     "measure": {"util"},
+    # Dataset inspection (`tokenfeed inspect`, Python's tokenfeed.inspect()): a front beside
+    # the loader that reports each refusal instead of stopping at the first, through the
+    # rules' own functions; its percentiles are measure/'s. Nothing of the core includes it.
+    "inspect": {"util", "io", "dataset", "sampling", "modes", "loader", "measure"},
 }
 
 # Folders whose code starts no thread, waits on none and uses neither TBB nor the ring: it
@@ -45,7 +49,23 @@ THREAD_HEADERS = re.compile(
 NO_FILES = {"sampling"}
 FILE_HEADERS = re.compile(r"^(fstream|cstdio|stdio\.h|filesystem|fcntl\.h|unistd\.h|sys/mman\.h|sys/stat\.h)$")
 # The library core, which nothing of it may include outside of itself.
-CORE = set(MAY_INCLUDE) - {"measure"}
+CORE = set(MAY_INCLUDE) - {"measure", "inspect"}
+
+# tools/ (the `tokenfeed` command) may include the public API, its own files, and the two
+# units of src/ made for it: inspect/ and measure/. Anything else of src/ is an exception
+# listed here with its reason, so that the command's reach into the library stays visible.
+TOOLS_MAY_INCLUDE = {"inspect", "measure"}
+TOOLS_EXCEPTIONS = {
+    ("cmd_prepare.cpp", "prepare/prepare.hpp"):
+        "prepare's options and entry point are not public API (the library's users prepare through the command "
+        "or Python)",
+    ("cmd_prepare_text.cpp", "prepare/prepare_text.hpp"):
+        "prepare-text's options and entry point, likewise not public API",
+    ("cmd_dump.cpp", "io/npy.hpp"):
+        "dump writes .npy files with the library's own header writer, so that its files match what the loader reads",
+    ("cmd_dump.cpp", "io/regular_file.hpp"):
+        "dump reads a --state file as the loader reads outside files (regular files only, never a FIFO)",
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp)$")
@@ -117,6 +137,26 @@ def check(root: pathlib.Path) -> list[str]:
                 report(path, number, f'"{name}": the library includes nothing from tools/, perf/ or python/')
             if folder in CORE and kind == '"' and name.startswith("measure/"):
                 report(path, number, f'"{name}": measure/ serves tools, perf and python, not the library core')
+
+    # tools/: the public API, its own files, inspect/ and measure/, and the listed exceptions.
+    tools = root / "tools"
+    for path in sorted(tools.rglob("*")) if tools.is_dir() else []:
+        if not (path.is_file() and SOURCE.search(path.name)):
+            continue
+        for number, kind, name in includes(path):
+            head = name.split("/")[0]
+            if kind != '"' or name.startswith("tokenfeed/") or head in TOOLS_MAY_INCLUDE:
+                continue
+            if "/" not in name and (path.parent / name).is_file():
+                continue  # the command's own header
+            if (path.relative_to(tools).as_posix(), name) in TOOLS_EXCEPTIONS:
+                continue
+            report(path, number, f'"{name}": tools/ may include only the public API (tokenfeed/...), '
+                                 f'{", ".join(f + "/" for f in sorted(TOOLS_MAY_INCLUDE))} and its own files; '
+                                 "an exception needs its reason in TOOLS_EXCEPTIONS")
+    for (file, name) in sorted(TOOLS_EXCEPTIONS):
+        if (tools / file).is_file() and not any(included == name for _, _, included in includes(tools / file)):
+            problems.append(f"tools/{file}: no longer includes \"{name}\"; remove its exception from TOOLS_EXCEPTIONS")
     return problems
 
 
