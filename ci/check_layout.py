@@ -212,6 +212,11 @@ def check(root: pathlib.Path) -> list[str]:
             return False
         return True
 
+    def quoted(path: pathlib.Path, number: int, kind: str, name: str) -> None:
+        if kind == "<":
+            report(path, number, f"<{name}>: an internal header is written with quotes "
+                                 f'("{name}"), so that no system header can stand in for it', "internal-quotes")
+
     def internal(name: str) -> str | None:
         """The src/ folder an include names, or None."""
         head = name.split("/")[0]
@@ -257,10 +262,7 @@ def check(root: pathlib.Path) -> list[str]:
                            "include-path")
                 continue
             if target is not None:
-                if kind == "<":
-                    report(path, number, f"<{name}>: an internal header is written with quotes "
-                                         f'("{name}"), so that no system header can stand in for it',
-                           "internal-quotes")
+                quoted(path, number, kind, name)
                 if folder in CORE and target == "measure":
                     report(path, number, f"{shown(kind, name)}: measure/ serves tools, perf and python, not the "
                                          "library core", "measure-core")
@@ -323,10 +325,7 @@ def check(root: pathlib.Path) -> list[str]:
                                              'one, a public header ("tokenfeed/...") or a src/ header',
                                "include-path")
                     continue
-                if kind == "<":
-                    report(path, number, f"<{name}>: an internal header is written with quotes "
-                                         f'("{name}"), so that no system header can stand in for it',
-                           "internal-quotes")
+                quoted(path, number, kind, name)
                 if target in USER_MAY_INCLUDE or name in USER_MAY_INCLUDE_HEADERS:
                     continue
                 if name in USER_INTERNAL.get(rel, set()):
