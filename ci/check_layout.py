@@ -16,7 +16,8 @@ What it reads, so that there is no file it does not see:
   symbolic link, is refused, since it would be included unchecked;
 - every C++ file under tools/, perf/ and python/src/ (a quoted #include must name a file
   with one of CPP_SUFFIXES, so a file it reaches is one that is scanned);
-- every #include, #include_next and #import, in either form: "folder/file.hpp" and
+- every #include, #include_next and #import (`%:include` too, and with comments around
+  the `#`), in either form: "folder/file.hpp" and
   <folder/file.hpp> are the same header to a compiler given `-I src`, so both are held to
   the folder rules (and an internal header must be written with quotes); a computed
   include (a macro) or a path with `.` or `..` in it cannot be checked and is refused.
@@ -122,7 +123,8 @@ CPP_SUFFIXES = {".c", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".h", ".hh", "
 # What else may sit in src/ and include/: build files.
 NOT_CPP = re.compile(r"^(CMakeLists\.txt|.*\.cmake)$")
 
-DIRECTIVE = re.compile(r"^\s*#\s*(include_next|include|import)\b\s*(.*)$")
+# `%:` is the digraph of `#`; comments may stand between `#` and `include`.
+DIRECTIVE = re.compile(r"^\s*(?:#|%:)\s*(include_next|include|import)\b\s*(.*)$")
 HEADER = re.compile(r'^(?:<([^>]*)>|"([^"]*)")')
 COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
@@ -137,7 +139,7 @@ def is_cpp(path: pathlib.Path) -> bool:
 
 def logical_lines(path: pathlib.Path):
     """(line number, text) with backslash-continued lines joined, as the preprocessor reads them."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
     i = 0
     while i < len(lines):
         start, text = i + 1, lines[i]
@@ -151,10 +153,10 @@ def logical_lines(path: pathlib.Path):
 def includes(path: pathlib.Path):
     """(line, kind, name) per include directive: kind is '<', '"', or '?' for a computed one."""
     for number, line in logical_lines(path):
-        m = DIRECTIVE.match(line)
+        m = DIRECTIVE.match(COMMENTS.sub(" ", line))
         if not m:
             continue
-        rest = COMMENTS.sub(" ", m.group(2)).strip()
+        rest = m.group(2).strip()
         h = HEADER.match(rest)
         if h:
             yield number, ("<" if h.group(1) is not None else '"'), (h.group(1) if h.group(1) is not None else h.group(2))
@@ -253,8 +255,12 @@ def check(root: pathlib.Path) -> list[str]:
             if not plain_path(path, number, kind, name):
                 continue
             target = internal(name)
+            if name.startswith(("tools/", "python/", "perf/")):
+                report(path, number, f"{shown(kind, name)}: the library includes nothing from tools/, perf/ or "
+                                     "python/", "library-users")
+                continue
             if kind == '"' and not name.startswith("tokenfeed/") and target is None:
-                if name.startswith(("tools/", "python/", "perf/")) or name == "commands.hpp":
+                if name == "commands.hpp":
                     report(path, number, f'"{name}": the library includes nothing from tools/, perf/ or python/',
                            "library-users")
                 else:
