@@ -196,7 +196,9 @@ TEST_CASE("config: an inherits name the file system refuses is a config error, n
   CHECK(message.find("inherited config") != std::string::npos);
 }
 
-TEST_CASE("config: docs/config.md's key table has a row for every key with its default, and its truncation row names every rule") {
+TEST_CASE(
+    "config: docs/config.md's key table has a row for every key with its default, and its truncation row names every "
+    "rule") {
   std::ifstream in(std::string(TOKENFEED_SOURCE_DIR) + "/docs/config.md");
   REQUIRE(in);
   std::stringstream text;

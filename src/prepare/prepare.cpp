@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "prepare/stage_fence.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/version.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -73,7 +73,7 @@ struct LineChunk {
 class LineChunkPool {
  public:
   LineChunk* acquire() {
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     if (free_.empty()) {
       all_.push_back(std::make_unique<LineChunk>());
       return all_.back().get();
@@ -86,14 +86,14 @@ class LineChunkPool {
     chunk->lines.clear();
     chunk->too_long.clear();
     chunk->outcomes.clear();
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     free_.push_back(chunk);
   }
 
  private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<LineChunk>> all_;
-  std::vector<LineChunk*> free_;
+  Mutex mutex_;
+  std::vector<std::unique_ptr<LineChunk>> all_ TF_GUARDED_BY(mutex_);
+  std::vector<LineChunk*> free_ TF_GUARDED_BY(mutex_);
 };
 
 // How lines become ids: a tokenizer for text input, or the special-token file for ids input.
