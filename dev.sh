@@ -7,6 +7,8 @@
 #   ./dev.sh sanitize thread   the suite under ThreadSanitizer (build-tsan/)
 #   ./dev.sh sanitize address  the suite under AddressSanitizer + UBSan (build-asan/)
 #   ./dev.sh deps [PACKAGE...] only install the build dependencies, and these Debian packages
+#   ./dev.sh wheel [OUTDIR]    the self-contained manylinux wheel of the Python package, in
+#                              OUTDIR (default dist/): ci/build_wheel.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -61,6 +63,9 @@ case "${1:-}" in
     build build
     run_tests build
     python/run_tests.sh ;;
+  wheel)
+    shift
+    ci/build_wheel.sh "$@" ;;
   sanitize)
     install_deps
     # -O1: the sanitizers' recommended level; it builds about a third faster than -O2
@@ -72,6 +77,6 @@ case "${1:-}" in
       *) echo "usage: ./dev.sh sanitize thread|address" >&2; exit 2 ;;
     esac ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2 ;;
 esac

@@ -1072,6 +1072,25 @@ def prepare_text_section(out):
     return L
 
 
+# Smaller figures measured by hand (their commands beside them) and kept beside RESULTS.md,
+# so that docs/ states no figure of its own.
+BY_HAND_FILE = "RESULTS_by_hand.md"
+
+
+def by_hand_section(out):
+    """## Measured by hand: a link to RESULTS_by_hand.md and its topics; nothing when that
+    page is absent."""
+    path = os.path.join(out, BY_HAND_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        topics = [line[3:] for line in f.read().splitlines() if line.startswith("## ")]
+    L = ["## Measured by hand", "",
+         f"Not by this run: each figure and its command are in [{BY_HAND_FILE}]({BY_HAND_FILE}):", ""]
+    L += [f"- {topic}" for topic in topics] + [""]
+    return L
+
+
 # A long soak (perf/soak.py), run by hand for an hour and kept beside RESULTS.md: its lines
 # starting with "#" say how it was run; the rest is soak.py's output.
 SOAK_FILE = "soak_1h.txt"
@@ -1118,7 +1137,7 @@ def main():
     write_comparison_csv(run, comparison, out)
     L = (header_section(run, a.command, a.mode) + targets_section(run) + comparison_section(run, comparison)
          + latency_section(run) + python_thread_section(run) + sweep_section(run) + memory_section(run)
-         + open_section(run) + cold_section(run) + soak_section(out) + prepare_text_section(out)
+         + open_section(run) + cold_section(run) + soak_section(out) + prepare_text_section(out) + by_hand_section(out)
          + reproduce_section())
     with open(os.path.join(out, "RESULTS.md"), "w") as f:
         f.write("\n".join(L) + "\n")

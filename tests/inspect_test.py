@@ -2,7 +2,7 @@
 """End-to-end checks of `tokenfeed inspect` against what the loader really does, and of the
 content line of `tokenfeed run`:
 
-- the README's nanoGPT example: inspect --print-config on a plain train.bin/val.bin, the
+- docs/cli.md's nanoGPT example: inspect --print-config on a plain train.bin/val.bin, the
   snippet written to a config and dumped; the block size chosen without --block-size;
 - inspect --packed reproduces what a sft_packed run with the same truncation, seed and
   lookahead packs (checked against the dump's segments), and its usage errors;
@@ -53,7 +53,7 @@ def write_episodes(root, split, shards, with_mask=True):
 
 
 def snippet(stdout):
-    """The <training> element of --print-config, as README's `sed -n '/^<training>/,/^<\\/training>/p'` keeps it."""
+    """The <training> element of --print-config, as docs/cli.md's `sed -n '/^<training>/,/^<\\/training>/p'` keeps it."""
     lines, inside = [], False
     for line in stdout.splitlines():
         inside = inside or line.startswith("<training>")
@@ -94,7 +94,7 @@ def test_nanogpt_example(tmp):
     expect_usage_error(r, "inspect .bin without a dtype", "train.bin", "--token-dtype")
     check(r.stdout == "", f"nothing is reported before the usage error: {r.stdout!r}")
 
-    # README: inspect --print-config | keep the <training> element > owt.xml; dump it.
+    # docs/cli.md: inspect --print-config | keep the <training> element > owt.xml; dump it.
     r = run("inspect", data, "--block-size", "16", "--eos-id", "0", "--token-dtype", "uint16", "--print-config")
     check(r.returncode == 0, f"inspect --token-dtype: {r.stderr}")
     for needle in ("file         train.bin: 5000 tokens, uint16 (from --token-dtype)", "verdict      ok"):

@@ -27,23 +27,11 @@ constexpr const char* kLauncherVariables[] = {"RANK",     "WORLD_SIZE", "OMPI_CO
 // Sets launcher variables for its lifetime (the others unset), and restores them after.
 class LauncherEnv {
  public:
-  explicit LauncherEnv(std::map<std::string, std::string> vars) {
-    for (const char* name : kLauncherVariables) {
-      const char* v = std::getenv(name);
-      if (v != nullptr) saved_[name] = v;
-      unsetenv(name);
-    }
-    for (const auto& [name, value] : vars) setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~LauncherEnv() {
-    for (const char* name : kLauncherVariables) unsetenv(name);
-    for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
-  }
-  LauncherEnv(const LauncherEnv&) = delete;
-  LauncherEnv& operator=(const LauncherEnv&) = delete;
+  explicit LauncherEnv(const std::map<std::string, std::string>& vars)
+      : env_({std::begin(kLauncherVariables), std::end(kLauncherVariables)}, {vars.begin(), vars.end()}) {}
 
  private:
-  std::map<std::string, std::string> saved_;
+  ScopedEnv env_;
 };
 
 std::string open_line(const Config& c) {

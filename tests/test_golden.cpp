@@ -4,7 +4,7 @@
 // Resume states carry the fingerprint, and random-mode data is drawn by the counter
 // generator keyed by the hash: a change to any of them silently invalidates every saved
 // state or changes the data a run trains on. These tests make such a change deliberate: if
-// one fails, the change must be intended, stated in the commit message and the README, and
+// one fails, the change must be intended, stated in the commit message and docs/, and
 // the literal updated here.
 #include <doctest/doctest.h>
 

@@ -16,7 +16,7 @@ using namespace tokenfeed::test;
 
 namespace {
 
-// The round-robin as the README states it, replayed pick by pick from row 0.
+// The round-robin as docs/mixtures.md states it, replayed pick by pick from row 0.
 std::vector<std::uint32_t> reference_sources(const std::vector<std::vector<double>>& stage_weights,
                                              const std::vector<std::uint64_t>& stage_first_rows, std::uint64_t rows) {
   std::vector<std::uint32_t> out;

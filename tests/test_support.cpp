@@ -136,6 +136,21 @@ Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_
   return c;
 }
 
+ScopedEnv::ScopedEnv(std::vector<std::string> cleared, const std::vector<std::pair<std::string, std::string>>& set)
+    : names_(std::move(cleared)) {
+  for (const auto& [name, value] : set) names_.push_back(name);
+  for (const std::string& name : names_) {
+    if (const char* v = std::getenv(name.c_str())) saved_.emplace_back(name, v);
+    unsetenv(name.c_str());
+  }
+  for (const auto& [name, value] : set) setenv(name.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  for (const std::string& name : names_) unsetenv(name.c_str());
+  for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
+}
+
 std::vector<char> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

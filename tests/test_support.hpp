@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tokenfeed/config.hpp"
@@ -64,6 +65,20 @@ Config make_config(const std::filesystem::path& dataset_dir, std::int64_t batch_
 
 // Reads a whole file as bytes.
 std::vector<char> read_bytes(const std::filesystem::path& path);
+
+// Environment variables for its lifetime: every name of `cleared` unset, then `set` set;
+// the destructor restores what was there. Not thread-safe (the environment is not).
+class ScopedEnv {
+ public:
+  ScopedEnv(std::vector<std::string> cleared, const std::vector<std::pair<std::string, std::string>>& set);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
 
 // The message of the tokenfeed::Error that `f` throws, after checking its kind (config
 // unless given); fails the test when `f` throws nothing.

@@ -62,7 +62,7 @@ struct MixtureSource {
   // Config::mixture is what Batch::source_ids records.
   std::string name;
   // Its weight in the first stage, as written: a non-negative integer or decimal ("3",
-  // "0.25"). Kept as text so that decimals stay exact (see the README's mixture rule).
+  // "0.25"). Kept as text so that decimals stay exact (see docs/mixtures.md's rule).
   std::string weight = "1";
   // The per-dataset keys this source sets (attribute name, text value as in XML), applied
   // over <training>'s keys; dataset_dir is required and, from XML, already resolved against
@@ -89,8 +89,8 @@ struct Config {
   std::filesystem::path dataset_dir;
 
   // Several datasets blended by weight, in place of dataset_dir: rows are assigned to
-  // sources by smooth weighted round-robin over the current stage's weights (README,
-  // "Mixtures and schedules"). Empty: one dataset.
+  // sources by smooth weighted round-robin over the current stage's weights (docs/mixtures.md,
+  // "The rule, exactly"). Empty: one dataset.
   std::vector<MixtureSource> mixture;
   // The mixture's schedule; empty: the sources' weights hold for ever.
   std::vector<MixtureStage> stages;
@@ -175,10 +175,13 @@ struct Config {
   // a pool may grow to (the largest prefetch depth, fixed or auto, plus the batches the
   // trainer may hold), computed before anything is allocated. A loader whose buffers would
   // need more is refused with Error(config) giving the figures. 0 ("auto" in XML, the
-  // default): half of the machine's physical memory.
+  // default): half of the machine's physical memory divided by the job's processes on this
+  // node (effective_max_memory_mb).
   std::int64_t max_memory_mb = 0;
-  // Threads decoding batches in parallel; 0 means one per hardware thread but the
-  // trainer's (at least 1). TBB caps its workers at hardware threads - 1 in all.
+  // Threads decoding batches in parallel; 0 means this process's share of the CPUs it may
+  // use (its affinity mask, bounded by its cgroup CPU quota, divided by the job's processes
+  // on this node) but the trainer's, at least 1. TBB caps its workers at hardware threads
+  // - 1 in all.
   std::int64_t decode_threads = 0;
 
   // Data-parallel rank and world size: rank r takes the r-th slice of each global batch.
@@ -234,7 +237,8 @@ TOKENFEED_API void validate_config(const Config& config);
 TOKENFEED_API std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 
 // max_memory_mb as a number of MiB: the key's value, or for 0 (auto) half of the physical
-// memory.
+// memory divided by the job's processes on this node (LOCAL_WORLD_SIZE and the like: each
+// has a loader of its own).
 TOKENFEED_API std::uint64_t effective_max_memory_mb(const Config& config) noexcept;
 
 TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;

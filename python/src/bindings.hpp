@@ -118,5 +118,7 @@ void bind_chat(nanobind::module_& m);
 void bind_rl(nanobind::module_& m);
 // _prepare_text: the library's prepare-text with Python's encoder and parquet reader (prepare_text.cpp).
 void bind_prepare_text(nanobind::module_& m);
+// _inspect: the library's dataset inspection as a dict (inspect.cpp).
+void bind_inspect(nanobind::module_& m);
 
 }  // namespace tokenfeed_python

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +19,7 @@
 #include "tokenfeed/dtype.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -67,7 +67,7 @@ class PyDatasetWriter {
     const auto t = span_of(tokens);
     const std::span<const std::uint8_t> m = mask ? span_of(*mask) : std::span<const std::uint8_t>();
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
+    tokenfeed::MutexLock lock(mutex_);
     writer().add(t, m);
   }
 
@@ -90,7 +90,7 @@ class PyDatasetWriter {
                   std::to_string(t.size()) + " tokens were given");
     }
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
+    tokenfeed::MutexLock lock(mutex_);
     tokenfeed::EpisodeDatasetWriter& w = writer();
     std::uint64_t at = 0;
     for (const std::uint64_t len : n) {
@@ -103,7 +103,7 @@ class PyDatasetWriter {
     tokenfeed::EpisodeDatasetWriterSummary summary;
     {
       nb::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
+      tokenfeed::MutexLock lock(mutex_);
       if (!summary_) {
         tokenfeed::EpisodeDatasetWriter& w = writer();
         try {
@@ -127,18 +127,18 @@ class PyDatasetWriter {
   // Removes what was written (nothing after finish()).
   void discard() {
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
+    tokenfeed::MutexLock lock(mutex_);
     writer_.reset();  // the C++ writer's destructor discards unless it finished
   }
 
   bool finished() {
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
+    tokenfeed::MutexLock lock(mutex_);
     return summary_.has_value();
   }
 
  private:
-  tokenfeed::EpisodeDatasetWriter& writer() {  // REQUIRES: mutex_ held
+  tokenfeed::EpisodeDatasetWriter& writer() TF_REQUIRES(mutex_) {
     if (!writer_) {
       usage_error(summary_ ? "DatasetWriter: add() after finish()"
                            : "DatasetWriter: the writer was discarded (discard(), or a failed finish())");
@@ -155,9 +155,9 @@ class PyDatasetWriter {
   }
 
   const bool write_mask_;
-  std::mutex mutex_;
-  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_;        // GUARDED_BY(mutex_)
-  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_;  // GUARDED_BY(mutex_)
+  tokenfeed::Mutex mutex_;
+  std::unique_ptr<tokenfeed::EpisodeDatasetWriter> writer_ TF_GUARDED_BY(mutex_);
+  std::optional<tokenfeed::EpisodeDatasetWriterSummary> summary_ TF_GUARDED_BY(mutex_);
 };
 
 }  // namespace

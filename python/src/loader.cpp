@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -31,6 +30,7 @@
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -48,7 +48,7 @@ class PyLoader {
     const auto start = Clock::now();
     auto loader = std::make_shared<tokenfeed::Loader>(std::move(config));
     open_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    std::lock_guard ptr_lock(ptr_mutex_);
+    tokenfeed::MutexLock ptr_lock(ptr_mutex_);
     loader_ = std::move(loader);
   }
 
@@ -56,7 +56,7 @@ class PyLoader {
   template <typename F>
   auto locked(F&& f) {
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);
+    tokenfeed::MutexLock lock(mutex_);
     return f(loader());
   }
 
@@ -78,7 +78,7 @@ class PyLoader {
     }
     const auto end = Clock::now();  // the GIL is held again: the call as the trainer sees it
     {
-      std::lock_guard timing_lock(timing_mutex_);
+      tokenfeed::MutexLock timing_lock(timing_mutex_);
       timing_[split].record(start, end, *batch);
     }
     return wrap_batch(std::move(batch));
@@ -98,7 +98,7 @@ class PyLoader {
   void stop() {
     std::shared_ptr<tokenfeed::Loader> loader;
     {
-      std::lock_guard ptr_lock(ptr_mutex_);
+      tokenfeed::MutexLock ptr_lock(ptr_mutex_);
       loader = loader_;
     }
     if (loader) {
@@ -112,16 +112,16 @@ class PyLoader {
   void close() {
     stop();
     nb::gil_scoped_release release;
-    std::lock_guard lock(mutex_);  // after the get_batch that stop() woke has returned
+    tokenfeed::MutexLock lock(mutex_);  // after the get_batch that stop() woke has returned
     std::shared_ptr<tokenfeed::Loader> loader;
     {
-      std::lock_guard ptr_lock(ptr_mutex_);
+      tokenfeed::MutexLock ptr_lock(ptr_mutex_);
       loader = std::move(loader_);
     }
     loader.reset();
   }
   bool closed() {
-    std::lock_guard ptr_lock(ptr_mutex_);
+    tokenfeed::MutexLock ptr_lock(ptr_mutex_);
     return loader_ == nullptr;
   }
 
@@ -190,7 +190,7 @@ class PyLoader {
     const SplitSnapshot s = locked([&](tokenfeed::Loader& l) { return snapshot_split(l, split); });
     CallTiming t;
     {
-      std::lock_guard timing_lock(timing_mutex_);
+      tokenfeed::MutexLock timing_lock(timing_mutex_);
       const auto it = timing_.find(split);
       if (it != timing_.end()) t = it->second;
     }
@@ -201,7 +201,7 @@ class PyLoader {
   // from then on, as `tokenfeed bench --warmup` does after its warm-up batches.
   void reset_stats(const std::optional<std::string>& split) {
     if (split) split_info(*split);  // raises for an unknown split
-    std::lock_guard timing_lock(timing_mutex_);
+    tokenfeed::MutexLock timing_lock(timing_mutex_);
     for (auto& [name, timing] : timing_) {
       if (!split || name == *split) timing.reset();
     }
@@ -237,17 +237,18 @@ class PyLoader {
   }
 
  private:
-  tokenfeed::Loader& loader() {  // REQUIRES: mutex_ held
+  tokenfeed::Loader& loader() TF_REQUIRES(mutex_) {
     if (!loader_) usage_error("the loader is closed");
     return *loader_;
   }
 
-  std::mutex mutex_;      // one caller of the C++ loader at a time (get_batch, states, stats)
-  std::mutex ptr_mutex_;  // guards loader_ itself; held only to copy or reset the pointer
-  // Written under both mutexes (open, close), so either one is enough to read it.
+  tokenfeed::Mutex mutex_;      // one caller of the C++ loader at a time (get_batch, states, stats)
+  tokenfeed::Mutex ptr_mutex_;  // guards loader_ itself; held only to copy or reset the pointer
+  // Written under both mutexes (open, close), so either one is enough to read it: a rule
+  // TF_GUARDED_BY cannot state (it names one mutex), so the analysis does not check it.
   std::shared_ptr<tokenfeed::Loader> loader_;
-  std::mutex timing_mutex_;  // guards timing_; taken with the GIL held, never held while waiting for it
-  std::map<std::string, CallTiming, std::less<>> timing_;
+  tokenfeed::Mutex timing_mutex_;  // taken with the GIL held, never held while waiting for it
+  std::map<std::string, CallTiming, std::less<>> timing_ TF_GUARDED_BY(timing_mutex_);
   double open_ms_ = 0;
 };
 

@@ -12,6 +12,7 @@
 //   chat.cpp            the chat template's functions
 //   rl.cpp              RL prompts and the group batcher behind RLLoader
 //   prepare_text.cpp    _prepare_text: prepare-text with Python's tokenizer and parquet reader
+//   inspect.cpp         _inspect: the library's dataset inspection as a dict (tokenfeed.inspect)
 #include <string>
 
 #include <nanobind/nanobind.h>
@@ -41,4 +42,5 @@ NB_MODULE(_tokenfeed, m) {
   bind_chat(m);
   bind_rl(m);
   bind_prepare_text(m);
+  bind_inspect(m);
 }

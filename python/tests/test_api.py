@@ -349,9 +349,10 @@ def test_stubs_match_the_module():
     assert _stub_mismatches(_stub(), tokenfeed._tokenfeed) == []
     # Every exported name is typed: from the stub, or from annotated Python source.
     init, rl, text_corpus = _source("__init__.py"), _source("rl.py"), _source("text_corpus.py")
-    assert _untyped_exports(init, _stub(), {"rl": rl, "text_corpus": text_corpus}) == []
+    inspection = _source("_inspection.py")
+    assert _untyped_exports(init, _stub(), {"rl": rl, "text_corpus": text_corpus, "_inspection": inspection}) == []
     assert (_unannotated(init, "__init__.py") + _unannotated(rl, "rl.py") +
-            _unannotated(text_corpus, "text_corpus.py")) == []
+            _unannotated(text_corpus, "text_corpus.py") + _unannotated(inspection, "_inspection.py")) == []
     for name in tokenfeed.__all__:
         assert hasattr(tokenfeed, name), name
 
@@ -384,7 +385,8 @@ def test_the_stub_checks_see_a_drift():
         if isinstance(node, ast.FunctionDef) and node.name == "to_torch":
             node.name = "to_tensor"  # __all__'s to_torch is then defined nowhere
     assert _unannotated(init, "__init__.py") == ["__init__.py: plan_sft_window has no annotation for ['S']"]
-    sources = {"rl": _source("rl.py"), "text_corpus": _source("text_corpus.py")}
+    sources = {"rl": _source("rl.py"), "text_corpus": _source("text_corpus.py"),
+               "_inspection": _source("_inspection.py")}
     assert _untyped_exports(init, _stub(), sources) == [
         "to_torch: from None, which declares no such name"]
 

@@ -83,6 +83,7 @@ from ._tokenfeed import (  # noqa: F401  (re-exports)
 from . import _tokenfeed as _core
 from .rl import RLLoader, ScoredGroup
 from .text_corpus import prepare_text
+from ._inspection import inspect  # noqa: F401  (tokenfeed.inspect)
 
 __all__ = [
     "Batch",

@@ -85,79 +85,74 @@ std::size_t find_special(const std::vector<std::uint32_t>& ids, std::size_t from
   return std::string::npos;
 }
 
+// The end of the leading system turn [0, p), which truncation never drops: just past its
+// end-of-turn, or the next role token; 0 without a leading system turn.
 template <class Token>
-SftWindow plan_window(std::span<const Token> ids, std::size_t S, const SpecialTokenIds& special) {
-  if (S == 0) throw Error(ErrorKind::usage, "plan_sft_window: S (= T + 1) must be at least 1");
+std::size_t system_turn_end(std::span<const Token> ids, const SpecialTokenIds& special) {
   const std::size_t n = ids.size();
-  SftWindow window;
-  if (n <= S) {
-    window.head_end = n;
-    return window;
+  if (ids[0] != special.system) return 0;
+  for (std::size_t j = 1; j < n; ++j) {
+    if (ids[j] == special.eot) return j + 1;
+    if (is_role_token(special, ids[j])) return j;
   }
-  const auto is_role = [&](std::size_t i) { return is_role_token(special, ids[i]); };
+  return n;
+}
 
-  // The leading system turn [0, p), protected from dropping.
-  std::size_t p = 0;
-  if (ids[0] == special.system) {
-    p = n;
-    for (std::size_t j = 1; j < n; ++j) {
-      if (ids[j] == special.eot) {
-        p = j + 1;
-        break;
-      }
-      if (is_role(j)) {
-        p = j;
-        break;
-      }
-    }
-  }
-
-  // The final assistant turn, at `last_asst`, and the end-of-turn closing it, at `last_eot`.
-  std::size_t last_asst = n;
+// The final assistant turn after `p`, at `role`, and the end-of-turn closing it, at `eot`
+// (n for none).
+struct FinalAssistantTurn {
+  std::size_t role, eot;
+};
+template <class Token>
+FinalAssistantTurn final_assistant_turn(std::span<const Token> ids, std::size_t p, const SpecialTokenIds& special) {
+  const std::size_t n = ids.size();
+  FinalAssistantTurn last{n, n};
   for (std::size_t i = n; i-- > p;) {
     if (ids[i] == special.assistant) {
-      last_asst = i;
+      last.role = i;
       break;
     }
   }
-  std::size_t last_eot = n;
-  if (last_asst < n) {
-    for (std::size_t j = last_asst + 1; j < n; ++j) {
-      if (ids[j] == special.eot) {
-        last_eot = j;
-        break;
-      }
-      if (is_role(j)) break;
+  if (last.role == n) return last;
+  for (std::size_t j = last.role + 1; j < n; ++j) {
+    if (ids[j] == special.eot) {
+      last.eot = j;
+      break;
     }
+    if (is_role_token(special, ids[j])) break;
   }
+  return last;
+}
 
-  // Rule 1 and 2: the kept suffix starts at an exchange start q (p itself, or a user turn),
-  // no later than the exchange holding the final assistant turn.
-  const std::size_t q_limit = last_asst < n ? last_asst : n - 1;
-  std::size_t q = p;
+// Rule 1 and 2: where the kept suffix starts, an exchange start q (p itself, or a user
+// turn), no later than the exchange holding the final assistant turn: the first that fits
+// S with the system turn, else the last one tried.
+template <class Token>
+std::size_t exchange_start(std::span<const Token> ids, std::size_t S, std::size_t p, const FinalAssistantTurn& last,
+                           const SpecialTokenIds& special) {
+  const std::size_t n = ids.size();
+  const std::size_t q_limit = last.role < n ? last.role : n - 1;
   const auto fits = [&](std::size_t start) { return p + (n - start) <= S; };
-  if (!fits(q)) {
-    for (std::size_t i = p + 1; i <= q_limit && i < n; ++i) {
-      if (ids[i] != special.user) continue;
-      q = i;
-      if (fits(q)) break;
-    }
+  std::size_t q = p;
+  if (fits(q)) return q;
+  for (std::size_t i = p + 1; i <= q_limit && i < n; ++i) {
+    if (ids[i] != special.user) continue;
+    q = i;
+    if (fits(q)) break;
   }
-  if (fits(q)) {
-    window.head_end = p;
-    window.tail_begin = q;
-    window.tail_end = n;
-    return window;
-  }
+  return q;
+}
 
-  // Rule 3: hard left-truncation of R = ids[0, p) ++ ids[q, n). When the last S tokens of R
-  // would cut into the final assistant turn, the turns after it go first: the window then
-  // ends with that turn's end-of-turn, so the stop token stays a target.
+// Rule 3: hard left-truncation of R = ids[0, p) ++ ids[q, n). When the last S tokens of R
+// would cut into the final assistant turn, the turns after it go first: the window then
+// ends with that turn's end-of-turn, so the stop token stays a target.
+SftWindow hard_truncation(std::size_t n, std::size_t S, std::size_t p, std::size_t q, const FinalAssistantTurn& last) {
+  SftWindow window;
   const std::size_t length = p + (n - q);
   std::size_t end = length;
-  if (last_eot < n) {
-    const std::size_t asst_in_r = p + (last_asst - q);
-    if (length - S > asst_in_r) end = p + (last_eot - q) + 1;
+  if (last.eot < n) {
+    const std::size_t asst_in_r = p + (last.role - q);
+    if (length - S > asst_in_r) end = p + (last.eot - q) + 1;
   }
   const std::size_t start = end > S ? end - S : 0;
   if (start < p) {
@@ -170,6 +165,25 @@ SftWindow plan_window(std::span<const Token> ids, std::size_t S, const SpecialTo
   } else {
     window.tail_begin = window.tail_end = q;
   }
+  return window;
+}
+
+template <class Token>
+SftWindow plan_window(std::span<const Token> ids, std::size_t S, const SpecialTokenIds& special) {
+  if (S == 0) throw Error(ErrorKind::usage, "plan_sft_window: S (= T + 1) must be at least 1");
+  const std::size_t n = ids.size();
+  SftWindow window;
+  if (n <= S) {
+    window.head_end = n;
+    return window;
+  }
+  const std::size_t p = system_turn_end(ids, special);
+  const FinalAssistantTurn last = final_assistant_turn(ids, p, special);
+  const std::size_t q = exchange_start(ids, S, p, last, special);
+  if (p + (n - q) > S) return hard_truncation(n, S, p, q, last);
+  window.head_end = p;
+  window.tail_begin = q;
+  window.tail_end = n;
   return window;
 }
 

@@ -147,13 +147,106 @@ std::optional<LineDefect> append_tool_calls(const json& calls, std::size_t index
   return std::nullopt;
 }
 
-}  // namespace
+// What every message has, whatever the input: its role, whether it is trained, and its
+// tool calls (null when absent or null).
+struct MessageHead {
+  std::string role;
+  bool trained = true;
+  const json* tool_calls = nullptr;
+};
 
-std::optional<LineDefect> parse_conversation_line(std::string_view line, ConversationInput input,
-                                                  ParsedConversation& out) {
-  out.text.clear();
-  out.tokenized.clear();
-  json doc;
+// Message `i`'s head: an object with a string "role", a "weight" of 0 or 1 when given, and
+// "tool_calls" only on an assistant message.
+std::optional<LineDefect> read_message_head(const json& m, std::size_t i, MessageHead& head) {
+  if (!m.is_object()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      label(i) + " is " + type_name(m) + ", expected an object with \"role\" and \"content\""};
+  }
+  const auto role = m.find("role");
+  if (role == m.end()) return LineDefect{std::string(kReasonMissingField), label(i) + " has no \"role\""};
+  if (!role->is_string()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      label(i) + " \"role\" is " + type_name(*role) + ", expected a string"};
+  }
+  head.role = role->get<std::string>();
+  if (const auto weight = m.find("weight"); weight != m.end()) {
+    if (!weight->is_number_integer() || (weight->get<std::int64_t>() != 0 && weight->get<std::int64_t>() != 1)) {
+      return LineDefect{std::string(kReasonWrongType),
+                        label(i) + " \"weight\" is " + weight->dump() + ", expected 0 or 1"};
+    }
+    head.trained = weight->get<std::int64_t>() == 1;
+  }
+  const auto tool_calls = m.find("tool_calls");
+  head.tool_calls = tool_calls != m.end() && !tool_calls->is_null() ? &*tool_calls : nullptr;
+  if (head.tool_calls != nullptr && head.role != "assistant") {
+    return LineDefect{std::string(kReasonWrongType), label(i) + " has \"tool_calls\" but is a " + head.role +
+                                                         " message; only assistant messages "
+                                                         "call tools"};
+  }
+  return std::nullopt;
+}
+
+// Message `i` of text input: its "content" (text or text parts) and its tool calls as text.
+std::optional<LineDefect> read_text_message(const json& m, std::size_t i, MessageHead& head,
+                                            std::vector<ChatMessage>& out) {
+  const auto content = m.find("content");
+  const bool has_tool_calls = head.tool_calls != nullptr;
+  if (content == m.end() && !has_tool_calls) {
+    return LineDefect{std::string(kReasonMissingField),
+                      m.contains("ids") ? label(i) +
+                                              " has \"ids\" but no \"content\"; pre-tokenized input needs "
+                                              "--special-tokens FILE.json"
+                                        : label(i) + " has no \"content\""};
+  }
+  ChatMessage message{std::move(head.role), {}, head.trained};
+  // An assistant message that only calls tools has content null (or none).
+  const bool no_content = content == m.end() || (content->is_null() && has_tool_calls);
+  if (!no_content) {
+    if (auto defect = read_text_content(*content, i, message.content)) return defect;
+  }
+  if (has_tool_calls) {
+    if (auto defect = append_tool_calls(*head.tool_calls, i, message.content)) return defect;
+  }
+  out.push_back(std::move(message));
+  return std::nullopt;
+}
+
+// Message `i` of pre-tokenized input: its "ids", each in [0, 2^32).
+std::optional<LineDefect> read_tokenized_message(const json& m, std::size_t i, MessageHead& head,
+                                                 std::vector<TokenizedChatMessage>& out) {
+  const auto ids = m.find("ids");
+  if (ids == m.end()) {
+    return LineDefect{std::string(kReasonMissingField),
+                      m.contains("content") ? label(i) +
+                                                  " has \"content\" but no \"ids\"; with --special-tokens "
+                                                  "every message must be pre-tokenized"
+                                            : label(i) + " has no \"ids\""};
+  }
+  if (head.tool_calls != nullptr) {
+    return LineDefect{std::string(kReasonWrongType),
+                      label(i) + " has \"tool_calls\" in pre-tokenized input; put the calls' ids in \"ids\""};
+  }
+  if (!ids->is_array()) {
+    return LineDefect{std::string(kReasonWrongType),
+                      label(i) + " \"ids\" is " + type_name(*ids) + ", expected an array of token ids"};
+  }
+  TokenizedChatMessage message{std::move(head.role), {}, head.trained};
+  message.ids.reserve(ids->size());
+  for (const json& id : *ids) {
+    const bool ok = id.is_number_unsigned() || (id.is_number_integer() && id.get<std::int64_t>() >= 0);
+    if (!ok || id.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+      return LineDefect{std::string(kReasonWrongType),
+                        label(i) + " \"ids\" holds " + quote_json(id) + ", expected integers in [0, 2^32)"};
+    }
+    message.ids.push_back(static_cast<std::uint32_t>(id.get<std::uint64_t>()));
+  }
+  out.push_back(std::move(message));
+  return std::nullopt;
+}
+
+// The line as a JSON object with a "messages" array (`doc` holds it, `messages` points
+// into it), or why it is not one.
+std::optional<LineDefect> read_messages(std::string_view line, json& doc, const json*& messages) {
   try {
     doc = parse_bounded_json(line, keep_conversation_key);
   } catch (const JsonParseError& e) {
@@ -163,88 +256,32 @@ std::optional<LineDefect> parse_conversation_line(std::string_view line, Convers
     return LineDefect{std::string(kReasonWrongType),
                       std::string("the line is ") + type_name(doc) + ", expected an object with \"messages\""};
   }
-  const auto messages = doc.find("messages");
-  if (messages == doc.end()) return LineDefect{std::string(kReasonMissingField), "no \"messages\" field"};
-  if (!messages->is_array()) {
+  const auto found = doc.find("messages");
+  if (found == doc.end()) return LineDefect{std::string(kReasonMissingField), "no \"messages\" field"};
+  if (!found->is_array()) {
     return LineDefect{std::string(kReasonWrongType),
-                      std::string("\"messages\" is ") + type_name(*messages) + ", expected an array"};
+                      std::string("\"messages\" is ") + type_name(*found) + ", expected an array"};
   }
+  messages = &*found;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<LineDefect> parse_conversation_line(std::string_view line, ConversationInput input,
+                                                  ParsedConversation& out) {
+  out.text.clear();
+  out.tokenized.clear();
+  json doc;
+  const json* messages = nullptr;
+  if (auto defect = read_messages(line, doc, messages)) return defect;
   for (std::size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
-    if (!m.is_object()) {
-      return LineDefect{std::string(kReasonWrongType),
-                        label(i) + " is " + type_name(m) + ", expected an object with \"role\" and \"content\""};
-    }
-    const auto role = m.find("role");
-    if (role == m.end()) return LineDefect{std::string(kReasonMissingField), label(i) + " has no \"role\""};
-    if (!role->is_string()) {
-      return LineDefect{std::string(kReasonWrongType),
-                        label(i) + " \"role\" is " + type_name(*role) + ", expected a string"};
-    }
-    const auto content = m.find("content");
-    const auto ids = m.find("ids");
-    const std::string& role_name = role->get_ref<const std::string&>();
-    bool trained = true;
-    if (const auto weight = m.find("weight"); weight != m.end()) {
-      if (!weight->is_number_integer() || (weight->get<std::int64_t>() != 0 && weight->get<std::int64_t>() != 1)) {
-        return LineDefect{std::string(kReasonWrongType),
-                          label(i) + " \"weight\" is " + weight->dump() + ", expected 0 or 1"};
-      }
-      trained = weight->get<std::int64_t>() == 1;
-    }
-    const auto tool_calls = m.find("tool_calls");
-    const bool has_tool_calls = tool_calls != m.end() && !tool_calls->is_null();
-    if (has_tool_calls && role_name != "assistant") {
-      return LineDefect{std::string(kReasonWrongType), label(i) + " has \"tool_calls\" but is a " + role_name +
-                                                           " message; only assistant messages "
-                                                           "call tools"};
-    }
-    if (input == ConversationInput::text) {
-      if (content == m.end() && !has_tool_calls) {
-        return LineDefect{std::string(kReasonMissingField),
-                          ids != m.end() ? label(i) +
-                                               " has \"ids\" but no \"content\"; pre-tokenized input needs "
-                                               "--special-tokens FILE.json"
-                                         : label(i) + " has no \"content\""};
-      }
-      ChatMessage message{role_name, {}, trained};
-      // An assistant message that only calls tools has content null (or none).
-      const bool no_content = content == m.end() || (content->is_null() && has_tool_calls);
-      if (!no_content) {
-        if (auto defect = read_text_content(*content, i, message.content)) return defect;
-      }
-      if (has_tool_calls) {
-        if (auto defect = append_tool_calls(*tool_calls, i, message.content)) return defect;
-      }
-      out.text.push_back(std::move(message));
-    } else {
-      if (ids == m.end()) {
-        return LineDefect{std::string(kReasonMissingField),
-                          content != m.end() ? label(i) +
-                                                   " has \"content\" but no \"ids\"; with --special-tokens "
-                                                   "every message must be pre-tokenized"
-                                             : label(i) + " has no \"ids\""};
-      }
-      if (has_tool_calls) {
-        return LineDefect{std::string(kReasonWrongType),
-                          label(i) + " has \"tool_calls\" in pre-tokenized input; put the calls' ids in \"ids\""};
-      }
-      if (!ids->is_array()) {
-        return LineDefect{std::string(kReasonWrongType),
-                          label(i) + " \"ids\" is " + type_name(*ids) + ", expected an array of token ids"};
-      }
-      TokenizedChatMessage message{role_name, {}, trained};
-      message.ids.reserve(ids->size());
-      for (const json& id : *ids) {
-        const bool ok = id.is_number_unsigned() || (id.is_number_integer() && id.get<std::int64_t>() >= 0);
-        if (!ok || id.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
-          return LineDefect{std::string(kReasonWrongType),
-                            label(i) + " \"ids\" holds " + quote_json(id) + ", expected integers in [0, 2^32)"};
-        }
-        message.ids.push_back(static_cast<std::uint32_t>(id.get<std::uint64_t>()));
-      }
-      out.tokenized.push_back(std::move(message));
-    }
+    MessageHead head;
+    if (auto defect = read_message_head(m, i, head)) return defect;
+    auto defect = input == ConversationInput::text ? read_text_message(m, i, head, out.text)
+                                                   : read_tokenized_message(m, i, head, out.tokenized);
+    if (defect) return defect;
   }
   return std::nullopt;
 }

@@ -9,13 +9,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <mutex>
 #include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
 
 #include "tokenfeed/error.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 // Serializes, within this process, creating-and-locking a staging directory with the scan for
 // stale ones: between mkdir and flock a new directory is unlocked, and its pid (ours) alive,
 // so only a scan from this same process could mistake it for a leftover.
-std::mutex g_staging_mutex;
+Mutex g_staging_mutex;
 
 // What prepare writes at the top of a dataset directory: the splits, the EpisodeDatasetWriter's
 // staging directories for them while it writes (.train.tmp-PID-RANDOM, ...) and the two JSON
@@ -106,7 +106,7 @@ void sync_tree(const fs::path& dir) {
 StagingDir::StagingDir(fs::path final_dir) : final_dir_(std::move(final_dir)) {
   const fs::path parent = final_dir_.parent_path();
   const std::string prefix = staging_prefix(final_dir_) + std::to_string(::getpid()) + "-";
-  const std::lock_guard lock(g_staging_mutex);
+  const MutexLock lock(g_staging_mutex);
   for (int attempt = 0;; ++attempt) {
     path_ = parent / (prefix + random_suffix());
     if (::mkdir(path_.c_str(), 0777) == 0) break;
@@ -150,8 +150,8 @@ namespace {
 
 // Calls visit(dir, fd) for each staging directory of `final_dir` whose run is gone, with `fd`
 // open on it and locked; visit returns true to keep the fd (it then owns it) and stop.
-// REQUIRES: g_staging_mutex held.
-void for_each_stale(const fs::path& final_dir, const std::function<bool(const fs::path&, int)>& visit) {
+void for_each_stale(const fs::path& final_dir, const std::function<bool(const fs::path&, int)>& visit)
+    TF_REQUIRES(g_staging_mutex) {
   const fs::path parent = final_dir.parent_path();
   const std::string prefix = staging_prefix(final_dir);
   const pid_t self = ::getpid();
@@ -183,7 +183,7 @@ void for_each_stale(const fs::path& final_dir, const std::function<bool(const fs
 
 std::unique_ptr<StagingDir> StagingDir::adopt_stale(const fs::path& final_dir,
                                                     const std::function<bool(const fs::path&)>& accept) {
-  const std::lock_guard lock(g_staging_mutex);
+  const MutexLock lock(g_staging_mutex);
   std::unique_ptr<StagingDir> adopted;
   for_each_stale(final_dir, [&](const fs::path& dir, int fd) {
     if (!accept(dir)) return false;
@@ -204,7 +204,7 @@ std::unique_ptr<StagingDir> StagingDir::adopt_stale(const fs::path& final_dir,
 std::vector<fs::path> remove_stale_staging_dirs(const fs::path& final_dir, StagingContents contents) {
   const auto is_ours = contents == StagingContents::dataset ? is_prepare_entry : is_split_entry;
   std::vector<fs::path> removed;
-  const std::lock_guard lock(g_staging_mutex);
+  const MutexLock lock(g_staging_mutex);
   for_each_stale(final_dir, [&](const fs::path& dir, int fd) {
     bool ours = true;
     std::error_code list_ec;

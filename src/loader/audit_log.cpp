@@ -126,7 +126,7 @@ void AuditLog::write(std::string_view action, const Fields& fields) {
   std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + escape_name(action);
   for (const auto& [key, value] : fields) line += " | " + escape_name(key) + "=" + quote_if_needed(value);
   line.push_back('\n');
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
   if (!ok && !write_failed_) {
     write_failed_ = true;

@@ -9,11 +9,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
@@ -40,9 +41,10 @@ class AuditLog {
   void write(std::string_view action, const Fields& fields);
 
  private:
-  std::mutex mutex_;
-  std::FILE* file_ = nullptr;  // GUARDED_BY(mutex_)
-  bool write_failed_ = false;  // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  // Set by the constructor, then constant: the stream it points to is written under mutex_.
+  std::FILE* file_ TF_PT_GUARDED_BY(mutex_) = nullptr;
+  bool write_failed_ TF_GUARDED_BY(mutex_) = false;
   std::filesystem::path path_;
 };
 

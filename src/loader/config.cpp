@@ -11,6 +11,7 @@
 
 #include <pugixml.hpp>
 
+#include "loader/launcher_ranks.hpp"
 #include "sampling/mixture_schedule.hpp"
 #include "io/regular_file.hpp"
 #include "tokenfeed/error.hpp"
@@ -490,7 +491,14 @@ std::uint64_t effective_max_memory_mb(const Config& config) noexcept {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_size <= 0) return std::uint64_t{8} << 10;  // unknown: 8 GiB
-  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2 >> 20;
+  std::int64_t local_ranks = 1;
+  try {
+    local_ranks = resolve_local_ranks().count;
+  } catch (const Error&) {
+    // resolve_options refuses such a variable before any budget is taken.
+  }
+  const std::uint64_t half_mb = (static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2) >> 20;
+  return std::max<std::uint64_t>(1, half_mb / static_cast<std::uint64_t>(local_ranks));
 }
 
 const char* to_string(DatasetMode mode) noexcept {

@@ -26,16 +26,23 @@ std::optional<std::string_view> env(const char* name) {
   return std::string_view(value);
 }
 
-std::int64_t env_int(const char* name, std::string_view text) {
+// `why` says what the variable is used for, for the message of a value that is no integer.
+std::int64_t env_int(const char* name, std::string_view text,
+                     std::string_view why =
+                         "rank/world_size are taken from the launcher; set them in the config "
+                         "to override") {
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
     throw Error(ErrorKind::config, "environment variable " + std::string(name) + "='" + std::string(text) +
-                                       "' is not an integer (rank/world_size are taken from the launcher; set them "
-                                       "in the config to override)");
+                                       "' is not an integer (" + std::string(why) + ")");
   }
   return value;
 }
+
+constexpr const char* kLocalSizeVariables[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                               "SLURM_NTASKS_PER_NODE"};
+constexpr std::int64_t kMaxLocalRanks = std::int64_t{1} << 20;
 
 }  // namespace
 
@@ -95,6 +102,24 @@ LauncherRanks resolve_ranks(const Config& config) {
                                        ") (world_size from " + size_from + ")");
   }
   return out;
+}
+
+LocalRanks resolve_local_ranks() {
+  for (const char* name : kLocalSizeVariables) {
+    const auto text = env(name);
+    if (!text) continue;
+    const std::int64_t count =
+        env_int(name, *text,
+                "the processes on this node, over which the default decode_threads and max_memory_mb are shared; "
+                "set those keys to override");
+    if (count < 1 || count > kMaxLocalRanks) {
+      throw Error(ErrorKind::config, "environment variable " + std::string(name) + "=" + std::to_string(count) +
+                                         " must be in [1, " + std::to_string(kMaxLocalRanks) +
+                                         "] (the processes of the job on this node)");
+    }
+    return {count, name};
+  }
+  return {1, "no launcher variable"};
 }
 
 }  // namespace tokenfeed

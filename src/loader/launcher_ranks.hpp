@@ -30,4 +30,16 @@ struct LauncherRanks {
 // and a rank outside [0, world_size) (naming where each came from).
 LauncherRanks resolve_ranks(const Config& config);
 
+// How many of the job's processes run on this node, each with a loader of its own, so that
+// the per-process defaults (decode threads, the memory budget) take a fair share of it:
+// LOCAL_WORLD_SIZE (torchrun), OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI), MPI_LOCALNRANKS
+// (MPICH's Hydra), SLURM_NTASKS_PER_NODE (Slurm), the first one set; 1 when none is.
+struct LocalRanks {
+  std::int64_t count = 1;
+  std::string source;  // the variable, or "no launcher variable"
+};
+
+// Throws Error(config) naming the variable for a value that is not an integer in [1, 2^20].
+LocalRanks resolve_local_ranks();
+
 }  // namespace tokenfeed

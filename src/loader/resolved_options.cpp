@@ -1,5 +1,7 @@
 #include "loader/resolved_options.hpp"
 
+#include "loader/cpu_share.hpp"
+
 #include <algorithm>
 #include <system_error>
 #include <thread>
@@ -101,11 +103,18 @@ ResolvedOptions resolve_options(Config config) {
   validate_config(config);
   ResolvedOptions r;
   settle_ranks(config, r);
+  // The local ranks are read even when nothing below uses them, so that a bad variable is
+  // an error at open, not a silently undivided memory budget.
+  const LocalRanks local_ranks = resolve_local_ranks();
   if (config.decode_threads == 0) {
-    // One hardware thread is the trainer's; TBB's workers get the rest.
-    config.decode_threads =
-        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()) - 1);
+    // This process's share of the CPUs it may use; one of them is the trainer's.
+    const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget());
+    config.decode_threads = threads.threads;
+    r.decode_threads_source = threads.source;
+  } else {
+    r.decode_threads_source = "config";
   }
+  r.local_ranks = local_ranks;
   r.config = std::move(config);
   if (r.mixture()) return r;
   Config& c = r.config;

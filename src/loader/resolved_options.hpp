@@ -7,7 +7,8 @@
 // the defaults, checks that they agree, and returns settings that nothing downstream
 // second-guesses. The rules, in order:
 //  - validate_config; rank and world_size from the launcher when not numbers
-//    (resolve_ranks); decode_threads 0 is one per hardware thread but the trainer's.
+//    (resolve_ranks); decode_threads 0 is this process's share of the CPUs it may use but
+//    the trainer's (cpu_share.hpp: affinity, cgroup quota, local ranks).
 //  - A mixture stops there: each of its sources is resolved on its own when opened.
 //  - dataset_dir must be a directory; dataset_metadata.json is read when present.
 //  - dataset_mode auto: train/'s layout decides (detect_split_layout).
@@ -50,6 +51,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "loader/fingerprint.hpp"
+#include "loader/launcher_ranks.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
@@ -72,6 +74,10 @@ struct ResolvedOptions {
   DatasetMetadata metadata;  // empty for a mixture
   std::string rank_source;   // where rank and world_size came from (LauncherRanks::source)
   std::string pad_source;    // where pad_token_id came from (SFT modes), for the open line
+  // How decode_threads was settled: "config", or the CPU share it came from
+  // (default_decode_threads), for the open line.
+  std::string decode_threads_source;
+  LocalRanks local_ranks;  // the processes of the job on this node (resolve_local_ranks)
 
   bool mixture() const noexcept { return !config.mixture.empty(); }
   // The SFT modes read episode-indexed datasets.

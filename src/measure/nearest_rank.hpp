@@ -1,6 +1,6 @@
 // nearest_rank: the q-quantile of sorted values by the nearest rank, the element at index
-// round(q * (n - 1)). `tokenfeed bench`, `tokenfeed inspect` and the Python module's
-// stats() all report percentiles this way, so that their figures agree.
+// round(q * (n - 1)). `tokenfeed bench`, src/inspect/ (`tokenfeed inspect`, tokenfeed.inspect())
+// and the Python module's stats() all report percentiles this way, so that their figures agree.
 #pragma once
 
 #include <algorithm>

@@ -27,7 +27,7 @@ MixtureBatchSource::MixtureBatchSource(std::vector<Member> members, const Mixtur
 std::uint64_t MixtureBatchSource::epoch_of(std::size_t source, std::uint64_t k) const {
   const Member& m = members_[source];
   if (m.epochs == Member::Epochs::equal) return k / m.source->batches_in_epoch(0);
-  std::lock_guard lock(epochs_mutex_);
+  MutexLock lock(epochs_mutex_);
   std::vector<std::uint64_t>& starts = epoch_starts_[source];
   while (starts.back() <= k) {
     starts.push_back(starts.back() + m.source->batches_in_epoch(starts.size() - 1));
@@ -39,7 +39,7 @@ std::uint64_t MixtureBatchSource::epoch_of(std::size_t source, std::uint64_t k) 
 std::uint64_t MixtureBatchSource::epoch_first_row(std::size_t source, std::uint64_t epoch) const {
   const Member& m = members_[source];
   if (m.epochs == Member::Epochs::equal) return epoch * m.source->batches_in_epoch(0);
-  std::lock_guard lock(epochs_mutex_);
+  MutexLock lock(epochs_mutex_);
   std::vector<std::uint64_t>& starts = epoch_starts_[source];
   while (starts.size() <= epoch) starts.push_back(starts.back() + m.source->batches_in_epoch(starts.size() - 1));
   return starts[epoch];

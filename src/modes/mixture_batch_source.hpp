@@ -19,7 +19,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,6 +27,7 @@
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
 #include "sampling/mixture_schedule.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
@@ -75,8 +75,8 @@ class MixtureBatchSource final : public BatchSource {
   Options options_;
 
   // Varying-length epochs: per source, the first row of each epoch seen so far.
-  mutable std::mutex epochs_mutex_;
-  mutable std::vector<std::vector<std::uint64_t>> epoch_starts_;  // GUARDED_BY(epochs_mutex_)
+  mutable Mutex epochs_mutex_;
+  mutable std::vector<std::vector<std::uint64_t>> epoch_starts_ TF_GUARDED_BY(epochs_mutex_);
 };
 
 }  // namespace tokenfeed

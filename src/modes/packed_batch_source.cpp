@@ -57,12 +57,12 @@ std::uint64_t PackedBatchSource::batches_in_epoch_at(const SplitPosition& at) co
 std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const { return packing(epoch)->episodes.size(); }
 
 void PackedBatchSource::seek(const SplitPosition& at) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   next_ = at;
 }
 
 BatchPlan PackedBatchSource::plan(std::uint64_t step) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (step != next_.step) {
     throw Error(ErrorKind::pipeline, "packed batches must be planned in order: expected step " +
                                          std::to_string(next_.step) + ", got " + std::to_string(step));

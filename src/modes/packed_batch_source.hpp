@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
@@ -37,6 +36,7 @@
 #include "sampling/episode_packer.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/epoch_orders.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
@@ -106,8 +106,8 @@ class PackedBatchSource final : public BatchSource {
   // its destructor waits for a background make.
   RecentCache<PackedEpoch> packings_{2};
 
-  std::mutex mutex_;
-  SplitPosition next_;  // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  SplitPosition next_ TF_GUARDED_BY(mutex_);
 };
 
 }  // namespace tokenfeed

@@ -57,7 +57,7 @@ void AutoDepth::observe_pop(Clock::time_point called, double waited_us) {
                       "%llu waits in %llu steps; trainer step %.0f us, decode %.0f us per batch on %zu thread(s)",
                       static_cast<unsigned long long>(window_.waits), static_cast<unsigned long long>(window_.pops),
                       step_us, decode_us, threads_);
-        std::lock_guard lock(note_mutex_);
+        MutexLock lock(note_mutex_);
         note_ = text;
       }
       requested_.store(wanted, std::memory_order_release);
@@ -70,7 +70,7 @@ void AutoDepth::observe_pop(Clock::time_point called, double waited_us) {
 }
 
 std::string AutoDepth::note() const {
-  std::lock_guard lock(note_mutex_);
+  MutexLock lock(note_mutex_);
   return note_;
 }
 

@@ -18,8 +18,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
+
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
@@ -106,8 +107,8 @@ class AutoDepth {
   Clock::time_point last_return_{};
   bool returned_once_ = false;
 
-  mutable std::mutex note_mutex_;
-  std::string note_;  // GUARDED_BY(note_mutex_)
+  mutable Mutex note_mutex_;
+  std::string note_ TF_GUARDED_BY(note_mutex_);
 };
 
 }  // namespace tokenfeed

@@ -67,7 +67,7 @@ void BatchPool::grow_to(std::size_t slots) {
   slots = std::min(slots, capacity_);
   while (size() < slots) {
     std::unique_ptr<BatchSlot> slot = make_slot(shape_);  // allocated outside the lock
-    std::lock_guard lock(free_mutex_);
+    MutexLock lock(free_mutex_);
     free_.push_back(slot.get());  // never reallocates: capacity reserved for capacity_ slots
     slots_.push_back(std::move(slot));
     size_.store(slots_.size(), std::memory_order_release);
@@ -75,7 +75,7 @@ void BatchPool::grow_to(std::size_t slots) {
 }
 
 BatchSlot* BatchPool::acquire(int decoder) noexcept {
-  std::lock_guard lock(free_mutex_);
+  MutexLock lock(free_mutex_);
   if (free_.empty()) return nullptr;
   auto it = free_.end() - 1;
   if (decoder >= 0) {
@@ -91,7 +91,7 @@ BatchSlot* BatchPool::acquire(int decoder) noexcept {
 
 void BatchPool::release(BatchSlot* slot) noexcept {
   {
-    std::lock_guard lock(free_mutex_);
+    MutexLock lock(free_mutex_);
     slot->error = nullptr;
     free_.push_back(slot);  // never reallocates: capacity reserved for capacity_ slots
   }

@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tokenfeed/batch.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed::detail {
 
@@ -165,9 +165,10 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   std::size_t capacity_ = 0;    // constant after construction
   std::size_t slot_bytes_ = 0;  // constant after construction
 
-  std::mutex free_mutex_;
-  std::vector<std::unique_ptr<BatchSlot>> slots_;  // GUARDED_BY(free_mutex_); capacity reserved up front
-  std::vector<BatchSlot*> free_;  // GUARDED_BY(free_mutex_); capacity reserved up front
+  Mutex free_mutex_;
+  // Capacity reserved up front for both.
+  std::vector<std::unique_ptr<BatchSlot>> slots_ TF_GUARDED_BY(free_mutex_);
+  std::vector<BatchSlot*> free_ TF_GUARDED_BY(free_mutex_);
   std::atomic<std::size_t> size_{0};
 
   std::atomic<std::size_t> held_{0};

@@ -17,10 +17,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
@@ -39,12 +40,12 @@ class RecentCache {
   template <typename Make>
   std::shared_ptr<const Value> get(std::uint64_t key, Make&& make) const {
     {
-      std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return !(busy_ && busy_key_ == key); });
+      MutexLock lock(mutex_);
+      while (busy_ && busy_key_ == key) done_.wait(lock.native());
       if (auto cached = find_locked(key)) return cached;
     }
     auto made = std::make_shared<const Value>(make());
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return insert_locked(key, std::move(made));
   }
 
@@ -55,7 +56,7 @@ class RecentCache {
   // since members are destroyed in reverse order and the destructor waits for it).
   template <typename Make>
   void prefetch(std::uint64_t key, Make make) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (busy_ || find_locked(key)) return;
     if (worker_.joinable()) worker_.join();  // the last background make is done (busy_ is false)
     busy_ = true;
@@ -67,7 +68,7 @@ class RecentCache {
       } catch (...) {
         made = nullptr;  // get() makes it again in the foreground and throws there
       }
-      std::lock_guard done_lock(mutex_);
+      MutexLock done_lock(mutex_);
       if (made) insert_locked(key, std::move(made));
       busy_ = false;
       done_.notify_all();
@@ -75,14 +76,15 @@ class RecentCache {
   }
 
  private:
-  std::shared_ptr<const Value> find_locked(std::uint64_t key) const {
+  std::shared_ptr<const Value> find_locked(std::uint64_t key) const TF_REQUIRES(mutex_) {
     for (const auto& [k, v] : entries_) {
       if (k == key) return v;
     }
     return nullptr;
   }
 
-  std::shared_ptr<const Value> insert_locked(std::uint64_t key, std::shared_ptr<const Value> made) const {
+  std::shared_ptr<const Value> insert_locked(std::uint64_t key, std::shared_ptr<const Value> made) const
+      TF_REQUIRES(mutex_) {
     if (auto existing = find_locked(key)) return existing;
     if (entries_.size() >= capacity_) entries_.erase(entries_.begin());
     entries_.emplace_back(key, made);
@@ -90,12 +92,13 @@ class RecentCache {
   }
 
   std::size_t capacity_;
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   mutable std::condition_variable done_;  // notified when a background make ends
-  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const Value>>> entries_;  // GUARDED_BY(mutex_), oldest first
-  mutable bool busy_ = false;             // GUARDED_BY(mutex_): a background make is running
-  mutable std::uint64_t busy_key_ = 0;    // GUARDED_BY(mutex_)
-  mutable std::thread worker_;            // GUARDED_BY(mutex_)
+  // Oldest first.
+  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const Value>>> entries_ TF_GUARDED_BY(mutex_);
+  mutable bool busy_ TF_GUARDED_BY(mutex_) = false;  // a background make is running
+  mutable std::uint64_t busy_key_ TF_GUARDED_BY(mutex_) = 0;
+  mutable std::thread worker_ TF_GUARDED_BY(mutex_);
 };
 
 }  // namespace tokenfeed

@@ -24,6 +24,7 @@
 #include "pipeline/read_ahead.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -145,8 +146,8 @@ struct SplitPipeline::Impl {
   // in them. Which decode task takes which run does not matter: the sequencer restores
   // step order. Bounded: at most max_depth plans are in flight, plus one run the sampler
   // made while the limiter was full.
-  std::mutex plans_mutex;
-  FixedQueue<RunPlan> plans;  // GUARDED_BY(plans_mutex)
+  Mutex plans_mutex;
+  FixedQueue<RunPlan> plans TF_GUARDED_BY(plans_mutex);
   std::atomic<std::uint64_t> next_step;
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};  // a stage failed: produce nothing more
@@ -327,14 +328,14 @@ struct SplitPipeline::Impl {
 
   // Moves a run's plans (n of them) into the queue at once.
   void push_run(BatchPlan* run_plans, std::size_t n) {
-    std::lock_guard lock(plans_mutex);
+    MutexLock lock(plans_mutex);
     for (std::size_t i = 0; i < n; ++i)
       plans.push_back(RunPlan{std::move(run_plans[i]), i + 1 == n});  // the limiter bounds it
   }
 
   // Moves the next run's plans into `out`; returns how many there are.
   std::size_t pop_run(std::array<BatchPlan, kMaxRun>& out) {
-    std::lock_guard lock(plans_mutex);
+    MutexLock lock(plans_mutex);
     for (std::size_t n = 0;;) {  // every token is preceded by its run
       RunPlan p = plans.pop_front();
       out[n++] = std::move(p.plan);

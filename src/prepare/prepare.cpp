@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "prepare/stage_fence.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/version.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -73,7 +73,7 @@ struct LineChunk {
 class LineChunkPool {
  public:
   LineChunk* acquire() {
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     if (free_.empty()) {
       all_.push_back(std::make_unique<LineChunk>());
       return all_.back().get();
@@ -86,14 +86,14 @@ class LineChunkPool {
     chunk->lines.clear();
     chunk->too_long.clear();
     chunk->outcomes.clear();
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     free_.push_back(chunk);
   }
 
  private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<LineChunk>> all_;
-  std::vector<LineChunk*> free_;
+  Mutex mutex_;
+  std::vector<std::unique_ptr<LineChunk>> all_ TF_GUARDED_BY(mutex_);
+  std::vector<LineChunk*> free_ TF_GUARDED_BY(mutex_);
 };
 
 // How lines become ids: a tokenizer for text input, or the special-token file for ids input.
@@ -301,43 +301,80 @@ struct EpisodeSink {
   ProgressReport& progress;
 };
 
+// Stage 1's body: the next lines of `reader`, up to batch_bytes (or kMaxLinesPerChunk) of
+// them, in a chunk from `pool`; nullptr (the chunk returned) when the input is exhausted.
+// Sets `input_done` when the reader reached its end.
+LineChunk* read_line_chunk(const PrepareOptions& options, LineReader& reader, LineChunkPool& pool, bool& input_done) {
+  LineChunk* chunk = pool.acquire();
+  chunk->first_line = reader.line_number() + 1;
+  std::size_t bytes = 0;
+  std::string line;
+  bool too_long = false;
+  while (chunk->lines.size() < kMaxLinesPerChunk && bytes < options.batch_bytes) {
+    check_stop(options);  // a slow input (a pipe) may take long to fill a chunk
+    if (!reader.next(line, too_long)) {
+      input_done = true;
+      break;
+    }
+    bytes += line.size() + 1;
+    chunk->lines.push_back(std::move(line));
+    chunk->too_long.push_back(too_long ? 1 : 0);
+    line = std::string();
+  }
+  chunk->raw_bytes_after = reader.raw_bytes_read();
+  if (chunk->lines.empty()) {
+    pool.release(chunk);
+    return nullptr;
+  }
+  return chunk;
+}
+
+// Stage 3's body for one line: its episode written, or counted as blank or skipped (the
+// first of each reason kept for the summary); under OnBadLine::fail a bad line throws
+// Error(format) naming the input's line.
+void write_line_outcome(const PrepareOptions& options, std::uint64_t line_no, const LineOutcome& o,
+                        const EpisodeSink& sink) {
+  PrepareSummary& summary = sink.summary;
+  ++summary.lines;
+  switch (o.kind) {
+    case LineOutcome::Kind::blank:
+      ++summary.blank_lines;
+      break;
+    case LineOutcome::Kind::bad: {
+      if (options.on_error == OnBadLine::fail) {
+        throw Error(ErrorKind::format,
+                    options.input.string() + ":" + std::to_string(line_no) + ": " + o.reason + ": " + o.detail);
+      }
+      SkippedLines& skipped = summary.skipped[o.reason];
+      if (skipped.count++ == 0) {
+        skipped.first_line = line_no;
+        skipped.first_detail = o.detail;
+      }
+      ++summary.skipped_total;
+      break;
+    }
+    case LineOutcome::Kind::episode:
+      (o.val ? sink.val : sink.train).add(o.ids, o.mask);
+      sink.progress.tokens_written += o.ids.size();
+      ++summary.conversations;
+      break;
+  }
+}
+
 // Reads every line of `reader`, formats the lines in parallel and writes the episodes in
 // input order into `sink` (a three-stage TBB pipeline over chunks of lines, at most a few
 // chunks per worker in flight). Throws Error(format) for the first bad line under
 // OnBadLine::fail, PrepareInterrupted when stopped.
 void write_episodes(const PrepareOptions& options, const Formatter& formatter, LineReader& reader,
                     const EpisodeSink& sink) {
-  PrepareSummary& summary = sink.summary;
-  const std::string input_name = options.input.string();
-
   // Stage 1 (serial, in order): read up to batch_bytes of lines.
   bool input_done = false;
   LineChunkPool pool;
   const auto read_chunk = [&](tbb::flow_control& fc) -> LineChunk* {
     const StageFence fence;
     check_stop(options);  // thrown from a stage, it cancels the pipeline
-    LineChunk* chunk = pool.acquire();
-    chunk->first_line = reader.line_number() + 1;
-    std::size_t bytes = 0;
-    std::string line;
-    bool too_long = false;
-    while (chunk->lines.size() < kMaxLinesPerChunk && bytes < options.batch_bytes) {
-      check_stop(options);  // a slow input (a pipe) may take long to fill a chunk
-      if (!reader.next(line, too_long)) {
-        input_done = true;
-        break;
-      }
-      bytes += line.size() + 1;
-      chunk->lines.push_back(std::move(line));
-      chunk->too_long.push_back(too_long ? 1 : 0);
-      line = std::string();
-    }
-    chunk->raw_bytes_after = reader.raw_bytes_read();
-    if (chunk->lines.empty()) {
-      pool.release(chunk);
-      fc.stop();
-      return nullptr;
-    }
+    LineChunk* chunk = read_line_chunk(options, reader, pool, input_done);
+    if (chunk == nullptr) fc.stop();
     return chunk;
   };
   // Stage 2 (parallel): parse, check, tokenize, mask, assign the split.
@@ -355,35 +392,10 @@ void write_episodes(const PrepareOptions& options, const Formatter& formatter, L
     const StageFence fence;
     check_stop(options);
     for (std::size_t i = 0; i < chunk->outcomes.size(); ++i) {
-      LineOutcome& o = chunk->outcomes[i];
-      const std::uint64_t line_no = chunk->first_line + i;
-      ++summary.lines;
-      switch (o.kind) {
-        case LineOutcome::Kind::blank:
-          ++summary.blank_lines;
-          break;
-        case LineOutcome::Kind::bad: {
-          if (options.on_error == OnBadLine::fail) {
-            throw Error(ErrorKind::format,
-                        input_name + ":" + std::to_string(line_no) + ": " + o.reason + ": " + o.detail);
-          }
-          SkippedLines& skipped = summary.skipped[o.reason];
-          if (skipped.count++ == 0) {
-            skipped.first_line = line_no;
-            skipped.first_detail = o.detail;
-          }
-          ++summary.skipped_total;
-          break;
-        }
-        case LineOutcome::Kind::episode:
-          (o.val ? sink.val : sink.train).add(o.ids, o.mask);
-          sink.progress.tokens_written += o.ids.size();
-          ++summary.conversations;
-          break;
-      }
-      o = LineOutcome();
+      write_line_outcome(options, chunk->first_line + i, chunk->outcomes[i], sink);
+      chunk->outcomes[i] = LineOutcome();
     }
-    sink.progress.tick(chunk->raw_bytes_after, summary.lines);
+    sink.progress.tick(chunk->raw_bytes_after, sink.summary.lines);
     pool.release(chunk);
   };
 

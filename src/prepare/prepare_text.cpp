@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -24,6 +23,7 @@
 #include "tokenfeed/log.hpp"
 #include "tokenfeed/tokenizer.hpp"
 #include "tokenfeed/version.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -142,7 +142,7 @@ struct RecordChunk {
 class ChunkPool {
  public:
   RecordChunk* acquire() {
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     if (free_.empty()) {
       all_.push_back(std::make_unique<RecordChunk>());
       return all_.back().get();
@@ -155,14 +155,14 @@ class ChunkPool {
     c->records.clear();
     c->ids.clear();
     c->val.clear();
-    const std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     free_.push_back(c);
   }
 
  private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<RecordChunk>> all_;
-  std::vector<RecordChunk*> free_;
+  Mutex mutex_;
+  std::vector<std::unique_ptr<RecordChunk>> all_ TF_GUARDED_BY(mutex_);
+  std::vector<RecordChunk*> free_ TF_GUARDED_BY(mutex_);
 };
 
 // Where the input stands: the records of `file` up to `units` are done.

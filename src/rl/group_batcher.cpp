@@ -94,7 +94,7 @@ struct GroupBatcher::Impl {
   }
 
   // Refuses a token id outside [0, vocab_size) (>= 0 when the vocabulary is unknown).
-  // One compare per token, on ids the batch copies anyway (see the README for the cost).
+  // One compare per token, on ids the batch copies anyway (its cost: perf/RESULTS_by_hand.md).
   void check_ids(const std::vector<std::int64_t>& ids, std::uint64_t index, const ScoredGroup& g,
                  const std::string& what) const {
     const std::uint64_t limit = options.vocab_size != 0 ? options.vocab_size : std::uint64_t{1} << 63;

@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <string>
+
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -17,13 +18,13 @@ void write_to_stderr(LogLevel level, std::string_view line) {
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
-std::mutex& handler_mutex() {
-  static std::mutex m;
+Mutex& handler_mutex() {
+  static Mutex m;
   return m;
 }
 
 // Held by shared_ptr so a handler being replaced can finish a call already under way.
-std::shared_ptr<const LogHandler>& current_handler() {
+std::shared_ptr<const LogHandler>& current_handler() TF_REQUIRES(handler_mutex()) {
   static std::shared_ptr<const LogHandler> h = std::make_shared<const LogHandler>(write_to_stderr);
   return h;
 }
@@ -41,7 +42,7 @@ LogLevel log_level_from_environment() noexcept {
 
 LogHandler set_log_handler(LogHandler handler) {
   auto next = std::make_shared<const LogHandler>(std::move(handler));
-  std::lock_guard lock(handler_mutex());
+  MutexLock lock(handler_mutex());
   LogHandler previous = *current_handler();
   current_handler() = std::move(next);
   return previous;
@@ -50,7 +51,7 @@ LogHandler set_log_handler(LogHandler handler) {
 void log_line(LogLevel level, std::string_view line) {
   std::shared_ptr<const LogHandler> h;
   {
-    std::lock_guard lock(handler_mutex());
+    MutexLock lock(handler_mutex());
     h = current_handler();
   }
   if (h && *h) (*h)(level, line);

@@ -1,0 +1,43 @@
+"""tokenfeed.inspect(): a dataset described and validated, as ``tokenfeed inspect`` does it,
+with the same figures as a dict. The checks are the C++ library's (src/inspect/); this
+module only gives them their Python name, signature and documentation."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Union
+
+from . import _tokenfeed as _core
+
+_PathOrConfig = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+
+
+def inspect(path_or_config: _PathOrConfig, deep: bool = False) -> Dict[str, Any]:
+    """Describes and validates a dataset, as ``tokenfeed inspect`` does, and returns its
+    figures as a dict (the GIL is released while the files are read).
+
+    ``path_or_config``: a dataset directory; or a config (an XML file or a mapping of its
+    keys) naming one in ``dataset_dir``, whose ``block_size``, ``token_dtype`` and
+    ``eos_token_id`` are used as ``--block-size``, ``--token-dtype`` and ``--eos-id`` are,
+    and with ``dataset_mode=sft_packed`` its ``truncation``, ``pack_lookahead`` and
+    ``epoch_seed`` as ``--packed`` uses them. A mixture is refused (``UsageError``).
+
+    ``deep=True`` adds the checks the loader does not make, as ``--deep``: token ids against
+    ``vocab_size``, mask values (uint8 not 0/1, float32 negative), all-zero masks, and each
+    shard against the SHA-256 recorded in dataset_metadata.json.
+
+    A dataset the loader would refuse, or one failing a deep check, is reported, not raised:
+    ``valid`` is False and ``error`` holds the error's ``kind`` and ``message`` (what the
+    loader, or ``tokenfeed inspect``, would raise). Raised: ``UsageError`` for options that
+    make no sense for the dataset, ``IoError`` for a missing directory or one with neither
+    train nor val, ``FormatError`` for an invalid dataset_metadata.json.
+
+    The dict: ``dataset_dir``, ``metadata`` (whether dataset_metadata.json exists),
+    ``layout`` (``"episodes"`` or ``"token_stream"``), ``valid``, ``error``, ``splits`` (by
+    name: each with its ``verdict`` line, ``valid``, ``error`` and, when it opened, its
+    figures: for episodes ``shards``, ``episodes``, ``kept_episodes``, ``tokens``,
+    ``token_dtype``, ``mask``, ``lengths`` percentiles, ``block``; for token streams
+    ``files``, ``tokens``, ``windows``, ``documents``; with ``deep``, what each deep check
+    found, under ``deep``), ``val_ignored``, ``missing_train``, and ``config``: the keys of
+    ``--print-config``'s ``<training>`` snippet (empty when the loader refuses the dataset).
+    """
+    return _core._inspect(path_or_config, deep)
