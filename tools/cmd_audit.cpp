@@ -112,9 +112,9 @@ void print_epochs(const AuditLogContents& log) {
   for (const EpochKey& key : opened_order) {
     const auto& [split, source, epoch, rank] = key;
     const EpochEvents& e = epochs[key];
-    std::string line = "    " + audit_value_text(split) + (source.empty() ? "" : " source " + audit_value_text(source)) +
-                       " epoch " + audit_value_text(epoch) + (rank.empty() ? "" : " rank " + audit_value_text(rank)) +
-                       ": ";
+    std::string line = "    " + audit_value_text(split) +
+                       (source.empty() ? "" : " source " + audit_value_text(source)) + " epoch " +
+                       audit_value_text(epoch) + (rank.empty() ? "" : " rank " + audit_value_text(rank)) + ": ";
     if (e.opened != nullptr) {
       line += (e.opened->action == "epoch_resume" ? "resumed line " : "started line ") +
               std::to_string(e.opened->line) + " (" + other_fields(*e.opened) + ")";
@@ -151,8 +151,8 @@ void audit(const std::string& path) {
 
 void add_audit_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand(
-      "audit", "Read an audit log back: its events, dataset loads, stages and each epoch's order");
+  CLI::App* cmd =
+      app.add_subcommand("audit", "Read an audit log back: its events, dataset loads, stages and each epoch's order");
   cmd->footer(kFooter);
   cmd->add_option("log", *path, "Audit log file (audit_log_dir/audit_*.log)")->required()->check(CLI::ExistingFile);
   cmd->callback([path] { audit(*path); });

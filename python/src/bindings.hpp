@@ -63,7 +63,8 @@ nanobind::object numpy_owning(std::vector<T>&& values, std::initializer_list<std
 // A path from Python (str, bytes or os.PathLike) as the file system's bytes (os.fsencode),
 // so that a name that is not UTF-8 still names its file.
 inline std::filesystem::path file_path(nanobind::handle path) {
-  const nanobind::bytes raw = nanobind::borrow<nanobind::bytes>(nanobind::module_::import_("os").attr("fsencode")(path));
+  const nanobind::bytes raw =
+      nanobind::borrow<nanobind::bytes>(nanobind::module_::import_("os").attr("fsencode")(path));
   return std::string(raw.c_str(), raw.size());
 }
 
