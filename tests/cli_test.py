@@ -543,6 +543,24 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(run("audit", log), "audit of a forged line", "line 3 is not an audit event", status=4)
     expect_error(run("audit", os.path.join(tmp, "nope.log")), "audit of a missing log", "nope.log", status=3)
     expect_error(run("audit"), "audit without a log", status=2)
+    # A mixture's log: its stages, and each source's epochs on their own lines.
+    write_split(os.path.join(tmp, "code"), "train", [[50 + e] * 3 for e in range(4)])
+    with open(os.path.join(tmp, "code", "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    mix_logs = os.path.join(tmp, "mixlogs")
+    with open(os.path.join(tmp, "mix.xml"), "w") as f:
+        f.write(f"<training><batch_size>2</batch_size><block_size>8</block_size><audit_log_dir>{mix_logs}"
+                "</audit_log_dir><mixture><source name=\"chat\" dataset_dir=\"data\" weight=\"1\"/>"
+                "<source name=\"code\" dataset_dir=\"code\" weight=\"1\"/><stage until_step=\"2\"/>"
+                "<stage><weight source=\"chat\">1</weight></stage></mixture></training>")
+    r = run("run", "--config", os.path.join(tmp, "mix.xml"), "--batches", "6")
+    check(r.returncode == 0, f"mixture run with an audit log: {r.stderr}")
+    (name,) = os.listdir(mix_logs)
+    r = run("audit", os.path.join(mix_logs, name))
+    for needle in ('stage      line 2: split=train stage=0 step=0 weights="chat=1,code=1" rank=0',
+                   "stage      line 5: split=train stage=1 step=2", "train source chat epoch 0 rank 0: started line",
+                   "train source code epoch 0 rank 0: started line", "completed line"):
+        check(r.returncode == 0 and needle in r.stdout, f"audit of a mixture's log should print {needle!r}: {r.stdout}")
 
 # A mixture: dump writes source_ids.npy; inspect --config --steps shows the blend per stage
 # and the epoch each source reaches.

@@ -60,7 +60,7 @@ class TokenizerDir:
     def __init__(self, directory: Union[str, "os.PathLike[str]"], config_required: bool) -> None:
         self.directory = os.fspath(directory)
         if not os.path.isdir(self.directory):
-            raise ConfigError(f"--hf-tokenizer '{self.directory}' is not a local directory.{_hub_hint(self.directory)}")
+            raise ConfigError(f"--hf-tokenizer '{self.directory}' is not a local directory{_hub_hint(self.directory)}")
         tokenizers = require("tokenizers", "--hf-tokenizer")
         self.tokenizers_version = f"tokenizers {tokenizers.__version__}"
         self.tokenizer_json = os.path.join(self.directory, "tokenizer.json")
@@ -87,10 +87,11 @@ class TokenizerDir:
 
 
 def _hub_hint(directory: str) -> str:
-    """What to do when a Hub name (``org/model``) was given for a directory."""
+    """What follows "is not a local directory": how to fetch the files when ``directory``
+    looks like a Hub name (``org/model``), else that only local files are read."""
     if re.fullmatch(r"[\w.-]+/[\w.-]+", directory) is None or os.path.exists(directory):
         return " (tokenfeed reads local files only; fetch tokenizer.json and tokenizer_config.json first)"
-    return (" It looks like a Hugging Face Hub name: tokenfeed reads local files only and downloads nothing; "
+    return (". It looks like a Hugging Face Hub name: tokenfeed reads local files only and downloads nothing; "
             f"fetch the tokenizer first, e.g. `huggingface-cli download {directory} tokenizer.json "
             "tokenizer_config.json --local-dir DIR`, and pass DIR.")
 
