@@ -99,12 +99,20 @@ USER_INTERNAL = {
     # library's users prepare through the command or Python).
     "tools/cmd_prepare.cpp": {"prepare/prepare.hpp"},
     "tools/cmd_prepare_text.cpp": {"prepare/prepare_text.hpp"},
+    # audit reads a log back with the library's one reader and prints values quoted as the
+    # writer quotes them.
+    "tools/cmd_audit.cpp": {"loader/audit_log.hpp", "loader/audit_reader.hpp"},
     # Benchmarks of the units themselves: the pool, the vectorised row copy, the generator.
     "perf/bench_compare.cpp": {
         "dataset/episode_dataset.hpp", "dataset/token_stream.hpp", "modes/next_token_run.hpp",
         "pipeline/batch_pool.hpp", "sampling/numpy_random.hpp"},
     "python/src/chat.cpp": {"chat/conversation_jsonl.hpp"},
     "python/src/prepare_text.cpp": {"prepare/prepare_text.hpp"},
+    # Rules the core holds, bound instead of rewritten in Python: the audit-log reader, the
+    # staging protocol, the output check and dtype rule, the config parser's integer check.
+    "python/src/audit.cpp": {"loader/audit_reader.hpp"},
+    "python/src/output_dir.cpp": {"io/staging_dir.hpp", "prepare/output_dir.hpp"},
+    "python/src/mixture.cpp": {"loader/config_values.hpp"},
 }
 
 # A public header includes only the standard library (C++20's headers, by name) and other

@@ -246,7 +246,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(run("inspect", tmp, "--pack-lookahead", "0"), "inspect bad --pack-lookahead", "--pack-lookahead",
                  status=2)
     expect_error(run("inspect", tmp, "--no-such-option"), "inspect unknown option", "--no-such-option", status=2)
-    for command in ("run", "dump", "inspect", "prepare", "prepare-text", "bench", "show"):
+    for command in ("run", "dump", "inspect", "prepare", "prepare-text", "bench", "show", "audit"):
         r = run(command, "--help")
         check(r.returncode == 0 and "--help" in r.stdout and not r.stderr, f"{command} --help: {r.returncode} {r.stderr!r}")
     check(run("--help").returncode == 0, "--help exits 0")
@@ -505,6 +505,62 @@ with tempfile.TemporaryDirectory() as tmp:
     check(leftovers and f"removed    {os.path.join(tmp, leftovers[0])} (left by an earlier run that was killed)"
           in r.stdout, f"the summary reports the removed directory: {r.stdout}")
     check(staging_dirs(tmp, "killed") == [], "the killed run's temporary directory is gone")
+
+# audit: an audit log read back with the library's reader: the events by action, the dataset
+# load, each epoch's order and whether it completed; a torn last line reported (status 0), a
+# forged line an error naming it (4), a missing log 3, no log 2.
+with tempfile.TemporaryDirectory() as tmp:
+    write_split(os.path.join(tmp, "data"), "train", [[e + 1] * (2 + e % 5) for e in range(10)])
+    with open(os.path.join(tmp, "data", "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    logs = os.path.join(tmp, "logs")
+    config = os.path.join(tmp, "c.xml")
+    write_config(config, "data", audit_log_dir=logs, batch_size=2, block_size=8, epoch_seed=11)
+    r = run("run", "--config", config, "--batches", "12")  # 5 batches an epoch: epochs 0 and 1 end, 2 opens
+    check(r.returncode == 0, f"run with an audit log: {r.stderr}")
+    (name,) = os.listdir(logs)
+    log = os.path.join(logs, name)
+    r = run("audit", log)
+    check(r.returncode == 0 and not r.stderr, f"audit: {r.returncode} {r.stderr}")
+    for needle in (f"tokenfeed audit: {log}", "events     6: dataset_load 1, epoch_start 3, epoch_complete 2",
+                   "load       line 1: dataset_dir=", "epochs     3",
+                   "train epoch 0 rank 0: started line 2 (seed=11, shuffle=true, num_episodes=10, batches=5, "
+                   "first_episode_ids=", "completed line 3 (seed_used=11, episodes_seen=10, episodes_skipped=0)",
+                   "train epoch 2 rank 0: started line 6 (seed=13", "; not completed"):
+        check(needle in r.stdout, f"audit should print {needle!r}: {r.stdout}")
+    check("torn" not in r.stdout, f"a clean log has no torn line: {r.stdout}")
+    with open(log, "a") as f:
+        f.write("2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_complete | split=\"tra")
+    r = run("audit", log)
+    check(r.returncode == 0 and "  torn       line 7 was cut short (the process was killed while writing it): "
+          "2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_complete | split=\"tra" in r.stdout,
+          f"audit reports a torn last line: {r.returncode} {r.stdout}")
+    with open(log) as f:
+        lines = f.readlines()
+    lines.insert(2, "2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_start | note=a\x01b\n")
+    with open(log, "w") as f:
+        f.writelines(lines)
+    expect_error(run("audit", log), "audit of a forged line", "line 3 is not an audit event", status=4)
+    expect_error(run("audit", os.path.join(tmp, "nope.log")), "audit of a missing log", "nope.log", status=3)
+    expect_error(run("audit"), "audit without a log", status=2)
+    # A mixture's log: its stages, and each source's epochs on their own lines.
+    write_split(os.path.join(tmp, "code"), "train", [[50 + e] * 3 for e in range(4)])
+    with open(os.path.join(tmp, "code", "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
+    mix_logs = os.path.join(tmp, "mixlogs")
+    with open(os.path.join(tmp, "mix.xml"), "w") as f:
+        f.write(f"<training><batch_size>2</batch_size><block_size>8</block_size><audit_log_dir>{mix_logs}"
+                "</audit_log_dir><mixture><source name=\"chat\" dataset_dir=\"data\" weight=\"1\"/>"
+                "<source name=\"code\" dataset_dir=\"code\" weight=\"1\"/><stage until_step=\"2\"/>"
+                "<stage><weight source=\"chat\">1</weight></stage></mixture></training>")
+    r = run("run", "--config", os.path.join(tmp, "mix.xml"), "--batches", "6")
+    check(r.returncode == 0, f"mixture run with an audit log: {r.stderr}")
+    (name,) = os.listdir(mix_logs)
+    r = run("audit", os.path.join(mix_logs, name))
+    for needle in ('stage      line 2: split=train stage=0 step=0 weights="chat=1,code=1" rank=0',
+                   "stage      line 5: split=train stage=1 step=2", "train source chat epoch 0 rank 0: started line",
+                   "train source code epoch 0 rank 0: started line", "completed line"):
+        check(r.returncode == 0 and needle in r.stdout, f"audit of a mixture's log should print {needle!r}: {r.stdout}")
 
 # A mixture: dump writes source_ids.npy; inspect --config --steps shows the blend per stage
 # and the epoch each source reaches.

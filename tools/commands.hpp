@@ -17,6 +17,7 @@ void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: JSONL conversation
 void add_prepare_text_command(CLI::App& app);  // cmd_prepare_text.cpp: raw text -> pretraining dataset
 void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency and throughput like a trainer
 void add_show_command(CLI::App& app);     // cmd_show.cpp: rows of a batch as text, trained targets highlighted
+void add_audit_command(CLI::App& app);    // cmd_audit.cpp: an audit log read back: events, epochs, a torn line
 
 // cmd_inspect_mixture.cpp: `inspect --config FILE --steps N` for a mixture's blend and epochs.
 void inspect_mixture(const std::string& config_file, long steps);

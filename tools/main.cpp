@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   tokenfeed::cli::add_prepare_text_command(app);
   tokenfeed::cli::add_bench_command(app);
   tokenfeed::cli::add_show_command(app);
+  tokenfeed::cli::add_audit_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,25 @@ nanobind::object numpy_owning(std::vector<T>&& values, std::initializer_list<std
   std::vector<std::size_t> dims(shape);
   if (dims.empty()) dims.push_back(heap->size());
   return numpy_view<T>(heap->data(), dims.size(), dims.data(), owner);
+}
+
+// ---------------------------------------------------------------------------------------
+// Paths and file text
+
+// A path from Python (str, bytes or os.PathLike) as the file system's bytes (os.fsencode),
+// so that a name that is not UTF-8 still names its file.
+inline std::filesystem::path file_path(nanobind::handle path) {
+  const nanobind::bytes raw =
+      nanobind::borrow<nanobind::bytes>(nanobind::module_::import_("os").attr("fsencode")(path));
+  return std::string(raw.c_str(), raw.size());
+}
+
+// A str of bytes from the file system: UTF-8, any other byte kept as a lone surrogate
+// (surrogateescape, as os.fsdecode and Python's file reading with that handler give it).
+inline nanobind::str file_text(std::string_view bytes) {
+  PyObject* text = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "surrogateescape");
+  if (text == nullptr) throw nanobind::python_error();
+  return nanobind::steal<nanobind::str>(text);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -116,6 +137,11 @@ void bind_tokenizers(nanobind::module_& m);
 void bind_chat(nanobind::module_& m);
 // RL prompts and the group batcher (rl.cpp).
 void bind_rl(nanobind::module_& m);
+// read_audit_log: the library's audit-log reader (audit.cpp).
+void bind_audit(nanobind::module_& m);
+// The rules of a preparation's output directory: its staging directory, the check that it
+// is absent or empty, the token dtype (output_dir.cpp).
+void bind_output_dir(nanobind::module_& m);
 // _prepare_text: the library's prepare-text with Python's encoder and parquet reader (prepare_text.cpp).
 void bind_prepare_text(nanobind::module_& m);
 // _inspect: the library's dataset inspection as a dict (inspect.cpp).

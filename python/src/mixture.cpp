@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "loader/config_values.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace nb = nanobind;
@@ -76,7 +77,7 @@ bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, c
       for (auto [k, v] : as_dict(where, item)) {
         const std::string name = nb::cast<std::string>(nb::str(k));
         if (name == "until_step") {
-          if (!v.is_none()) stage.until_step = std::stoll(value_text("until_step", v));
+          if (!v.is_none()) stage.until_step = parse_config_int("until_step", value_text("until_step", v));
         } else if (name == "weights") {
           for (auto [source, w] : as_dict(where + "['weights']", v)) {
             stage.weights.emplace_back(nb::cast<std::string>(nb::str(source)), weight_text(where, w));

@@ -11,6 +11,8 @@
 //   tokenizers.cpp      SpecialTokenIds, Tokenizer, make_tokenizer
 //   chat.cpp            the chat template's functions
 //   rl.cpp              RL prompts and the group batcher behind RLLoader
+//   audit.cpp           read_audit_log: the library's audit-log reader
+//   output_dir.cpp      a preparation's staging directory, output check and token dtype
 //   prepare_text.cpp    _prepare_text: prepare-text with Python's tokenizer and parquet reader
 //   inspect.cpp         _inspect: the library's dataset inspection as a dict (tokenfeed.inspect)
 #include <string>
@@ -41,6 +43,8 @@ NB_MODULE(_tokenfeed, m) {
   bind_tokenizers(m);
   bind_chat(m);
   bind_rl(m);
+  bind_audit(m);
+  bind_output_dir(m);
   bind_prepare_text(m);
   bind_inspect(m);
 }

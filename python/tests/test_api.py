@@ -156,6 +156,21 @@ def _source(name):
     return ast.parse((PACKAGE / name).read_text())
 
 
+# The package's pure-Python modules: those that define names __init__.py re-exports, then
+# the parts of tokenfeed.prepare and tokenfeed.prepare_text (hf_prepare and its modules by job).
+EXPORTING_MODULES = ("rl", "text_corpus", "_chat", "_prepare", "_torch", "_writer", "_inspection")
+OTHER_MODULES = ("_values", "_command", "hf_prepare", "_bad_record", "_hf_tokenizer", "_token_pieces",
+                 "_chat_template", "_loss_mask", "_conversation_reader", "_conversation_encoder", "_encode_pool")
+
+
+def _sources(names=EXPORTING_MODULES + OTHER_MODULES):
+    return {name: _source(name + ".py") for name in names}
+
+
+def _unannotated_in(sources):
+    return [problem for name, tree in sources.items() for problem in _unannotated(tree, name + ".py")]
+
+
 # Parameters as (name, kind, has a default), the kinds of inspect.Parameter.
 P = inspect.Parameter
 
@@ -348,11 +363,11 @@ def test_stubs_match_the_module():
     # function's and method's parameters (names, kinds, which have defaults).
     assert _stub_mismatches(_stub(), tokenfeed._tokenfeed) == []
     # Every exported name is typed: from the stub, or from annotated Python source.
-    init, rl, text_corpus = _source("__init__.py"), _source("rl.py"), _source("text_corpus.py")
-    inspection = _source("_inspection.py")
-    assert _untyped_exports(init, _stub(), {"rl": rl, "text_corpus": text_corpus, "_inspection": inspection}) == []
-    assert (_unannotated(init, "__init__.py") + _unannotated(rl, "rl.py") +
-            _unannotated(text_corpus, "text_corpus.py") + _unannotated(inspection, "_inspection.py")) == []
+    init, sources = _source("__init__.py"), _sources()
+    assert _untyped_exports(init, _stub(), sources) == []
+    assert _unannotated(init, "__init__.py") + _unannotated_in(sources) == []
+    # Every module of the package is checked: a new one must be added to the lists above.
+    assert {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__", "_cli"} == set(sources)
     for name in tokenfeed.__all__:
         assert hasattr(tokenfeed, name), name
 
@@ -378,17 +393,16 @@ def test_the_stub_checks_see_a_drift():
     assert any(p.startswith("names in the stub only: ['gone']") for p in problems), problems
     assert len(problems) == 4, problems
 
-    init = _source("__init__.py")
-    for node in init.body:
+    init, sources = _source("__init__.py"), _sources()
+    for node in sources["_chat"].body:
         if isinstance(node, ast.FunctionDef) and node.name == "plan_sft_window":
             node.args.args[1].annotation = None
+    for node in sources["_torch"].body:
         if isinstance(node, ast.FunctionDef) and node.name == "to_torch":
             node.name = "to_tensor"  # __all__'s to_torch is then defined nowhere
-    assert _unannotated(init, "__init__.py") == ["__init__.py: plan_sft_window has no annotation for ['S']"]
-    sources = {"rl": _source("rl.py"), "text_corpus": _source("text_corpus.py"),
-               "_inspection": _source("_inspection.py")}
+    assert _unannotated_in(sources) == ["_chat.py: plan_sft_window has no annotation for ['S']"]
     assert _untyped_exports(init, _stub(), sources) == [
-        "to_torch: from None, which declares no such name"]
+        "to_torch: from _torch, which declares no such name"]
 
 
 def test_use_loss_mask_defaults_to_auto(sft_dir, tmp_path):

@@ -16,7 +16,7 @@ import tokenfeed
 tokenizers = pytest.importorskip("tokenizers", reason="the [hf] extra (tokenizers) is not installed")
 pytest.importorskip("jinja2", reason="the [hf] extra (jinja2) is not installed")
 
-from tokenfeed import hf_prepare  # noqa: E402
+from tokenfeed import _chat_template, hf_prepare  # noqa: E402
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
             "<|end_header_id|>", "<|eot_id|>"]
@@ -754,7 +754,7 @@ def test_jinja2_older_than_3_1_6_is_refused(tokenizer_json, tmp_path, monkeypatc
 def test_a_rendering_past_the_size_limit_is_a_template_error(tokenizer_json, tmp_path, monkeypatch, template):
     import datetime
     import time
-    monkeypatch.setattr(hf_prepare, "MAX_RENDERED_CHARS", 50_000)
+    monkeypatch.setattr(_chat_template, "MAX_RENDERED_CHARS", 50_000)  # read where the rendering is
     hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, template))
     chat = hf_prepare.ChatTemplate(hf, datetime.datetime.now())
     started = time.monotonic()
@@ -804,7 +804,7 @@ def test_a_rendering_past_the_time_limit_is_a_template_error(tokenizer_json, tmp
     """Nested loops that output nothing are stopped by the time limit, not run for hours."""
     import datetime
     import time
-    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 0.5)
+    monkeypatch.setattr(_chat_template, "MAX_RENDER_SECONDS", 0.5)  # read where the rendering is
     template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHATML
     hf = hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "tok", tokenizer_json, template))
     chat = hf_prepare.ChatTemplate(hf, datetime.datetime.now())
@@ -813,6 +813,6 @@ def test_a_rendering_past_the_time_limit_is_a_template_error(tokenizer_json, tmp
         chat.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
     assert e.value.reason == "template_error"
     assert time.monotonic() - started < 5
-    monkeypatch.setattr(hf_prepare, "MAX_RENDER_SECONDS", 10.0)  # the next conversation has its own time
+    monkeypatch.setattr(_chat_template, "MAX_RENDER_SECONDS", 10.0)  # the next conversation has its own time
     assert hf_prepare.ChatTemplate(hf_prepare.HfTokenizer(tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)),
                                    datetime.datetime.now()).render([{"role": "user", "content": "hi"}])[0]

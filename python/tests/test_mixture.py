@@ -75,3 +75,16 @@ def test_bad_mixture_configs(sft_dir, stream_dir):
                                       stages=None))
     with pytest.raises(tokenfeed.ConfigError, match="names source 'code'"):
         tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(weights={"code": 1})]))
+
+
+def test_until_step_that_is_not_a_number(sft_dir, stream_dir):
+    # A stage's until_step goes through the config parser's own integer check, as the XML's
+    # <stage until_step="N"> does: ConfigError naming the key, never a bare C++ exception
+    # (std::invalid_argument, std::out_of_range) escaping as ValueError.
+    for bad in ("soon", "5 steps", "99999999999999999999", ""):
+        with pytest.raises(tokenfeed.ConfigError, match=f"config key 'until_step': expected an integer, got '{bad}'"):
+            tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(until_step=bad),
+                                                                        dict(weights={"chat": 1, "web": 1})]))
+    loader = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(until_step=" 5 "),
+                                                                         dict(weights={"chat": 1, "web": 1})]))
+    assert loader.get_batch().source_ids.size == 4

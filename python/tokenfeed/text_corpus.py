@@ -20,67 +20,36 @@ Both are in the ``[hf]`` extra: ``pip install 'tokenfeed[hf]'``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _tokenfeed as _core
 from ._command import clear_progress, run_command
-from ._tokenfeed import ConfigError, FormatError, IoError
+from ._hf_tokenizer import TokenizerDir, require, sha256_file, token_text
+from ._tokenfeed import ConfigError, FormatError
 
 _Path = Union[str, "os.PathLike[str]"]
-_EXTRA_HINT = "pip install 'tokenfeed[hf]'"
-
-
-def _require(module: str, what: str) -> Any:
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as e:
-        raise ConfigError(f"{what} needs the Python package '{module.split('.')[0]}' ({_EXTRA_HINT}): {e}") from e
 
 
 class HfTextEncoder:
     """A local Hugging Face tokenizer directory, for plain text: tokenizer.json (required) and
-    tokenizer_config.json (optional: eos_token, bos_token)."""
+    tokenizer_config.json (optional: eos_token, bos_token), read as ``tokenfeed.prepare``
+    reads them (``_hf_tokenizer.TokenizerDir``)."""
 
     def __init__(self, directory: _Path, eos_token: Optional[str], eos: bool, bos: bool) -> None:
-        directory = os.fspath(directory)
-        if not os.path.isdir(directory):
-            raise ConfigError(f"--hf-tokenizer '{directory}' is not a local directory (tokenfeed reads local files "
-                              "only; fetch tokenizer.json and tokenizer_config.json first)")
-        tokenizers = _require("tokenizers", "--hf-tokenizer")
-        self.tokenizer_json = os.path.join(directory, "tokenizer.json")
-        if not os.path.isfile(self.tokenizer_json):
-            raise IoError(f"--hf-tokenizer '{directory}' has no tokenizer.json (a Hugging Face fast tokenizer "
-                          "directory has one)")
-        try:
-            self.tokenizer = tokenizers.Tokenizer.from_file(self.tokenizer_json)
-        except Exception as e:  # the Rust side raises a plain Exception for a malformed file
-            raise FormatError(f"'{self.tokenizer_json}' is not a tokenizer the tokenizers library can load: {e}") from e
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
-        from .hf_prepare import _token_text  # the same reading as prepare's (imported here: it imports the package)
-        config: Dict[str, Any] = {}
-        config_json = os.path.join(directory, "tokenizer_config.json")
-        if os.path.isfile(config_json):
-            try:
-                with open(config_json, encoding="utf-8") as f:
-                    config = json.load(f)
-            except ValueError as e:
-                raise FormatError(f"'{config_json}' is not valid JSON: {e}") from e
-            if not isinstance(config, dict):
-                raise FormatError(f"'{config_json}' must hold a JSON object")
+        files = TokenizerDir(directory, config_required=False)
+        self.tokenizer, self.tokenizer_json, config = files.tokenizer, files.tokenizer_json, files.config
         # Only the tokens that are written are looked up: --no-eos works with any config.
-        self.eos_token = None if not eos else eos_token if eos_token is not None else _token_text(config.get("eos_token"))
-        self.bos_token = _token_text(config.get("bos_token")) if bos else None
+        self.eos_token = None if not eos else eos_token if eos_token is not None else token_text(config.get("eos_token"))
+        self.bos_token = token_text(config.get("bos_token")) if bos else None
         self.eos_id = self._id(self.eos_token, "--eos-token" if eos_token is not None else "eos_token")
         self.bos_id = self._id(self.bos_token, "bos_token")
         vocab = self.tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(self.tokenizer.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=-1) + 1)
         # encode_batch_fast (tokenizers >= 0.21) skips the offsets, which ids do not need.
         self._encode_batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        self.version = f"tokenizers {tokenizers.__version__}"
+        self.version = files.tokenizers_version
 
     def _id(self, token: Optional[str], what: str) -> Optional[int]:
         if token is None:
@@ -95,9 +64,8 @@ class HfTextEncoder:
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
 
     def identity(self) -> Dict[str, Any]:
-        from .hf_prepare import _sha256_file
         return {"kind": "huggingface", "model": os.path.realpath(self.tokenizer_json),
-                "sha256": _sha256_file(self.tokenizer_json), "version": self.version, "vocab_size": self.vocab_size,
+                "sha256": sha256_file(self.tokenizer_json), "version": self.version, "vocab_size": self.vocab_size,
                 "eos_token_id": self.eos_id, "bos_token_id": self.bos_id}
 
 
@@ -105,8 +73,8 @@ class ParquetColumn:
     """One text column of a parquet file, from a row on, a row group at a time."""
 
     def __init__(self, path: str, column: str, first_row: int) -> None:
-        pq = _require("pyarrow.parquet", "parquet input")
-        pa = _require("pyarrow", "parquet input")
+        pq = require("pyarrow.parquet", "parquet input")
+        pa = require("pyarrow", "parquet input")
         try:
             self.file = pq.ParquetFile(path)
         except Exception as e:

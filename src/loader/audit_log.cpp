@@ -56,9 +56,9 @@ void append_escaped(std::string& out, char c) {
   out.push_back(kHex[byte & 0xf]);
 }
 
-// Values holding a separator, a quote, a backslash or a control character are quoted, with
-// '"' and '\\' backslash-escaped and control characters escaped.
-std::string quote_if_needed(std::string_view value) {
+}  // namespace
+
+std::string audit_value_text(std::string_view value) {
   const bool plain = !value.empty() && value.find_first_of(" ,|\"=\\") == std::string_view::npos &&
                      std::none_of(value.begin(), value.end(), is_control);
   if (plain) return std::string(value);
@@ -75,9 +75,7 @@ std::string quote_if_needed(std::string_view value) {
   return quoted;
 }
 
-// Keys and actions are tokenfeed's own names; escaped all the same, so that no field of a
-// line can hold a raw control character.
-std::string escape_name(std::string_view name) {
+std::string audit_name_text(std::string_view name) {
   std::string out;
   for (const char c : name) {
     if (is_control(c)) {
@@ -88,8 +86,6 @@ std::string escape_name(std::string_view name) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string format_id_list(const std::vector<std::uint64_t>& ids) {
   std::string text = "[";
@@ -123,8 +119,8 @@ AuditLog::~AuditLog() {
 
 void AuditLog::write(std::string_view action, const Fields& fields) {
   if (file_ == nullptr) return;
-  std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + escape_name(action);
-  for (const auto& [key, value] : fields) line += " | " + escape_name(key) + "=" + quote_if_needed(value);
+  std::string line = utc_timestamp(false) + " | TRAINING | INFO | action=" + audit_name_text(action);
+  for (const auto& [key, value] : fields) line += " | " + audit_name_text(key) + "=" + audit_value_text(value);
   line.push_back('\n');
   MutexLock lock(mutex_);
   const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;

@@ -11,9 +11,10 @@
 
 #include <pugixml.hpp>
 
+#include "io/regular_file.hpp"
+#include "loader/config_values.hpp"
 #include "loader/launcher_ranks.hpp"
 #include "sampling/mixture_schedule.hpp"
-#include "io/regular_file.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -33,7 +34,9 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::int64_t parse_int(std::string_view key, std::string_view text) {
+}  // namespace
+
+std::int64_t parse_config_int(std::string_view key, std::string_view text) {
   const std::string_view t = trim(text);
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
@@ -42,6 +45,10 @@ std::int64_t parse_int(std::string_view key, std::string_view text) {
   }
   return value;
 }
+
+namespace {
+
+std::int64_t parse_int(std::string_view key, std::string_view text) { return parse_config_int(key, text); }
 
 // Sizes that are absent until set: a value given must be positive (0 would read as "absent").
 std::int64_t parse_positive(std::string_view key, std::string_view text) {
