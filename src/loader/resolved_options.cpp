@@ -66,6 +66,23 @@ void settle_ranks(Config& config, ResolvedOptions& r) {
   global_batch_size(config);
 }
 
+// decode_threads 0: this process's share of the CPUs it may use, and where it came from;
+// the local ranks with it.
+void settle_decode_threads(Config& config, ResolvedOptions& r) {
+  // The local ranks are read even when nothing below uses them, so that a bad variable is
+  // an error at open, not a silently undivided memory budget.
+  const LocalRanks local_ranks = resolve_local_ranks();
+  if (config.decode_threads == 0) {
+    // This process's share of the CPUs it may use; one of them is the trainer's.
+    const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget());
+    config.decode_threads = threads.threads;
+    r.decode_threads_source = threads.source;
+  } else {
+    r.decode_threads_source = "config";
+  }
+  r.local_ranks = local_ranks;
+}
+
 }  // namespace
 
 std::uint64_t global_batch_size(const Config& config) {
@@ -103,18 +120,7 @@ ResolvedOptions resolve_options(Config config) {
   validate_config(config);
   ResolvedOptions r;
   settle_ranks(config, r);
-  // The local ranks are read even when nothing below uses them, so that a bad variable is
-  // an error at open, not a silently undivided memory budget.
-  const LocalRanks local_ranks = resolve_local_ranks();
-  if (config.decode_threads == 0) {
-    // This process's share of the CPUs it may use; one of them is the trainer's.
-    const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget());
-    config.decode_threads = threads.threads;
-    r.decode_threads_source = threads.source;
-  } else {
-    r.decode_threads_source = "config";
-  }
-  r.local_ranks = local_ranks;
+  settle_decode_threads(config, r);
   r.config = std::move(config);
   if (r.mixture()) return r;
   Config& c = r.config;
