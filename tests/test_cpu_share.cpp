@@ -6,10 +6,14 @@
 
 #include <sched.h>
 
+#include <mutex>
+
 #include "loader/launcher_ranks.hpp"
 #include "loader/resolved_options.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/config.hpp"
+#include "tokenfeed/loader.hpp"
+#include "tokenfeed/log.hpp"
 
 using namespace tokenfeed;
 using namespace tokenfeed::test;
@@ -176,4 +180,32 @@ TEST_CASE("cpu share: this process's affinity mask bounds the default (taskset)"
   REQUIRE(sched_setaffinity(0, sizeof saved, &saved) == 0);
   CHECK(narrowed.affinity_cpus == 1);
   CHECK(read_cpu_budget().affinity_cpus == CPU_COUNT(&saved));
+}
+
+TEST_CASE("cpu share: the open line says the decode threads and where they came from, the memory refusal its share") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(16, {5, 9}));
+  Config config = make_config(dir.path(), 2, 8);
+  config.decode_threads = 0;
+  std::mutex mutex;
+  std::string opened;
+  const LogHandler previous = set_log_handler([&](LogLevel, std::string_view line) {
+    const std::lock_guard lock(mutex);
+    if (line.find("[tokenfeed] opened ") != std::string_view::npos) opened = line;
+  });
+  {
+    const ScopedEnv env(kLocalSizeVariables, {{"LOCAL_WORLD_SIZE", "4096"}});
+    const Loader loader(config);
+  }
+  set_log_handler(previous);
+  CHECK(opened.find(" decode_threads=1 (") != std::string::npos);
+  CHECK(opened.find("/ 4096 local ranks (LOCAL_WORLD_SIZE) - 1 for the trainer)") != std::string::npos);
+
+  // Half the memory over 2^20 ranks is a few MiB at most: 8 x 65536 positions do not fit.
+  Config big = make_config(dir.path(), 8, 65536);
+  const ScopedEnv env(kLocalSizeVariables, {{"LOCAL_WORLD_SIZE", "1048576"}});
+  const std::string message = error_of([&] { const Loader loader(big); });
+  CAPTURE(message);
+  CHECK(message.find("max_memory_mb=") != std::string::npos);
+  CHECK(message.find("divided by 1048576 local ranks (LOCAL_WORLD_SIZE)") != std::string::npos);
 }

@@ -22,7 +22,9 @@ namespace {
 // The split set `config` describes: a mixture, or one dataset settled by resolve_options.
 std::unique_ptr<SplitSet> open_split_set(Config config) {
   ResolvedOptions settled = resolve_options(std::move(config));
-  if (settled.mixture()) return std::make_unique<Mixture>(std::move(settled.config));
+  if (settled.mixture()) {
+    return std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source));
+  }
   return std::make_unique<SingleDataset>(std::move(settled));
 }
 

@@ -2,9 +2,21 @@
 
 #include <cstdint>
 
+#include "loader/launcher_ranks.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
+
+namespace {
+
+// ", divided by N local ranks (VARIABLE)" when the job has several processes on this node.
+std::string per_local_rank() {
+  const LocalRanks ranks = resolve_local_ranks();
+  if (ranks.count == 1) return "";
+  return ", divided by " + std::to_string(ranks.count) + " local ranks (" + ranks.source + ")";
+}
+
+}  // namespace
 
 SplitPipeline::Depths pool_depths(const Config& config, const detail::BatchShape& shape) {
   return SplitPipeline::plan_depths(
@@ -31,7 +43,7 @@ void check_memory_bound(const Config& config, const std::vector<std::pair<std::s
                 "the batch buffers need " + std::to_string(total >> 20) + " MiB (" + parts + "; prefetch_depth plus " +
                     std::to_string(held) +
                     " batches the trainer may hold), more than max_memory_mb=" + std::to_string(limit_mb) +
-                    (config.max_memory_mb == 0 ? " (auto: half of the physical memory)" : "") +
+                    (config.max_memory_mb == 0 ? " (auto: half of the physical memory" + per_local_rank() + ")" : "") +
                     "; lower prefetch_depth, batch_size or block_size, or raise max_memory_mb");
   }
 }

@@ -144,7 +144,8 @@ void MixtureSplit::follow_source_epochs(std::size_t i, std::uint64_t before, std
 
 // ---- Mixture ----
 
-Mixture::Mixture(Config config) : config_(std::move(config)) {
+Mixture::Mixture(Config config, std::string decode_threads_source)
+    : config_(std::move(config)), decode_threads_source_(std::move(decode_threads_source)) {
   open_members();
   make_schedule();
   for (const char* name : kSplitNames) open_split(name);
@@ -270,7 +271,8 @@ void Mixture::announce_open() {
     line += " " + names_[i] + "(weight=" + config_.mixture[i].weight + " mode=" + to_string(c.dataset_mode) +
             " dir=" + c.dataset_dir.string() + ")";
   }
-  line += " stages=" + std::to_string(schedule_->stages());
+  line += " stages=" + std::to_string(schedule_->stages()) +
+          " decode_threads=" + std::to_string(config_.decode_threads) + " (" + decode_threads_source_ + ")";
   log_line(LogLevel::info, line);
 
   audit_ = std::make_unique<AuditTrail>(config_);

@@ -66,9 +66,10 @@ class MixtureSplit final : public LoaderSplit {
 
 class Mixture final : public SplitSet {
  public:
-  // REQUIRES: `config` validated with its ranks settled (resolve_options). Opens every
-  // source; throws Error naming the source that fails.
-  explicit Mixture(Config config);
+  // REQUIRES: `config` validated with its ranks and decode_threads settled (resolve_options;
+  // `decode_threads_source` says where the threads came from, for the open line). Opens
+  // every source; throws Error naming the source that fails.
+  Mixture(Config config, std::string decode_threads_source);
 
   const Config& config() const noexcept override { return config_; }
   const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
@@ -77,6 +78,7 @@ class Mixture final : public SplitSet {
 
  private:
   Config config_;
+  std::string decode_threads_source_;
   DatasetMetadata no_metadata_;
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<SingleDataset>> members_;

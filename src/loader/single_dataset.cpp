@@ -103,7 +103,8 @@ void SingleDataset::announce_open() {
         " " + name + "=" + std::to_string(split->data().sampler->kept_size()) + "_" + split->description().unit.plural;
   }
   line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " rank=" + std::to_string(c.rank) +
-          " world_size=" + std::to_string(c.world_size) + " (" + settled_.rank_source + ")";
+          " world_size=" + std::to_string(c.world_size) + " (" + settled_.rank_source + ")" +
+          " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
   if (settled_.episode_mode()) line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
   const AuditLog& log = audit_->log();
   line += " audit_log=" + (log.enabled() ? log.path().string() : std::string("off"));
