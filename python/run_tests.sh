@@ -94,7 +94,7 @@ pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
 log "test and build requirements"
 # numpy: Debian's python3-numpy when it is there (torch 1.13 is built against it; pip
 # leaves an installed numpy alone), else PyPI's.
-pip_install numpy pytest "scikit-build-core>=0.10,<2" "nanobind>=2.0,<4"
+pip_install numpy pytest "scikit-build-core>=0.10,<2" "nanobind>=2.0,<4" "lizard>=1.17"
 # The Hugging Face preparation (the package's [hf] extra: tokenizers, jinja2, pyarrow) and
 # transformers, which its tests compare against; pip is skipped once they import.
 if ! "$PY" -c "import tokenizers, jinja2, pyarrow, transformers" 2>/dev/null; then
