@@ -41,7 +41,12 @@ def test_two_thousand_loaders_leak_nothing(sft_dir):
         cycle()
     gc.collect()
     after = proc_counts()
-    assert after["Threads"] <= before["Threads"], (before, after)
+    # oneTBB starts its worker threads lazily, one when an arena next asks for one, and keeps
+    # them: the two splits' arenas (decode_threads=2 each) may raise the pool by that many at
+    # any point of the run, which timing decides (seen at cycle 400 or 1,600, then steady). A
+    # thread leaked per loader, or per hundred, would show as tens or hundreds.
+    pool_growth = 2 * 2
+    assert after["Threads"] <= before["Threads"] + pool_growth, (before, after)
     assert after["fds"] <= before["fds"], (before, after)
     assert after["maps"] <= before["maps"] + 8, (before, after)
     assert after["VmRSS"] <= before["VmRSS"] + 16 * 1024, (before, after)
