@@ -110,8 +110,8 @@ LocalRanks resolve_local_ranks() {
     if (!text) continue;
     const std::int64_t count =
         env_int(name, *text,
-                "the processes on this node, over which the default decode_threads and max_memory_mb are shared; "
-                "set those keys to override");
+                "the job's processes on this node, over which the default decode_threads and max_memory_mb are "
+                "shared; unset it or give a count");
     if (count < 1 || count > kMaxLocalRanks) {
       throw Error(ErrorKind::config, "environment variable " + std::string(name) + "=" + std::to_string(count) +
                                          " must be in [1, " + std::to_string(kMaxLocalRanks) +
