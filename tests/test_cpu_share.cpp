@@ -131,7 +131,7 @@ TEST_CASE("cpu share: the loader's defaults follow the local ranks (decode threa
   write_split(dir.path(), "train", numbered_episodes(16, {5, 9}));
   Config config = make_config(dir.path(), 2, 8);
   config.decode_threads = 0;  // the default
-  const std::int64_t cpus = default_decode_threads(read_cpu_budget()).threads;
+  const std::int64_t cpus = default_decode_threads(read_cpu_budget(resolve_local_ranks())).threads;
   {
     const ScopedEnv env(kLocalSizeVariables, {});
     const ResolvedOptions alone = resolve_options(config);
@@ -176,10 +176,10 @@ TEST_CASE("cpu share: this process's affinity mask bounds the default (taskset)"
     }
   }
   REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
-  const CpuBudget narrowed = read_cpu_budget();
+  const CpuBudget narrowed = read_cpu_budget(resolve_local_ranks());
   REQUIRE(sched_setaffinity(0, sizeof saved, &saved) == 0);
   CHECK(narrowed.affinity_cpus == 1);
-  CHECK(read_cpu_budget().affinity_cpus == CPU_COUNT(&saved));
+  CHECK(read_cpu_budget(resolve_local_ranks()).affinity_cpus == CPU_COUNT(&saved));
 }
 
 TEST_CASE("cpu share: the open line says the decode threads and where they came from, the memory refusal its share") {

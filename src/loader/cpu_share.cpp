@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tokenfeed {
@@ -147,9 +148,9 @@ DecodeThreadsDefault default_decode_threads(const CpuBudget& budget) {
   return {std::max<std::int64_t>(1, share - 1), source};
 }
 
-CpuBudget read_cpu_budget() {
+CpuBudget read_cpu_budget(LocalRanks local_ranks) {
   CpuBudget budget;
-  budget.local_ranks = resolve_local_ranks();
+  budget.local_ranks = std::move(local_ranks);
   budget.affinity_cpus = affinity_cpu_count();
   std::ifstream in("/proc/self/cgroup");
   std::stringstream text;

@@ -47,8 +47,8 @@ struct DecodeThreadsDefault {
 };
 DecodeThreadsDefault default_decode_threads(const CpuBudget& budget);
 
-// The budget of this process: its affinity, its cgroups' quotas, the launcher's local ranks.
-// Throws Error(config) for a local-ranks variable that is no valid count.
-CpuBudget read_cpu_budget();
+// The budget of this process: its affinity and its cgroups' quotas, shared by `local_ranks`
+// (resolve_local_ranks, which the caller has already read).
+CpuBudget read_cpu_budget(LocalRanks local_ranks);
 
 }  // namespace tokenfeed

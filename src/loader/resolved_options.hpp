@@ -51,7 +51,6 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "loader/fingerprint.hpp"
-#include "loader/launcher_ranks.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
@@ -77,7 +76,6 @@ struct ResolvedOptions {
   // How decode_threads was settled: "config", or the CPU share it came from
   // (default_decode_threads), for the open line.
   std::string decode_threads_source;
-  LocalRanks local_ranks;  // the processes of the job on this node (resolve_local_ranks)
 
   bool mixture() const noexcept { return !config.mixture.empty(); }
   // The SFT modes read episode-indexed datasets.
