@@ -213,10 +213,16 @@ struct SplitPipeline::Impl {
   // stopped_error() after stop().
   bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
     const Clock::duration spin_for = spin_budget();
-    while (Clock::now() - start < spin_for) {
-      if (stopping.load(std::memory_order_acquire)) throw stopped_error();
-      if (ring.read_available() > 0) return true;
-      for (int i = 0; i < 16; ++i) spin_pause();
+    if (spin_for > Clock::duration::zero()) {
+      while (Clock::now() - start < spin_for) {
+        if (stopping.load(std::memory_order_acquire)) throw stopped_error();
+        if (ring.read_available() > 0) {
+          spin_record.caught();
+          return true;
+        }
+        for (int i = 0; i < 16; ++i) spin_pause();
+      }
+      spin_record.missed();
     }
     const std::size_t want = batches_to_wake_for();
     wake_at.store(want, std::memory_order_seq_cst);
@@ -258,9 +264,41 @@ struct SplitPipeline::Impl {
   // the decoders (see kMinSpin).
   const bool spin;
 
-  // How long pop() spins before it sleeps (see kMinSpin).
-  Clock::duration spin_budget() const noexcept {
-    if (!spin) return Clock::duration::zero();
+  // Whether spinning pays here and now. A spin only helps while a decoder runs on another
+  // core; when the process's threads do not fit its CPUs (other ranks, a busy neighbour
+  // process, a quota), the decoder the trainer waits for is itself waiting for a core, and
+  // the spin takes that core's time from it. Such spins miss, so after kMissesToPause
+  // misses in a row the trainer sleeps at once for the next `pause` waits (64, doubling at
+  // each new run of misses up to 4096, back to 64 after a catch), then tries again.
+  // Trainer's thread only.
+  struct SpinRecord {
+    static constexpr std::uint32_t kMissesToPause = 2;
+    static constexpr std::uint32_t kMinPause = 64, kMaxPause = 4096;
+    std::uint32_t misses = 0;  // in a row
+    std::uint32_t pause = kMinPause;
+    std::uint32_t skip_left = 0;  // waits left that sleep at once
+
+    bool skip() noexcept {
+      if (skip_left == 0) return false;
+      --skip_left;
+      return true;
+    }
+    void caught() noexcept {
+      misses = 0;
+      pause = kMinPause;
+    }
+    void missed() noexcept {
+      if (++misses < kMissesToPause) return;
+      misses = 0;
+      skip_left = pause;
+      pause = std::min(2 * pause, kMaxPause);
+    }
+  };
+  SpinRecord spin_record;
+
+  // How long pop() spins before it sleeps (see kMinSpin and SpinRecord).
+  Clock::duration spin_budget() noexcept {
+    if (!spin || spin_record.skip()) return Clock::duration::zero();
     const double run_us = 2.0 * static_cast<double>(run) * auto_controller.mean_decode_us() /
                           static_cast<double>(std::max<std::size_t>(options.threads, 1));
     const auto us = std::chrono::microseconds(static_cast<std::int64_t>(run_us));
