@@ -156,7 +156,6 @@ TEST_CASE("mixture weights: every source capped, or no tokens at all, is an erro
                        Error);
   CHECK_NOTHROW(weights_from_sizes(all_capped, 0.3, 10));  // at 10 rows neither cap binds
   const std::vector<SizedSource> empty = {sized("x", 0), sized("y", 0)};
-  CHECK_THROWS_WITH_AS(weights_from_sizes(empty, 1.0, std::nullopt), doctest::Contains("no source has tokens"),
-                       Error);
+  CHECK_THROWS_WITH_AS(weights_from_sizes(empty, 1.0, std::nullopt), doctest::Contains("no source has tokens"), Error);
   CHECK_THROWS_WITH_AS(weights_from_sizes(empty, 1.0, std::nullopt), doctest::Contains("'x', 'y'"), Error);
 }

@@ -17,16 +17,16 @@
 namespace tokenfeed {
 
 struct SizedSource {
-  std::string name;             // for messages
-  std::uint64_t tokens = 0;     // tokens of its train split; 0: the source gets weight 0
+  std::string name;                  // for messages
+  std::uint64_t tokens = 0;          // tokens of its train split; 0: the source gets weight 0
   std::uint64_t rows_per_epoch = 0;  // rows of one epoch of its train split (for max_epochs)
   std::optional<double> max_epochs;  // UniMax cap; REQUIRES: > 0 and planned_rows given
 };
 
 struct WeightFromSize {
-  std::string text;        // the share as an exact decimal with 6 decimals, e.g. "0.412300"
+  std::string text;              // the share as an exact decimal with 6 decimals, e.g. "0.412300"
   std::uint64_t millionths = 0;  // the same share in units of 1e-6 (all sources sum to 10^6)
-  bool capped = false;     // its share was capped by max_epochs
+  bool capped = false;           // its share was capped by max_epochs
   // Epochs it repeats over the planned rows at its rounded share: planned_rows * share /
   // rows_per_epoch; nullopt without planned rows or when rows_per_epoch is 0.
   std::optional<double> planned_epochs;
