@@ -596,6 +596,25 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("inspect", "--config", config, "--steps", "9223372036854775807")
     check(r.returncode == 2 and "inspect --steps 9223372036854775807: must be in [1, 10000000]" in r.stderr
           and time.monotonic() - started < 30, f"inspect --steps 2^63-1: {r.returncode} {r.stderr}")
+    # Weights from dataset sizes: chat has 69 tokens (12 rows an epoch), code 30 (5 rows);
+    # proportional to size code would take 30/99 of the 40 planned rows, more than its 2
+    # epochs (10 rows): capped at 0.25, chat takes the rest.
+    sized = os.path.join(tmp, "sized.xml")
+    with open(sized, "w") as f:
+        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
+                "<mixture temperature=\"1\" planned_steps=\"10\"><source name=\"chat\" dataset_dir=\"chat\" "
+                "weight=\"auto\"/><source name=\"code\" dataset_dir=\"code\" weight=\"auto\" max_epochs=\"2\"/>"
+                "</mixture></training>")
+    r = run("inspect", "--config", sized, "--steps", "20")
+    check(r.returncode == 0, f"inspect --config of auto weights failed: {r.stderr}")
+    for needle in ("weights from dataset sizes: temperature 1, planned_steps 10",
+                   "chat                         69           12   0.750000     no          2.500          5.000",
+                   "code                         30            5   0.250000    yes          2.000          4.000",
+                   "75.00%", "25.00%"):
+        check(needle in r.stdout, f"inspect --config of auto weights should print {needle!r}: {r.stdout}")
+    check("chat(weight=0.750000" in r.stdout and
+          "from_sizes(temperature=1 planned_steps=10 chat:tokens=69 epochs=2.500 code:tokens=30 epochs=2.000 capped)"
+          in r.stdout, f"the open line names the computed weights: {r.stdout}")
     # With a document-aware token-stream source, dump writes the document fields too: the
     # stream rows' doc_ids restart after each end-of-text (id 0 here), the episode rows' are 0.
     web = os.path.join(tmp, "web")

@@ -1,11 +1,13 @@
 // `tokenfeed inspect --config FILE --steps N`: what a mixture's first N steps hold, per
 // stage: each source's share of rows, of real tokens and of trained tokens, and the epoch
-// each source reaches. Reads the batches the loader would give this config's rank.
+// each source reaches, after the weights from dataset sizes when the weights are "auto".
+// Reads the batches the loader would give this config's rank.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "inspect/mixture_sizes_report.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -45,6 +47,37 @@ Counts row_counts(const Batch& b, std::size_t r, std::size_t& sequence) {
   const bool trailing_padding = !last_weighted && last_begin > r * T;
   c.real = trailing_padding ? last_begin - r * T : T;
   return c;
+}
+
+// Weights from dataset sizes, from the loader's own computation: per source its tokens, rows
+// of an epoch, weight, whether max_epochs capped it, and the epochs it repeats over the
+// planned steps and over the `steps` inspected (all ranks), at its weight.
+void print_weights_from_sizes(const Config& config, const Config& resolved, std::uint64_t steps) {
+  const std::vector<SizedWeight> weights = mixture_weights_from_sizes(config);
+  if (weights.empty()) return;
+  const double rows =
+      static_cast<double>(steps) * static_cast<double>(resolved.batch_size) * static_cast<double>(resolved.world_size);
+  std::printf("weights from dataset sizes: temperature %g", config.mixture_temperature.value_or(1.0));
+  if (config.mixture_planned_steps)
+    std::printf(", planned_steps %lld", static_cast<long long>(*config.mixture_planned_steps));
+  std::printf("\n  %-16s %14s %12s %10s %6s %14s %14s\n", "source", "tokens", "rows/epoch", "weight", "capped",
+              "epochs_planned", "epochs_steps");
+  for (const SizedWeight& w : weights) {
+    std::string planned = "-", inspected = "-";
+    char number[64];
+    if (w.weight.planned_epochs) {
+      std::snprintf(number, sizeof number, "%.3f", *w.weight.planned_epochs);
+      planned = number;
+    }
+    if (w.rows_per_epoch > 0) {
+      std::snprintf(number, sizeof number, "%.3f",
+                    rows * static_cast<double>(w.weight.millionths) / 1e6 / static_cast<double>(w.rows_per_epoch));
+      inspected = number;
+    }
+    std::printf("  %-16s %14llu %12llu %10s %6s %14s %14s\n", w.name.c_str(), static_cast<unsigned long long>(w.tokens),
+                static_cast<unsigned long long>(w.rows_per_epoch), w.weight.text.c_str(),
+                w.weight.capped ? "yes" : "no", planned.c_str(), inspected.c_str());
+  }
 }
 
 }  // namespace
@@ -91,6 +124,7 @@ void inspect_mixture(const std::string& config_file, long steps) {
               config_file.c_str(), names.size(), first.size(), static_cast<unsigned long long>(n),
               static_cast<long long>(loader.config().rank), static_cast<long long>(config.batch_size),
               static_cast<long long>(config.block_size));
+  print_weights_from_sizes(config, loader.config(), n);
   for (std::size_t s = 0; s < first.size(); ++s) {
     const std::uint64_t begin = first[s];
     if (begin >= n) {

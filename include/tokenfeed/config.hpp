@@ -70,6 +70,9 @@ struct MixtureSource {
   // epoch_seed, epoch_shuffle, episode_min_tokens, document_aware, eos_token_id,
   // truncation, token_dtype, mask_dtype, pack_lookahead.
   std::vector<std::pair<std::string, std::string>> keys;
+  // UniMax cap for a weight "auto" (docs/mixtures.md, "Weights from dataset sizes"): the
+  // source repeats at most this many epochs over Config::mixture_planned_steps. Absent: no cap.
+  std::optional<double> max_epochs = std::nullopt;
 };
 
 // A stage of a mixture's schedule: <stage until_step="N"><weight source="NAME">W</weight>...</stage>.
@@ -94,6 +97,12 @@ struct Config {
   std::vector<MixtureSource> mixture;
   // The mixture's schedule; empty: the sources' weights hold for ever.
   std::vector<MixtureStage> stages;
+  // Weights from dataset sizes (<mixture temperature="A" planned_steps="N">, docs/mixtures.md):
+  // a source weight "auto" is proportional to its train split's tokens to the power A, in
+  // [0, 1]; planned_steps is the run's length in global steps that max_epochs caps count
+  // over. A loader's config() holds the computed weights instead, with these two absent.
+  std::optional<double> mixture_temperature;
+  std::optional<std::int64_t> mixture_planned_steps;
 
   DatasetMode dataset_mode = DatasetMode::auto_detect;
 

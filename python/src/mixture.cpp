@@ -12,10 +12,12 @@ namespace {
 
 std::string repr_of(nb::handle value) { return nb::cast<std::string>(nb::repr(value)); }
 
-// A weight's exact text: a float by its shortest round-trip decimal (repr), so 0.1 is "0.1".
-std::string weight_text(const std::string& where, nb::handle value) {
+// A number's exact text: a float by its shortest round-trip decimal (repr), so 0.1 is "0.1".
+// `what` names the value in errors ("weight", "max_epochs").
+std::string number_text(const std::string& where, nb::handle value, const char* what = "weight") {
   PyObject* v = value.ptr();
-  if (PyBool_Check(v)) throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+  const std::string wrong = where + ": " + what + " must be a number, got " + repr_of(value);
+  if (PyBool_Check(v)) throw Error(ErrorKind::config, wrong);
   if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
   if (PyFloat_Check(v)) {
     std::string text = repr_of(value);
@@ -23,7 +25,22 @@ std::string weight_text(const std::string& where, nb::handle value) {
     return text;
   }
   if (PyLong_Check(v) || PyIndex_Check(v)) return nb::cast<std::string>(nb::str(value));
-  throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+  throw Error(ErrorKind::config, wrong);
+}
+
+// mixture_temperature and mixture_planned_steps (<mixture temperature planned_steps> in
+// XML), read by the XML parser's own checks. True when `key` is one of them.
+bool apply_weights_from_sizes_key(Config& config, std::string_view key, nb::handle value) {
+  const std::string where = "config key '" + std::string(key) + "'";
+  if (key == "mixture_temperature") {
+    config.mixture_temperature = parse_config_number("mixture_temperature", number_text(where, value, "the value"));
+    return true;
+  }
+  if (key == "mixture_planned_steps") {
+    config.mixture_planned_steps = parse_config_int("mixture_planned_steps", number_text(where, value, "the value"));
+    return true;
+  }
+  return false;
 }
 
 nb::list as_list(const char* key, nb::handle value) {
@@ -41,6 +58,7 @@ nb::dict as_dict(const std::string& where, nb::handle value) {
 }  // namespace
 
 bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, const ValueText& value_text) {
+  if (apply_weights_from_sizes_key(config, key, value)) return true;
   if (key == "mixture") {
     config.mixture.clear();
     std::size_t i = 0;
@@ -53,8 +71,10 @@ bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, c
         if (name == "name") {
           source.name = nb::cast<std::string>(nb::str(v));
         } else if (name == "weight") {
-          source.weight = weight_text(where, v);
+          source.weight = number_text(where, v);
           has_weight = true;
+        } else if (name == "max_epochs") {
+          source.max_epochs = parse_config_number(where + " max_epochs", number_text(where, v, "max_epochs"));
         } else {
           std::string text = value_text(name, v);
           if (name == "dataset_dir" && std::filesystem::path(text).is_relative()) {
@@ -80,7 +100,7 @@ bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, c
           if (!v.is_none()) stage.until_step = parse_config_int("until_step", value_text("until_step", v));
         } else if (name == "weights") {
           for (auto [source, w] : as_dict(where + "['weights']", v)) {
-            stage.weights.emplace_back(nb::cast<std::string>(nb::str(source)), weight_text(where, w));
+            stage.weights.emplace_back(nb::cast<std::string>(nb::str(source)), number_text(where, w));
           }
         } else {
           throw Error(ErrorKind::config, where + ": unknown key '" + name + "' (a stage has until_step and weights)");

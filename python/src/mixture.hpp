@@ -15,10 +15,13 @@ namespace tokenfeed::python {
 // How a config value becomes its XML text (config.cpp's rule for every key).
 using ValueText = std::function<std::string(std::string_view key, nanobind::handle value)>;
 
-// True when `key` is "mixture" or "stages" (then applied to `config`), false otherwise.
+// True when `key` is "mixture", "stages", "mixture_temperature" or "mixture_planned_steps"
+// (then applied to `config`), false otherwise.
 //   mixture: [{"name": "chat", "dataset_dir": "data/chat", "weight": 3, "epoch_seed": 7, ...}, ...]
-//            every key but name and weight is a per-dataset key (Config::MixtureSource::keys);
-//            a relative dataset_dir resolves against the working directory.
+//            every key but name, weight and max_epochs is a per-dataset key
+//            (Config::MixtureSource::keys); a relative dataset_dir resolves against the
+//            working directory. A weight may be "auto" (weights from dataset sizes).
+//   mixture_temperature: 0.3, mixture_planned_steps: 100000 (<mixture temperature planned_steps>)
 //   stages:  [{"until_step": 2000}, {"weights": {"chat": 1, "web": 1}}]
 // Weights may be int, float (its shortest decimal text, repr) or str. Throws Error(config)
 // naming the entry for a value of the wrong type.

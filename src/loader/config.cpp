@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -42,6 +43,16 @@ std::int64_t parse_config_int(std::string_view key, std::string_view text) {
   const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
   if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
     config_error("config key '" + std::string(key) + "': expected an integer, got '" + std::string(t) + "'");
+  }
+  return value;
+}
+
+double parse_config_number(std::string_view key, std::string_view text) {
+  const std::string_view t = trim(text);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size() || !std::isfinite(value)) {
+    config_error("config key '" + std::string(key) + "': expected a number, got '" + std::string(t) + "'");
   }
   return value;
 }
@@ -276,14 +287,97 @@ std::string source_keys_text() {
   return text;
 }
 
+// ---- Weights from dataset sizes: <mixture temperature planned_steps>, <source max_epochs> ----
+
+// <mixture>'s own attributes (replacing an inherited mixture's); validate_weights_from_sizes
+// checks their values.
+void apply_mixture_attributes(Config& config, pugi::xml_node mixture, const std::string& origin) {
+  config.mixture_temperature.reset();
+  config.mixture_planned_steps.reset();
+  for (const pugi::xml_attribute attr : mixture.attributes()) {
+    const std::string_view name = attr.name();
+    if (name == "temperature") {
+      config.mixture_temperature = parse_config_number("temperature", attr.value());
+    } else if (name == "planned_steps") {
+      config.mixture_planned_steps = parse_int("planned_steps", attr.value());
+    } else {
+      config_error(origin + ": unknown attribute '" + std::string(name) +
+                   "' on <mixture> (it takes temperature and planned_steps)");
+    }
+  }
+}
+
+// A source's numeric attribute, the error naming the source.
+double source_number(const std::string& who, const std::string& key, std::string_view text) {
+  try {
+    return parse_config_number(key, text);
+  } catch (const Error& e) {
+    config_error(who + ": " + e.what());
+  }
+}
+
+std::string number_text(double value) {
+  char buffer[32];
+  const auto result = std::to_chars(std::begin(buffer), std::end(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// The rules of weights from dataset sizes (docs/mixtures.md): "auto" weights need a
+// temperature in [0, 1] and are all or nothing; max_epochs (> 0) is for auto weights and
+// needs planned_steps (> 0); neither mixture attribute is given for nothing; stages give
+// explicit weights only.
+void validate_weights_from_sizes(const Config& c) {
+  const auto is_auto = [](const MixtureSource& s) { return s.weight == "auto"; };
+  const bool any_auto = std::any_of(c.mixture.begin(), c.mixture.end(), is_auto);
+  const bool any_cap = std::any_of(c.mixture.begin(), c.mixture.end(), [](const auto& s) { return s.max_epochs; });
+  if (c.mixture_temperature && !(*c.mixture_temperature >= 0.0 && *c.mixture_temperature <= 1.0)) {
+    config_error(
+        "mixture temperature must be in [0, 1] (the exponent of each source's token count: 0 uniform, 1 "
+        "proportional to size), got " +
+        number_text(*c.mixture_temperature));
+  }
+  if (c.mixture_planned_steps && *c.mixture_planned_steps <= 0) {
+    config_error("mixture planned_steps must be > 0, got " + std::to_string(*c.mixture_planned_steps));
+  }
+  for (const MixtureSource& source : c.mixture) {
+    const std::string who = "mixture source '" + source.name + "'";
+    if (is_auto(source) && !c.mixture_temperature) {
+      config_error(who + ": weight 'auto' needs <mixture temperature=\"A\"> (mixture_temperature in a mapping)");
+    }
+    if (!is_auto(source) && any_auto) {
+      config_error(who + ": weight '" + source.weight +
+                   "' next to 'auto' weights; with weights from dataset sizes every source's weight is 'auto'");
+    }
+    if (!source.max_epochs) continue;
+    if (!(*source.max_epochs > 0.0)) {
+      config_error(who + ": max_epochs must be > 0, got " + number_text(*source.max_epochs));
+    }
+    if (!is_auto(source))
+      config_error(who + ": max_epochs caps a weight 'auto' only; its weight is '" + source.weight + "'");
+    if (!c.mixture_planned_steps) {
+      config_error(who +
+                   ": max_epochs needs <mixture planned_steps=\"N\"> (mixture_planned_steps in a mapping), "
+                   "the steps the epochs are counted over");
+    }
+  }
+  if (c.mixture_temperature && !any_auto) config_error("mixture temperature is given but no source has weight 'auto'");
+  if (c.mixture_planned_steps && !any_cap) config_error("mixture planned_steps is given but no source has max_epochs");
+  for (std::size_t s = 0; s < c.stages.size(); ++s) {
+    for (const auto& [name, weight] : c.stages[s].weights) {
+      if (weight == "auto") {
+        config_error("mixture stage " + std::to_string(s) + ": weight 'auto' of source '" + name +
+                     "': weights from dataset sizes are for <source> weights only; a stage gives explicit weights");
+      }
+    }
+  }
+}
+
 // Reads <mixture> into config.mixture and config.stages (replacing an inherited mixture).
 void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string& origin,
                        const std::filesystem::path& base_dir) {
   config.mixture.clear();
   config.stages.clear();
-  for (const pugi::xml_attribute attr : mixture.attributes()) {
-    config_error(origin + ": unknown attribute '" + std::string(attr.name()) + "' on <mixture>");
-  }
+  apply_mixture_attributes(config, mixture, origin);
   for (const pugi::xml_node child : mixture.children()) {
     if (child.type() == pugi::node_comment) continue;
     const std::string_view tag = child.name();
@@ -304,6 +398,10 @@ void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string
         if (key == "weight") {
           source.weight = std::string(trim(attr.value()));
           has_weight = true;
+          continue;
+        }
+        if (key == "max_epochs") {
+          source.max_epochs = source_number(who, key, attr.value());
           continue;
         }
         std::string value = attr.value();
@@ -345,6 +443,9 @@ void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string
 void validate_mixture(const Config& c) {
   if (c.mixture.empty()) {
     if (!c.stages.empty()) config_error("mixture stages are given without a mixture of sources");
+    if (c.mixture_temperature || c.mixture_planned_steps) {
+      config_error("mixture temperature or planned_steps is given without a mixture of sources");
+    }
     return;
   }
   if (!c.dataset_dir.empty()) {
@@ -363,9 +464,10 @@ void validate_mixture(const Config& c) {
       config_error(who + " is declared twice; source names must be unique");
     }
     names.push_back(source.name);
-    if (!parse_mixture_weight(source.weight)) {
-      config_error(who + ": weight '" + source.weight +
-                   "' is not a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
+    if (source.weight != "auto" && !parse_mixture_weight(source.weight)) {
+      config_error(
+          who + ": weight '" + source.weight +
+          "' is not 'auto' or a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
     }
     Config probe;
     bool has_dir = false;
@@ -383,6 +485,7 @@ void validate_mixture(const Config& c) {
     }
     if (!has_dir) config_error(who + " has no dataset_dir");
   }
+  validate_weights_from_sizes(c);
   std::optional<std::int64_t> previous_end;
   for (std::size_t s = 0; s < c.stages.size(); ++s) {
     const MixtureStage& stage = c.stages[s];
@@ -661,8 +764,16 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
   if (!config.mixture.empty()) {
     // name:weight per source, then each stage as until_step:name=weight,...
     std::string sources;
-    for (const MixtureSource& s : config.mixture) sources += (sources.empty() ? "" : " ") + s.name + ":" + s.weight;
+    for (const MixtureSource& s : config.mixture) {
+      sources += (sources.empty() ? "" : " ") + s.name + ":" + s.weight;
+      if (s.max_epochs) sources += ":max_epochs=" + number_text(*s.max_epochs);
+    }
     entries.emplace_back("mixture", sources);
+    if (config.mixture_temperature)
+      entries.emplace_back("mixture_temperature", number_text(*config.mixture_temperature));
+    if (config.mixture_planned_steps) {
+      entries.emplace_back("mixture_planned_steps", std::to_string(*config.mixture_planned_steps));
+    }
     std::string stages;
     for (const MixtureStage& st : config.stages) {
       std::string text = st.until_step ? std::to_string(*st.until_step) : std::string("end");

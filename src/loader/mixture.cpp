@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "loader/memory_budget.hpp"
+#include "loader/mixture_sizes.hpp"
 #include "loader/resume_state.hpp"
 #include "util/checked_math.hpp"
 #include "tokenfeed/log.hpp"
@@ -147,6 +148,7 @@ void MixtureSplit::follow_source_epochs(std::size_t i, std::uint64_t before, std
 Mixture::Mixture(Config config, std::string decode_threads_source)
     : config_(std::move(config)), decode_threads_source_(std::move(decode_threads_source)) {
   open_members();
+  weigh_by_sizes();
   make_schedule();
   for (const char* name : kSplitNames) open_split(name);
   make_fingerprint();
@@ -160,6 +162,8 @@ Config Mixture::member_config(const MixtureSource& source) const {
   Config c = config_;
   c.mixture.clear();
   c.stages.clear();
+  c.mixture_temperature.reset();
+  c.mixture_planned_steps.reset();
   c.dataset_dir.clear();
   for (const auto& [key, value] : source.keys) set_config_value(c, key, value);
   // A source's row k is its batch k at batch_size 1 and world_size 1, read by the mixture's
@@ -193,6 +197,26 @@ void Mixture::open_members() {
     }
     names_.push_back(source.name);
   }
+}
+
+void Mixture::weigh_by_sizes() {
+  if (!has_weights_from_sizes(config_)) return;
+  std::vector<const DatasetSplit*> trains;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (!members_[i]->has_split("train"))
+      throw Error(ErrorKind::io, "mixture source " + names_[i] + " has no train split");
+    trains.push_back(&members_[i]->split("train"));
+  }
+  sized_weights_ = weights_from_dataset_sizes(config_, trains);
+  sized_text_ = sized_weights_text(config_, sized_weights_);
+  // From here on the config is the one with these weights written out (config() gives it,
+  // and a loader over it gives the same batches).
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    config_.mixture[i].weight = sized_weights_[i].weight.text;
+    config_.mixture[i].max_epochs.reset();
+  }
+  config_.mixture_temperature.reset();
+  config_.mixture_planned_steps.reset();
 }
 
 void Mixture::make_schedule() {
@@ -271,6 +295,7 @@ void Mixture::announce_open() {
     line += " " + names_[i] + "(weight=" + config_.mixture[i].weight + " mode=" + to_string(c.dataset_mode) +
             " dir=" + c.dataset_dir.string() + ")";
   }
+  line += sized_text_;
   line += " stages=" + std::to_string(schedule_->stages()) +
           " decode_threads=" + std::to_string(config_.decode_threads) + " (" + decode_threads_source_ + ")";
   log_line(LogLevel::info, line);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "loader/dataset_split.hpp"
+#include "loader/mixture_sizes.hpp"
 #include "loader/single_dataset.hpp"
 #include "loader/split_set.hpp"
 #include "modes/mixture_batch_source.hpp"
@@ -75,6 +76,9 @@ class Mixture final : public SplitSet {
   const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
   std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
                                                   std::uint64_t steps) const override;
+  // The weights computed from dataset sizes at open (config() holds their texts); empty when
+  // the config's weights are explicit.
+  const std::vector<SizedWeight>& weights_from_sizes() const noexcept { return sized_weights_; }
 
  private:
   Config config_;
@@ -84,10 +88,14 @@ class Mixture final : public SplitSet {
   std::vector<std::unique_ptr<SingleDataset>> members_;
   std::unique_ptr<MixtureSchedule> schedule_;
   std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
+  std::vector<SizedWeight> sized_weights_;
+  std::string sized_text_;  // for the open line
 
   // A source's config: its keys over the mixture's, at one row per batch.
   Config member_config(const MixtureSource& source) const;
   void open_members();
+  // Weights "auto": computed from the sources' train splits and written into config_.
+  void weigh_by_sizes();
   void make_schedule();
   void open_split(const std::string& name);
   void make_fingerprint();

@@ -1,0 +1,20 @@
+// A mixture's weights from dataset sizes as `tokenfeed inspect --config FILE --steps N`
+// shows them: the loader's own computation (loader/mixture_sizes), over the splits a
+// loader opens for the config.
+//
+// Thread-safety: a free function; it opens the mixture's sources (files, no threads of its
+// own beyond what opening a loader starts).
+#pragma once
+
+#include <vector>
+
+#include "loader/mixture_sizes.hpp"
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed {
+
+// The weights a Loader over `config` computes at open, one per source with the figures they
+// come from; empty when the config's weights are explicit. Throws the Error the loader would.
+std::vector<SizedWeight> mixture_weights_from_sizes(const Config& config);
+
+}  // namespace tokenfeed
