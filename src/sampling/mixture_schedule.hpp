@@ -13,8 +13,8 @@
 // ten and reduced by their gcd (the round-robin over c * w picks the same sources as over w,
 // since every `current` scales by c). After `total` picks every source has won exactly its
 // weight and every `current` is 0 again, so the sequence is periodic with period `total`;
-// one period is stored, and row g's source and index follow from g's place in it in
-// O(log weight).
+// one period is stored (or, for a stage that ends sooner, as weight changes make, only its
+// rows), and row g's source and index follow from g's place in it in O(log weight).
 //
 // Thread-safety: immutable after construction; every member may be called concurrently.
 #pragma once
@@ -49,8 +49,10 @@ class MixtureSchedule {
 
   // Throws Error(config) naming the source or stage for a malformed weight, a stage whose
   // weights are all zero, a period above kMaxPeriod, or stage ends that do not increase.
+  // `stage_names` name the stages in errors ("mixture stage N" for those it lacks).
   // REQUIRES: names.size() == every stage's weights.size(); rows_per_step > 0.
-  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step);
+  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step,
+                  const std::vector<std::string>& stage_names = {});
 
   struct Pick {
     std::uint32_t source = 0;
