@@ -108,8 +108,8 @@ TEST_CASE("weight changes: a change at step N equals a config stage starting at 
   // Changes at 5 (before the config stage) and two at 10 (after it, the later call wins
   // for a): as if the config had stages at 5 and 10.
   Config reference = s.mixture(3);
-  reference.stages = {stage(5, {}), stage(8, {{"a", "0.25"}, {"c", "4"}}), stage(10, {{"a", "2"}, {"c", "1"}, {"b", "3"}}),
-                      stage(std::nullopt, {{"a", "7"}, {"c", "0"}})};
+  reference.stages = {stage(5, {}), stage(8, {{"a", "0.25"}, {"c", "4"}}),
+                      stage(10, {{"a", "2"}, {"c", "1"}, {"b", "3"}}), stage(std::nullopt, {{"a", "7"}, {"c", "0"}})};
   Loader expected(reference);
   const Stream want = read(expected, 14);
 
@@ -139,15 +139,14 @@ TEST_CASE("weight changes: too early, bad input or no mixture is an error that c
   const std::string early = error_of([&] { loader.set_mixture_weights({{"a", "1"}}, 4); }, ErrorKind::usage);
   CHECK(early.find("at_step=4") != std::string::npos);
   CHECK(early.find("earliest step the loader can still change is 5") != std::string::npos);
-  CHECK(error_of([&] { loader.set_mixture_weights({{"d", "1"}}, 6); }).find("unknown source 'd'") !=
-        std::string::npos);
+  CHECK(error_of([&] { loader.set_mixture_weights({{"d", "1"}}, 6); }).find("unknown source 'd'") != std::string::npos);
   for (const char* bad : {"-1", "nan", "1e3", "0.1234567", ""}) {
     CAPTURE(bad);
     CHECK(error_of([&] { loader.set_mixture_weights({{"b", bad}}, 6); }).find("of source 'b'") != std::string::npos);
   }
-  CHECK(error_of([&] { loader.set_mixture_weights({{"a", "0"}, {"b", "0"}, {"c", "0"}}, 7); })
-            .find("the weights from step 7 (set_mixture_weights): every source's weight is zero") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          loader.set_mixture_weights({{"a", "0"}, {"b", "0"}, {"c", "0"}}, 7);
+        }).find("the weights from step 7 (set_mixture_weights): every source's weight is zero") != std::string::npos);
   CHECK(error_of([&] { loader.set_mixture_weights({}, 7); }).find("names no source") != std::string::npos);
   CHECK(loader.save_state().find("weight_changes") == std::string::npos);
   read_into(got, loader, 7);
@@ -272,4 +271,27 @@ TEST_CASE("weight changes: the merge rule and canonical weights") {
   CHECK(merged.specs[3].weights == std::vector<std::string>{"2", "5"});
   CHECK(!merged.specs[3].until);
   CHECK(merged.names[3] == "the weights from step 12 (set_mixture_weights)");
+}
+
+TEST_CASE("weight changes: a schedule sharing another's stages picks the same rows") {
+  const std::vector<std::string> names{"x", "y", "z"};
+  const MixtureSchedule config(names, {{{"1", "2", "1"}, 30}, {{"0", "1", "1"}, std::nullopt}}, 5);
+  std::vector<WeightChange> changes;
+  for (std::uint64_t step = 2; step < 80; step += 3) {
+    changes.push_back(make_weight_change({{names[step % 3], std::to_string(step % 7) + ".5"}}, step, names));
+  }
+  const std::vector<WeightChange> first_half(changes.begin(), changes.begin() + 13);
+  const MergedStages before = stages_with_changes(config, first_half, names);
+  const MixtureSchedule in_use(names, before.specs, 5, before.names);
+  const MergedStages all = stages_with_changes(config, changes, names);
+  const MixtureSchedule fresh(names, all.specs, 5, all.names);
+  const MixtureSchedule shared(names, all.specs, 5, all.names, &in_use);
+  REQUIRE(shared.stages() == fresh.stages());
+  for (std::uint64_t g = 0; g < 100 * 5; ++g) {
+    const MixtureSchedule::Pick a = fresh.pick(g);
+    const MixtureSchedule::Pick b = shared.pick(g);
+    CHECK(a.source == b.source);
+    CHECK(a.index == b.index);
+  }
+  for (std::size_t s = 0; s < fresh.stages(); ++s) CHECK(fresh.stage_of_step(fresh.stage_first_step(s)) == s);
 }

@@ -87,9 +87,9 @@ SplitInfo MixtureSplit::info() const {
 
 std::optional<std::uint64_t> MixtureSplit::source_epoch_after(std::size_t source, std::uint64_t steps) const {
   if (!source_->has_epochs(source)) return std::nullopt;
-  const std::uint64_t rows =
-      rows_schedule_->rows_before(static_cast<std::uint32_t>(source),
-                            checked_product(steps, global_batch_size(config_), "steps x batch_size x world_size"));
+  const std::uint64_t rows = rows_schedule_->rows_before(
+      static_cast<std::uint32_t>(source),
+      checked_product(steps, global_batch_size(config_), "steps x batch_size x world_size"));
   return source_->epoch_of(source, rows);
 }
 

@@ -55,7 +55,7 @@ class MixtureSplit final : public LoaderSplit {
 
  private:
   const Config& config_;
-  const MixtureSchedule& schedule_;  // the config's: its stages are what stage_start names
+  const MixtureSchedule& schedule_;       // the config's: its stages are what stage_start names
   const MixtureSchedule* rows_schedule_;  // what the rows follow: the config's with the weight changes
   std::vector<const DatasetSplit*> parts_;
   std::vector<std::int64_t> seeds_;

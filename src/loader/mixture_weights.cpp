@@ -32,8 +32,10 @@ std::uint64_t Mixture::earliest_weight_step() const {
 PreparedWeights Mixture::prepare_weights(std::vector<WeightChange> changes) const {
   PreparedWeights prepared;
   MergedStages stages = stages_with_changes(*schedule_, changes, names_);
+  // Sharing the stages before the change with the schedule in use.
+  const MixtureSchedule* in_use = train_schedule_ ? train_schedule_.get() : schedule_.get();
   prepared.schedule = std::make_shared<const MixtureSchedule>(names_, std::move(stages.specs),
-                                                              global_batch_size(config_), stages.names);
+                                                              global_batch_size(config_), stages.names, in_use);
   prepared.order = order_fields_;
   set_change_fields(prepared.order, changes);
   prepared.fingerprint = fingerprint_of(kFingerprintFormula, prepared.order);
@@ -86,8 +88,8 @@ void Mixture::commit_weights(PreparedWeights prepared, PipelineGate& gate) {
   for (std::size_t i = changes_.size(); i < prepared.changes.size(); ++i) {
     const WeightChange& c = prepared.changes[i];
     audit_->weights_changed("train", c.step, weights_text(c));
-    log_line(LogLevel::info, "[tokenfeed] split=train weights_changed step=" + std::to_string(c.step) +
-                                 " weights=" + weights_text(c));
+    log_line(LogLevel::info,
+             "[tokenfeed] split=train weights_changed step=" + std::to_string(c.step) + " weights=" + weights_text(c));
   }
   train_schedule_ = std::move(prepared.schedule);  // after the split dropped the old one
   changes_ = std::move(prepared.changes);

@@ -12,8 +12,9 @@ std::optional<std::uint64_t> SplitSet::source_epoch_after(std::string_view, std:
 
 namespace {
 [[noreturn]] void not_a_mixture(const std::string& call) {
-  throw Error(ErrorKind::config, call + ": the loader reads one dataset; weights are set for a mixture's sources "
-                                        "(<mixture> in the config)");
+  throw Error(ErrorKind::config, call +
+                                     ": the loader reads one dataset; weights are set for a mixture's sources "
+                                     "(<mixture> in the config)");
 }
 }  // namespace
 
