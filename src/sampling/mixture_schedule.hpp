@@ -72,9 +72,7 @@ class MixtureSchedule {
   std::uint64_t stage_first_step(std::size_t stage) const noexcept { return stages_[stage]->first_step; }
   // The stage's weights in lowest integer terms (the round-robin's), and as written.
   const std::vector<std::uint64_t>& stage_weights(std::size_t stage) const noexcept { return stages_[stage]->weights; }
-  const std::vector<std::string>& stage_weight_texts(std::size_t stage) const noexcept {
-    return stages_[stage]->texts;
-  }
+  const std::vector<std::string>& stage_weight_texts(std::size_t stage) const noexcept { return stages_[stage]->texts; }
 
  private:
   struct Stage {
