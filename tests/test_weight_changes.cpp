@@ -295,3 +295,26 @@ TEST_CASE("weight changes: a schedule sharing another's stages picks the same ro
   }
   for (std::size_t s = 0; s < fresh.stages(); ++s) CHECK(fresh.stage_of_step(fresh.stage_first_step(s)) == s);
 }
+
+TEST_CASE("weight changes: a change every step while the pipeline runs equals the same changes made up front" *
+          doctest::timeout(120)) {
+  Sources s;
+  Config c = s.mixture(3);
+  c.decode_threads = 2;
+  const auto change = [](std::uint64_t i) {
+    return std::map<std::string, std::string>{{i % 2 == 0 ? "a" : "c", std::to_string(i % 5) + ".25"}};
+  };
+  Loader up_front(c);
+  for (std::uint64_t i = 0; i < 20; ++i) up_front.set_mixture_weights(change(i), i + 2);
+  const Stream want = read(up_front, 24);
+  Loader each_step(c);
+  Stream got;
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    REQUIRE(each_step.earliest_weight_step() == i + 2);
+    each_step.set_mixture_weights(change(i), i + 2);
+    read_into(got, each_step, 1);
+  }
+  read_into(got, each_step, 4);
+  CHECK(got == want);
+  CHECK(each_step.save_state() == up_front.save_state());
+}
