@@ -142,3 +142,41 @@ def test_the_online_mixing_example_resumes_with_the_same_batches():
                              "--kill-at", "17"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "killed at step 17 and resumed" in result.stdout
+
+
+def test_the_command_resumes_a_state_with_changes_and_audit_prints_them(sft_dir, stream_dir, tmp_path, cli):
+    from conftest import run_cli
+
+    audit = tmp_path / "audit"
+    loader = tokenfeed.Loader(keys(sft_dir, stream_dir, audit_log_dir=str(audit)))
+    loader.set_mixture_weights({"chat": 1, "web": 4}, at_step=3)
+    loader.set_mixture_weights({"web": 0.5}, at_step=9)
+    want = stream(loader, 12)
+    loader.close()
+    loader_state = _state_at(sft_dir, stream_dir, 4)  # both changes made, the one at step 9 not reached
+    assert loader_state["weight_changes"][1] == {"step": 9, "weights": {"web": "0.5"}}
+    (tmp_path / "in.json").write_text(json.dumps(loader_state))
+    xml = tmp_path / "mix.xml"
+    xml.write_text(f"""<training><batch_size>4</batch_size><block_size>32</block_size><audit_log_dir></audit_log_dir>
+  <mixture>
+    <source name="chat" dataset_dir="{sft_dir}" weight="3"/>
+    <source name="web" dataset_dir="{stream_dir}" weight="1" dataset_mode="token_stream"/>
+  </mixture></training>""")
+    run_cli(cli, "dump", "--config", xml, "--batches", 8, "--out", tmp_path / "out", "--load-state",
+            tmp_path / "in.json", "--save-state", tmp_path / "out.json")
+    sources = np.load(tmp_path / "out" / "source_ids.npy")
+    np.testing.assert_array_equal(sources, np.stack([s for _, s in want[4:12]]))
+    assert json.loads((tmp_path / "out.json").read_text())["weight_changes"] == loader_state["weight_changes"]
+    log = next(audit.iterdir())
+    printed = run_cli(cli, "audit", log).stdout
+    lines = [line for line in printed.splitlines() if line.strip().startswith("weights ")]
+    assert len(lines) == 2, printed
+    assert "step=3" in lines[0] and 'weights="chat=1,web=4"' in lines[0] and "step=9" in lines[1], printed
+
+
+def _state_at(sft_dir, stream_dir, step):
+    loader = tokenfeed.Loader(keys(sft_dir, stream_dir))
+    loader.set_mixture_weights({"chat": 1, "web": 4}, at_step=3)
+    loader.set_mixture_weights({"web": 0.5}, at_step=9)
+    stream(loader, step)
+    return loader.state_dict()
