@@ -25,6 +25,13 @@
 //
 //   bench_compare --config base.xml --csv out.csv --json summary.json [--shape 8x1024]
 //                 [--repeats 5] [--seconds 1] [--variants threads=1:depth=auto,...]
+//   bench_compare --config base.xml --one plain|VARIANT [--start-at UNIX_SECONDS] ...
+//
+// --one measures one thing only (the plain loop, or one tokenfeed variant), --repeats times,
+// and prints one JSON object a line ({"what", "repeat", "batches_per_s", "cpu_us_per_batch"},
+// CPU over the whole process), for perf/shared_node.py, which starts several such
+// processes side by side; --start-at makes them all begin measuring at that wall-clock
+// instant.
 //
 // A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
 // only x, y and the mask are written). threads=default keeps the config's decode_threads
@@ -38,6 +45,7 @@
 // and the bytes per position each writes (its buffers of one element per position), so
 // that perf/report.py computes every size it states; and every repeat's figures beside
 // the medians (the spread).
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -45,6 +53,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -501,6 +510,35 @@ nlohmann::json summary(const std::string& shape, std::int64_t rows, std::int64_t
 
 }  // namespace
 
+// --one: the plain loop or one variant, `repeats` times, one JSON line each.
+int measure_one(const Config& base, std::int64_t rows, std::int64_t cols, PlainLoop& loop, const std::string& what,
+                int repeats, double seconds, double start_at) {
+  if (start_at > 0) {
+    const auto at = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(start_at)));
+    std::this_thread::sleep_until(at);
+  }
+  for (int rep = 0; rep < repeats; ++rep) {
+    nlohmann::json j{{"what", what}, {"repeat", rep}};
+    if (what == "plain") {
+      const double cpu0 = measure::process_cpu_seconds();
+      const PlainResult r = measure_plain_loop(loop, seconds);
+      const double batches = r.batches_per_s * seconds;
+      j["batches_per_s"] = r.batches_per_s;
+      j["cpu_us_per_batch"] = (measure::process_cpu_seconds() - cpu0) * 1e6 / batches;
+    } else {
+      const ConsumerResult r = measure_tokenfeed(base, rows, cols, parse_variant(what), seconds);
+      j["batches_per_s"] = r.batches_per_s;
+      j["cpu_us_per_batch"] = r.cpu_us_per_batch();
+      j["threads_used"] = r.threads_used;
+      j["depth_used"] = r.depth_used;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string config_path, csv_path, json_path, shape = "8x1024";
   std::string variants = "threads=1:depth=auto,threads=2:depth=auto";
@@ -508,10 +546,14 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   std::size_t memcpy_mb = 256;
   int parallelism = 0;
+  std::string one;
+  double start_at = 0;
   CLI::App app{"Pure production of one batch shape: memcpy bound, a plain C++ loop and tokenfeed"};
   app.add_option("--config", config_path, "Base XML config")->required();
-  app.add_option("--csv", csv_path, "Per-repeat rows")->required();
-  app.add_option("--json", json_path, "Summary (medians, copy bound)")->required();
+  app.add_option("--one", one, "Measure only this: plain, or a tokenfeed variant (one JSON line per repeat)");
+  app.add_option("--start-at", start_at, "With --one: start measuring at this wall-clock time (Unix seconds)");
+  app.add_option("--csv", csv_path, "Per-repeat rows")->excludes("--one");
+  app.add_option("--json", json_path, "Summary (medians, copy bound)")->excludes("--one");
   app.add_option("--shape", shape)->capture_default_str();
   app.add_option("--variants", variants, "tokenfeed variants: threads=N:depth=D,...")->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
@@ -532,15 +574,27 @@ int main(int argc, char** argv) {
   base.block_size = cols;
   // The effective config (pad id, dtypes) as the Loader resolves it.
   const Config effective = Loader(base).config();
+  // The plain loop makes rank 0's batches of one process: checked against that loader,
+  // whatever ranks the launcher's variables give the measured one (--one under
+  // perf/shared_node.py).
+  Config single = base;
+  single.rank = 0;
+  single.world_size = 1;
   const std::unique_ptr<PlainLoop> loop =
       make_plain_loop(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
-  if (!plain_loop_matches_loader(base, *loop)) return 1;
+  if (!plain_loop_matches_loader(single, *loop)) return 1;
   // The episode loop built for this CPU's AVX-512 level too, where it has one.
   std::unique_ptr<PlainLoop> loop_v4;
   if (effective.dataset_mode == DatasetMode::sft_episode && row_kernel_isas().back() == RowKernelIsa::x86_64_v4) {
     loop_v4 =
         std::make_unique<EpisodeLoopV4>(effective, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
-    if (!plain_loop_matches_loader(base, *loop_v4)) return 1;
+    if (!plain_loop_matches_loader(single, *loop_v4)) return 1;
+  }
+
+  if (!one.empty()) return measure_one(base, rows, cols, *loop, one, repeats, seconds, start_at);
+  if (csv_path.empty() || json_path.empty()) {
+    std::fprintf(stderr, "bench_compare: --csv and --json are required without --one\n");
+    return 2;
   }
 
   std::vector<Variant> tf_variants;

@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/log.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "loader/audit_log.hpp"
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/loader.hpp"
 

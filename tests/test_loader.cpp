@@ -1,6 +1,7 @@
 // The Loader end to end: the padding rule, mask alignment, fill rows, determinism across
 // threads and depths, exact resume, errors, logging and the audit trail.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/log.hpp"
+#include "tokenfeed/state_file.hpp"
 
 using namespace tokenfeed;
 using namespace tokenfeed::test;
@@ -231,6 +233,45 @@ TEST_CASE("loader: resume at arbitrary points gives exactly the batches that wou
     busy.load_state(other.save_state());
     CHECK(take(busy, 1).ids == std::vector<std::int64_t>(all.ids.begin() + 12, all.ids.begin() + 15));
   }
+}
+
+TEST_CASE("loader: a state file resumes exactly, and a FIFO, a missing file or a foreign state are refused" *
+          doctest::timeout(60)) {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(23, {3, 8, 5}));
+  Config c = make_config(dir.path(), 3, 6);
+  Loader straight(c);
+  const Stream all = take(straight, 9);
+  namespace fs = std::filesystem;
+  const fs::path file = dir.path() / "state.txt";
+  {
+    Loader first(c);
+    take(first, 4);
+    save_state_file(first, file);
+  }
+  const std::vector<char> saved = read_bytes(file);
+  {
+    Loader again(c);
+    take(again, 4);
+    CHECK(std::string(saved.begin(), saved.end()) == again.save_state() + "\n");
+  }
+  Loader resumed(c);
+  load_state_file(resumed, file);
+  CHECK(take(resumed, 5).ids == std::vector<std::int64_t>(all.ids.begin() + 4 * 3, all.ids.end()));
+
+  Loader untouched(c);
+  take(untouched, 2);
+  CHECK_THROWS_WITH_AS(load_state_file(untouched, dir.path() / "missing.txt"), doctest::Contains("missing.txt"), Error);
+  const fs::path fifo = dir.path() / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(load_state_file(untouched, fifo), doctest::Contains("is a FIFO, expected a regular file"),
+                       Error);
+  std::ofstream(dir.path() / "foreign.txt") << "not a state";
+  CHECK_THROWS_AS(load_state_file(untouched, dir.path() / "foreign.txt"), Error);
+  // Each refusal left the loader where it was.
+  CHECK(take(untouched, 1).ids == std::vector<std::int64_t>(all.ids.begin() + 2 * 3, all.ids.begin() + 3 * 3));
+  CHECK_THROWS_WITH_AS(save_state_file(untouched, dir.path() / "no_such_dir" / "state.txt"),
+                       doctest::Contains("no_such_dir"), Error);
 }
 
 TEST_CASE("loader: a state from another dataset or sampling config is refused, and malformed states too") {

@@ -311,28 +311,35 @@ TEST_CASE("loader stress: start and stop loaders many times with random consumer
   }
 }
 
-TEST_CASE("admitter: a hand-off without a wake is still sent, by the thread's own poll, stop() ends it at once" *
+TEST_CASE("admitter: a hand-off without a wake waits for wake(), reclaim() or the backstop, each admission sent once" *
           doctest::timeout(60)) {
+  using namespace std::chrono_literals;
   std::atomic<long long> sent{0};
   auto admitter = std::make_unique<Admitter>([&](long long n) { sent.fetch_add(n); });
   const auto wait_for = [&](long long expected) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (sent.load() != expected && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (sent.load() != expected && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
     return sent.load() == expected;
   };
   admitter->hand_off(3, true);
   CHECK(wait_for(3));
-  // Nobody wakes the thread for these: it must find them itself.
+  // Handed off without a wake: held until the trainer wakes the thread.
   admitter->hand_off(2, false);
   admitter->hand_off(4, false);
+  CHECK(admitter->holding());
+  admitter->wake();
   CHECK(wait_for(9));
-  // After a quiet spell the thread polls slowly, and still finds what it was handed.
-  std::this_thread::sleep_for(2 * Admitter::kIdleAfter);
+  CHECK_FALSE(admitter->holding());
+  // Taken back by the trainer (about to wait on an empty ring): the thread never sends them.
+  admitter->hand_off(5, false);
+  const std::uint32_t back = admitter->reclaim();
+  CHECK(back + static_cast<std::uint32_t>(sent.load() - 9) == 5);  // the thread may have raced to some
+  std::this_thread::sleep_for(Admitter::kBackstop + 20ms);
+  CHECK(sent.load() + back == 14);
+  // Left with the thread while nobody wakes it (a trainer away): sent by its backstop look.
   admitter->hand_off(1, false);
-  CHECK(wait_for(10));
+  CHECK(wait_for(15 - back));
   const auto start = std::chrono::steady_clock::now();
-  admitter.reset();  // stop() and join: woken, not left to its idle poll
-  CHECK(std::chrono::steady_clock::now() - start < Admitter::kIdlePoll);
+  admitter.reset();  // stop() and join: woken, not left to its backstop
+  CHECK(std::chrono::steady_clock::now() - start < Admitter::kBackstop);
 }

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 #include "loader/weight_changes.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"

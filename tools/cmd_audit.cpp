@@ -16,8 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "loader/audit_log.hpp"
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 
 namespace tokenfeed::cli {
 namespace {

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "io/npy.hpp"
-#include "io/regular_file.hpp"
+#include "tokenfeed/npy_writer.hpp"
+#include "tokenfeed/state_file.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -29,13 +29,6 @@ struct DumpOptions {
   std::string load_state;
   std::string save_state;
 };
-
-std::string read_file(const std::string& path) { return read_regular_file(path, "state file"); }
-
-// A state file is never torn: a trainer killed while it saves keeps the previous one.
-void write_file(const std::string& path, const std::string& text) {
-  write_file_atomically(path, text + "\n", "state file");
-}
 
 // sft_packed: tokens, labels, weights, positions, and where each episode landed.
 void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::uint64_t>& grid,
@@ -63,7 +56,7 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
   seg.append(std::span<const std::int64_t>(segments));
   for (NpyWriter* w : {&x, &y, &weights, &positions, &seg}) w->finish();
   if (sources) sources->finish();
-  if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
+  if (!o.save_state.empty()) save_state_file(loader, o.save_state);
   std::printf("wrote %ld packed batches of %s (%llu x %llu, %zu episodes, packing efficiency %.1f%%) to %s\n",
               o.batches, o.split.c_str(), static_cast<unsigned long long>(grid[0] / static_cast<std::uint64_t>(o.batches)),
               static_cast<unsigned long long>(grid[1]), segments.size() / 5, 100.0 * efficiency / static_cast<double>(o.batches),
@@ -72,7 +65,7 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
 
 void dump(const DumpOptions& o) {
   Loader loader(load_config_file(o.config));
-  if (!o.load_state.empty()) loader.load_state(read_file(o.load_state));
+  if (!o.load_state.empty()) load_state_file(loader, o.load_state);
   const Config& c = loader.config();
   if (!loader.has_split(o.split)) loader.split_info(o.split);  // throws the standard error
 
@@ -140,7 +133,7 @@ void dump(const DumpOptions& o) {
   }
   ids.finish();
   if (sources) sources->finish();
-  if (!o.save_state.empty()) write_file(o.save_state, loader.save_state());
+  if (!o.save_state.empty()) save_state_file(loader, o.save_state);
   std::printf("wrote %llu batches of %s (%llu x %llu%s) to %s\n", static_cast<unsigned long long>(n), o.split.c_str(),
               static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols), mask ? ", with mask" : "",
               o.out.c_str());

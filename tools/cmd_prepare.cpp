@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "prepare/prepare.hpp"
+#include "tokenfeed/prepare.hpp"
 #include "commands.hpp"
 #include "python_program.hpp"
 #include "stop_signals.hpp"

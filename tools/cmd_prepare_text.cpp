@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "prepare/prepare_text.hpp"
+#include "tokenfeed/prepare_text.hpp"
 #include "python_program.hpp"
 #include "stop_signals.hpp"
 #include "val_split_option.hpp"

@@ -41,6 +41,13 @@ struct SpecialTokenStrings {
   std::string eot = "<|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>";
 };
 
+// Special token strings from the JSON file `file` holding an object {"system": "...",
+// "user": ..., "assistant": ..., "tool": ..., "eot": ...} (`tokenfeed prepare
+// --special-token-strings`); missing keys keep their defaults. Throws Error(io) when the file
+// cannot be read, Error(config) naming the file and key for an unknown key or a value that
+// is not a string.
+TOKENFEED_API SpecialTokenStrings read_special_token_strings(const std::filesystem::path& file);
+
 // Where a special token's id comes from.
 enum class SpecialTokenSource : std::uint8_t { appended, model };
 TOKENFEED_API const char* to_string(SpecialTokenSource source) noexcept;  // "appended" | "model"

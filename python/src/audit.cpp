@@ -1,12 +1,12 @@
 // Binding of the audit-log reader: tokenfeed.read_audit_log is the library's own
-// (loader/audit_reader.hpp), the parser `tokenfeed audit` and the kill-soak consumer use, so
+// (tokenfeed/audit.hpp), the parser `tokenfeed audit` and the kill-soak consumer use, so
 // that Python and C++ accept and refuse the same lines.
 #include <filesystem>
 
 #include <nanobind/nanobind.h>
 
 #include "bindings.hpp"
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;

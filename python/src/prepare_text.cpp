@@ -24,7 +24,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
-#include "prepare/prepare_text.hpp"
+#include "tokenfeed/prepare_text.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace nb = nanobind;

@@ -68,8 +68,7 @@ struct PretokenizedSpecials {
 // it is invalid (unknown keys, wrong types, ids not below vocab_size, equal special ids).
 PretokenizedSpecials read_pretokenized_specials(const std::filesystem::path& file);
 
-// Special token strings from a JSON object {"system": "...", "user": ..., "assistant": ...,
-// "tool": ..., "eot": ...}; missing keys keep their defaults. Throws like the above.
-SpecialTokenStrings read_special_token_strings(const std::filesystem::path& file);
+// read_special_token_strings (a JSON file of special token strings) is public:
+// tokenfeed/tokenizer.hpp.
 
 }  // namespace tokenfeed

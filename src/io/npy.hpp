@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenfeed/npy_writer.hpp"
+
 namespace tokenfeed {
 
 // The header of a C-order little-endian array (magic, version 1.0, the dictionary padded as
@@ -16,29 +18,7 @@ namespace tokenfeed {
 // written with a placeholder length and its header rewritten in place at the end.
 std::string npy_header(const std::string& descr, const std::vector<std::uint64_t>& shape);
 
-// Streams an array of known shape to a .npy file, in chunks. Throws Error(io).
-class NpyWriter {
- public:
-  // `descr` is numpy's dtype string: "<i8", "<f4", "<i4", ...
-  NpyWriter(const std::filesystem::path& path, std::string descr, std::vector<std::uint64_t> shape);
-  ~NpyWriter();
-  NpyWriter(const NpyWriter&) = delete;
-  NpyWriter& operator=(const NpyWriter&) = delete;
-
-  void append(std::span<const std::byte> bytes);
-  template <typename T>
-  void append(std::span<const T> values) {
-    append(std::as_bytes(values));
-  }
-  // Checks that exactly the announced number of bytes was written, and closes.
-  void finish();
-
- private:
-  std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
-  std::uint64_t expected_bytes_ = 0;
-  std::uint64_t written_bytes_ = 0;
-};
+// NpyWriter, which streams an array to a .npy file, is public (tokenfeed/npy_writer.hpp).
 
 struct NpyHeader {
   std::string descr;                // e.g. "<u2"

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tokenfeed/audit.hpp"
 #include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
@@ -48,14 +49,8 @@ class AuditLog {
   std::filesystem::path path_;
 };
 
-// A field's value as write() puts it on a line: as it is when it holds no separator (space,
-// ',', '|', '='), quote, backslash or control character, else double-quoted with '"' and
-// '\\' backslash-escaped and control characters written \n, \r, \t or \xHH.
-std::string audit_value_text(std::string_view value);
-
-// A key or action as write() puts it on a line: control characters escaped as above, so
-// that no field can hold one raw (tokenfeed's own names have none).
-std::string audit_name_text(std::string_view name);
+// audit_value_text and audit_name_text, the quoting write() applies to a line's fields, are
+// public (tokenfeed/audit.hpp), beside the reader that undoes them.
 
 // "[1, 2, 3]" for the audit log and messages.
 std::string format_id_list(const std::vector<std::uint64_t>& ids);

@@ -1,4 +1,4 @@
-#include "loader/audit_reader.hpp"
+#include "tokenfeed/audit.hpp"
 
 #include <unistd.h>
 

@@ -42,9 +42,9 @@ struct Loader::Impl {
   const Config& config() const noexcept { return data->config(); }
 
   void stop_pipelines() {
-    std::lock_guard lock(gate.mutex);
+    MutexLock lock(gate.mutex);
     gate.stopped.store(true, std::memory_order_release);
-    for (const auto& [name, split] : data->splits()) split->stop_pipeline();
+    for (const auto& [name, split] : data->splits()) split->stop_pipeline(gate);
   }
 };
 
@@ -96,10 +96,10 @@ void Loader::load_state(std::string_view text) {
     positions[name] = it->second->resume_position(saved);
   }
   if (adopted) data.commit_weights(std::move(*adopted), impl_->gate);
-  std::lock_guard lock(impl_->gate.mutex);
+  MutexLock lock(impl_->gate.mutex);
   for (const auto& [name, split] : data.splits()) {
     const auto it = positions.find(name);
-    split->restore(it == positions.end() ? SplitPosition{} : it->second);
+    split->restore(it == positions.end() ? SplitPosition{} : it->second, impl_->gate);
   }
 }
 

@@ -20,18 +20,23 @@ void LoaderSplit::set_unusable(std::string why, ErrorKind kind) {
   unusable_kind_ = kind;
 }
 
-void LoaderSplit::restore(const SplitPosition& at) {
+void LoaderSplit::restore(const SplitPosition& at, PipelineGate& /*gate*/) {
   pipeline_.reset();  // stops and waits; restarted at the restored step on the next take
   pool_.reset();      // batches still held keep their own reference
   next_ = at;
   forget_announced();
 }
 
-void LoaderSplit::stop_pipeline() {
+void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {
+  pipeline_.reset();  // stops and waits
+  pool_.reset();      // batches still held keep their own reference
+}
+
+void LoaderSplit::stop_pipeline(PipelineGate& /*gate*/) {
   if (pipeline_) pipeline_->stop();
 }
 
-void LoaderSplit::start_pipeline(const Config& config) {
+void LoaderSplit::start_pipeline(const Config& config, PipelineGate& /*gate*/) {
   const auto max_held = static_cast<std::size_t>(config.max_held_batches);
   source().seek(next_);
   const auto threads = static_cast<std::size_t>(config.decode_threads);
@@ -52,11 +57,11 @@ std::optional<Batch> LoaderSplit::take(const Config& config, PipelineGate& gate,
                                       "destroy it) first, or raise max_held_batches");
   }
   if (!pipeline_) {
-    std::lock_guard lock(gate.mutex);
+    MutexLock lock(gate.mutex);
     if (gate.stopped.load(std::memory_order_acquire)) {
       throw Error(ErrorKind::usage, "get_batch(\"" + name_ + "\") after the loader was stopped");
     }
-    start_pipeline(config);
+    start_pipeline(config, gate);
   }
   double waited_us = 0;
   detail::BatchSlot* slot = pipeline_->pop(waited_us, deadline);

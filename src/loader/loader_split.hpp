@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -26,13 +25,18 @@
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace tokenfeed {
 
 // Guards the start of a split's pipeline against a concurrent Loader::stop.
+// A split's pipeline is created, replaced and stopped only with `mutex` held (the
+// functions below that change it require it), so a stop from another thread never meets a
+// pipeline half made; the trainer's thread alone reads it without the lock (take), since
+// only that thread replaces it.
 struct PipelineGate {
-  std::mutex mutex;
-  std::atomic<bool> stopped{false};
+  Mutex mutex;
+  std::atomic<bool> stopped{false};  // written under mutex; after it, no pipeline starts
 };
 
 class LoaderSplit {
@@ -69,7 +73,7 @@ class LoaderSplit {
   const std::string& unusable() const noexcept { return unusable_; }
   // Starts from `at` (a resume_position): the pipeline is stopped and dropped (batches the
   // trainer holds stay valid) and restarts there on the next take.
-  void restore(const SplitPosition& at);
+  void restore(const SplitPosition& at, PipelineGate& gate) TF_REQUIRES(gate.mutex);
 
   // The next batch, or nullopt when `deadline` passed first: starts the pipeline on first
   // use (Error(usage) after stop), refuses one more than max_held_batches held, counts the
@@ -77,8 +81,13 @@ class LoaderSplit {
   std::optional<Batch> take(const Config& config, PipelineGate& gate, AuditTrail& audit,
                             std::optional<std::chrono::steady_clock::time_point> deadline);
   const SplitStats& stats() const noexcept { return stats_; }
-  // Stops the pipeline's stages (from any thread, under gate.mutex); reset_pipeline waits.
-  void stop_pipeline();
+  // Stops the pipeline's stages (from any thread); reset_pipeline waits.
+  void stop_pipeline(PipelineGate& gate) TF_REQUIRES(gate.mutex);
+  // Drops the pipeline (stops it and waits for its stages), keeping the position: it
+  // restarts at the consumed step on the next take (a mixture's weight change).
+  void restart_pipeline(PipelineGate& gate) TF_REQUIRES(gate.mutex);
+  // Destroys the pipeline, waiting for its stages. REQUIRES: no other thread can reach the
+  // split any more (its owner's destruction, after the pipelines were stopped).
   void reset_pipeline() { pipeline_.reset(); }
 
  protected:
@@ -100,7 +109,7 @@ class LoaderSplit {
   std::unique_ptr<SplitPipeline> pipeline_;  // created on first take
   SplitStats stats_;
 
-  void start_pipeline(const Config& config);
+  void start_pipeline(const Config& config, PipelineGate& gate) TF_REQUIRES(gate.mutex);
 };
 
 }  // namespace tokenfeed

@@ -49,9 +49,8 @@ class MixtureSplit final : public LoaderSplit {
   // Reads its rows by `schedule` from now on (weight changes: mixture_weights.cpp): stops
   // and drops the pipeline, which restarts at the consumed step on the next take and makes
   // again, identically, the batches it had made ahead (steps before the change's are
-  // unchanged). REQUIRES: the caller holds the loader's PipelineGate mutex (stop() from
-  // another thread touches the pipeline); `schedule` outlives the split or the next call.
-  void use_schedule(const MixtureSchedule& schedule);
+  // unchanged). `schedule` must outlive the split or the next call.
+  void use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) TF_REQUIRES(gate.mutex);
 
  private:
   const Config& config_;

@@ -7,7 +7,6 @@
 // split's pipeline is stopped and dropped before the split reads by it. The pipeline
 // restarts at the consumed step and makes again the batches it had made ahead: they come
 // before the change's step, where the new schedule equals the old, so they are identical.
-#include <mutex>
 #include <utility>
 
 #include "loader/memory_budget.hpp"
@@ -16,8 +15,8 @@
 
 namespace tokenfeed {
 
-void MixtureSplit::use_schedule(const MixtureSchedule& schedule) {
-  reset_pipeline();  // stops and waits: no stage reads the old schedule after this
+void MixtureSplit::use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) {
+  restart_pipeline(gate);  // stops and waits: no stage reads the old schedule after this
   rows_schedule_ = &schedule;
   source_->use_schedule(schedule);
 }
@@ -82,8 +81,8 @@ std::optional<PreparedWeights> Mixture::adopt_state_changes(const std::vector<We
 }
 
 void Mixture::commit_weights(PreparedWeights prepared, PipelineGate& gate) {
-  std::lock_guard lock(gate.mutex);
-  own_.at("train")->use_schedule(*prepared.schedule);
+  MutexLock lock(gate.mutex);
+  own_.at("train")->use_schedule(*prepared.schedule, gate);
   // The changes not recorded yet (a call adds one; an adopted state all of its own).
   for (std::size_t i = changes_.size(); i < prepared.changes.size(); ++i) {
     const WeightChange& c = prepared.changes[i];

@@ -143,4 +143,38 @@ std::unique_ptr<DatasetSplit> open_dataset_split(const ResolvedOptions& settled,
   return settled.episode_mode() ? open_episode_split(settled, name) : open_stream_split(settled, name);
 }
 
+OpenedSplits open_dataset_splits(ResolvedOptions& settled) {
+  Config& c = settled.config;
+  OpenedSplits splits;
+  if (!settled.episode_mode()) {
+    for (const char* name : kSplitNames) {
+      if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name)) {
+        splits.emplace(name, open_stream_split(settled, name));
+      }
+    }
+    if (!c.token_dtype) c.token_dtype = splits.at("train")->data().stream->common_dtype();
+    return splits;
+  }
+  std::error_code ec;
+  for (const char* name : kSplitNames) {
+    if (!std::filesystem::exists(c.dataset_dir / name, ec)) continue;
+    const DatasetSplit& split = *splits.emplace(name, open_episode_split(settled, name)).first->second;
+    // The dtype inferred for train is the dataset's: val is validated with it rather than
+    // inferred on its own, so the two can never be read at different widths.
+    if (!c.token_dtype) c.token_dtype = split.data().episodes->token_dtype();
+  }
+  // The token dtype every split agreed on (or was given) is the effective one; the same for
+  // the mask's.
+  const EpisodeSplit& train = *splits.at("train")->data().episodes;
+  if (!c.token_dtype) c.token_dtype = train.token_dtype();
+  if (!c.mask_dtype) c.mask_dtype = train.mask_file_dtype();
+  std::string with, without;
+  for (const auto& [name, split] : splits) {
+    std::string& list = split->data().episodes->mask_files_present() ? with : without;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  settle_use_loss_mask(c, with, without);
+  return splits;
+}
+
 }  // namespace tokenfeed

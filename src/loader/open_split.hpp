@@ -5,6 +5,8 @@
 // Thread-safety: opens files and logs; call from one thread.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -22,5 +24,13 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask);
 // split that forms no batch; a val split that forms none opens unusable, with a warning.
 // REQUIRES: settled outlives the split (it reads settled.config).
 std::unique_ptr<DatasetSplit> open_dataset_split(const ResolvedOptions& settled, const std::string& name);
+
+// Every split `settled`'s dataset has: train (required), and val when it is there. Writes
+// back into settled.config what only the split files tell: the token dtype inferred from
+// train when not given (val is validated with train's, so the two are never read at
+// different widths), and for episodes the mask dtype and use_loss_mask=auto (from which
+// splits have mask.bin; the choice is logged). Throws as open_dataset_split.
+using OpenedSplits = std::map<std::string, std::unique_ptr<DatasetSplit>, std::less<>>;
+OpenedSplits open_dataset_splits(ResolvedOptions& settled);
 
 }  // namespace tokenfeed

@@ -72,7 +72,7 @@ struct ResolvedOptions {
   Config config;
   DatasetMetadata metadata;  // empty for a mixture
   std::string rank_source;   // where rank and world_size came from (LauncherRanks::source)
-  std::string pad_source;    // where pad_token_id came from (SFT modes), for the open line
+  std::string pad_source;    // where pad_token_id came from (SFT modes; empty otherwise), for the open line
   // How decode_threads was settled: "config", or the CPU share it came from
   // (default_decode_threads), for the open line.
   std::string decode_threads_source;

@@ -33,41 +33,9 @@ SingleDataset::SingleDataset(ResolvedOptions settled) : settled_(std::move(settl
   announce_open();
 }
 
-void SingleDataset::open_split(const std::string& name) {
-  LoaderSplit* split = own_.emplace(name, open_dataset_split(settled_, name)).first->second.get();
-  splits_.emplace(name, split);
-}
-
 void SingleDataset::open_splits() {
-  Config& c = settled_.config;
-  if (settled_.episode_mode()) {
-    std::error_code ec;
-    for (const char* name : kSplitNames) {
-      if (fs::exists(c.dataset_dir / name, ec)) open_split(name);
-      // The dtype inferred for train is the dataset's: val is validated with it rather
-      // than inferred on its own, so the two can never be read at different widths.
-      if (!c.token_dtype && has_split(name)) c.token_dtype = split(name).data().episodes->token_dtype();
-    }
-    // The token dtype every split agreed on (or was given) is the effective one; the same
-    // for the mask's.
-    if (!c.token_dtype) c.token_dtype = split("train").data().episodes->token_dtype();
-    if (!c.mask_dtype) c.mask_dtype = split("train").data().episodes->mask_file_dtype();
-    resolve_use_loss_mask();
-  } else {
-    for (const char* name : kSplitNames) {
-      if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name)) open_split(name);
-    }
-    if (!c.token_dtype) c.token_dtype = split("train").data().stream->common_dtype();
-  }
-}
-
-void SingleDataset::resolve_use_loss_mask() {
-  std::string with, without;
-  for (const auto& [name, split] : own_) {
-    std::string& list = split->data().episodes->mask_files_present() ? with : without;
-    list += (list.empty() ? "" : ", ") + name;
-  }
-  settle_use_loss_mask(settled_.config, with, without);
+  own_ = open_dataset_splits(settled_);
+  for (const auto& [name, split] : own_) splits_.emplace(name, split.get());
 }
 
 void SingleDataset::make_fingerprint() {
@@ -105,7 +73,8 @@ void SingleDataset::announce_open() {
   line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " rank=" + std::to_string(c.rank) +
           " world_size=" + std::to_string(c.world_size) + " (" + settled_.rank_source + ")" +
           " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
-  if (settled_.episode_mode()) line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
+  if (!settled_.pad_source.empty())
+    line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
   const AuditLog& log = audit_->log();
   line += " audit_log=" + (log.enabled() ? log.path().string() : std::string("off"));
   log_line(LogLevel::info, line);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "loader/dataset_split.hpp"
+#include "loader/open_split.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/split_set.hpp"
 
@@ -32,12 +33,9 @@ class SingleDataset final : public SplitSet {
   // The config settled against the dataset; what the opened splits settle (an inferred
   // dtype, use_loss_mask=auto) is written back into it by open_splits.
   ResolvedOptions settled_;
-  std::map<std::string, std::unique_ptr<DatasetSplit>, std::less<>> own_;
+  OpenedSplits own_;
 
   void open_splits();
-  void open_split(const std::string& name);
-  // Settles use_loss_mask=auto from the splits' mask.bin files, and logs the choice.
-  void resolve_use_loss_mask();
   // What the order depends on (order_fields_) and its hash (fingerprint_).
   void make_fingerprint();
   // The audit log's dataset_load record, and the one info line at open.

@@ -44,23 +44,29 @@ void Admitter::hand_off(std::uint32_t n, bool wake) noexcept {
   if (wake) futex_wake(admissions_);
 }
 
+void Admitter::wake() noexcept { futex_wake(admissions_); }
+
+std::uint32_t Admitter::reclaim() noexcept {
+  const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
+  return (taken & kStop) != 0 ? 0 : taken;
+}
+
 void Admitter::stop() noexcept {
   admissions_.fetch_or(kStop, std::memory_order_release);
   futex_wake(admissions_);
 }
 
 void Admitter::run() {
-  using Clock = std::chrono::steady_clock;
-  auto last_sent = Clock::now();
   while (true) {
     const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
     if ((taken & kStop) != 0) return;
     if (taken != 0) {
       send_(static_cast<long long>(taken));
-      last_sent = Clock::now();
       continue;
     }
-    futex_wait(admissions_, 0, Clock::now() - last_sent < kIdleAfter ? kActivePoll : kIdlePoll);
+    // Sleeps while the word is 0: admissions handed off since the fetch_and above make it
+    // return at once, and a wake() finds it asleep or about to look again.
+    futex_wait(admissions_, 0, kBackstop);
   }
 }
 

@@ -7,15 +7,16 @@
 // measurements).
 //
 // Wakes: a hand-off may leave the thread asleep (wake = false: the ring still holds enough
-// batches that the admissions are not needed at once). The thread then finds them on its
-// own: it sleeps with a timeout, kActivePoll while it sent something in the last
-// kIdleAfter, else kIdlePoll. A trainer slower than production thus pays no syscall while
-// the ring is comfortably full, for at most a thousand short wake-ups a second of this
-// thread while batches flow, twenty when they stop. Each wake-up is a context switch, so
-// this is a large share of the loader's cost beside a slow trainer.
+// batches that the admissions are not needed yet). The trainer then wakes it later, once,
+// when the ring runs low (wake()), or takes them back and sends them itself when it finds
+// the ring empty and is about to wait anyway (reclaim()). The thread does not poll for
+// them: beside a slow trainer (a 2 ms step) it wakes once per hand-off, not every
+// millisecond, and each wake-up is a context switch, most of what a waiting loader costs.
+// It only looks on its own every kBackstop, so that admissions left with it while the
+// trainer is away (an evaluation, a checkpoint) still refill the ring.
 //
-// Thread-safety: hand_off() is called by one thread (the trainer's); stop() by any thread,
-// idempotently. The destructor stops and joins.
+// Thread-safety: hand_off(), wake(), holding() and reclaim() are called by one thread (the
+// trainer's); stop() by any thread, idempotently. The destructor stops and joins.
 #pragma once
 
 #include <atomic>
@@ -36,13 +37,18 @@ class Admitter {
   Admitter& operator=(const Admitter&) = delete;
 
   // Adds `n` admissions for the thread to send (n > 0, far below 2^31 in all); with
-  // `wake`, wakes the thread now (a futex wake), else it finds them within kActivePoll
-  // (kIdlePoll when it sent nothing for kIdleAfter).
+  // `wake`, wakes the thread now (a futex wake), else they wait for wake(), reclaim() or
+  // the thread's kBackstop look.
   void hand_off(std::uint32_t n, bool wake) noexcept;
+  // Whether admissions handed off are still unsent.
+  bool holding() const noexcept { return (admissions_.load(std::memory_order_acquire) & ~kStop) != 0; }
+  // Wakes the thread to send what it holds (a futex wake).
+  void wake() noexcept;
+  // Takes back the admissions not yet sent, for the caller to send: each admission is sent
+  // exactly once, by the thread or by the caller. 0 after stop().
+  std::uint32_t reclaim() noexcept;
 
-  static constexpr std::chrono::nanoseconds kActivePoll = std::chrono::milliseconds(1);
-  static constexpr std::chrono::nanoseconds kIdlePoll = std::chrono::milliseconds(50);
-  static constexpr std::chrono::nanoseconds kIdleAfter = std::chrono::milliseconds(100);
+  static constexpr std::chrono::nanoseconds kBackstop = std::chrono::milliseconds(50);
   // Makes the thread return; it sends nothing more. Does not wait.
   void stop() noexcept;
 

@@ -198,9 +198,10 @@ struct SplitPipeline::Impl {
     timed_waiters.fetch_sub(1, std::memory_order_release);
   }
 
-  // The batches a sleeping trainer waits for (see wake_at): a quarter of the depth. The
-  // decoders hold at least half the depth's admissions at any time (see hand_off_pending),
-  // so the ring always reaches it.
+  // The batches a sleeping trainer waits for (see wake_at): a quarter of the depth. Before
+  // it sleeps, the trainer sends every admission it and the admitter hold (admit_pending),
+  // but less than a run: the decoders then hold all the others, so the ring always reaches
+  // it.
   std::size_t batches_to_wake_for() const noexcept {
     return std::max<std::size_t>(1, depth.load(std::memory_order_relaxed) / 4);
   }
@@ -212,10 +213,16 @@ struct SplitPipeline::Impl {
   // stopped_error() after stop().
   bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
     const Clock::duration spin_for = spin_budget();
-    while (Clock::now() - start < spin_for) {
-      if (stopping.load(std::memory_order_acquire)) throw stopped_error();
-      if (ring.read_available() > 0) return true;
-      for (int i = 0; i < 16; ++i) spin_pause();
+    if (spin_for > Clock::duration::zero()) {
+      while (Clock::now() - start < spin_for) {
+        if (stopping.load(std::memory_order_acquire)) throw stopped_error();
+        if (ring.read_available() > 0) {
+          spin_record.caught();
+          return true;
+        }
+        for (int i = 0; i < 16; ++i) spin_pause();
+      }
+      spin_record.missed();
     }
     const std::size_t want = batches_to_wake_for();
     wake_at.store(want, std::memory_order_seq_cst);
@@ -257,9 +264,41 @@ struct SplitPipeline::Impl {
   // the decoders (see kMinSpin).
   const bool spin;
 
-  // How long pop() spins before it sleeps (see kMinSpin).
-  Clock::duration spin_budget() const noexcept {
-    if (!spin) return Clock::duration::zero();
+  // Whether spinning pays here and now. A spin only helps while a decoder runs on another
+  // core; when the process's threads do not fit its CPUs (other ranks, a busy neighbour
+  // process, a quota), the decoder the trainer waits for is itself waiting for a core, and
+  // the spin takes that core's time from it. Such spins miss, so after kMissesToPause
+  // misses in a row the trainer sleeps at once for the next `pause` waits (64, doubling at
+  // each new run of misses up to 4096, back to 64 after a catch), then tries again.
+  // Trainer's thread only.
+  struct SpinRecord {
+    static constexpr std::uint32_t kMissesToPause = 2;
+    static constexpr std::uint32_t kMinPause = 64, kMaxPause = 4096;
+    std::uint32_t misses = 0;  // in a row
+    std::uint32_t pause = kMinPause;
+    std::uint32_t skip_left = 0;  // waits left that sleep at once
+
+    bool skip() noexcept {
+      if (skip_left == 0) return false;
+      --skip_left;
+      return true;
+    }
+    void caught() noexcept {
+      misses = 0;
+      pause = kMinPause;
+    }
+    void missed() noexcept {
+      if (++misses < kMissesToPause) return;
+      misses = 0;
+      skip_left = pause;
+      pause = std::min(2 * pause, kMaxPause);
+    }
+  };
+  SpinRecord spin_record;
+
+  // How long pop() spins before it sleeps (see kMinSpin and SpinRecord).
+  Clock::duration spin_budget() noexcept {
+    if (!spin || spin_record.skip()) return Clock::duration::zero();
     const double run_us = 2.0 * static_cast<double>(run) * auto_controller.mean_decode_us() /
                           static_cast<double>(std::max<std::size_t>(options.threads, 1));
     const auto us = std::chrono::microseconds(static_cast<std::int64_t>(run_us));
@@ -270,25 +309,33 @@ struct SplitPipeline::Impl {
   std::exception_ptr delivered_error;
   Decrement pending_admissions = 0;  // batches popped whose admission is not yet sent (sent in whole runs)
 
-  // Sends the pending admissions to the limiter now, on the trainer's thread: for when the
-  // trainer is about to wait anyway and the decoders must start at once.
+  // Sends the pending admissions to the limiter now, on the trainer's thread, with those the
+  // admitter still holds: for when the trainer is about to wait anyway and the decoders must
+  // start at once.
   void admit_pending() {
     const Decrement runs = pending_admissions / static_cast<Decrement>(run);
-    if (runs == 0) return;
-    limiter->decrementer().try_put(runs);
     pending_admissions -= runs * static_cast<Decrement>(run);
+    const Decrement all = runs + static_cast<Decrement>(admitter->reclaim());
+    if (all != 0) limiter->decrementer().try_put(all);
   }
 
+  // Whether the ring is down to a quarter of the depth: the admissions must go out now.
+  bool ring_low() const noexcept { return ring.read_available() <= depth.load(std::memory_order_relaxed) / 4; }
+
   // Hands the pending admissions to the admitter thread: for when the ring still holds
-  // batches (see Admitter). It is woken at once only when the ring is down to a quarter of
-  // the depth; above that it finds them on its own, within a millisecond, and the trainer
-  // pays no syscall.
+  // batches (see Admitter). It is woken at once only when the ring is low; above that it is
+  // woken later, once, by wake_admitter_if_low, and the trainer pays no syscall meanwhile.
   void hand_off_pending() {
     const Decrement runs = pending_admissions / static_cast<Decrement>(run);
     if (runs == 0) return;
-    const bool low = ring.read_available() <= depth.load(std::memory_order_relaxed) / 4;
-    admitter->hand_off(static_cast<std::uint32_t>(runs), low);
+    admitter->hand_off(static_cast<std::uint32_t>(runs), ring_low());
     pending_admissions -= runs * static_cast<Decrement>(run);
+  }
+
+  // After a pop: wakes the admitter when it holds admissions and the ring has run low, so
+  // that the decoders refill it before it empties.
+  void wake_admitter_if_low() noexcept {
+    if (admitter->holding() && ring_low()) admitter->wake();
   }
 
   std::unique_ptr<Admitter> admitter;  // started after build(); reset by the destructor first
@@ -565,13 +612,15 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   // One batch has left the prefetch window: another may start. Admissions are handed to
   // the admitter thread in bulk, half the depth at a time (see hand_off_pending): the
   // trainer never pays TBB's cost of waking a decoder, and pays a futex wake only when the
-  // ring runs low; the decoders always hold at least half the depth's admissions. A
-  // trainer that finds the ring empty sends its pending admissions itself (above), as it
-  // waits in any case.
+  // ring runs low (once per hand-off). A trainer that finds the ring empty sends the
+  // pending admissions and those the admitter holds itself (above), as it waits in any
+  // case.
   ++s.pending_admissions;
   if (s.pending_admissions >=
       static_cast<Decrement>(std::max<std::size_t>(1, s.depth.load(std::memory_order_relaxed) / 2))) {
     s.hand_off_pending();
+  } else {
+    s.wake_admitter_if_low();
   }
 
   if (slot->error) {

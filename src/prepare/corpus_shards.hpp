@@ -25,11 +25,9 @@
 #include <vector>
 
 #include "tokenfeed/dtype.hpp"
+#include "tokenfeed/prepare_text.hpp"
 
 namespace tokenfeed {
-
-enum class CorpusFormat : std::uint8_t { tokens, episodes };
-const char* to_string(CorpusFormat format) noexcept;
 
 struct CorpusShard {
   std::uint64_t tokens = 0;

@@ -16,8 +16,10 @@
 
 #include "dataset/dataset_metadata.hpp"
 #include "io/staging_dir.hpp"
+#include "prepare/corpus_shards.hpp"
 #include "prepare/output_dir.hpp"
 #include "prepare/stage_fence.hpp"
+#include "prepare/text_inputs.hpp"
 #include "util/bounded_json.hpp"
 #include "util/sha256.hpp"
 #include "tokenfeed/log.hpp"

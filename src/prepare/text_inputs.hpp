@@ -28,31 +28,9 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenfeed/prepare_text.hpp"
+
 namespace tokenfeed {
-
-enum class TextInputFormat : std::uint8_t { jsonl, parquet, text };
-enum class DocPer : std::uint8_t { file, line, blank_line };
-
-const char* to_string(TextInputFormat format) noexcept;
-const char* to_string(DocPer doc_per) noexcept;
-// "file", "line", "blank-line". Throws Error(config) naming --doc-per for anything else.
-DocPer parse_doc_per(std::string_view text);
-
-struct TextInputFile {
-  std::filesystem::path path;
-  TextInputFormat format = TextInputFormat::text;
-  std::uint64_t bytes = 0;    // size on disk
-  std::int64_t mtime_ns = 0;  // modification time, for the resume manifest
-};
-
-// The format of `path` by its name (see above).
-TextInputFormat text_input_format(const std::filesystem::path& path);
-
-// Every file each pattern names: a path, or a glob (*, ?, [...]) matched by glob(3). All
-// matches of all patterns, sorted by path (bytewise), each once. Throws Error(config) for a
-// pattern that matches nothing or an empty list, Error(io) for a match that is not a regular
-// file (a directory, a FIFO).
-std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& patterns);
 
 // One record of the input, as read (before it is parsed).
 struct TextRecord {
@@ -83,28 +61,6 @@ inline constexpr std::string_view kTextReasonTokenizer = "tokenizer_error";   //
 // Turns a json_line record into a text, empty or bad one, and checks a text record's UTF-8.
 // Cheap enough for the parallel stage; keeps only `field` of the object.
 void parse_text_record(TextRecord& record, const std::string& field);
-
-// Reads the rows of a parquet file's text column. Supplied by the caller (the Python package).
-class ParquetTextReader {
- public:
-  virtual ~ParquetTextReader() = default;
-  // The next rows' values: a string, or nullopt for null or a value that is not a string.
-  // Returns false at the end of the file.
-  virtual bool next_batch(std::vector<std::optional<std::string>>& rows) = 0;
-  // Bytes of the file read so far (compressed column chunks), for progress.
-  virtual std::uint64_t bytes_read() const = 0;
-};
-// Opens `path` at row `first_row` (0-based). Throws Error(format) naming the file when it has
-// no such column or the column holds no strings.
-using ParquetOpener = std::function<std::unique_ptr<ParquetTextReader>(
-    const std::filesystem::path& path, const std::string& column, std::uint64_t first_row)>;
-
-struct TextReadOptions {
-  std::string text_field = "text";
-  DocPer doc_per = DocPer::file;
-  std::size_t max_document_bytes = std::size_t{64} << 20;  // a longer line or document is bad
-  ParquetOpener open_parquet;                              // required for parquet input
-};
 
 // Reads the records of one input file, from a given unit on.
 class TextFileReader {

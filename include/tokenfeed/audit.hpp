@@ -1,8 +1,9 @@
-// Reading an audit log back (loader/audit_log.hpp writes it): one event per complete line,
+// Reading an audit log back: the loader writes one event per complete line (audit_log_dir,
+// docs/sampling-and-resume.md lists the events),
 //
 //   TIME | TRAINING | LEVEL | action=ACTION | key=value | key="quoted \"value\"" | ...
 //
-// exactly as AuditLog::write forms it: TIME is YYYY-MM-DDTHH:MM:SS.mmmZ, LEVEL is upper-case
+// exactly as the loader forms it: TIME is YYYY-MM-DDTHH:MM:SS.mmmZ, LEVEL is upper-case
 // letters, `action` is the first field, and a value is either plain (non-empty, without
 // space, ',', '|', '=', '"', '\\' or a control character) or double-quoted with '"' and '\\'
 // backslash-escaped and control characters written \n, \r, \t or \xHH.
@@ -10,6 +11,9 @@
 // A process killed while writing an event leaves its last line without the newline: that
 // line is returned as torn, never parsed as an event. A complete line that is not an event
 // (a forged or damaged one) is an error naming the file and the line number.
+//
+// `tokenfeed audit LOG` prints a log's summary and its epochs' orders with these functions;
+// Python's read_audit_log returns the same events.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -22,9 +26,11 @@
 #include <utility>
 #include <vector>
 
+#include "tokenfeed/export.hpp"
+
 namespace tokenfeed {
 
-struct AuditEvent {
+struct TOKENFEED_API AuditEvent {
   std::uint64_t line = 0;  // 1-based line number in the file
   std::string time;        // as written: 2026-01-03T16:44:19.628Z
   std::string level;       // INFO
@@ -48,11 +54,21 @@ inline constexpr std::size_t kMaxAuditLineBytes = std::size_t{16} << 20;
 
 // One complete line (without its newline) as an event, or nullopt when it is not one.
 // `line` is recorded in the event.
-std::optional<AuditEvent> parse_audit_line(std::string_view text, std::uint64_t line = 0);
+TOKENFEED_API std::optional<AuditEvent> parse_audit_line(std::string_view text, std::uint64_t line = 0);
 
 // Every event of the audit log `path`, and its torn last line. Throws Error(io) when the
 // file cannot be read (or is not a regular file), Error(format) naming the file and the line
 // number for a complete line that is not an event or a line longer than kMaxAuditLineBytes.
-AuditLogContents read_audit_log(const std::filesystem::path& path);
+TOKENFEED_API AuditLogContents read_audit_log(const std::filesystem::path& path);
+
+// A field's value as the loader writes it on a line: as it is when it holds no separator
+// (space, ',', '|', '='), quote, backslash or control character, else double-quoted with '"'
+// and '\\' backslash-escaped and control characters written \n, \r, \t or \xHH. What
+// parse_audit_line unescapes.
+TOKENFEED_API std::string audit_value_text(std::string_view value);
+
+// A key or action as the loader writes it on a line: control characters escaped as above, so
+// that no field can hold one raw (tokenfeed's own names have none).
+TOKENFEED_API std::string audit_name_text(std::string_view name);
 
 }  // namespace tokenfeed

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Per-rank throughput and CPU on a shared node: tokenfeed against a plain loop, side by side.
+
+Each scenario runs N processes at once, all of tokenfeed (`bench_compare --one
+threads=default:depth=auto`: the defaults, a consumer taking batches as fast as it can) or
+all of the plain single-threaded loop (`bench_compare --one plain`), with the same
+neighbours, and repeats the two interleaved (loader, plain, loader, plain, ...). The
+processes of one measurement start measuring at the same wall-clock instant (--start-at).
+
+  ratio          median over repeats of (mean loader batches/s per process) / (mean plain
+                 batches/s per process), both measured in the same repeat
+  cpu/batch      the loader processes' CPU per batch (all their threads, getrusage), and its
+                 ratio to the single quiet loader's (scenario quiet, N = 1)
+
+Scenarios (issue 30):
+  quiet            N = 1, nothing else
+  ranks            N = 2 with the launcher variables of 2 local ranks (RANK, WORLD_SIZE,
+                   LOCAL_WORLD_SIZE)
+  ranks-taskset    the same, each process pinned to its own CPU (taskset)
+  neighbour        N = 1 beside one CPU-bound process (a Python busy loop), and the same with
+                   decode_threads=2 (oversubscribed)
+  quota            N = 1 in a cgroup limited to 1 CPU (cgroup v2 cpu.max or v1 cfs quota;
+                   where no cgroup can be made, pinned to one CPU instead, and said so)
+
+  perf/shared_node.py --build build [--repeats 3] [--seconds 3] [--out perf/RESULTS_shared_node.md]
+
+Writes the table to --out and the raw lines beside it (.jsonl). Run it on a machine where
+nothing else of yours runs (`ps`): these are ratios, but the neighbours must be the ones the
+scenario names.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+LOADER = "threads=default:depth=auto"
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, text=True, **kw)
+
+
+def make_dataset(build: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """The harness's ep1x shape (8x1024, mask on), small: 5,000 episodes in 4 shards."""
+    data = work / "ep1x"
+    if not (data / "dataset_metadata.json").exists():
+        sh([str(build / "perf" / "gen_dataset"), "--out", str(data), "--episodes", "5000", "--shards", "4",
+            "--seed", "1"], stdout=subprocess.DEVNULL)
+    config = work / "ep1x.xml"
+    config.write_text(f"""<training>
+  <dataset_dir>{data}</dataset_dir>
+  <batch_size>8</batch_size>
+  <block_size>1024</block_size>
+  <use_loss_mask>true</use_loss_mask>
+  <audit_log_dir></audit_log_dir>
+</training>
+""")
+    return config
+
+
+class Quota:
+    """A cgroup limited to one CPU, or None when none can be made here."""
+
+    def __init__(self) -> None:
+        self.procs: pathlib.Path | None = None
+        self.how = ""
+        v2 = pathlib.Path("/sys/fs/cgroup")
+        v1 = pathlib.Path("/sys/fs/cgroup/cpu")
+        try:
+            if (v2 / "cgroup.controllers").exists():
+                group = v2 / "tokenfeed_shared_node"
+                group.mkdir(exist_ok=True)
+                (group / "cpu.max").write_text("100000 100000")
+                self.how = f"cgroup v2 cpu.max = 1 CPU ({group})"
+            elif (v1 / "cpu.cfs_quota_us").exists():
+                group = v1 / "tokenfeed_shared_node"
+                group.mkdir(exist_ok=True)
+                (group / "cpu.cfs_period_us").write_text("100000")
+                (group / "cpu.cfs_quota_us").write_text("100000")
+                self.how = f"cgroup v1 cfs quota = 1 CPU ({group})"
+            else:
+                return
+            self.procs = group / "cgroup.procs"
+        except OSError as e:
+            self.how = f"no cgroup could be made ({e}); pinned to CPU 0 instead"
+            self.procs = None
+
+    def prefix(self) -> list[str]:
+        if self.procs is None:
+            return ["taskset", "-c", "0"]
+        return ["sh", "-c", f'echo $$ > {self.procs} && exec "$@"', "sh"]
+
+
+def run_set(bench: pathlib.Path, config: pathlib.Path, what: str, procs: list[dict], seconds: float) -> list[dict]:
+    """Starts len(procs) measurements of `what` at once; each proc: {env, prefix}."""
+    start_at = time.time() + 1.5  # time to open the loader and map the dataset
+    running = []
+    for p in procs:
+        env = dict(os.environ, **p.get("env", {}))
+        cmd = [*p.get("prefix", []), str(bench), "--config", str(config), "--one", what, "--repeats", "1",
+               "--seconds", str(seconds), "--start-at", f"{start_at:.3f}"]
+        running.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    for r in running:
+        stdout, stderr = r.communicate(timeout=120 + seconds)
+        if r.returncode != 0:
+            sys.exit(f"shared_node: {what} failed ({r.returncode}): {stderr.strip()}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def neighbour() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def scenario(bench, config, name, n, repeats, seconds, ranks=False, pinned=False, busy=False, prefix=None,
+             variant=LOADER) -> dict:
+    procs = []
+    for i in range(n):
+        p: dict = {}
+        if ranks:
+            p["env"] = {"RANK": str(i), "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "LOCAL_RANK": str(i)}
+        if pinned:
+            p["prefix"] = ["taskset", "-c", str(i)]
+        if prefix:
+            p["prefix"] = prefix
+        procs.append(p)
+    loader_runs, plain_runs = [], []
+    hog = neighbour() if busy else None
+    try:
+        if hog:
+            time.sleep(0.5)
+        for _ in range(repeats):
+            loader_runs.append(run_set(bench, config, variant, procs, seconds))
+            plain_runs.append(run_set(bench, config, "plain", procs, seconds))
+    finally:
+        if hog:
+            hog.kill()
+            hog.wait()
+    ratios = [statistics.mean(x["batches_per_s"] for x in lo) / statistics.mean(x["batches_per_s"] for x in pl)
+              for lo, pl in zip(loader_runs, plain_runs)]
+    return {
+        "scenario": name, "processes": n, "variant": variant,
+        "loader_batches_per_s": statistics.median(statistics.mean(x["batches_per_s"] for x in lo) for lo in loader_runs),
+        "plain_batches_per_s": statistics.median(statistics.mean(x["batches_per_s"] for x in pl) for pl in plain_runs),
+        "ratio": statistics.median(ratios), "ratios": ratios,
+        "loader_cpu_us_per_batch": statistics.median(statistics.mean(x["cpu_us_per_batch"] for x in lo)
+                                                     for lo in loader_runs),
+        "plain_cpu_us_per_batch": statistics.median(statistics.mean(x["cpu_us_per_batch"] for x in pl)
+                                                    for pl in plain_runs),
+        "threads_used": sorted({x.get("threads_used") for lo in loader_runs for x in lo}),
+        "raw": {"loader": loader_runs, "plain": plain_runs},
+    }
+
+
+def table(results: list[dict], quota_how: str, command: str) -> str:
+    quiet_cpu = results[0]["loader_cpu_us_per_batch"]
+    lines = [
+        "# Shared node: tokenfeed per rank against a plain loop under the same sharing",
+        "",
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} CPUs). Each row: the",
+        "processes of the scenario all run tokenfeed with the defaults (decode threads and depth",
+        "resolved at open) or all run the plain single-threaded loop, the two interleaved in each",
+        "repeat; batches/s are per process, medians over repeats; the ratio is the median of the",
+        "repeats' ratios (each taken in one repeat). CPU per batch counts every thread of the loader",
+        "processes (getrusage); its ratio is to the quiet single loader's (first row).",
+        "",
+        "| scenario | processes | loader | decode threads | loader batches/s per process | plain loop's | ratio (repeats) | loader CPU us/batch | vs quiet |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        ratios = ", ".join(f"{x:.2f}" for x in r["ratios"])
+        threads = "/".join(str(t) for t in r["threads_used"])
+        lines.append(
+            f"| {r['scenario']} | {r['processes']} | {r['variant']} | {threads} | {r['loader_batches_per_s']:,.0f} | "
+            f"{r['plain_batches_per_s']:,.0f} | **{r['ratio']:.2f}x** ({ratios}) | {r['loader_cpu_us_per_batch']:.1f} | "
+            f"{r['loader_cpu_us_per_batch'] / quiet_cpu:.2f}x |")
+    lines += ["", f"Quota scenario: {quota_how}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", type=pathlib.Path)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--out", default=ROOT / "perf" / "RESULTS_shared_node.md", type=pathlib.Path)
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    args = ap.parse_args()
+    build = args.build.resolve()
+    bench = build / "perf" / "bench_compare"
+    work = build / "shared-node"
+    work.mkdir(parents=True, exist_ok=True)
+    config = make_dataset(build, work)
+    quota = Quota()
+    cpus = os.cpu_count() or 1
+    plan = [
+        ("quiet", dict(n=1)),
+        ("ranks", dict(n=2, ranks=True)),
+        ("ranks-taskset", dict(n=2, ranks=True, pinned=True)),
+        ("neighbour", dict(n=1, busy=True)),
+        ("neighbour", dict(n=1, busy=True, variant="threads=2:depth=auto")),
+        ("quota", dict(n=1, prefix=quota.prefix())),
+    ]
+    only = set(filter(None, args.only.split(",")))
+    results = []
+    for name, kw in plan:
+        if only and name not in only and name != "quiet":
+            continue
+        if kw.get("n", 1) > cpus and kw.get("pinned"):
+            continue
+        r = scenario(bench, config, name, repeats=args.repeats, seconds=args.seconds, **kw)
+        print(f"{name:14s} n={r['processes']} {r['variant']:28s} ratio {r['ratio']:.2f} "
+              f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) loader {r['loader_batches_per_s']:,.0f}/s "
+              f"plain {r['plain_batches_per_s']:,.0f}/s cpu {r['loader_cpu_us_per_batch']:.1f} us/batch "
+              f"threads {r['threads_used']}", flush=True)
+        results.append(r)
+    command = "perf/shared_node.py " + " ".join(sys.argv[1:])
+    args.out.write_text(table(results, quota.how, command.strip()))
+    with open(args.out.with_suffix(".jsonl"), "w") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
