@@ -24,7 +24,8 @@ namespace {
 constexpr const char* kFooter =
     R"help(Each complete line of the log is one event, as the loader writes them:
   TIME | TRAINING | LEVEL | action=ACTION | key=value | key="quoted value" | ...
-Printed: the events by action, each dataset_load and stage_start, and one line per epoch
+Printed: the events by action, each dataset_load, stage_start and weights_changed (a
+mixture's weights changed by the trainer from a step on), and one line per epoch
 (per split, mixture source and rank) in the order the epochs opened: the fields of its
 epoch_start (or epoch_resume: seed, size, first ids) and of its epoch_complete, if any.
 
@@ -134,8 +135,9 @@ void audit(const std::string& path) {
   std::printf("tokenfeed audit: %s\n", audit_name_text(path).c_str());
   print_actions(log);
   for (const AuditEvent& event : log.events) {
-    if (event.action == "dataset_load" || event.action == "stage_start") {
-      std::printf("  %-10s line %llu: %s\n", event.action == "dataset_load" ? "load" : "stage",
+    const bool changed = event.action == "weights_changed";
+    if (event.action == "dataset_load" || event.action == "stage_start" || changed) {
+      std::printf("  %-10s line %llu: %s\n", event.action == "dataset_load" ? "load" : (changed ? "weights" : "stage"),
                   static_cast<unsigned long long>(event.line), all_fields(event).c_str());
     }
   }
@@ -150,8 +152,9 @@ void audit(const std::string& path) {
 
 void add_audit_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  CLI::App* cmd =
-      app.add_subcommand("audit", "Read an audit log back: its events, dataset loads, stages and each epoch's order");
+  CLI::App* cmd = app.add_subcommand("audit",
+                                     "Read an audit log back: its events, dataset loads, stages, weight changes and "
+                                     "each epoch's order");
   cmd->footer(kFooter);
   cmd->add_option("log", *path, "Audit log file (audit_log_dir/audit_*.log)")->required()->check(CLI::ExistingFile);
   cmd->callback([path] { audit(*path); });

@@ -13,8 +13,8 @@
 // function of the dataset, the config and the step: identical for any decode_threads and
 // prefetch_depth, and after save_state/load_state.
 //
-// Thread-safety: get_batch, save_state and load_state must not be called concurrently
-// with each other (one trainer thread). stop() may be called from any thread: it wakes a
+// Thread-safety: get_batch, save_state, load_state and set_mixture_weights must not be
+// called concurrently with each other (one trainer thread). stop() may be called from any thread: it wakes a
 // get_batch blocked on an empty ring, which then throws Error(usage), as does every
 // get_batch after it (batches already prefetched are not handed out). The destructor
 // returns promptly even while stages are busy or blocked.
@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,6 +141,23 @@ class TOKENFEED_API Loader {
   // single dataset.
   std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
                                                   std::uint64_t steps) const;
+
+  // A mixture: from global step `at_step` of the train split on, the sources named in
+  // `weights` (name -> weight, an exact decimal as in the config: "3", "1.5") take these
+  // weights and the others keep theirs, exactly as if the config had a stage starting at
+  // `at_step` (the round-robin restarts at its first row). The change holds until the
+  // next config stage or change, whichever comes first, which then applies as written;
+  // two changes at one step apply in call order. Every rank must make the same calls.
+  // The change is recorded in the audit log (weights_changed), save_state and the
+  // fingerprint. Batches before `at_step` never change: the batches made ahead are made
+  // again, identical. Throws Error(usage) for an `at_step` before earliest_weight_step(),
+  // Error(config) for an unknown source, a weight that is not a non-negative decimal, a
+  // stage left all zero, or a single dataset; the loader is unchanged then.
+  void set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step);
+  // The earliest step set_mixture_weights accepts: the train split's next step plus the
+  // largest prefetch depth (every batch made ahead comes before it). Throws Error(config)
+  // for a single dataset.
+  std::uint64_t earliest_weight_step() const;
 
  private:
   std::optional<Batch> next_batch(std::string_view split,

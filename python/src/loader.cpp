@@ -25,6 +25,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "mixture.hpp"
 #include "stats.hpp"
 #include "tokenfeed/batch.hpp"
 #include "tokenfeed/config.hpp"
@@ -207,6 +208,15 @@ class PyLoader {
     }
   }
 
+  // Loader.set_mixture_weights: the weights converted with the GIL held, then set.
+  void set_mixture_weights(nb::handle weights, std::uint64_t at_step) {
+    const std::map<std::string, std::string> texts = tokenfeed::python::mixture_weight_texts(weights);
+    locked([&](tokenfeed::Loader& l) { l.set_mixture_weights(texts, at_step); });
+  }
+  std::uint64_t earliest_weight_step() {
+    return locked([](tokenfeed::Loader& l) { return l.earliest_weight_step(); });
+  }
+
   nb::object state_dict() {
     const std::string text = save_state();
     return nb::module_::import_("json").attr("loads")(text);
@@ -366,6 +376,14 @@ void bind_loader(nb::module_& m) {
       .def("state_dict", &PyLoader::state_dict, nb::sig("def state_dict(self) -> dict[str, typing.Any]"))
       .def("load_state_dict", &PyLoader::load_state_dict, "state"_a,
            nb::sig("def load_state_dict(self, state: collections.abc.Mapping[str, typing.Any] | str | bytes) -> None"))
+      .def("set_mixture_weights", &PyLoader::set_mixture_weights, "weights"_a, "at_step"_a,
+           nb::sig("def set_mixture_weights(self, weights: collections.abc.Mapping[str, int | float | str], "
+                   "at_step: int) -> None"),
+           "A mixture: from train step at_step on, the named sources take these weights (int, float by its repr, "
+           "or str, as in the config), the others keep theirs, as if the config had a stage starting there. "
+           "at_step must be >= earliest_weight_step(). Recorded in state_dict(), the fingerprint and the audit log.")
+      .def("earliest_weight_step", &PyLoader::earliest_weight_step,
+           "The earliest step set_mixture_weights accepts: the train step plus the largest prefetch depth.")
       .def("stats", &PyLoader::stats, "split"_a = "train",
            nb::sig("def stats(self, split: str = 'train') -> dict[str, typing.Any]"),
            "`tokenfeed bench --json`'s figures under its names (stall_fraction: steps whose batch waited > 50 us for "

@@ -113,4 +113,30 @@ bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, c
   return false;
 }
 
+std::map<std::string, std::string> mixture_weight_texts(nb::handle weights) {
+  if (!PyDict_Check(weights.ptr()) && !nb::hasattr(weights, "items")) {
+    throw Error(ErrorKind::config,
+                "set_mixture_weights: weights must be a mapping of source names to weights, got " + repr_of(weights));
+  }
+  std::map<std::string, std::string> texts;
+  for (nb::handle item : weights.attr("items")()) {
+    const nb::handle name = item[0];
+    if (!PyUnicode_Check(name.ptr())) {
+      throw Error(ErrorKind::config, "set_mixture_weights: a source name must be a str, got " + repr_of(name));
+    }
+    const std::string source = nb::cast<std::string>(name);
+    nb::object value = nb::borrow(item[1]);
+    PyObject* v = value.ptr();
+    // A float of another type (numpy's, a 0-d tensor) as the plain float it converts to,
+    // whose repr is its decimal; integers of any type stay exact through __index__.
+    const bool other_float = PyFloat_Check(v) ? !PyFloat_CheckExact(v)
+                                              : !PyBool_Check(v) && !PyLong_Check(v) && !PyIndex_Check(v) &&
+                                                    !PyUnicode_Check(v) && nb::hasattr(value, "__float__");
+    if (other_float) value = nb::steal(PyNumber_Float(v));
+    if (!value.is_valid()) throw nb::python_error();
+    texts[source] = weight_text("set_mixture_weights: source '" + source + "'", value);
+  }
+  return texts;
+}
+
 }  // namespace tokenfeed::python

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -26,5 +27,10 @@ using ValueText = std::function<std::string(std::string_view key, nanobind::hand
 // Weights may be int, float (its shortest decimal text, repr) or str. Throws Error(config)
 // naming the entry for a value of the wrong type.
 bool apply_mixture_key(Config& config, std::string_view key, nanobind::handle value, const ValueText& value_text);
+
+// Loader.set_mixture_weights's mapping (source name -> weight, by the same rule as a
+// config weight) as the texts Loader::set_mixture_weights parses. Throws Error(config)
+// naming the source for a value that is no number or string, or a key that is no str.
+std::map<std::string, std::string> mixture_weight_texts(nanobind::handle weights);
 
 }  // namespace tokenfeed::python

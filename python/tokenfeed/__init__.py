@@ -31,7 +31,10 @@ of time on background C++ threads, for Python and PyTorch training loops.
 - A mixture of datasets: the dict takes ``mixture`` (a list of source dicts: ``name``,
   ``weight``, ``dataset_dir`` and any per-dataset key) and ``stages`` (a list of
   ``{"until_step": N, "weights": {"name": w}}``, the last without ``until_step``);
-  ``batch.source_ids`` says each row's source, an index into ``loader.source_names``.
+  ``batch.source_ids`` says each row's source, an index into ``loader.source_names``;
+  ``per_source_mean(losses, batch.source_ids, n)`` each source's mean loss, and
+  ``loader.set_mixture_weights({"chat": 3}, at_step=N)`` changes weights from step ``N`` on
+  (``N >= loader.earliest_weight_step()``), recorded in ``state_dict()``.
 - ``state_dict()`` / ``load_state_dict()``: a plain dict, safe to ``torch.save``.
 - ``stats(split)``: the figures of ``tokenfeed bench``, with its names and meanings;
   ``reset_stats()`` after a warm-up, as bench's ``--warmup``.
@@ -83,6 +86,7 @@ from ._chat import (  # noqa: F401  (re-exports)
     sft_loss_mask_for_ids,
     special_token_ids_from_metadata,
 )
+from ._mixing import per_source_mean  # noqa: F401  (re-export)
 from ._prepare import prepare  # noqa: F401  (re-export)
 from ._torch import to_torch  # noqa: F401  (re-export)
 from ._writer import DatasetWriter, write_dataset_metadata  # noqa: F401  (re-exports)
@@ -115,6 +119,7 @@ __all__ = [
     "inspect",
     "make_tokenizer",
     "pack_sft_ids_and_mask",
+    "per_source_mean",
     "plan_sft_window",
     "prepare",
     "prepare_text",

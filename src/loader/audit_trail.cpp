@@ -51,6 +51,11 @@ void AuditTrail::stage_start(const std::string& split, std::size_t stage, std::u
                              {"rank", rank_}});
 }
 
+void AuditTrail::weights_changed(const std::string& split, std::uint64_t step, const std::string& weights) {
+  log_.write("weights_changed",
+             {{"split", split}, {"step", std::to_string(step)}, {"weights", weights}, {"rank", rank_}});
+}
+
 void AuditTrail::source_epoch_opened(const std::string& split, const std::string& source, std::uint64_t epoch,
                                      const std::string& seed, std::uint64_t rows,
                                      std::optional<std::uint64_t> resumed_at_row) {

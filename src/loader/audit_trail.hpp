@@ -6,6 +6,8 @@
 //                    the first row of the source's epoch
 //   epoch_complete   the trainer took an epoch's last batch (a source's last row)
 //   stage_start      a mixture's stage of weights began
+//   weights_changed  the trainer changed a mixture's weights from a step on (written at the
+//                    call, or when a resume state's changes are applied)
 //
 // Thread-safety: as AuditLog (write is thread-safe); the loader writes from its trainer
 // thread only.
@@ -65,6 +67,9 @@ class AuditTrail {
 
   // A mixture's stage `stage` began at `step`, with `weights` ("a=3,b=1").
   void stage_start(const std::string& split, std::size_t stage, std::uint64_t step, const std::string& weights);
+  // The trainer changed a mixture's weights (`weights`: "a=3,b=1", the sources it names) from
+  // global step `step` on.
+  void weights_changed(const std::string& split, std::uint64_t step, const std::string& weights);
   // A mixture source's epoch of `rows` rows opened (resumed at row `resumed_at_row`).
   void source_epoch_opened(const std::string& split, const std::string& source, std::uint64_t epoch,
                            const std::string& seed, std::uint64_t rows, std::optional<std::uint64_t> resumed_at_row);

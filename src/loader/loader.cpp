@@ -73,13 +73,17 @@ std::string Loader::save_state() const {
   state.fingerprint = impl_->data->fingerprint();
   state.order = impl_->data->order_fields();
   for (const auto& [name, split] : impl_->data->splits()) state.splits[name] = split->next_position();
+  state.weight_changes = impl_->data->weight_changes();
   return serialize_resume_state(state);
 }
 
 void Loader::load_state(std::string_view text) {
-  const SplitSet& data = *impl_->data;
+  SplitSet& data = *impl_->data;
   const ResumeState state = parse_resume_state(text);
-  check_state_matches(state, data.fingerprint(), data.order_fields(), data.config());
+  // A loader without weight changes takes the state's: checked with them, committed last.
+  std::optional<PreparedWeights> adopted = data.adopt_state_changes(state.weight_changes);
+  check_state_matches(state, adopted ? adopted->fingerprint : data.fingerprint(),
+                      adopted ? adopted->order : data.order_fields(), data.config());
   // Where each split resumes, all checked before any split moves: a refused state leaves
   // the loader unchanged.
   std::map<std::string, SplitPosition, std::less<>> positions;
@@ -91,6 +95,7 @@ void Loader::load_state(std::string_view text) {
     check_resume_step(name, saved, data.config());
     positions[name] = it->second->resume_position(saved);
   }
+  if (adopted) data.commit_weights(std::move(*adopted), impl_->gate);
   MutexLock lock(impl_->gate.mutex);
   for (const auto& [name, split] : data.splits()) {
     const auto it = positions.find(name);
@@ -135,5 +140,11 @@ std::optional<std::uint64_t> Loader::source_epoch_after(std::string_view split, 
                                                         std::uint64_t steps) const {
   return impl_->data->source_epoch_after(split, source, steps);
 }
+
+void Loader::set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step) {
+  impl_->data->set_mixture_weights(weights, at_step, impl_->gate);
+}
+
+std::uint64_t Loader::earliest_weight_step() const { return impl_->data->earliest_weight_step(); }
 
 }  // namespace tokenfeed

@@ -27,6 +27,11 @@ void LoaderSplit::restore(const SplitPosition& at, PipelineGate& /*gate*/) {
   forget_announced();
 }
 
+void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {
+  pipeline_.reset();  // stops and waits
+  pool_.reset();      // batches still held keep their own reference
+}
+
 void LoaderSplit::stop_pipeline(PipelineGate& /*gate*/) {
   if (pipeline_) pipeline_->stop();
 }

@@ -83,6 +83,9 @@ class LoaderSplit {
   const SplitStats& stats() const noexcept { return stats_; }
   // Stops the pipeline's stages (from any thread); reset_pipeline waits.
   void stop_pipeline(PipelineGate& gate) TF_REQUIRES(gate.mutex);
+  // Drops the pipeline (stops it and waits for its stages), keeping the position: it
+  // restarts at the consumed step on the next take (a mixture's weight change).
+  void restart_pipeline(PipelineGate& gate) TF_REQUIRES(gate.mutex);
   // Destroys the pipeline, waiting for its stages. REQUIRES: no other thread can reach the
   // split any more (its owner's destruction, after the pipelines were stopped).
   void reset_pipeline() { pipeline_.reset(); }

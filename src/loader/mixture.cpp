@@ -44,6 +44,7 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
     : LoaderSplit(std::move(name), shape, config),
       config_(config),
       schedule_(schedule),
+      rows_schedule_(&schedule),
       parts_(std::move(parts)),
       seeds_(std::move(seeds)),
       announced_(parts_.size()) {
@@ -87,9 +88,9 @@ SplitInfo MixtureSplit::info() const {
 
 std::optional<std::uint64_t> MixtureSplit::source_epoch_after(std::size_t source, std::uint64_t steps) const {
   if (!source_->has_epochs(source)) return std::nullopt;
-  const std::uint64_t rows =
-      schedule_.rows_before(static_cast<std::uint32_t>(source),
-                            checked_product(steps, global_batch_size(config_), "steps x batch_size x world_size"));
+  const std::uint64_t rows = rows_schedule_->rows_before(
+      static_cast<std::uint32_t>(source),
+      checked_product(steps, global_batch_size(config_), "steps x batch_size x world_size"));
   return source_->epoch_of(source, rows);
 }
 
@@ -105,8 +106,8 @@ void MixtureSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     if (!source_->has_epochs(i)) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    const std::uint64_t before = schedule_.rows_before(index, rows_before_step(step, config_));
-    const std::uint64_t after = schedule_.rows_before(index, rows_before_step(step + 1, config_));
+    const std::uint64_t before = rows_schedule_->rows_before(index, rows_before_step(step, config_));
+    const std::uint64_t after = rows_schedule_->rows_before(index, rows_before_step(step + 1, config_));
     if (after != before) follow_source_epochs(i, before, after, audit);
   }
 }
@@ -285,7 +286,7 @@ void Mixture::make_fingerprint() {
     for (const std::uint64_t w : schedule_->stage_weights(st)) stage += " " + std::to_string(w);
     order_fields_["stage." + std::to_string(st)] = stage;
   }
-  fingerprint_ = fingerprint_of("tokenfeed-mixture-v2", order_fields_);
+  fingerprint_ = fingerprint_of(kFingerprintFormula, order_fields_);
 }
 
 void Mixture::announce_open() {

@@ -47,10 +47,16 @@ class MixtureSplit final : public LoaderSplit {
   // The epoch source `source` is in after the first `steps` batches; nullopt when it has no
   // epochs. REQUIRES: source < the number of sources.
   std::optional<std::uint64_t> source_epoch_after(std::size_t source, std::uint64_t steps) const;
+  // Reads its rows by `schedule` from now on (weight changes: mixture_steering.cpp): stops
+  // and drops the pipeline, which restarts at the consumed step on the next take and makes
+  // again, identically, the batches it had made ahead (steps before the change's are
+  // unchanged). `schedule` must outlive the split or the next call.
+  void use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) TF_REQUIRES(gate.mutex);
 
  private:
   const Config& config_;
-  const MixtureSchedule& schedule_;
+  const MixtureSchedule& schedule_;       // the config's: its stages are what stage_start names
+  const MixtureSchedule* rows_schedule_;  // what the rows follow: the config's with the weight changes
   std::vector<const DatasetSplit*> parts_;
   std::vector<std::int64_t> seeds_;
   std::unique_ptr<MixtureBatchSource> source_;
@@ -80,6 +86,17 @@ class Mixture final : public SplitSet {
   // the config's weights are explicit.
   const std::vector<SizedWeight>& weights_from_sizes() const noexcept { return sized_weights_; }
 
+  // Weight changes from the trainer (mixture_steering.cpp; the rule in weight_changes.hpp).
+  // They apply to the train split; other splits keep the config's stages.
+  std::uint64_t earliest_weight_step() const override;
+  void set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step,
+                           PipelineGate& gate) override;
+  const std::vector<WeightChange>& weight_changes() const noexcept override { return changes_; }
+  std::optional<PreparedWeights> adopt_state_changes(const std::vector<WeightChange>& state_changes) const override;
+  void commit_weights(PreparedWeights prepared, PipelineGate& gate) override;
+
+  static constexpr const char* kFingerprintFormula = "tokenfeed-mixture-v2";
+
  private:
   Config config_;
   std::string decode_threads_source_;
@@ -90,6 +107,13 @@ class Mixture final : public SplitSet {
   std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
   std::vector<SizedWeight> sized_weights_;
   std::string sized_text_;  // for the open line
+  // Weight changes, in call order, and the train split's schedule with them (null: none).
+  std::vector<WeightChange> changes_;
+  std::shared_ptr<const MixtureSchedule> train_schedule_;
+
+  // The schedule, order fields and fingerprint with `changes` (the whole history). Throws
+  // Error(config) for a history whose weights leave a stage all zero, or too long a period.
+  PreparedWeights prepare_weights(std::vector<WeightChange> changes) const;
 
   // A source's config: its keys over the mixture's, at one row per batch.
   Config member_config(const MixtureSource& source) const;

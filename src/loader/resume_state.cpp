@@ -30,6 +30,28 @@ std::uint64_t read_count(const json& object, const char* field, const std::strin
   return v.get<std::uint64_t>();
 }
 
+// The state's "weight_changes": [{"step": N, "weights": {"name": "text", ...}}, ...]; the
+// names and weights are checked when a loader applies them.
+std::vector<WeightChange> read_weight_changes(const json& list) {
+  if (!list.is_array()) state_error("field 'weight_changes' must be a list");
+  std::vector<WeightChange> changes;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "weight_changes[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) state_error(where + " must be an object");
+    WeightChange change;
+    change.step = read_count(list[i], "step", where);
+    if (!list[i].contains("weights") || !list[i]["weights"].is_object()) {
+      state_error(where + ".weights must be an object of source names and weight texts");
+    }
+    for (const auto& [name, weight] : list[i]["weights"].items()) {
+      if (!weight.is_string()) state_error(where + ".weights." + name + " must be a string, got " + quote_json(weight));
+      change.weights[name] = weight.get<std::string>();
+    }
+    changes.push_back(std::move(change));
+  }
+  return changes;
+}
+
 }  // namespace
 
 std::string serialize_resume_state(const ResumeState& state) {
@@ -40,6 +62,11 @@ std::string serialize_resume_state(const ResumeState& state) {
   }
   json doc = {{"format", kFormat}, {"version", kVersion}, {"fingerprint", state.fingerprint}, {"splits", splits}};
   if (!state.order.empty()) doc["order"] = state.order;
+  if (!state.weight_changes.empty()) {
+    json changes = json::array();
+    for (const WeightChange& c : state.weight_changes) changes.push_back({{"step", c.step}, {"weights", c.weights}});
+    doc["weight_changes"] = changes;
+  }
   return doc.dump();
 }
 
@@ -75,6 +102,7 @@ ResumeState parse_resume_state(std::string_view text) {
       state.order[key] = value.get<std::string>();
     }
   }
+  if (doc.contains("weight_changes")) state.weight_changes = read_weight_changes(doc["weight_changes"]);
   return state;
 }
 
@@ -127,6 +155,10 @@ std::string explain_field(const std::string& key, const std::string& was, const 
            " in the state, " + is +
            " here) though its lengths may not: point dataset_dir at the dataset the state "
            "was saved with";
+  }
+  if (key.rfind(kWeightChangeField, 0) == 0) {
+    return "the mixture's weight change " + key.substr(std::string(kWeightChangeField).size()) + " is " + was +
+           " in the state but " + is + " here (set_mixture_weights): the same calls make the same batches";
   }
   if (key.rfind("source.", 0) == 0) {
     return "mixture " + key + " differs (its fingerprint " + was + " in the state, " + is +

@@ -2,14 +2,17 @@
 //
 //   {"format": "tokenfeed-state", "version": 1, "fingerprint": "9c0f...",
 //    "order": {"global_batch_size": "12", "epoch_seed": "1337", ...},
-//    "splits": {"train": {"step": 1200, "epoch": 3, "batch_in_epoch": 17}}}
+//    "splits": {"train": {"step": 1200, "epoch": 3, "batch_in_epoch": 17}},
+//    "weight_changes": [{"step": 1000, "weights": {"chat": "3", "code": "1.5"}}]}
 //
 // `step` (batches the trainer consumed) is what restores, except in sft_packed, whose
 // epochs differ in length: there `epoch`, `batch_in_epoch` and `row_in_epoch` (written
 // when not 0) do. Steps count global batches, so a state resumes at any world size with
 // the same global batch. `order` holds, by name, what the order depends on (the fingerprint
 // is their hash), so that a refused state can say which field differs; states written
-// before it existed lack it.
+// before it existed lack it. `weight_changes` (a mixture's, in call order, written when
+// there are any) is every change the trainer made, those for steps not reached yet too, so
+// that a resume makes the same batches (weight_changes.hpp).
 //
 // The checks a loader runs on a parsed state are here too, each written once: that it
 // belongs to this dataset and config (naming each order field that differs), and that a
@@ -23,8 +26,10 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loader/fingerprint.hpp"
+#include "loader/weight_changes.hpp"
 #include "pipeline/stream_position.hpp"
 #include "tokenfeed/config.hpp"
 
@@ -34,6 +39,7 @@ struct ResumeState {
   std::string fingerprint;
   OrderFields order;  // empty when the state does not record it
   std::map<std::string, SplitPosition> splits;
+  std::vector<WeightChange> weight_changes;
 };
 
 std::string serialize_resume_state(const ResumeState& state);

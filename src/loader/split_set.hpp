@@ -12,11 +12,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dataset/dataset_metadata.hpp"
 #include "loader/audit_trail.hpp"
 #include "loader/fingerprint.hpp"
 #include "loader/loader_split.hpp"
+#include "loader/weight_changes.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {
@@ -32,6 +34,21 @@ class SplitSet {
   // without epochs). Throws Error(usage) for a single dataset or a bad index.
   virtual std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
                                                           std::uint64_t steps) const;
+
+  // Weight changes from the trainer (a mixture's: Mixture, weight_changes.hpp). A single
+  // dataset: earliest_weight_step and set_mixture_weights throw Error(config), and it has
+  // no changes. set_mixture_weights and commit_weights stop and restart the train split's
+  // pipeline under `gate`'s mutex; the trainer thread calls them.
+  virtual std::uint64_t earliest_weight_step() const;
+  virtual void set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step,
+                                   PipelineGate& gate);
+  virtual const std::vector<WeightChange>& weight_changes() const noexcept;
+  // load_state: what to commit so that this loader has a state's change history. nullopt
+  // when it has it already (or the state has none and this loader none); the state's
+  // changes when this loader has none. Throws Error(state) when this loader made other
+  // changes, or for changes no loader makes. Changes nothing.
+  virtual std::optional<PreparedWeights> adopt_state_changes(const std::vector<WeightChange>& state_changes) const;
+  virtual void commit_weights(PreparedWeights prepared, PipelineGate& gate);
 
   // Every split, by name.
   const std::map<std::string, LoaderSplit*, std::less<>>& splits() const noexcept { return splits_; }

@@ -19,7 +19,7 @@ using MixturePlan = std::vector<MixtureRow>;
 
 MixtureBatchSource::MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule,
                                        detail::BatchShape shape, Options options)
-    : members_(std::move(members)), schedule_(schedule), shape_(shape), options_(options) {
+    : members_(std::move(members)), schedule_(&schedule), shape_(shape), options_(options) {
   for (Member& m : members_) m.sampled = dynamic_cast<SampledRowSource*>(m.source);
   epoch_starts_.resize(members_.size(), std::vector<std::uint64_t>{0});
 }
@@ -52,7 +52,7 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
       checked_sum(checked_product(step, options_.world_size * options_.batch_size, "step x batch_size x world_size"),
                   options_.rank * options_.batch_size, "the rank's first row");
   for (std::uint64_t r = 0; r < options_.batch_size; ++r) {
-    const MixtureSchedule::Pick pick = schedule_.pick(first + r);
+    const MixtureSchedule::Pick pick = schedule_->pick(first + r);
     Member& m = members_[pick.source];
     (*rows)[r].source = pick.source;
     if (m.sampled != nullptr) {

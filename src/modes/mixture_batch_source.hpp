@@ -68,9 +68,13 @@ class MixtureBatchSource final : public BatchSource {
   std::uint64_t epoch_first_row(std::size_t source, std::uint64_t epoch) const;
   bool has_epochs(std::size_t source) const noexcept { return members_[source].epochs != Member::Epochs::none; }
 
+  // Plans from now on by `schedule` (a weight change). REQUIRES: no pipeline runs over this
+  // source (plan and decode read the schedule); `schedule` outlives this or the next call.
+  void use_schedule(const MixtureSchedule& schedule) noexcept { schedule_ = &schedule; }
+
  private:
   std::vector<Member> members_;
-  const MixtureSchedule& schedule_;
+  const MixtureSchedule* schedule_;
   detail::BatchShape shape_;
   Options options_;
 

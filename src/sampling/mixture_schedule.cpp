@@ -76,17 +76,18 @@ std::vector<std::uint64_t> lowest_integer_weights(const std::vector<std::string>
   return weights;
 }
 
-// One period (`total` picks) of the smooth weighted round-robin over `weights`: the source
-// of each pick (`sequence`), and per source its picks' places (`positions`).
-void round_robin_period(const std::vector<std::uint64_t>& weights, std::uint64_t total,
+// The first `picks` (at most one period, `total`) picks of the smooth weighted round-robin
+// over `weights`: the source of each pick (`sequence`), and per source its picks' places
+// (`positions`).
+void round_robin_period(const std::vector<std::uint64_t>& weights, std::uint64_t total, std::uint64_t picks,
                         std::vector<std::uint32_t>& sequence, std::vector<std::vector<std::uint32_t>>& positions) {
   const std::size_t n = weights.size();
-  sequence.resize(total);
+  sequence.resize(picks);
   positions.resize(n);
-  for (std::size_t i = 0; i < n; ++i) positions[i].reserve(weights[i]);
+  for (std::size_t i = 0; i < n; ++i) positions[i].reserve(std::min(weights[i], picks));
   std::vector<std::int64_t> current(n, 0);
   const auto period = static_cast<std::int64_t>(total);
-  for (std::uint64_t p = 0; p < total; ++p) {
+  for (std::uint64_t p = 0; p < picks; ++p) {
     std::size_t best = 0;
     for (std::size_t i = 0; i < n; ++i) {
       current[i] += static_cast<std::int64_t>(weights[i]);
@@ -98,18 +99,45 @@ void round_robin_period(const std::vector<std::uint64_t>& weights, std::uint64_t
   }
 }
 
+// Only the last stage may omit until_step, and a stage ends after it starts. Throws
+// Error(config) naming the stage (`where`) otherwise.
+void check_stage_end(const MixtureSchedule::StageSpec& spec, const std::string& where, std::uint64_t first_step,
+                     bool last) {
+  if (!last) {
+    if (!spec.until) throw Error(ErrorKind::config, where + " has no until_step; only the last stage may omit it");
+    if (*spec.until <= first_step) {
+      throw Error(ErrorKind::config, where + ": until_step=" + std::to_string(*spec.until) +
+                                         " must be greater than the stage's first step " + std::to_string(first_step));
+    }
+  } else if (spec.until) {
+    throw Error(ErrorKind::config, where + " is the last stage and has until_step=" + std::to_string(*spec.until) +
+                                       "; the last stage holds for ever, remove until_step");
+  }
+}
+
 }  // namespace
 
 MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> specs,
-                                 std::uint64_t rows_per_step)
+                                 std::uint64_t rows_per_step, const std::vector<std::string>& stage_names,
+                                 const MixtureSchedule* reuse)
     : names_(std::move(names)), rows_per_step_(rows_per_step) {
   const std::size_t n = names_.size();
   std::uint64_t first_step = 0;
+  bool sharing = reuse != nullptr;  // every stage so far is reuse's
   for (std::size_t s = 0; s < specs.size(); ++s) {
     const StageSpec& spec = specs[s];
-    const std::string where = "mixture stage " + std::to_string(s);
+    const std::string where = s < stage_names.size() ? stage_names[s] : "mixture stage " + std::to_string(s);
+    check_stage_end(spec, where, first_step, s + 1 == specs.size());
+    sharing = sharing && s < reuse->stages_.size() && reuse->stages_[s]->first_step == first_step &&
+              reuse->stages_[s]->until == spec.until && reuse->stages_[s]->texts == spec.weights;
+    if (sharing) {  // the same stage after the same stages: the same rows
+      stages_.push_back(reuse->stages_[s]);
+      if (spec.until) first_step = *spec.until;
+      continue;
+    }
     Stage stage;
     stage.first_step = first_step;
+    stage.until = spec.until;
     // until_step x rows per step wraps for a huge until_step: refused, or the stage would
     // start at a wrapped row (rows of the next stage from step 0).
     stage.first_row = checked_product(first_step, rows_per_step_,
@@ -117,29 +145,23 @@ MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<Sta
     stage.texts = spec.weights;
     stage.weights = lowest_integer_weights(spec.weights, names_, where);
     for (const std::uint64_t w : stage.weights) stage.total += w;  // <= kMaxPeriod: no wrap
-    // One period of the smooth weighted round-robin.
-    round_robin_period(stage.weights, stage.total, stage.sequence, stage.positions);
+    // One period of the smooth weighted round-robin, or the stage's rows when it ends
+    // before a period does (a short stage, as weight changes make, stores only its rows).
+    std::uint64_t picks = stage.total;
+    if (spec.until && *spec.until - first_step <= stage.total / rows_per_step_) {
+      picks = (*spec.until - first_step) * rows_per_step_;
+    }
+    round_robin_period(stage.weights, stage.total, picks, stage.sequence, stage.positions);
     stage.base.assign(n, 0);
     if (s > 0) {
-      const Stage& prev = stages_.back();
+      const Stage& prev = *stages_.back();
       const std::uint64_t rows = stage.first_row - prev.first_row;
       for (std::size_t i = 0; i < n; ++i) {
         stage.base[i] = prev.base[i] + rows_in_stage(prev, static_cast<std::uint32_t>(i), rows);
       }
     }
-    if (s + 1 < specs.size()) {
-      if (!spec.until) throw Error(ErrorKind::config, where + " has no until_step; only the last stage may omit it");
-      if (*spec.until <= first_step) {
-        throw Error(ErrorKind::config, where + ": until_step=" + std::to_string(*spec.until) +
-                                           " must be greater than the stage's first step " +
-                                           std::to_string(first_step));
-      }
-      first_step = *spec.until;
-    } else if (spec.until) {
-      throw Error(ErrorKind::config, where + " is the last stage and has until_step=" + std::to_string(*spec.until) +
-                                         "; the last stage holds for ever, remove until_step");
-    }
-    stages_.push_back(std::move(stage));
+    if (spec.until) first_step = *spec.until;
+    stages_.push_back(std::make_shared<const Stage>(std::move(stage)));
   }
   if (stages_.empty()) throw Error(ErrorKind::config, "a mixture needs at least one stage of weights");
 }
@@ -153,19 +175,20 @@ std::uint64_t MixtureSchedule::rows_in_stage(const Stage& stage, std::uint32_t s
 }
 
 std::size_t MixtureSchedule::stage_of_row(std::uint64_t global_row) const noexcept {
-  std::size_t s = 0;
-  while (s + 1 < stages_.size() && stages_[s + 1].first_row <= global_row) ++s;
-  return s;
+  // Stages start at increasing rows; a weight change every few steps makes many.
+  const auto after = std::upper_bound(stages_.begin() + 1, stages_.end(), global_row,
+                                      [](std::uint64_t row, const auto& stage) { return row < stage->first_row; });
+  return static_cast<std::size_t>(after - stages_.begin()) - 1;
 }
 
 std::size_t MixtureSchedule::stage_of_step(std::uint64_t step) const noexcept {
-  std::size_t s = 0;
-  while (s + 1 < stages_.size() && stages_[s + 1].first_step <= step) ++s;
-  return s;
+  const auto after = std::upper_bound(stages_.begin() + 1, stages_.end(), step,
+                                      [](std::uint64_t at, const auto& stage) { return at < stage->first_step; });
+  return static_cast<std::size_t>(after - stages_.begin()) - 1;
 }
 
 MixtureSchedule::Pick MixtureSchedule::pick(std::uint64_t global_row) const noexcept {
-  const Stage& stage = stages_[stage_of_row(global_row)];
+  const Stage& stage = *stages_[stage_of_row(global_row)];
   const std::uint64_t local = global_row - stage.first_row;
   Pick pick;
   pick.source = stage.sequence[local % stage.total];
@@ -174,7 +197,7 @@ MixtureSchedule::Pick MixtureSchedule::pick(std::uint64_t global_row) const noex
 }
 
 std::uint64_t MixtureSchedule::rows_before(std::uint32_t source, std::uint64_t global_row) const noexcept {
-  const Stage& stage = stages_[stage_of_row(global_row)];
+  const Stage& stage = *stages_[stage_of_row(global_row)];
   return stage.base[source] + rows_in_stage(stage, source, global_row - stage.first_row);
 }
 

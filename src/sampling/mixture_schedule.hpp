@@ -13,13 +13,14 @@
 // ten and reduced by their gcd (the round-robin over c * w picks the same sources as over w,
 // since every `current` scales by c). After `total` picks every source has won exactly its
 // weight and every `current` is 0 again, so the sequence is periodic with period `total`;
-// one period is stored, and row g's source and index follow from g's place in it in
-// O(log weight).
+// one period is stored (or, for a stage that ends sooner, as weight changes make, only its
+// rows), and row g's source and index follow from g's place in it in O(log weight).
 //
 // Thread-safety: immutable after construction; every member may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,8 +50,13 @@ class MixtureSchedule {
 
   // Throws Error(config) naming the source or stage for a malformed weight, a stage whose
   // weights are all zero, a period above kMaxPeriod, or stage ends that do not increase.
+  // `stage_names` name the stages in errors ("mixture stage N" for those it lacks).
+  // `reuse`: a schedule of the same names and rows_per_step whose leading stages this one
+  // shares where they are the same (a weight change rebuilds the schedule, and only the
+  // stages from its step on differ), instead of computing them again.
   // REQUIRES: names.size() == every stage's weights.size(); rows_per_step > 0.
-  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step);
+  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step,
+                  const std::vector<std::string>& stage_names = {}, const MixtureSchedule* reuse = nullptr);
 
   struct Pick {
     std::uint32_t source = 0;
@@ -63,15 +69,16 @@ class MixtureSchedule {
   std::size_t sources() const noexcept { return names_.size(); }
   std::size_t stages() const noexcept { return stages_.size(); }
   std::size_t stage_of_step(std::uint64_t step) const noexcept;
-  std::uint64_t stage_first_step(std::size_t stage) const noexcept { return stages_[stage].first_step; }
+  std::uint64_t stage_first_step(std::size_t stage) const noexcept { return stages_[stage]->first_step; }
   // The stage's weights in lowest integer terms (the round-robin's), and as written.
-  const std::vector<std::uint64_t>& stage_weights(std::size_t stage) const noexcept { return stages_[stage].weights; }
-  const std::vector<std::string>& stage_weight_texts(std::size_t stage) const noexcept { return stages_[stage].texts; }
+  const std::vector<std::uint64_t>& stage_weights(std::size_t stage) const noexcept { return stages_[stage]->weights; }
+  const std::vector<std::string>& stage_weight_texts(std::size_t stage) const noexcept { return stages_[stage]->texts; }
 
  private:
   struct Stage {
     std::uint64_t first_step = 0;
     std::uint64_t first_row = 0;
+    std::optional<std::uint64_t> until;
     std::vector<std::string> texts;
     std::vector<std::uint64_t> weights;                 // reduced integers
     std::uint64_t total = 0;                            // the period
@@ -84,7 +91,7 @@ class MixtureSchedule {
 
   std::vector<std::string> names_;
   std::uint64_t rows_per_step_ = 1;
-  std::vector<Stage> stages_;
+  std::vector<std::shared_ptr<const Stage>> stages_;  // shared with the schedule it reused, if any
 };
 
 }  // namespace tokenfeed
