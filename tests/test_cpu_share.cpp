@@ -106,6 +106,29 @@ TEST_CASE("cpu share: default decode threads are the process's share of its CPUs
   CHECK(default_decode_threads(budget(4, 0.1, 1)).threads == 1);
 }
 
+TEST_CASE("cpu share: the trainer spins only with a CPU of the share beside the decode threads") {
+  // The share: the CPUs the decoders and the trainer may use together.
+  CHECK(default_decode_threads(budget(64, std::nullopt, 8)).share == 8);
+  CHECK(default_decode_threads(budget(16, 1.5, 1)).share == 2);
+  CHECK(default_decode_threads(budget(2, std::nullopt, 2)).share == 1);
+  CHECK(default_decode_threads(budget(4, 0.1, 1)).share == 1);
+  // What resolve_options settles from it, beside the decode threads (defaults, or set).
+  const auto may_spin = [](const char* local_ranks, std::int64_t decode_threads) {
+    const ScopedEnv env(kLocalSizeVariables, {{"LOCAL_WORLD_SIZE", local_ranks}});
+    Config c;
+    c.decode_threads = decode_threads;
+    ResolvedOptions r;
+    settle_decode_threads(c, r);
+    return r.trainer_may_spin;
+  };
+  const std::int64_t cpus = read_cpu_budget(LocalRanks{}).affinity_cpus;
+  // As many ranks as CPUs: each rank's share is one CPU, its decode thread's.
+  CHECK_FALSE(may_spin(std::to_string(cpus).c_str(), 0));
+  // A thread per CPU set by hand leaves none for the trainer.
+  CHECK_FALSE(may_spin("1", cpus));
+  if (cpus >= 2) CHECK(may_spin("1", 0));  // one rank: the share minus its decode threads
+}
+
 TEST_CASE("cpu share: the local ranks come from the launcher's variables, in order, and are checked") {
   {
     const ScopedEnv env(kLocalSizeVariables, {});

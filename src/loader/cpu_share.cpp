@@ -145,7 +145,7 @@ DecodeThreadsDefault default_decode_threads(const CpuBudget& budget) {
   const std::int64_t share = std::max<std::int64_t>(1, cpus / ranks);
   if (ranks > 1) source += " / " + plural(ranks, "local rank") + " (" + budget.local_ranks.source + ")";
   source += " - 1 for the trainer";
-  return {std::max<std::int64_t>(1, share - 1), source};
+  return {std::max<std::int64_t>(1, share - 1), source, share};
 }
 
 CpuBudget read_cpu_budget(LocalRanks local_ranks) {

@@ -44,6 +44,7 @@ std::optional<double> cgroup_cpu_quota(const std::filesystem::path& root, std::s
 struct DecodeThreadsDefault {
   std::int64_t threads = 1;
   std::string source;
+  std::int64_t share = 1;  // the CPUs this process may use: threads + 1 for the trainer, or 1
 };
 DecodeThreadsDefault default_decode_threads(const CpuBudget& budget);
 

@@ -19,9 +19,11 @@
 namespace tokenfeed {
 namespace {
 
-// The split set `config` describes: a mixture, or one dataset settled by resolve_options.
-std::unique_ptr<SplitSet> open_split_set(Config config) {
+// The split set `config` describes: a mixture, or one dataset settled by resolve_options;
+// what its pipelines need of the settled options goes to `gate`.
+std::unique_ptr<SplitSet> open_split_set(Config config, PipelineGate& gate) {
   ResolvedOptions settled = resolve_options(std::move(config));
+  gate.trainer_may_spin = settled.trainer_may_spin;
   if (settled.mixture()) {
     return std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source));
   }
@@ -35,10 +37,10 @@ DatasetVocabulary vocabulary_of(const DatasetMetadata& m) {
 }  // namespace
 
 struct Loader::Impl {
+  PipelineGate gate;  // a pipeline's start against a concurrent stop(); before `data`, which sets it
   std::unique_ptr<SplitSet> data;
-  PipelineGate gate;  // a pipeline's start against a concurrent stop()
 
-  explicit Impl(Config c) : data(open_split_set(std::move(c))) {}
+  explicit Impl(Config c) : data(open_split_set(std::move(c), gate)) {}
   const Config& config() const noexcept { return data->config(); }
 
   void stop_pipelines() {

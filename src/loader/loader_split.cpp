@@ -36,14 +36,14 @@ void LoaderSplit::stop_pipeline(PipelineGate& /*gate*/) {
   if (pipeline_) pipeline_->stop();
 }
 
-void LoaderSplit::start_pipeline(const Config& config, PipelineGate& /*gate*/) {
+void LoaderSplit::start_pipeline(const Config& config, PipelineGate& gate) {
   const auto max_held = static_cast<std::size_t>(config.max_held_batches);
   source().seek(next_);
   const auto threads = static_cast<std::size_t>(config.decode_threads);
   const SplitPipeline::Depths depth = pool_depths(config, shape_);
   pool_ = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape_, name_, depth.max + max_held);
-  pipeline_ = std::make_unique<SplitPipeline>(source(), pool_,
-                                              SplitPipeline::Options{depth.initial, threads, next_.step, depth.max});
+  pipeline_ = std::make_unique<SplitPipeline>(
+      source(), pool_, SplitPipeline::Options{depth.initial, threads, next_.step, depth.max, gate.trainer_may_spin});
 }
 
 std::optional<Batch> LoaderSplit::take(const Config& config, PipelineGate& gate, AuditTrail& audit,

@@ -34,9 +34,11 @@ namespace tokenfeed {
 // functions below that change it require it), so a stop from another thread never meets a
 // pipeline half made; the trainer's thread alone reads it without the lock (take), since
 // only that thread replaces it.
+// It also carries what the loader settled at open for every pipeline it starts.
 struct PipelineGate {
   Mutex mutex;
   std::atomic<bool> stopped{false};  // written under mutex; after it, no pipeline starts
+  bool trainer_may_spin = true;      // set at open, then constant (ResolvedOptions)
 };
 
 class LoaderSplit {

@@ -66,22 +66,22 @@ void settle_ranks(Config& config, ResolvedOptions& r) {
   global_batch_size(config);
 }
 
-// decode_threads 0: this process's share of the CPUs it may use, and where it came from.
+}  // namespace
+
 void settle_decode_threads(Config& config, ResolvedOptions& r) {
   // The local ranks are read even when nothing below uses them, so that a bad variable is
   // an error at open, not a silently undivided memory budget.
   const LocalRanks local_ranks = resolve_local_ranks();
+  // This process's share of the CPUs it may use; one of them is the trainer's.
+  const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget(local_ranks));
   if (config.decode_threads == 0) {
-    // This process's share of the CPUs it may use; one of them is the trainer's.
-    const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget(local_ranks));
     config.decode_threads = threads.threads;
     r.decode_threads_source = threads.source;
   } else {
     r.decode_threads_source = "config";
   }
+  r.trainer_may_spin = threads.share > config.decode_threads;
 }
-
-}  // namespace
 
 std::uint64_t global_batch_size(const Config& config) {
   const auto batch = static_cast<std::uint64_t>(config.batch_size);

@@ -76,6 +76,9 @@ struct ResolvedOptions {
   // How decode_threads was settled: "config", or the CPU share it came from
   // (default_decode_threads), for the open line.
   std::string decode_threads_source;
+  // Whether the trainer's thread has a CPU of the process's share to itself beside the
+  // decode threads (share > decode_threads): only then does get_batch spin before it sleeps.
+  bool trainer_may_spin = true;
 
   bool mixture() const noexcept { return !config.mixture.empty(); }
   // The SFT modes read episode-indexed datasets.
@@ -177,6 +180,12 @@ std::optional<PadChoice> pad_from_metadata(const Config& config, const DatasetMe
 // The end-of-text id that separates documents: `given`, else the metadata's eos_token_id,
 // else its eot_token_id.
 std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, const DatasetMetadata& metadata);
+
+// Settles decode_threads 0 as this process's share of the CPUs it may use (cpu_share.hpp)
+// minus the trainer's, with where it came from (r.decode_threads_source), and whether the
+// trainer may spin (r.trainer_may_spin). Reads the launcher's local ranks: throws
+// Error(config) for a variable that is not a count.
+void settle_decode_threads(Config& config, ResolvedOptions& r);
 
 // Settles use_loss_mask=auto from which episode splits have mask.bin (`with`, `without`:
 // their names, comma-separated), and logs the choice. Throws Error(config) for auto when

@@ -362,7 +362,7 @@ struct SplitPipeline::Impl {
         ahead(ReadAhead::kBatches + 1),
         depth(o.prefetch_depth),
         auto_controller(o.prefetch_depth, max_depth, o.threads),
-        spin(static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads),
+        spin(o.trainer_may_spin && static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads),
         worker_limit(worker_limit_for(o.threads)),
         // One slot is reserved for the thread that builds and tears down the graph, so that
         // it always joins the arena itself: with every worker slot taken, execute() would

@@ -48,6 +48,9 @@ class SplitPipeline {
     std::size_t threads = 1;             // decode concurrency and arena size (TBB workers)
     std::uint64_t start_step = 0;        // the first batch produced
     std::size_t max_prefetch_depth = 0;  // auto: grow up to this; <= prefetch_depth: fixed
+    // false: the trainer has no CPU of its own beside the decoders (the process's share of
+    // the node is used up by them), so pop() sleeps at once instead of spinning.
+    bool trainer_may_spin = true;
   };
 
   // The depths a split runs with: a fixed configured depth (configured > 0), or auto's
