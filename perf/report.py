@@ -1088,7 +1088,14 @@ def by_hand_section(out):
     L = ["## Measured by hand", "",
          f"Not by this run: each figure and its command are in [{BY_HAND_FILE}]({BY_HAND_FILE}):", ""]
     L += [f"- {topic}" for topic in topics] + [""]
+    if os.path.exists(os.path.join(out, SHARED_NODE_FILE)):
+        L += [f"On a shared node (ranks, a busy neighbour, a CPU quota; `perf/shared_node.py`): "
+              f"[{SHARED_NODE_FILE}]({SHARED_NODE_FILE}).", ""]
     return L
+
+
+# perf/shared_node.py's table, run by hand and kept beside RESULTS.md.
+SHARED_NODE_FILE = "RESULTS_shared_node.md"
 
 
 # A long soak (perf/soak.py), run by hand for an hour and kept beside RESULTS.md: its lines
