@@ -569,12 +569,18 @@ with tempfile.TemporaryDirectory() as tmp:
         write_split(os.path.join(tmp, name), "train", [[100 * e + p + 1 for p in range(4 + e % 5)] for e in range(count)])
         with open(os.path.join(tmp, name, "dataset_metadata.json"), "w") as f:
             json.dump({"token_dtype": "uint16", "eot_token_id": 0}, f)
-    config = os.path.join(tmp, "mix.xml")
-    with open(config, "w") as f:
-        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
-                "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"3\"/>"
-                "<source name=\"code\" dataset_dir=\"code\" weight=\"1\" epoch_seed=\"7\"/>"
-                "<stage until_step=\"3\"/><stage><weight source=\"chat\">1</weight></stage></mixture></training>")
+    def write_mixture_config(name, mixture):
+        """A 4 x 8 config of `mixture` (the <mixture> element) over tmp's chat and code."""
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
+                    + mixture + "</training>")
+        return path
+
+    config = write_mixture_config(
+        "mix.xml", "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"3\"/>"
+        "<source name=\"code\" dataset_dir=\"code\" weight=\"1\" epoch_seed=\"7\"/>"
+        "<stage until_step=\"3\"/><stage><weight source=\"chat\">1</weight></stage></mixture>")
     out = os.path.join(tmp, "mixdump")
     r = run("dump", "--config", config, "--batches", "5", "--out", out)
     check(r.returncode == 0, f"mixture dump failed: {r.stderr}")
@@ -599,12 +605,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # Weights from dataset sizes: chat has 69 tokens (12 rows an epoch), code 30 (5 rows);
     # proportional to size code would take 30/99 of the 40 planned rows, more than its 2
     # epochs (10 rows): capped at 0.25, chat takes the rest.
-    sized = os.path.join(tmp, "sized.xml")
-    with open(sized, "w") as f:
-        f.write("<training><batch_size>4</batch_size><block_size>8</block_size><audit_log_dir></audit_log_dir>"
-                "<mixture temperature=\"1\" planned_steps=\"10\"><source name=\"chat\" dataset_dir=\"chat\" "
-                "weight=\"auto\"/><source name=\"code\" dataset_dir=\"code\" weight=\"auto\" max_epochs=\"2\"/>"
-                "</mixture></training>")
+    sized = write_mixture_config(
+        "sized.xml", "<mixture temperature=\"1\" planned_steps=\"10\"><source name=\"chat\" dataset_dir=\"chat\" "
+        "weight=\"auto\"/><source name=\"code\" dataset_dir=\"code\" weight=\"auto\" max_epochs=\"2\"/></mixture>")
     r = run("inspect", "--config", sized, "--steps", "20")
     check(r.returncode == 0, f"inspect --config of auto weights failed: {r.stderr}")
     for needle in ("weights from dataset sizes: temperature 1, planned_steps 10",
