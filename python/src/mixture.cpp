@@ -20,7 +20,11 @@ std::string number_text(const std::string& where, nb::handle value, const char* 
   if (PyBool_Check(v)) throw Error(ErrorKind::config, wrong);
   if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
   if (PyFloat_Check(v)) {
-    std::string text = repr_of(value);
+    // The repr of the float value itself: a subclass's may print more (numpy 2's float64
+    // prints "np.float64(0.5)").
+    const nb::object exact = nb::steal(PyFloat_FromDouble(PyFloat_AsDouble(v)));
+    if (!exact.is_valid()) throw nb::python_error();
+    std::string text = repr_of(exact);
     if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
     return text;
   }
@@ -134,7 +138,7 @@ std::map<std::string, std::string> mixture_weight_texts(nb::handle weights) {
                                                     !PyUnicode_Check(v) && nb::hasattr(value, "__float__");
     if (other_float) value = nb::steal(PyNumber_Float(v));
     if (!value.is_valid()) throw nb::python_error();
-    texts[source] = weight_text("set_mixture_weights: source '" + source + "'", value);
+    texts[source] = number_text("set_mixture_weights: source '" + source + "'", value);
   }
   return texts;
 }

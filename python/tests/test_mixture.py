@@ -88,3 +88,22 @@ def test_until_step_that_is_not_a_number(sft_dir, stream_dir):
     loader = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(until_step=" 5 "),
                                                                          dict(weights={"chat": 1, "web": 1})]))
     assert loader.get_batch().source_ids.size == 4
+
+
+class _TaggedFloat(float):
+    """A float subclass whose repr is not its decimal, as numpy 2's float64 ("np.float64(0.5)")."""
+
+    def __repr__(self):
+        return f"tagged({float(self)!r})"
+
+
+def test_float_subclass_weights_are_read_by_their_value(sft_dir, stream_dir):
+    plain = mixture_keys(sft_dir, stream_dir)
+    tagged = mixture_keys(sft_dir, stream_dir)
+    tagged["mixture"][1]["weight"] = _TaggedFloat(0.5)
+    tagged["stages"][1]["weights"]["web"] = _TaggedFloat(1.5)
+    tagged["stages"][1]["weights"]["chat"] = np.float64(1)
+    expected = [b.source_ids.copy() for b in tokenfeed.Loader(plain).iter(steps=10)]
+    got = [b.source_ids.copy() for b in tokenfeed.Loader(tagged).iter(steps=10)]
+    for a, b in zip(expected, got):
+        np.testing.assert_array_equal(a, b)
