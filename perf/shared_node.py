@@ -203,10 +203,11 @@ def main() -> int:
                     help="rewrite --out from its .jsonl (the last run's raw lines), measuring nothing")
     args = ap.parse_args()
     if args.report_only:
-        lines = args.out.with_suffix(".jsonl").read_text().splitlines()
-        results = [json.loads(line) for line in lines]
-        command = lines and results[0].get("command", "perf/shared_node.py")
-        args.out.write_text(table(results, results[0].get("quota_how", ""), command))
+        results = [json.loads(line) for line in args.out.with_suffix(".jsonl").read_text().splitlines()]
+        if not results:
+            sys.exit(f"shared_node: {args.out.with_suffix('.jsonl')} holds no results")
+        args.out.write_text(table(results, results[0].get("quota_how", ""),
+                                  results[0].get("command", "perf/shared_node.py")))
         return 0
     build = args.build.resolve()
     bench = build / "perf" / "bench_compare"

@@ -131,11 +131,11 @@ std::map<std::string, std::string> mixture_weight_texts(nb::handle weights) {
     const std::string source = nb::cast<std::string>(name);
     nb::object value = nb::borrow(item[1]);
     PyObject* v = value.ptr();
-    // A float of another type (numpy's, a 0-d tensor) as the plain float it converts to,
-    // whose repr is its decimal; integers of any type stay exact through __index__.
-    const bool other_float = PyFloat_Check(v) ? !PyFloat_CheckExact(v)
-                                              : !PyBool_Check(v) && !PyLong_Check(v) && !PyIndex_Check(v) &&
-                                                    !PyUnicode_Check(v) && nb::hasattr(value, "__float__");
+    // A number that is no float but converts to one (numpy's float32, a 0-d tensor) as the
+    // plain float it converts to (number_text reads a float subclass by its value itself);
+    // integers of any type stay exact through __index__.
+    const bool other_float = !PyFloat_Check(v) && !PyBool_Check(v) && !PyLong_Check(v) && !PyIndex_Check(v) &&
+                             !PyUnicode_Check(v) && nb::hasattr(value, "__float__");
     if (other_float) value = nb::steal(PyNumber_Float(v));
     if (!value.is_valid()) throw nb::python_error();
     texts[source] = number_text("set_mixture_weights: source '" + source + "'", value);

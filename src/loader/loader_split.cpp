@@ -20,9 +20,8 @@ void LoaderSplit::set_unusable(std::string why, ErrorKind kind) {
   unusable_kind_ = kind;
 }
 
-void LoaderSplit::restore(const SplitPosition& at, PipelineGate& /*gate*/) {
-  pipeline_.reset();  // stops and waits; restarted at the restored step on the next take
-  pool_.reset();      // batches still held keep their own reference
+void LoaderSplit::restore(const SplitPosition& at, PipelineGate& gate) {
+  restart_pipeline(gate);  // restarted at the restored step on the next take
   next_ = at;
   forget_announced();
 }

@@ -260,8 +260,8 @@ struct SplitPipeline::Impl {
   std::atomic<std::size_t> depth;
   AutoDepth auto_controller;
 
-  // Whether pop() spins before it sleeps: the hardware has a thread for the trainer beside
-  // the decoders (see kMinSpin).
+  // Whether pop() spins before it sleeps: the process's CPU share (Options::trainer_may_spin)
+  // and the hardware both have a thread for the trainer beside the decoders (see kMinSpin).
   const bool spin;
 
   // Whether spinning pays here and now. A spin only helps while a decoder runs on another
