@@ -1,5 +1,5 @@
-// NodeBody and BodyOrder: how the flow graph's node bodies reach the pipeline, with the
-// hand-offs made inside libtbb visible to ThreadSanitizer through our own atomics.
+// NodeBody, BodyOrder and HandOff: how the flow graph's node bodies and messages reach
+// the pipeline, with the hand-offs made inside libtbb visible to ThreadSanitizer through our own atomics.
 //
 // Debian's libtbb is not instrumented, so TSan cannot see the ordering TBB provides when
 // it copies a body into its node on the building thread and calls it on a worker, or runs
@@ -69,6 +69,28 @@ class NodeBody {
 
  private:
   std::atomic<Owner*> owner_;
+};
+
+// A pointer carried in a flow-graph message. TBB copies a message into its buffers and
+// tasks on one thread and reads it on another, ordered inside libtbb; every copy here is
+// an atomic store with release of an acquire load, so TSan sees that order too (a plain
+// pointer read in a body, before its BodyOrder::Scope, was reported as a race).
+template <class T>
+class HandOff {
+ public:
+  HandOff() noexcept = default;
+  explicit HandOff(T* pointer) noexcept { pointer_.store(pointer, std::memory_order_release); }
+  HandOff(const HandOff& other) noexcept { pointer_.store(other.get(), std::memory_order_release); }
+  HandOff& operator=(const HandOff& other) noexcept {
+    pointer_.store(other.get(), std::memory_order_release);
+    return *this;
+  }
+  ~HandOff() = default;
+
+  T* get() const noexcept { return pointer_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<T*> pointer_;
 };
 
 }  // namespace tokenfeed

@@ -32,6 +32,7 @@ namespace {
 namespace flow = tbb::flow;
 using detail::BatchSlot;
 using Clock = std::chrono::steady_clock;
+using SlotMessage = HandOff<BatchSlot>;  // a decoded run's first slot, between the nodes
 
 // How long pop() spins before it sleeps on the futex, when the machine has a core for the
 // trainer beside the decoders: about twice the time a run takes to decode (the decoders'
@@ -345,9 +346,9 @@ struct SplitPipeline::Impl {
   std::unique_ptr<flow::graph> graph;
   std::unique_ptr<flow::input_node<flow::continue_msg>> sampler;
   std::unique_ptr<flow::limiter_node<flow::continue_msg, Decrement>> limiter;
-  std::unique_ptr<flow::function_node<flow::continue_msg, BatchSlot*>> decode;
-  std::unique_ptr<flow::sequencer_node<BatchSlot*>> sequencer;
-  std::unique_ptr<flow::function_node<BatchSlot*, flow::continue_msg>> collator;
+  std::unique_ptr<flow::function_node<flow::continue_msg, SlotMessage>> decode;
+  std::unique_ptr<flow::sequencer_node<SlotMessage>> sequencer;
+  std::unique_ptr<flow::function_node<SlotMessage, flow::continue_msg>> collator;
 
   Impl(BatchSource& s, std::shared_ptr<detail::BatchPool> p, Options o)
       : source(s),
@@ -521,10 +522,10 @@ struct SplitPipeline::Impl {
   }
 
   // The node bodies' entry points, in the shapes TBB calls them with.
-  BatchSlot* decode_body(const flow::continue_msg&) { return decode_run(); }
-  std::size_t sequence_body(BatchSlot* const& slot) { return sequence_of(slot); }
-  flow::continue_msg collate_body(BatchSlot* slot) {
-    collate(slot);
+  SlotMessage decode_body(const flow::continue_msg&) { return SlotMessage(decode_run()); }
+  std::size_t sequence_body(const SlotMessage& slot) { return sequence_of(slot.get()); }
+  flow::continue_msg collate_body(const SlotMessage& slot) {
+    collate(slot.get());
     return {};
   }
 
@@ -541,10 +542,11 @@ struct SplitPipeline::Impl {
     graph = std::make_unique<flow::graph>();
     sampler = std::make_unique<flow::input_node<flow::continue_msg>>(*graph, NodeBody<Impl, &Impl::plan_next>(*this));
     limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth / run);
-    decode = std::make_unique<flow::function_node<flow::continue_msg, BatchSlot*>>(
+    decode = std::make_unique<flow::function_node<flow::continue_msg, SlotMessage>>(
         *graph, options.threads, NodeBody<Impl, &Impl::decode_body>(*this));
-    sequencer = std::make_unique<flow::sequencer_node<BatchSlot*>>(*graph, NodeBody<Impl, &Impl::sequence_body>(*this));
-    collator = std::make_unique<flow::function_node<BatchSlot*, flow::continue_msg>>(
+    sequencer =
+        std::make_unique<flow::sequencer_node<SlotMessage>>(*graph, NodeBody<Impl, &Impl::sequence_body>(*this));
+    collator = std::make_unique<flow::function_node<SlotMessage, flow::continue_msg>>(
         *graph, flow::serial, NodeBody<Impl, &Impl::collate_body>(*this));
     flow::make_edge(*sampler, *limiter);
     flow::make_edge(*limiter, *decode);
