@@ -72,25 +72,32 @@ class NodeBody {
 };
 
 // A pointer carried in a flow-graph message. TBB copies a message into its buffers and
-// tasks on one thread and reads it on another, ordered inside libtbb; every copy here is
-// an atomic store with release of an acquire load, so TSan sees that order too (a plain
-// pointer read in a body, before its BodyOrder::Scope, was reported as a race).
+// tasks on one thread and reads it on another, ordered inside libtbb; every access here is
+// atomic (a copy is a release store of an acquire load), so TSan sees that order too (a
+// plain pointer read in a body, before its BodyOrder::Scope, was reported as a race). The
+// pointer is accessed through std::atomic_ref, never initialised by a plain store: TBB
+// constructs messages in buffer cells where an earlier message was read on another thread,
+// and std::atomic's constructor is a plain write, which TSan reported against that read.
 template <class T>
 class HandOff {
  public:
-  HandOff() noexcept = default;
-  explicit HandOff(T* pointer) noexcept { pointer_.store(pointer, std::memory_order_release); }
-  HandOff(const HandOff& other) noexcept { pointer_.store(other.get(), std::memory_order_release); }
+  HandOff() noexcept { set(nullptr); }
+  explicit HandOff(T* pointer) noexcept { set(pointer); }
+  HandOff(const HandOff& other) noexcept { set(other.get()); }
   HandOff& operator=(const HandOff& other) noexcept {
-    pointer_.store(other.get(), std::memory_order_release);
+    set(other.get());
     return *this;
   }
   ~HandOff() = default;
 
-  T* get() const noexcept { return pointer_.load(std::memory_order_acquire); }
+  T* get() const noexcept { return std::atomic_ref<T*>(pointer_).load(std::memory_order_acquire); }
 
  private:
-  std::atomic<T*> pointer_;
+  void set(T* pointer) noexcept { std::atomic_ref<T*>(pointer_).store(pointer, std::memory_order_release); }
+
+  // Written only by set() (every constructor calls it), read only by get().
+  alignas(
+      std::atomic_ref<T*>::required_alignment) mutable T* pointer_;  // NOLINT(cppcoreguidelines-pro-type-member-init)
 };
 
 }  // namespace tokenfeed
