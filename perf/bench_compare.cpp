@@ -559,6 +559,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--seconds", seconds, "Per measurement")->capture_default_str();
   app.add_option("--memcpy-mb", memcpy_mb)->capture_default_str();
+  std::string isa;
+  app.add_option("--row-kernels", isa,
+                 "Run tokenfeed's row kernels at this level: baseline, x86-64-v3 or x86-64-v4 "
+                 "(default: the best this CPU has)");
   app.add_option("--tbb-parallelism", parallelism, "tbb::global_control max_allowed_parallelism (0: TBB's default)");
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<tbb::global_control> control;
@@ -566,6 +570,15 @@ int main(int argc, char** argv) {
     control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, parallelism);
   }
   set_log_handler(nullptr);
+  if (!isa.empty()) {
+    const std::vector<RowKernelIsa> have = row_kernel_isas();
+    const auto it = std::find_if(have.begin(), have.end(), [&](RowKernelIsa i) { return isa == to_string(i); });
+    if (it == have.end()) {
+      std::fprintf(stderr, "bench_compare: --row-kernels %s: not a level this CPU runs\n", isa.c_str());
+      return 2;
+    }
+    use_row_kernel_isa(*it);
+  }
 
   Config base = load_config_file(config_path);
   const std::int64_t rows = std::stoll(shape.substr(0, shape.find('x')));

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -33,6 +34,9 @@ class FakeSource final : public BatchSource {
   std::uint64_t fail_at = UINT64_MAX;
   std::chrono::microseconds delay{0};
   bool jitter = false;
+  // Decodes made on this thread (the trainer's, for the tests that ask) are counted.
+  std::thread::id counted_thread;
+  mutable std::atomic<int> counted_decodes{0};
 
   BatchPlan plan(std::uint64_t step) override {
     BatchPlan p;
@@ -45,6 +49,7 @@ class FakeSource final : public BatchSource {
     auto d = delay;
     if (jitter) d = std::chrono::microseconds((plan.step * 7919) % 300);  // later steps may finish first
     if (d.count() > 0) std::this_thread::sleep_for(d);
+    if (std::this_thread::get_id() == counted_thread) counted_decodes.fetch_add(1, std::memory_order_relaxed);
     std::fill(slot.x.begin(), slot.x.end(), static_cast<std::int64_t>(plan.step));
     slot.step = plan.step;
   }
@@ -54,6 +59,19 @@ class FakeSource final : public BatchSource {
 
 std::shared_ptr<detail::BatchPool> make_pool(std::size_t depth) {
   return std::make_shared<detail::BatchPool>(depth + Loader::kMaxHeldBatches, detail::BatchShape{2, 3, false}, "train");
+}
+
+// Pops steps [0, count) and checks each is the step due, filled by FakeSource.
+void expect_steps(SplitPipeline& pipeline, detail::BatchPool& pool, std::uint64_t count,
+                  std::optional<Clock::time_point> deadline = std::nullopt) {
+  double waited = 0;
+  for (std::uint64_t step = 0; step < count; ++step) {
+    detail::BatchSlot* slot = pipeline.pop(waited, deadline);
+    REQUIRE(slot != nullptr);
+    REQUIRE(slot->step == step);
+    CHECK(slot->x[5] == static_cast<std::int64_t>(step));
+    pool.release(slot);
+  }
 }
 
 }  // namespace
@@ -79,12 +97,8 @@ TEST_CASE("pipeline: a decode failure reaches pop() in order with its original m
   source.fail_at = 3;
   auto pool = make_pool(4);
   SplitPipeline pipeline(source, pool, {4, 2, 0});
+  expect_steps(pipeline, *pool, 3);
   double waited = 0;
-  for (std::uint64_t step = 0; step < 3; ++step) {
-    detail::BatchSlot* slot = pipeline.pop(waited);
-    CHECK(slot->step == step);
-    pool->release(slot);
-  }
   CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 3", std::runtime_error);
   CHECK_THROWS_WITH_AS(pipeline.pop(waited), "tokens.bin vanished at step 3", std::runtime_error);
 }
@@ -178,6 +192,35 @@ TEST_CASE(
     sleeps += after_sleep ? 1 : 0;
   }
   CHECK(sleeps >= 3);  // the trainer outruns a 15 ms decoder: it sleeps again and again
+}
+
+namespace {
+
+// Runs one decoder at `delay` a batch with a trainer (this thread) taking `steps` batches as
+// fast as it can; returns how many of them the trainer decoded itself.
+int decoded_by_trainer(std::chrono::microseconds delay, std::size_t depth, std::uint64_t steps,
+                       std::optional<Clock::time_point> deadline = std::nullopt) {
+  FakeSource source;
+  source.delay = delay;
+  source.counted_thread = std::this_thread::get_id();
+  auto pool = make_pool(depth);
+  SplitPipeline pipeline(source, pool, {depth, 1, 0});
+  expect_steps(pipeline, *pool, steps, deadline);
+  return source.counted_decodes.load();
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: a trainer that finds the ring empty decodes beside the decoders, in step order" *
+          doctest::timeout(60)) {
+  // The ring runs empty again and again, and the trainer decodes instead of waiting.
+  CHECK(decoded_by_trainer(100us, 8, 120) > 0);
+}
+
+TEST_CASE("pipeline: the trainer never decodes for a pop with a deadline, nor when the depth takes over 2 ms" *
+          doctest::timeout(60)) {
+  CHECK(decoded_by_trainer(100us, 8, 60, Clock::now() + 20s) == 0);
+  CHECK(decoded_by_trainer(1ms, 4, 12) == 0);  // 4 batches of depth: twice the bound
 }
 
 TEST_CASE("batch pool: a decoder gets back the slot it filled last, else the one released last") {

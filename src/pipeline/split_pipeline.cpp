@@ -44,6 +44,11 @@ using SlotMessage = HandOff<BatchSlot>;  // a decoded run's first slot, between 
 constexpr auto kMinSpin = std::chrono::microseconds(20);
 constexpr auto kMaxSpin = std::chrono::microseconds(200);
 
+// The most decoding (the depth's batches at the decoders' mean time per batch so far) a
+// trainer that finds the ring empty takes on itself (see help_decode): how long a stop()
+// from another thread may wait for it.
+constexpr double kMaxHelpUs = 2000;
+
 // One step of a spin: tells the CPU this is a busy-wait (x86 pause), without a syscall.
 inline void spin_pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,6 +57,15 @@ inline void spin_pause() noexcept {
   asm volatile("yield");
 #endif
 }
+
+// Set on the trainer's thread while it runs the graph's tasks itself (help_decode).
+thread_local bool t_helping = false;
+struct HelpingScope {
+  HelpingScope() noexcept { t_helping = true; }
+  ~HelpingScope() { t_helping = false; }
+  HelpingScope(const HelpingScope&) = delete;
+  HelpingScope& operator=(const HelpingScope&) = delete;
+};
 
 // The limiter's decrement carries a count: +n admits n more batches, and one negative
 // decrement at start reserves the headroom that auto depth hands out later.
@@ -213,7 +227,14 @@ struct SplitPipeline::Impl {
   // is taken). True when the ring holds a batch; false at the deadline with none. Throws
   // stopped_error() after stop().
   bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
-    const Clock::duration spin_for = spin_budget();
+    // Helping and spinning both take a core; they pay only while the trainer has one beside
+    // the decoders (see spin and SpinRecord).
+    const bool use_core = spin && !spin_record.skip();
+    if (use_core && !deadline && help_decode()) {
+      if (stopping.load(std::memory_order_acquire)) throw stopped_error();
+      if (ring.read_available() > 0) return true;
+    }
+    const Clock::duration spin_for = use_core ? spin_budget() : Clock::duration::zero();
     if (spin_for > Clock::duration::zero()) {
       while (Clock::now() - start < spin_for) {
         if (stopping.load(std::memory_order_acquire)) throw stopped_error();
@@ -251,6 +272,35 @@ struct SplitPipeline::Impl {
     }
   }
 
+  // On the trainer's thread, with the ring found empty and no deadline: joins the arena and
+  // runs the graph's tasks (plans, decodes, the collator's pushes) beside the decoders until
+  // the graph is idle, that is until every admitted batch is in the ring. The trainer would
+  // only wait otherwise; this way a trainer that outpaces its decoders (or whose decoders
+  // wait for a CPU the process does not have) produces instead of sleeping, and pays no
+  // wake-up. Only while that work is short (kMaxHelpUs): a stop() from another thread, or a
+  // batch that lands meanwhile, waits for it; and a deadline could not be kept, so a pop()
+  // with one never helps. Whether it helped.
+  // A help that decoded nothing (the decoders had every task, and the trainer only waited
+  // inside TBB) counts as a missed spin.
+  bool help_decode() {
+    const double batch_us = auto_controller.mean_decode_us();
+    const auto batches = static_cast<double>(depth.load(std::memory_order_relaxed));
+    if (batch_us <= 0 || batch_us * batches > kMaxHelpUs) return false;
+    const std::uint64_t before = helped_runs;
+    {
+      const HelpingScope helping;
+      graph->wait_for_all();
+    }
+    if (helped_runs > before) {
+      spin_record.caught();
+    } else {
+      spin_record.missed();
+    }
+    return true;
+  }
+  // Runs the trainer decoded while helping (trainer's thread only: see t_helping).
+  std::uint64_t helped_runs = 0;
+
   // Sampler-only state (the input_node body is never called concurrently).
   PlanQueue ahead;  // planned, not yet admitted
   bool planning_failed = false;
@@ -265,8 +315,8 @@ struct SplitPipeline::Impl {
   // and the hardware both have a thread for the trainer beside the decoders (see kMinSpin).
   const bool spin;
 
-  // Whether spinning pays here and now. A spin only helps while a decoder runs on another
-  // core; when the process's threads do not fit its CPUs (other ranks, a busy neighbour
+  // Whether spinning (or helping, see help_decode) pays here and now. A spin only helps
+  // while a decoder runs on another core; when the process's threads do not fit its CPUs (other ranks, a busy neighbour
   // process, a quota), the decoder the trainer waits for is itself waiting for a core, and
   // the spin takes that core's time from it. Such spins miss, so after kMissesToPause
   // misses in a row the trainer sleeps at once for the next `pause` waits (64, doubling at
@@ -297,9 +347,8 @@ struct SplitPipeline::Impl {
   };
   SpinRecord spin_record;
 
-  // How long pop() spins before it sleeps (see kMinSpin and SpinRecord).
-  Clock::duration spin_budget() noexcept {
-    if (!spin || spin_record.skip()) return Clock::duration::zero();
+  // How long pop() spins before it sleeps, when it may (see kMinSpin and SpinRecord).
+  Clock::duration spin_budget() const noexcept {
     const double run_us = 2.0 * static_cast<double>(run) * auto_controller.mean_decode_us() /
                           static_cast<double>(std::max<std::size_t>(options.threads, 1));
     const auto us = std::chrono::microseconds(static_cast<std::int64_t>(run_us));
@@ -434,6 +483,7 @@ struct SplitPipeline::Impl {
   // is the run's place in the stream.
   BatchSlot* decode_run() {
     const BodyOrder::Scope scope(body_order);
+    if (t_helping) ++helped_runs;
     std::array<BatchPlan, kMaxRun> run_plans;
     const std::size_t n = pop_run(run_plans);
     const int decoder = tbb::this_task_arena::current_thread_index();
@@ -542,8 +592,9 @@ struct SplitPipeline::Impl {
     graph = std::make_unique<flow::graph>();
     sampler = std::make_unique<flow::input_node<flow::continue_msg>>(*graph, NodeBody<Impl, &Impl::plan_next>(*this));
     limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth / run);
+    // One decoder more than the workers: the trainer's thread, while it helps (help_decode).
     decode = std::make_unique<flow::function_node<flow::continue_msg, SlotMessage>>(
-        *graph, options.threads, NodeBody<Impl, &Impl::decode_body>(*this));
+        *graph, options.threads + 1, NodeBody<Impl, &Impl::decode_body>(*this));
     sequencer =
         std::make_unique<flow::sequencer_node<SlotMessage>>(*graph, NodeBody<Impl, &Impl::sequence_body>(*this));
     collator = std::make_unique<flow::function_node<SlotMessage, flow::continue_msg>>(

@@ -13,8 +13,10 @@
 //
 // The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
 // ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
-// and directly when the ring is empty (the trainer waits then in any case). A failure in
-// any stage travels in order, inside its slot, and is rethrown by pop().
+// and directly when the ring is empty (the trainer waits then in any case). A trainer that
+// finds the ring empty first joins the arena and runs the graph's tasks itself until every
+// admitted batch is ready, when that work is short: it would only wait otherwise. A failure
+// in any stage travels in order, inside its slot, and is rethrown by pop().
 //
 // Its parts, each in its own unit: auto depth (pipeline/auto_depth.hpp: pop() measures,
 // the collator applies a larger depth by allocating slots and then admitting batches; a
