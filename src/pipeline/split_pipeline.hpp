@@ -47,7 +47,7 @@ class SplitPipeline {
  public:
   struct Options {
     std::size_t prefetch_depth = 8;      // the depth to start with (the fixed depth)
-    std::size_t threads = 1;             // decode concurrency and arena size (TBB workers)
+    std::size_t threads = 1;             // TBB workers that decode (pop() may decode beside them)
     std::uint64_t start_step = 0;        // the first batch produced
     std::size_t max_prefetch_depth = 0;  // auto: grow up to this; <= prefetch_depth: fixed
     // false: the trainer has no CPU of its own beside the decoders (the process's share of
