@@ -1,5 +1,6 @@
 // NodeBody, BodyOrder and HandOff: how the flow graph's node bodies and messages reach
-// the pipeline, with the hand-offs made inside libtbb visible to ThreadSanitizer through our own atomics.
+// the pipeline, with the hand-offs made inside libtbb visible to ThreadSanitizer through
+// our own atomics.
 //
 // Debian's libtbb is not instrumented, so TSan cannot see the ordering TBB provides when
 // it copies a body into its node on the building thread and calls it on a worker, or runs
@@ -96,8 +97,8 @@ class HandOff {
   void set(T* pointer) noexcept { std::atomic_ref<T*>(pointer_).store(pointer, std::memory_order_release); }
 
   // Written only by set() (every constructor calls it), read only by get().
-  alignas(
-      std::atomic_ref<T*>::required_alignment) mutable T* pointer_;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init)
+  alignas(std::atomic_ref<T*>::required_alignment) mutable T* pointer_;
 };
 
 }  // namespace tokenfeed

@@ -279,9 +279,8 @@ struct SplitPipeline::Impl {
   // wait for a CPU the process does not have) produces instead of sleeping, and pays no
   // wake-up. Only while that work is short (kMaxHelpUs): a stop() from another thread, or a
   // batch that lands meanwhile, waits for it; and a deadline could not be kept, so a pop()
-  // with one never helps. Whether it helped.
-  // A help that decoded nothing (the decoders had every task, and the trainer only waited
-  // inside TBB) counts as a missed spin.
+  // with one never helps. A help that decoded nothing (the decoders had every task, and the
+  // trainer only waited inside TBB) counts as a missed spin. Whether it helped.
   bool help_decode() {
     const double batch_us = auto_controller.mean_decode_us();
     const auto batches = static_cast<double>(depth.load(std::memory_order_relaxed));
@@ -316,9 +315,9 @@ struct SplitPipeline::Impl {
   const bool spin;
 
   // Whether spinning (or helping, see help_decode) pays here and now. A spin only helps
-  // while a decoder runs on another core; when the process's threads do not fit its CPUs (other ranks, a busy neighbour
-  // process, a quota), the decoder the trainer waits for is itself waiting for a core, and
-  // the spin takes that core's time from it. Such spins miss, so after kMissesToPause
+  // while a decoder runs on another core; when the process's threads do not fit its CPUs
+  // (other ranks, a busy neighbour process, a quota), the decoder the trainer waits for is
+  // itself waiting for a core, and the spin takes that core's time from it. Such spins miss, so after kMissesToPause
   // misses in a row the trainer sleeps at once for the next `pause` waits (64, doubling at
   // each new run of misses up to 4096, back to 64 after a catch), then tries again.
   // Trainer's thread only.
