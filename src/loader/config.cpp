@@ -17,6 +17,7 @@
 #include "loader/launcher_ranks.hpp"
 #include "sampling/mixture_schedule.hpp"
 #include "tokenfeed/error.hpp"
+#include "util/shortest_text.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -316,12 +317,6 @@ double source_number(const std::string& who, const std::string& key, std::string
   }
 }
 
-std::string number_text(double value) {
-  char buffer[32];
-  const auto result = std::to_chars(std::begin(buffer), std::end(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
 // The rules of weights from dataset sizes (docs/mixtures.md): "auto" weights need a
 // temperature in [0, 1] and are all or nothing; max_epochs (> 0) is for auto weights and
 // needs planned_steps (> 0); neither mixture attribute is given for nothing; stages give
@@ -334,7 +329,7 @@ void validate_weights_from_sizes(const Config& c) {
     config_error(
         "mixture temperature must be in [0, 1] (the exponent of each source's token count: 0 uniform, 1 "
         "proportional to size), got " +
-        number_text(*c.mixture_temperature));
+        shortest_text(*c.mixture_temperature));
   }
   if (c.mixture_planned_steps && *c.mixture_planned_steps <= 0) {
     config_error("mixture planned_steps must be > 0, got " + std::to_string(*c.mixture_planned_steps));
@@ -350,7 +345,7 @@ void validate_weights_from_sizes(const Config& c) {
     }
     if (!source.max_epochs) continue;
     if (!(*source.max_epochs > 0.0)) {
-      config_error(who + ": max_epochs must be > 0, got " + number_text(*source.max_epochs));
+      config_error(who + ": max_epochs must be > 0, got " + shortest_text(*source.max_epochs));
     }
     if (!is_auto(source))
       config_error(who + ": max_epochs caps a weight 'auto' only; its weight is '" + source.weight + "'");
@@ -766,11 +761,11 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
     std::string sources;
     for (const MixtureSource& s : config.mixture) {
       sources += (sources.empty() ? "" : " ") + s.name + ":" + s.weight;
-      if (s.max_epochs) sources += ":max_epochs=" + number_text(*s.max_epochs);
+      if (s.max_epochs) sources += ":max_epochs=" + shortest_text(*s.max_epochs);
     }
     entries.emplace_back("mixture", sources);
     if (config.mixture_temperature)
-      entries.emplace_back("mixture_temperature", number_text(*config.mixture_temperature));
+      entries.emplace_back("mixture_temperature", shortest_text(*config.mixture_temperature));
     if (config.mixture_planned_steps) {
       entries.emplace_back("mixture_planned_steps", std::to_string(*config.mixture_planned_steps));
     }

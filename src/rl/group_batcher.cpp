@@ -1,6 +1,5 @@
 // GroupBatcher (include/tokenfeed/rl.hpp): scored groups to packed batches.
 #include <algorithm>
-#include <charconv>
 #include <cfloat>
 #include <cmath>
 #include <optional>
@@ -15,6 +14,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
 #include "tokenfeed/rl.hpp"
+#include "util/shortest_text.hpp"
 
 namespace tokenfeed {
 
@@ -49,13 +49,6 @@ struct PreparedGroup {
   std::uint64_t next_index = 0;  // the pull index after this group
   RLMetrics metrics;
 };
-
-// The shortest text that reads back as `value` (1e-09, not std::to_string's 0.000000).
-std::string exact(double value) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return std::string(text, end);
-}
 
 // True when float32, the batch's type for rewards and weights, holds `value` finite.
 bool finite_in_float(double value) { return std::isfinite(value) && std::abs(value) <= FLT_MAX; }
@@ -160,7 +153,8 @@ struct GroupBatcher::Impl {
                                           std::to_string(g.log_probs[i].size()) + " log_probs");
       }
       if (!finite_in_float(g.rewards[i])) {
-        throw Error(ErrorKind::usage, where(index, g) + ": reward " + std::to_string(i) + " (" + exact(g.rewards[i]) +
+        throw Error(ErrorKind::usage, where(index, g) + ": reward " + std::to_string(i) + " (" +
+                                          shortest_text(g.rewards[i]) +
                                           ") is not finite in float32, the batch's type for rewards");
       }
       check_ids(g.completions[i], index, g, "completion " + std::to_string(i));
@@ -186,7 +180,7 @@ struct GroupBatcher::Impl {
           options.advantage == Advantage::grpo ? (g.rewards[i] - mean) / (sd + options.eps) : g.rewards[i] - mean;
       if (!finite_in_float(p.advantages[i])) {
         throw Error(ErrorKind::usage, where(index, g) + ": the advantage of completion " + std::to_string(i) + " (" +
-                                          exact(p.advantages[i]) +
+                                          shortest_text(p.advantages[i]) +
                                           ") is not finite in float32, the batch's type for token_weights; "
                                           "scale the rewards down");
       }
@@ -230,7 +224,7 @@ struct GroupBatcher::Impl {
         const std::string what = "max_attempts (" + std::to_string(options.max_attempts) +
                                  ") consecutive groups were dropped because their rewards do not vary "
                                  "(std <= eps = " +
-                                 exact(options.eps) + "): " + list;
+                                 shortest_text(options.eps) + "): " + list;
         if (!options.skip_failed_prompts) {
           throw Error(ErrorKind::pipeline,
                       what +
@@ -392,7 +386,7 @@ GroupBatcher::GroupBatcher(GroupBatcherOptions options) {
                 "GroupBatcher: group_size must be >= 2 (a group of one has no reward variance), got 1");
   }
   if (!(options.eps >= 0) || !std::isfinite(options.eps)) {
-    throw Error(ErrorKind::config, "GroupBatcher: eps must be finite and >= 0, got " + exact(options.eps));
+    throw Error(ErrorKind::config, "GroupBatcher: eps must be finite and >= 0, got " + shortest_text(options.eps));
   }
   if (options.max_attempts == 0) throw Error(ErrorKind::config, "GroupBatcher: max_attempts must be > 0");
   impl_ = std::make_unique<Impl>(options);
