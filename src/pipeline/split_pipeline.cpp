@@ -317,10 +317,10 @@ struct SplitPipeline::Impl {
   // Whether spinning (or helping, see help_decode) pays here and now. A spin only helps
   // while a decoder runs on another core; when the process's threads do not fit its CPUs
   // (other ranks, a busy neighbour process, a quota), the decoder the trainer waits for is
-  // itself waiting for a core, and the spin takes that core's time from it. Such spins miss, so after kMissesToPause
-  // misses in a row the trainer sleeps at once for the next `pause` waits (64, doubling at
-  // each new run of misses up to 4096, back to 64 after a catch), then tries again.
-  // Trainer's thread only.
+  // itself waiting for a core, and the spin takes that core's time from it. Such spins
+  // miss, so after kMissesToPause misses in a row the trainer sleeps at once for the next
+  // `pause` waits (64, doubling at each new run of misses up to 4096, back to 64 after a
+  // catch), then tries again. Trainer's thread only.
   struct SpinRecord {
     static constexpr std::uint32_t kMissesToPause = 2;
     static constexpr std::uint32_t kMinPause = 64, kMaxPause = 4096;
