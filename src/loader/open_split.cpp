@@ -163,11 +163,9 @@ OpenedSplits open_dataset_splits(ResolvedOptions& settled) {
     // inferred on its own, so the two can never be read at different widths.
     if (!c.token_dtype) c.token_dtype = split.data().episodes->token_dtype();
   }
-  // The token dtype every split agreed on (or was given) is the effective one; the same for
-  // the mask's.
-  const EpisodeSplit& train = *splits.at("train")->data().episodes;
-  if (!c.token_dtype) c.token_dtype = train.token_dtype();
-  if (!c.mask_dtype) c.mask_dtype = train.mask_file_dtype();
+  // The token dtype is now the one every split agreed on (or was given); the mask's is
+  // train's.
+  if (!c.mask_dtype) c.mask_dtype = splits.at("train")->data().episodes->mask_file_dtype();
   std::string with, without;
   for (const auto& [name, split] : splits) {
     std::string& list = split->data().episodes->mask_files_present() ? with : without;
