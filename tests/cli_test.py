@@ -618,6 +618,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check("chat(weight=0.750000" in r.stdout and
           "from_sizes(temperature=1 planned_steps=10 chat:tokens=69 epochs=2.500 code:tokens=30 epochs=2.000 capped)"
           in r.stdout, f"the open line names the computed weights: {r.stdout}")
+    # The weights' table comes from the sources' splits, not from a second loader: one open
+    # line for the mixture and one per source, as for any other mixture.
+    check(r.stdout.count("[tokenfeed] mixture sources=") == 1 and r.stdout.count("[tokenfeed] opened ") == 2,
+          f"inspect --config of auto weights opens the mixture once: {r.stdout}")
     # With a document-aware token-stream source, dump writes the document fields too: the
     # stream rows' doc_ids restart after each end-of-text (id 0 here), the episode rows' are 0.
     web = os.path.join(tmp, "web")

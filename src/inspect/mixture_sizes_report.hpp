@@ -1,9 +1,8 @@
 // A mixture's weights from dataset sizes as `tokenfeed inspect --config FILE --steps N`
-// shows them: the loader's own computation (loader/mixture_sizes), over the splits a
-// loader opens for the config.
+// shows them: the loader's own computation (loader/mixture_sizes), over the sources' splits
+// opened as a loader opens them, but nothing else of a loader (no open line, no pipeline).
 //
-// Thread-safety: a free function; it opens the mixture's sources (files, no threads of its
-// own beyond what opening a loader starts).
+// Thread-safety: a free function; it opens files and starts no thread.
 #pragma once
 
 #include <vector>

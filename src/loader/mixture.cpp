@@ -159,8 +159,8 @@ Mixture::Mixture(Config config, std::string decode_threads_source)
   announce_open();
 }
 
-Config Mixture::member_config(const MixtureSource& source) const {
-  Config c = config_;
+Config mixture_member_config(const Config& config, const MixtureSource& source) {
+  Config c = config;
   c.mixture.clear();
   c.stages.clear();
   c.mixture_temperature.reset();
@@ -183,7 +183,7 @@ void Mixture::open_members() {
   for (const MixtureSource& source : config_.mixture) {
     const std::string who = "mixture source '" + source.name + "'";
     try {
-      members_.push_back(std::make_unique<SingleDataset>(resolve_options(member_config(source))));
+      members_.push_back(std::make_unique<SingleDataset>(resolve_options(mixture_member_config(config_, source))));
     } catch (const Error& e) {
       throw Error(e.kind(), who + ": " + e.what());
     }
@@ -208,12 +208,12 @@ void Mixture::weigh_by_sizes() {
       throw Error(ErrorKind::io, "mixture source " + names_[i] + " has no train split");
     trains.push_back(&members_[i]->split("train"));
   }
-  sized_weights_ = weights_from_dataset_sizes(config_, trains);
-  sized_text_ = sized_weights_text(config_, sized_weights_);
+  const std::vector<SizedWeight> sized = weights_from_dataset_sizes(config_, trains);
+  sized_text_ = sized_weights_text(config_, sized);
   // From here on the config is the one with these weights written out (config() gives it,
   // and a loader over it gives the same batches).
   for (std::size_t i = 0; i < members_.size(); ++i) {
-    config_.mixture[i].weight = sized_weights_[i].weight.text;
+    config_.mixture[i].weight = sized[i].weight.text;
     config_.mixture[i].max_epochs.reset();
   }
   config_.mixture_temperature.reset();

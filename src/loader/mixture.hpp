@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "loader/dataset_split.hpp"
-#include "loader/mixture_sizes.hpp"
 #include "loader/single_dataset.hpp"
 #include "loader/split_set.hpp"
 #include "modes/mixture_batch_source.hpp"
@@ -71,6 +70,10 @@ class MixtureSplit final : public LoaderSplit {
   void follow_source_epochs(std::size_t i, std::uint64_t before, std::uint64_t after, AuditTrail& audit);
 };
 
+// Source `source`'s config inside mixture `config`: its keys over the mixture's, at one row
+// per batch, with no ranks, audit log or threads of its own (the mixture's pipeline reads it).
+Config mixture_member_config(const Config& config, const MixtureSource& source);
+
 class Mixture final : public SplitSet {
  public:
   // REQUIRES: `config` validated with its ranks and decode_threads settled (resolve_options;
@@ -82,9 +85,6 @@ class Mixture final : public SplitSet {
   const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
   std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
                                                   std::uint64_t steps) const override;
-  // The weights computed from dataset sizes at open (config() holds their texts); empty when
-  // the config's weights are explicit.
-  const std::vector<SizedWeight>& weights_from_sizes() const noexcept { return sized_weights_; }
 
   // Weight changes from the trainer (mixture_steering.cpp; the rule in weight_changes.hpp).
   // They apply to the train split; other splits keep the config's stages.
@@ -105,7 +105,6 @@ class Mixture final : public SplitSet {
   std::vector<std::unique_ptr<SingleDataset>> members_;
   std::unique_ptr<MixtureSchedule> schedule_;
   std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
-  std::vector<SizedWeight> sized_weights_;
   std::string sized_text_;  // for the open line
   // Weight changes, in call order, and the train split's schedule with them (null: none).
   std::vector<WeightChange> changes_;
@@ -115,8 +114,6 @@ class Mixture final : public SplitSet {
   // Error(config) for a history whose weights leave a stage all zero, or too long a period.
   PreparedWeights prepare_weights(std::vector<WeightChange> changes) const;
 
-  // A source's config: its keys over the mixture's, at one row per batch.
-  Config member_config(const MixtureSource& source) const;
   void open_members();
   // Weights "auto": computed from the sources' train splits and written into config_.
   void weigh_by_sizes();
