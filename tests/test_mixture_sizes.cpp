@@ -48,6 +48,7 @@ struct SizedFixture {
   SizedSource sized(const Config& mix, std::size_t i) const {
     Config c = make_config("", 1, mix.block_size);
     c.use_loss_mask = mix.use_loss_mask;
+    c.dataset_mode = mix.dataset_mode;
     c.audit_log_dir.clear();
     for (const auto& [key, value] : mix.mixture[i].keys) set_config_value(c, key, value);
     Loader alone(c);
@@ -146,6 +147,32 @@ TEST_CASE("mixture sizes: a max_epochs cap holds over the planned steps, the res
   Loader uncapped(free);
   const Stream more = take(uncapped, 50);
   CHECK(std::count(more.sources.begin(), more.sources.end(), 1) > 60);
+}
+
+TEST_CASE("mixture sizes: a packed source's cap counts the packed rows of its epoch 0" * doctest::timeout(120)) {
+  SizedFixture f;
+  Config packed = f.mixture("auto");
+  packed.mixture.pop_back();  // web: a token stream cannot be packed
+  packed.dataset_mode = DatasetMode::sft_packed;
+  packed.block_size = 16;
+  packed.mixture_temperature = 1.0;
+  packed.mixture_planned_steps = 10;   // 40 rows
+  packed.mixture[1].max_epochs = 1.5;  // code: at most 1.5 times its epoch 0's packed rows
+  Loader loader(packed);
+  std::vector<SizedSource> sources;
+  for (std::size_t i = 0; i < 2; ++i) sources.push_back(f.sized(packed, i));
+  const std::uint64_t code_epoch_rows = sources[1].rows_per_epoch;
+  // Packed rows, not episodes: several of code's 40 episodes share a row.
+  REQUIRE(code_epoch_rows < 40);
+  const auto expected = weights_from_sizes(sources, 1.0, 40);
+  REQUIRE(expected[1].capped);
+  std::vector<std::string> texts;
+  for (const WeightFromSize& w : expected) texts.push_back(w.text);
+  CHECK(weights_of(loader.config()) == texts);
+  const Stream planned = take(loader, 10);
+  const auto code_rows = static_cast<double>(std::count(planned.sources.begin(), planned.sources.end(), 1));
+  CHECK(code_rows <= 1.5 * static_cast<double>(code_epoch_rows));
+  CHECK(code_rows >= 1.5 * static_cast<double>(code_epoch_rows) - 1.0);
 }
 
 TEST_CASE("mixture sizes: a state from another weight set is refused" * doctest::timeout(60)) {
