@@ -230,11 +230,16 @@ struct SplitPipeline::Impl {
     // Helping and spinning both take a core; they pay only while the trainer has one beside
     // the decoders (see spin and SpinRecord).
     const bool use_core = spin && !spin_record.skip();
-    if (use_core && !deadline && help_decode()) {
+    // A help ends with the graph idle, every batch the decoders had in the ring: a batch
+    // can only come from admissions the admitter thread was still sending, which a short
+    // spin rarely catches, and a spin would count a second miss for this one wait. So after
+    // a help the trainer sleeps at once.
+    const bool helped = use_core && !deadline && help_decode();
+    if (helped) {
       if (stopping.load(std::memory_order_acquire)) throw stopped_error();
       if (ring.read_available() > 0) return true;
     }
-    const Clock::duration spin_for = use_core ? spin_budget() : Clock::duration::zero();
+    const Clock::duration spin_for = use_core && !helped ? spin_budget() : Clock::duration::zero();
     if (spin_for > Clock::duration::zero()) {
       while (Clock::now() - start < spin_for) {
         if (stopping.load(std::memory_order_acquire)) throw stopped_error();
