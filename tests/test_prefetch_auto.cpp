@@ -5,6 +5,7 @@
 // (sleeps, not spins, so a loaded 2-core machine does not flip them).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -24,7 +25,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // Batch k holds k. Decoding sleeps `fast`, and `slow` every `period`-th step (jitter).
-class TimedSource final : public BatchSource {
+class TimedSource : public BatchSource {
  public:
   std::chrono::microseconds fast{0}, slow{0};
   std::uint64_t period = 0;  // 0: never slow
@@ -183,6 +184,45 @@ TEST_CASE("prefetch auto: grows when the trainer waits on jitter that production
   CHECK(p.pool->size() == grown + Loader::kMaxHeldBatches);
   CHECK(log.count("split=train prefetch_depth=" + std::to_string(start) + " (auto start, max ") == 1);
   CHECK(log.count("(auto, max ") >= 1);  // each growth is logged too
+}
+
+TEST_CASE("prefetch auto: a growth is applied one run of slots at a time, logged once at its depth" *
+          doctest::timeout(60)) {
+  LogCapture log;
+  // As above (jitter the starting depth does not absorb), and each decode notes the pool's
+  // size: the collator applies a growth between decodes, one run's slots (4) per call, so
+  // that it never stops pushing batches for long. All at once, a doubling from 16 would show
+  // as a jump of 16 slots.
+  struct SizeWatchingSource final : TimedSource {
+    const detail::BatchPool* pool = nullptr;
+    mutable std::mutex mutex;
+    mutable std::vector<std::size_t> sizes;
+    void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override {
+      {
+        std::lock_guard lock(mutex);
+        sizes.push_back(pool->size());
+      }
+      TimedSource::decode(plan, slot);
+    }
+  } source;
+  source.slow = 40ms;
+  source.period = 48;
+  AutoPipeline p(source, small_shape(), 512, 1);
+  source.pool = p.pool.get();
+  p.consume(0, 400, 2ms);
+  REQUIRE(p.pipeline->prefetch_depth() > SplitPipeline::kAutoStartDepth);
+  std::lock_guard lock(source.mutex);
+  std::size_t largest_jump = 0;
+  for (std::size_t i = 1; i < source.sizes.size(); ++i) {
+    if (source.sizes[i] > source.sizes[i - 1])
+      largest_jump = std::max(largest_jump, source.sizes[i] - source.sizes[i - 1]);
+  }
+  // At most two collates between two decodes of the one decoder.
+  CHECK(largest_jump <= 8);
+  for (std::size_t depth = SplitPipeline::kAutoStartDepth + 1; depth <= p.pipeline->prefetch_depth(); ++depth) {
+    const bool doubling = depth == 32 || depth == 64;
+    CHECK(log.count("prefetch_depth=" + std::to_string(depth) + " (auto, max ") == (doubling ? 1u : 0u));
+  }
 }
 
 TEST_CASE("prefetch auto: the growth rule doubles only when the waits come from jitter production absorbs") {
