@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -194,13 +195,14 @@ TEST_CASE("prefetch auto: a growth is applied one run of slots at a time, logged
   // that it never stops pushing batches for long. All at once, a doubling from 16 would show
   // as a jump of 16 slots.
   struct SizeWatchingSource final : TimedSource {
-    const detail::BatchPool* pool = nullptr;
+    // Set once the pipeline (which starts decoding at once) exists; growth comes later.
+    std::atomic<const detail::BatchPool*> pool{nullptr};
     mutable std::mutex mutex;
     mutable std::vector<std::size_t> sizes;
     void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override {
-      {
+      if (const detail::BatchPool* watched = pool.load(std::memory_order_acquire)) {
         std::lock_guard lock(mutex);
-        sizes.push_back(pool->size());
+        sizes.push_back(watched->size());
       }
       TimedSource::decode(plan, slot);
     }
@@ -208,7 +210,7 @@ TEST_CASE("prefetch auto: a growth is applied one run of slots at a time, logged
   source.slow = 40ms;
   source.period = 48;
   AutoPipeline p(source, small_shape(), 512, 1);
-  source.pool = p.pool.get();
+  source.pool.store(p.pool.get(), std::memory_order_release);
   p.consume(0, 400, 2ms);
   REQUIRE(p.pipeline->prefetch_depth() > SplitPipeline::kAutoStartDepth);
   std::lock_guard lock(source.mutex);
