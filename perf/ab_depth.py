@@ -25,10 +25,10 @@ difference is real and belongs to the pipeline (src/pipeline/split_pipeline.cpp)
 Run it on a quiet machine (nothing else busy: check `uptime`), from the repository root,
 after perf/run.sh has built the drivers and generated the data (or after a --quick run):
 
-  python3 perf/ab_depth.py --bench build/perf/perf/bench_prefetch --config build/perf/raw-full/ep1x.xml
+  python3 perf/ab_depth.py --bench build/perf-rel/perf/bench_prefetch --config build/perf-rel/raw-full/ep1x.xml
 
 Options: --a 16 --b auto --shape 8x1024 --step 0 --threads 1 --pairs 30 --seconds 0.3
---phases inproc,procs,after64 --out DIR (default build/perf/ab). About 2 minutes with the
+--phases inproc,procs,after64 --out DIR (default build/perf-rel/ab). About 2 minutes with the
 defaults. Needs only Python 3's standard library. A and B are bench_prefetch depths: a
 number, auto, or auto:MB (auto capped by prefetch_memory_mb, so its pipeline is built for
 fewer than 64: auto:10 builds for 31 at 8x1024). If auto trails 16 in every phase, two
@@ -101,7 +101,7 @@ def main():
     p.add_argument("--pairs", type=int, default=30)
     p.add_argument("--seconds", type=float, default=0.3)
     p.add_argument("--phases", default="inproc,procs,after64")
-    p.add_argument("--out", default="build/perf/ab")
+    p.add_argument("--out", default="build/perf-rel/ab")
     o = p.parse_args()
     os.makedirs(o.out, exist_ok=True)
     a, b = o.a, o.b

@@ -15,7 +15,9 @@
 # Any other argument is a usage error (status 2).
 #
 # Where things go and what runs (override with the environment):
-#   TOKENFEED_PERF_BUILD  build directory            (default build/perf)
+#   TOKENFEED_PERF_BUILD  build directory            (default build/perf-rel: its own tree,
+#                                                     not build/perf, which is the perf/
+#                                                     subdirectory of the main build tree)
 #   TOKENFEED_PERF_DATA   generated datasets, ~4.5 GB (default build/perf-data)
 #   TOKENFEED_PERF_VENV   Python venv                (default build/perf-venv)
 #   TOKENFEED_PERF_OUT    results                    (default perf/ for the full run,
@@ -55,7 +57,7 @@ if [ "${TOKENFEED_PERF_SMOKE:-0}" = 1 ]; then
   MODE=smoke
   COMMAND="TOKENFEED_PERF_SMOKE=1 $COMMAND"
 fi
-BUILD=${TOKENFEED_PERF_BUILD:-$ROOT/build/perf}
+BUILD=${TOKENFEED_PERF_BUILD:-$ROOT/build/perf-rel}
 if [ "$MODE" = smoke ]; then DATA=${TOKENFEED_PERF_DATA:-$ROOT/build/perf-data-smoke}; else DATA=${TOKENFEED_PERF_DATA:-$ROOT/build/perf-data}; fi
 VENV=${TOKENFEED_PERF_VENV:-$ROOT/build/perf-venv}
 case "$MODE" in

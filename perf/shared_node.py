@@ -194,7 +194,7 @@ def table(results: list[dict], quota_how: str, command: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=ROOT / "build" / "perf", type=pathlib.Path)
+    ap.add_argument("--build", default=ROOT / "build" / "perf-rel", type=pathlib.Path)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--out", default=ROOT / "perf" / "RESULTS_shared_node.md", type=pathlib.Path)
