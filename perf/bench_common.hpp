@@ -44,11 +44,13 @@ struct ConsumerResult {
 };
 
 // The trainer stand-in: `warmup` batches, then batches until both `min_batches` and
-// `seconds` are reached (or `max_batches`), spinning `step_us` after each.
+// `seconds` are reached (or `max_batches`), reading `reads` (the fields' spans, no values)
+// and spinning `step_us` after each.
 inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t warmup, double seconds,
-                                   std::uint64_t min_batches, std::uint64_t max_batches) {
+                                   std::uint64_t min_batches, std::uint64_t max_batches,
+                                   measure::TrainerReads reads = measure::TrainerReads::contract) {
   for (std::uint64_t i = 0; i < warmup; ++i) {
-    loader.get_batch("train").release();
+    measure::read_fields(loader.get_batch("train"), reads);
     spin_for(step_us);
   }
   std::vector<double> lat;
@@ -64,6 +66,7 @@ inline ConsumerResult run_consumer(Loader& loader, double step_us, std::uint64_t
     lat.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     if (b.wait_us() > kStallUs) ++data_waits;
     r.real_positions += b.real_positions();
+    measure::read_fields(b, reads);
     b.release();
     spin_for(step_us);
     ++r.batches;

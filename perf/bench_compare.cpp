@@ -34,9 +34,11 @@
 // instant.
 //
 // A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
-// only x, y and the mask are written). threads=default keeps the config's decode_threads
-// (0 in the harness's configs: one per hardware thread but the trainer's, so 1 on two
-// cores); the summary records the thread count each variant ran with.
+// only x, y and the mask are written) and :reads=view (the consumer reads x, y and the
+// mask; by default it reads the batch contract, which sft_episode writes only once read).
+// threads=default keeps the config's decode_threads (0 in the harness's configs: one per
+// hardware thread but the trainer's, so 1 on two cores); the summary records the thread
+// count each variant ran with.
 //
 // The copy bound is the bytes one batch must write (x and y as int64 and the mask as
 // float32: 20 bytes per position; 16 without the mask) divided by the memcpy bandwidth: no
@@ -380,12 +382,15 @@ double written_bytes_per_position(const detail::BatchShape& shape, std::vector<s
   return bytes;
 }
 
-// A tokenfeed variant of --variants: threads=N:depth=D, optionally :contract=off.
+// A tokenfeed variant of --variants: threads=N:depth=D, optionally :contract=off, and
+// optionally :reads=view (the consumer reads x, y and the mask, the plain loop's fields,
+// instead of the batch contract).
 struct Variant {
   std::string name;
   std::int64_t threads = -1;  // < 0: the config's decode_threads
   std::int64_t depth = 0;     // 0: auto
   bool contract_fields = true;
+  measure::TrainerReads reads = measure::TrainerReads::contract;
 };
 
 // The text after `key` in `name`, up to the next ':'.
@@ -402,6 +407,7 @@ Variant parse_variant(const std::string& name) {
   const std::string depth = variant_field(name, "depth=");
   v.depth = depth == "auto" ? 0 : std::stoll(depth);
   v.contract_fields = name.find("contract=off") == std::string::npos;
+  if (name.find("reads=view") != std::string::npos) v.reads = measure::TrainerReads::view;
   return v;
 }
 
@@ -415,7 +421,7 @@ ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int
   if (variant.threads >= 0) c.decode_threads = variant.threads;
   c.prefetch_depth = variant.depth;
   Loader loader(c);
-  return run_consumer(loader, 0, 500, seconds, 1000, 10000000);
+  return run_consumer(loader, 0, 500, seconds, 1000, 10000000, variant.reads);
 }
 
 // Whether the plain loop makes the same batches as the Loader (its first two); says which

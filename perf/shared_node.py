@@ -4,8 +4,11 @@
 Each scenario runs N processes at once, all of tokenfeed (`bench_compare --one
 threads=default:depth=auto`: the defaults, a consumer taking batches as fast as it can) or
 all of the plain single-threaded loop (`bench_compare --one plain`), with the same
-neighbours, and repeats the two interleaved (loader, plain, loader, plain, ...). The
-processes of one measurement start measuring at the same wall-clock instant (--start-at).
+neighbours, and repeats them interleaved (loader reading the episode view, loader reading
+the batch contract, plain; again ...). The processes of one measurement start measuring at
+the same wall-clock instant (--start-at). The plain loop writes x, y and the mask; a
+consumer of the view makes the loader write the same fields, one of the contract makes it
+write the contract's too (sft_episode writes them only once they are read).
 
   ratio          median over repeats of (mean loader batches/s per process) / (mean plain
                  batches/s per process), both measured in the same repeat
@@ -44,6 +47,10 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOADER = "threads=default:depth=auto"
+# What the consumer reads from each batch (bench_compare's variant suffix): the episode view
+# (x, y, mask: the fields the plain loop writes), or the batch contract (tokens, labels,
+# token_weights, position_ids, cu_seqlens), which sft_episode writes only once it is read.
+READS = {"view": ":reads=view", "contract": ""}
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -124,7 +131,8 @@ def neighbour() -> subprocess.Popen:
 
 
 def scenario(bench, config, name, n, repeats, seconds, ranks=False, pinned=False, busy=False, prefix=None,
-             variant=LOADER) -> dict:
+             variant=LOADER) -> list[dict]:
+    """One result per consumer of READS, each against the plain loop of the same repeats."""
     procs = []
     for i in range(n):
         p: dict = {}
@@ -135,22 +143,28 @@ def scenario(bench, config, name, n, repeats, seconds, ranks=False, pinned=False
         if prefix:
             p["prefix"] = prefix
         procs.append(p)
-    loader_runs, plain_runs = [], []
+    loader_runs: dict[str, list] = {reads: [] for reads in READS}
+    plain_runs = []
     hog = neighbour() if busy else None
     try:
         if hog:
             time.sleep(0.5)
         for _ in range(repeats):
-            loader_runs.append(run_set(bench, config, variant, procs, seconds))
+            for reads, suffix in READS.items():
+                loader_runs[reads].append(run_set(bench, config, variant + suffix, procs, seconds))
             plain_runs.append(run_set(bench, config, "plain", procs, seconds))
     finally:
         if hog:
             hog.kill()
             hog.wait()
+    return [summary(name, n, variant, reads, loader_runs[reads], plain_runs) for reads in READS]
+
+
+def summary(name: str, n: int, variant: str, reads: str, loader_runs: list, plain_runs: list) -> dict:
     ratios = [statistics.mean(x["batches_per_s"] for x in lo) / statistics.mean(x["batches_per_s"] for x in pl)
               for lo, pl in zip(loader_runs, plain_runs)]
     return {
-        "scenario": name, "processes": n, "variant": variant,
+        "scenario": name, "processes": n, "variant": variant, "reads": reads,
         "loader_batches_per_s": statistics.median(statistics.mean(x["batches_per_s"] for x in lo) for lo in loader_runs),
         "plain_batches_per_s": statistics.median(statistics.mean(x["batches_per_s"] for x in pl) for pl in plain_runs),
         "ratio": statistics.median(ratios), "ratios": ratios,
@@ -164,27 +178,33 @@ def scenario(bench, config, name, n, repeats, seconds, ranks=False, pinned=False
 
 
 def table(results: list[dict], quota_how: str, command: str) -> str:
-    quiet_cpu = results[0]["loader_cpu_us_per_batch"]
+    quiet_cpu = {r.get("reads", "contract"): r["loader_cpu_us_per_batch"] for r in results if r["scenario"] == "quiet"}
     lines = [
         "# Shared node: tokenfeed per rank against a plain loop under the same sharing",
         "",
         f"Written by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} CPUs). Each row: the",
         "processes of the scenario all run tokenfeed with the defaults (decode threads and depth",
-        "resolved at open) or all run the plain single-threaded loop, the two interleaved in each",
-        "repeat; batches/s are per process, medians over repeats; the ratio is the median of the",
-        "repeats' ratios (each taken in one repeat). CPU per batch counts every thread of the loader",
-        "processes (getrusage); its ratio is to the quiet single loader's (first row).",
+        "resolved at open) or all run the plain single-threaded loop, interleaved in each repeat",
+        "(the loader with each consumer, then the plain loop); batches/s are per process, medians",
+        "over repeats; the ratio is the median of the repeats' ratios (each taken in one repeat).",
+        "The consumer takes batches as fast as they come and reads either the episode view (x, y,",
+        "mask: the fields the plain loop writes, 20 bytes per position) or the batch contract",
+        "(tokens, labels, token_weights, position_ids, cu_seqlens: 24 bytes per position; the",
+        "loader writes only what is read, docs/batch-contract.md). CPU per batch counts every thread of the loader",
+        "processes (getrusage); its ratio is to the quiet single loader's with the same consumer.",
         "",
-        "| scenario | processes | loader | decode threads | loader batches/s per process | plain loop's | ratio (repeats) | loader CPU us/batch | vs quiet | plain loop's CPU us/batch |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | processes | loader | consumer reads | decode threads | loader batches/s per process | plain loop's | ratio (repeats) | loader CPU us/batch | vs quiet | plain loop's CPU us/batch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         ratios = ", ".join(f"{x:.2f}" for x in r["ratios"])
         threads = "/".join(str(t) for t in r["threads_used"])
+        reads = r.get("reads", "contract")
         lines.append(
-            f"| {r['scenario']} | {r['processes']} | {r['variant']} | {threads} | {r['loader_batches_per_s']:,.0f} | "
-            f"{r['plain_batches_per_s']:,.0f} | **{r['ratio']:.2f}x** ({ratios}) | {r['loader_cpu_us_per_batch']:.1f} | "
-            f"{r['loader_cpu_us_per_batch'] / quiet_cpu:.2f}x | {r['plain_cpu_us_per_batch']:.1f} |")
+            f"| {r['scenario']} | {r['processes']} | {r['variant']} | {reads} | {threads} | "
+            f"{r['loader_batches_per_s']:,.0f} | {r['plain_batches_per_s']:,.0f} | **{r['ratio']:.2f}x** ({ratios}) | "
+            f"{r['loader_cpu_us_per_batch']:.1f} | {r['loader_cpu_us_per_batch'] / quiet_cpu[reads]:.2f}x | "
+            f"{r['plain_cpu_us_per_batch']:.1f} |")
     lines += ["", f"Quota scenario: {quota_how}.", "",
               "Issue 30's targets: per-rank batches/s >= 0.9x the plain loop's with ranks (pinned or not),",
               ">= 0.8x beside a busy neighbour, `decode_threads=2` never more than 10% below the defaults",
@@ -231,12 +251,12 @@ def main() -> int:
             continue
         if kw.get("n", 1) > cpus and kw.get("pinned"):
             continue
-        r = scenario(bench, config, name, repeats=args.repeats, seconds=args.seconds, **kw)
-        print(f"{name:14s} n={r['processes']} {r['variant']:28s} ratio {r['ratio']:.2f} "
-              f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) loader {r['loader_batches_per_s']:,.0f}/s "
-              f"plain {r['plain_batches_per_s']:,.0f}/s cpu {r['loader_cpu_us_per_batch']:.1f} us/batch "
-              f"threads {r['threads_used']}", flush=True)
-        results.append(r)
+        for r in scenario(bench, config, name, repeats=args.repeats, seconds=args.seconds, **kw):
+            print(f"{name:14s} n={r['processes']} {r['variant']:28s} reads {r['reads']:8s} ratio {r['ratio']:.2f} "
+                  f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) loader {r['loader_batches_per_s']:,.0f}/s "
+                  f"plain {r['plain_batches_per_s']:,.0f}/s cpu {r['loader_cpu_us_per_batch']:.1f} us/batch "
+                  f"threads {r['threads_used']}", flush=True)
+            results.append(r)
     command = ("perf/shared_node.py " + " ".join(sys.argv[1:])).strip()
     args.out.write_text(table(results, quota.how, command))
     with open(args.out.with_suffix(".jsonl"), "w") as f:

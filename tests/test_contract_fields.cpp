@@ -5,7 +5,9 @@
 
 #include <fstream>
 #include <random>
+#include <thread>
 
+#include "pipeline/batch_pool.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -151,4 +153,158 @@ TEST_CASE("contract_fields: a config key, and false is refused for sft_packed") 
   packed.contract_fields = false;
   CHECK_THROWS_WITH_AS(Loader{packed}, doctest::Contains("'contract_fields' cannot be false with dataset_mode=sft_packed"),
                        Error);
+}
+
+namespace {
+
+// Every field of a loader's batches, as a trainer reads them.
+struct AllFields {
+  View view;
+  std::vector<std::int64_t> labels;
+  std::vector<float> weights;
+  std::vector<std::int32_t> positions, cu_seqlens;
+  std::vector<std::size_t> num_sequences, max_seqlen;
+};
+
+// What a trainer reads of each batch before step `from` (it reads every field after).
+enum class Reads { nothing, view, contract };
+
+// `steps` batches; the first `from` read as `before` says and released, the rest read
+// whole (the contract's fields first, so that a batch whose y was deferred too gets it
+// through the contract), from step `from` on.
+AllFields read_all(const Config& c, std::size_t steps, std::size_t from, Reads before) {
+  Loader loader(c);
+  AllFields f;
+  const auto append = [](auto& to, auto from_span) { to.insert(to.end(), from_span.begin(), from_span.end()); };
+  for (std::size_t s = 0; s < steps; ++s) {
+    Batch b = loader.get_batch();
+    if (s < from) {
+      if (before == Reads::view) {
+        (void)b.x(), (void)b.y(), (void)b.mask();
+      } else if (before == Reads::contract) {
+        (void)b.tokens(), (void)b.labels(), (void)b.token_weights(), (void)b.position_ids(), (void)b.cu_seqlens();
+      }
+      continue;
+    }
+    append(f.labels, b.labels());
+    append(f.positions, b.position_ids());
+    append(f.cu_seqlens, b.cu_seqlens());
+    f.num_sequences.push_back(b.num_sequences());
+    f.max_seqlen.push_back(b.max_seqlen());
+    append(f.weights, b.token_weights());
+    append(f.view.x, b.x());
+    append(f.view.y, b.y());
+    append(f.view.mask, b.mask());
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("contract_fields: sft_episode's fields a trainer reads late equal the ones written at decode" *
+          doctest::timeout(60)) {
+  TempDir dir;
+  write_split(dir.path(), "train", masked_episodes(60, 9));
+  for (const Truncation truncation : {Truncation::right, Truncation::split}) {
+    for (const bool mask : {true, false}) {
+      Config c = make_config(dir.path(), 3, 8);
+      c.use_loss_mask = mask;
+      c.truncation = truncation;
+      c.epoch_drop_last = false;  // batches with fill rows
+      c.prefetch_depth = 4;
+      c.decode_threads = 2;
+      // Every field read from the first batch on: none is ever deferred.
+      const AllFields whole = read_all(c, 60, 0, Reads::nothing);
+      for (const Reads before : {Reads::nothing, Reads::view, Reads::contract}) {
+        CAPTURE(mask);
+        CAPTURE(static_cast<int>(truncation));
+        CAPTURE(static_cast<int>(before));
+        // Read late from step 20 on: the fields not read before were deferred in the
+        // batches made until then, which are completed on reading (the first) or on being
+        // handed out (the others). Compared from step 20 on.
+        const AllFields late = read_all(c, 60, 20, before);
+        const std::size_t cells = 3 * 8 * 20;
+        const auto tail = [](const auto& v, std::size_t skip) {
+          using T = typename std::decay_t<decltype(v)>::value_type;
+          return std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(skip), v.end());
+        };
+        CHECK(tail(whole.view.x, cells) == late.view.x);
+        CHECK(tail(whole.view.y, cells) == late.view.y);
+        CHECK(tail(whole.view.mask, mask ? cells : 0) == late.view.mask);
+        CHECK(tail(whole.labels, cells) == late.labels);
+        CHECK(tail(whole.weights, cells) == late.weights);
+        CHECK(tail(whole.positions, cells) == late.positions);
+        CHECK(tail(whole.num_sequences, 20) == late.num_sequences);
+        CHECK(tail(whole.max_seqlen, 20) == late.max_seqlen);
+        std::size_t sequences = 0;
+        for (std::size_t k = 0; k < 20; ++k) sequences += whole.num_sequences[k] + 1;
+        CHECK(tail(whole.cu_seqlens, sequences) == late.cu_seqlens);
+      }
+    }
+  }
+}
+
+TEST_CASE("contract_fields: two threads reading a deferred field at once both see it complete" * doctest::timeout(60)) {
+  TempDir dir;
+  write_split(dir.path(), "train", masked_episodes(40, 4));
+  Config c = make_config(dir.path(), 4, 16);
+  c.use_loss_mask = true;
+  c.prefetch_depth = 8;
+  Loader loader(c);
+  for (int step = 0; step < 4; ++step) loader.get_batch();  // released unread: y and the contract are deferred
+  for (int round = 0; round < 8; ++round) {
+    Batch b = loader.get_batch();
+    std::vector<std::int64_t> seen[2];
+    std::thread other([&] { seen[1] = copy_of(b.labels()); });
+    seen[0] = copy_of(b.labels());
+    other.join();
+    CHECK(seen[0] == seen[1]);
+    for (std::size_t i = 0; i < seen[0].size(); ++i) {
+      REQUIRE(seen[0][i] == (b.mask()[i] != 0.0f ? b.y()[i] : c.ignore_index));
+    }
+  }
+}
+
+TEST_CASE("contract_fields: a pool defers the fields a released batch left unread, until they are read") {
+  detail::BatchShape shape;
+  shape.rows = 2;
+  shape.cols = 4;
+  shape.with_mask = true;
+  shape.mask_is_weights = true;
+  shape.defer_unread = true;
+  shape.pad_token_id = 5;
+  shape.ignore_index = -7;
+  auto pool = std::make_shared<detail::BatchPool>(2, shape, "train");
+  detail::BatchSlot* slot = pool->acquire();
+  slot->begin_batch(0, 0, 0, 2);
+  CHECK_FALSE(slot->y_deferred.load());  // nothing is deferred before a batch went unread
+  CHECK_FALSE(slot->contract_deferred.load());
+  pool->make_batch(slot).release();
+
+  slot = pool->acquire();
+  slot->begin_batch(1, 0, 1, 2);
+  REQUIRE(slot->y_deferred.load());
+  REQUIRE(slot->contract_deferred.load());
+  // Row 0: inputs 10 11 12 13 of which three have targets (11 12 13; the middle one
+  // without loss); its last target, 13, is also x's next input. Row 1: a fill row.
+  slot->x = {10, 11, 12, 13, 5, 5, 5, 5};
+  slot->token_weights = {1, 0, 0.5f, 0, 0, 0, 0, 0};
+  slot->row_targets = {3, 0};
+  slot->row_last_target = {13, 0};
+  slot->publish();
+  Batch b = pool->make_batch(slot);
+  CHECK(copy_of(b.labels()) == std::vector<std::int64_t>{11, -7, 13, -7, -7, -7, -7, -7});
+  CHECK(pool->demand().contract_read.load());
+  CHECK_FALSE(pool->demand().y_read.load());
+  CHECK(copy_of(b.y()) == std::vector<std::int64_t>{11, 12, 13, 5, 5, 5, 5, 5});
+  CHECK(copy_of(b.position_ids()) == std::vector<std::int32_t>{0, 1, 2, 0, 0, 1, 2, 3});
+  CHECK(copy_of(b.cu_seqlens()) == std::vector<std::int32_t>{0, 3, 4, 8});
+  CHECK(b.num_sequences() == 3);
+  CHECK(b.max_seqlen() == 4);
+  b.release();
+  // Once read, the next batches are written whole by their decoders.
+  detail::BatchSlot* next = pool->acquire();
+  next->begin_batch(2, 0, 2, 2);
+  CHECK_FALSE(next->y_deferred.load());
+  CHECK_FALSE(next->contract_deferred.load());
 }

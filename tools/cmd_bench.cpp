@@ -17,9 +17,14 @@
 //   prefetch_depth, decode_threads, rss_anon_mb
 // and extras beside them: real_tokens_per_s, get_batch_us.mean, slow_call_fraction,
 // prefetch_depth_setting, and the run's parameters (config, split, dataset_mode,
-// batch_size, block_size, mask, batches, warmup, consumer_us, seconds). These are also the
+// batch_size, block_size, mask, batches, warmup, consumer_us, reads, seconds). These are also the
 // names and shapes of the Python module's Loader.stats() (python/tests/test_api.py holds
 // the two equal), so a field added here is added there too.
+//
+// --reads says which fields the stand-in reads from each batch (their spans only, no
+// values): contract (the default: tokens, labels, token_weights, position_ids, cu_seqlens)
+// or view (x, y, mask). sft_episode writes its contract fields only once a trainer reads
+// them, so a trainer of the episode view is measured with --reads view.
 //
 // --waits-json FILE also writes, to FILE, one JSON object saying when the steps that
 // waited for data happened, to tell the unavoidable first reads of a cold start from
@@ -40,6 +45,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,6 +83,7 @@ struct BenchOptions {
   long batches = 2000;
   long warmup = 200;
   double consumer_us = 0;
+  measure::TrainerReads reads = measure::TrainerReads::contract;
   bool json = false;
   std::string waits_json;
 };
@@ -175,6 +182,7 @@ struct Measured {
 Measured measure_steps(Loader& loader, const BenchOptions& o) {
   for (long i = 0; i < o.warmup; ++i) {
     Batch b = loader.get_batch(o.split);
+    measure::read_fields(b, o.reads);
     b.release();
     spin_for(o.consumer_us);
   }
@@ -191,6 +199,7 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
     const double waited = b.wait_us();
     if (waited > kStallUs) m.waits.wait(i, waited);
     m.real_tokens += b.real_positions();
+    measure::read_fields(b, o.reads);
     b.release();
     spin_for(o.consumer_us);
   }
@@ -221,6 +230,7 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
   j["batches"] = o.batches;
   j["warmup"] = o.warmup;
   j["consumer_us"] = o.consumer_us;
+  j["reads"] = measure::to_string(o.reads);
   j["seconds"] = m.seconds;
   j["batches_per_s"] = n / m.seconds;
   j["tokens_per_s"] = n * positions / m.seconds;
@@ -247,9 +257,10 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
 void print_report(const BenchOptions& o, const nlohmann::json& j, const Measured& m) {
   const double n = static_cast<double>(o.batches);
   const double seconds = m.seconds;
-  std::printf("bench     %s split=%s %lld x %lld mask=%s, %ld batches after %ld warm-up, consumer step %.0f us\n",
-              o.config.c_str(), o.split.c_str(), j["batch_size"].get<long long>(), j["block_size"].get<long long>(),
-              j["mask"].get<bool>() ? "on" : "off", o.batches, o.warmup, o.consumer_us);
+  std::printf(
+      "bench     %s split=%s %lld x %lld mask=%s, %ld batches after %ld warm-up, consumer step %.0f us, reads the %s\n",
+      o.config.c_str(), o.split.c_str(), j["batch_size"].get<long long>(), j["block_size"].get<long long>(),
+      j["mask"].get<bool>() ? "on" : "off", o.batches, o.warmup, o.consumer_us, measure::to_string(o.reads));
   std::printf("rate      %.0f batches/s, %.4g tokens/s, %.4g real tokens/s\n", n / seconds,
               j["tokens_per_s"].get<double>(), static_cast<double>(m.real_tokens) / seconds);
   std::printf(
@@ -308,6 +319,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", options->warmup, "Batches taken before measuring")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--consumer-us", options->consumer_us, "CPU time spent per step on the consumer's thread, in microseconds")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--reads", options->reads,
+                  "The fields the consumer reads: contract (tokens, labels, token_weights, position_ids, cu_seqlens) "
+                  "or view (x, y, mask); sft_episode writes its contract fields only once they are read")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, measure::TrainerReads>{
+          {"contract", measure::TrainerReads::contract}, {"view", measure::TrainerReads::view}}))
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object and nothing else on stdout");
   cmd->add_option("--waits-json", options->waits_json,

@@ -64,7 +64,7 @@ def test_stats_use_the_names_of_tokenfeed_bench(sft_dir, tmp_path, cli):
         loader.get_batch()
     s = loader.stats()
     # Every figure of bench's JSON but its own run parameters, with the same type.
-    assert set(bench) - set(s) == {"config", "consumer_us"}, set(bench) - set(s)
+    assert set(bench) - set(s) == {"config", "consumer_us", "reads"}, set(bench) - set(s)
     for key in set(bench) & set(s):
         assert type(s[key]) is type(bench[key]) or {type(s[key]), type(bench[key])} <= {int, float}, key
     assert set(s["get_batch_us"]) == set(bench["get_batch_us"])

@@ -125,6 +125,26 @@ def test_without_contract_fields_only_the_episode_view_is_filled(sft_dir):
     assert np.shares_memory(full.mask, full.token_weights)  # equal in sft_episode: written once
 
 
+def test_a_contract_read_late_is_the_one_a_decoder_writes(sft_dir):
+    # sft_episode writes labels, position_ids and cu_seqlens only once the trainer reads one:
+    # a trainer of the episode view for a while, then of the contract, gets the same batches
+    # as one that reads the contract from the start.
+    keys = dict(base_keys(sft_dir, use_loss_mask=True), prefetch_depth=4, epoch_drop_last=False)
+    at_once, late = tokenfeed.Loader(keys), tokenfeed.Loader(keys)
+    names = ("x", "y", "mask", "labels", "token_weights", "position_ids", "cu_seqlens")
+    for step in range(12):
+        a, b = at_once.get_batch(), late.get_batch()
+        expected = {n: getattr(a, n).copy() for n in names}
+        if step < 6:
+            b.x, b.y, b.mask
+        else:
+            for n in names:
+                np.testing.assert_array_equal(getattr(b, n), expected[n], err_msg=f"{n} at step {step}")
+            np.testing.assert_array_equal(b.labels, np.where(b.mask != 0, b.y, -100))
+        a.release()
+        b.release()
+
+
 def test_torch_from_dlpack_is_zero_copy(sft_dir):
     torch = require_torch()
     loader = tokenfeed.Loader(base_keys(sft_dir, use_loss_mask=True))

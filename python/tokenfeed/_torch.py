@@ -6,6 +6,11 @@ from typing import Any, Iterable, Optional
 from ._tokenfeed import Batch, UsageError
 
 
+# The numeric array fields of a Batch (Batch.arrays() names them the same).
+_ARRAY_FIELDS = frozenset({"x", "y", "mask", "tokens", "labels", "token_weights", "position_ids", "cu_seqlens",
+                           "episode_ids", "doc_ids", "log_probs", "rewards", "group_ids", "source_ids"})
+
+
 def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Any:
     """Torch tensors of a batch's arrays: over the same memory (``torch.from_dlpack``, no
     copy), or with ``copy=True`` tensors that own a copy of it.
@@ -28,16 +33,21 @@ def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: 
         return t.clone() if copy else t
 
     if isinstance(batch_or_array, Batch):
-        arrays = batch_or_array.arrays()
-        arrays.pop("segments", None)
-        names = list(arrays) if fields is None else list(fields)
+        if fields is None:
+            arrays = batch_or_array.arrays()
+            arrays.pop("segments", None)
+            return {name: tensor(a) for name, a in arrays.items()}
+        # Only the fields asked for are read: sft_episode writes its contract fields (labels,
+        # position_ids, cu_seqlens) only once a trainer reads them.
         out = {}
-        for name in names:
+        for name in fields:
             if name == "segments":
                 raise UsageError("to_torch: segments is a numpy structured array (row, column, positions, episode), "
                                  "which has no tensor form; use batch.segments['positions'] etc.")
-            if name not in arrays:
-                raise UsageError(f"to_torch: the batch has no non-empty field '{name}' (it has {sorted(arrays)})")
-            out[name] = tensor(arrays[name])
+            a = getattr(batch_or_array, name) if name in _ARRAY_FIELDS else None
+            if a is None or a.size == 0:
+                have = sorted(n for n in batch_or_array.arrays() if n != "segments")
+                raise UsageError(f"to_torch: the batch has no non-empty field '{name}' (it has {have})")
+            out[name] = tensor(a)
         return out
     return tensor(batch_or_array)

@@ -136,6 +136,11 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) 
   // sft_episode's mask equals its token weights, so with both only the weights are written.
   shape.mask_is_weights = packed || (episode && c.contract_fields);
   shape.packed = packed;
+  // sft_episode's y and contract fields are derived from x, the weights and the rows'
+  // lengths, so a trainer that reads only one of the two views does not pay for the other.
+  shape.defer_unread = episode && !packed && c.contract_fields;
+  shape.pad_token_id = c.pad_token_id.value_or(0);
+  shape.ignore_index = c.ignore_index;
   return shape;
 }
 

@@ -14,11 +14,36 @@
 #include <fstream>
 #include <string>
 
+#include "tokenfeed/batch.hpp"
+
 namespace tokenfeed::measure {
 
 // A get_batch whose batch was not ready and that waited longer than this for it
 // (Batch::wait_us) waited for data: a stall.
 inline constexpr double kStallUs = 50.0;
+
+// The fields a trainer stand-in reads from each batch: the batch contract (tokens, labels,
+// token_weights, position_ids, cu_seqlens) or the episode view (x, y, mask). The loader
+// writes sft_episode's contract fields only once a trainer reads one of them
+// (docs/batch-contract.md), so what a measurement reads decides what it measures; the
+// stand-in takes the fields' spans and reads no values (no consumer work).
+enum class TrainerReads { contract, view };
+
+inline const char* to_string(TrainerReads reads) noexcept { return reads == TrainerReads::view ? "view" : "contract"; }
+
+inline void read_fields(const Batch& b, TrainerReads reads) noexcept {
+  if (reads == TrainerReads::view) {
+    (void)b.x();
+    (void)b.y();
+    (void)b.mask();
+    return;
+  }
+  (void)b.tokens();
+  (void)b.labels();
+  (void)b.token_weights();
+  (void)b.position_ids();
+  (void)b.cu_seqlens();
+}
 
 // Busy-waits `us` microseconds: a training step's CPU time on the trainer's thread.
 inline void spin_for(double us) {

@@ -21,15 +21,22 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   const std::size_t T = options_.block_size;
   const std::int64_t pad = options_.pad_token_id;
   const bool contract = options_.contract_fields;
+  // While the trainer does not read y, or the contract's own fields, the pool defers them
+  // to the trainer's first read (BatchPool::complete_y, complete_contract), which needs
+  // only the row's length and its last target besides x and the weights.
+  const bool y_deferred = slot.y_deferred.load(std::memory_order_relaxed);
+  const bool contract_deferred = slot.contract_deferred.load(std::memory_order_relaxed);
   NextTokenFields row;
   row.x = slot.x.data() + r * T;
-  row.y = slot.y.data() + r * T;
+  if (!y_deferred) row.y = slot.y.data() + r * T;
   // With the contract the mask is written once, as the token weights it equals (all 1
   // without a mask); without it, the mask is written when it is on.
   if (contract) {
     row.weights = slot.token_weights.data() + r * T;
-    row.labels = slot.labels.data() + r * T;
-    row.positions = slot.position_ids.data() + r * T;
+    if (!contract_deferred) {
+      row.labels = slot.labels.data() + r * T;
+      row.positions = slot.position_ids.data() + r * T;
+    }
   } else if (options_.with_mask) {
     row.weights = slot.mask.data() + r * T;
   }
@@ -43,7 +50,7 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   const auto padding_from = [&row](std::size_t i) {
     NextTokenFields f;
     f.x = row.x + i;
-    f.y = row.y + i;
+    if (row.y != nullptr) f.y = row.y + i;
     if (row.weights != nullptr) f.weights = row.weights + i;
     if (row.labels != nullptr) f.labels = row.labels + i;
     if (row.positions != nullptr) f.positions = row.positions + i;
@@ -59,11 +66,14 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
     windows_.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
     write_padding_run(T - y_count, padding_from(y_count), pad, options_.ignore_index);
     if (x_count > y_count) windows_.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
+    // The last real target: x's next input, except where the row was cut at block_size.
+    if (y_deferred && y_count > 0) windows_.read_tokens(episode, window, y_count, 1, &slot.row_last_target[r]);
   } else {
     write_padding_run(T, padding_from(0), pad, options_.ignore_index);
   }
   slot.real_positions += y_count;
-  if (!contract) return;
+  if (y_deferred || contract_deferred) slot.row_targets[r] = static_cast<std::uint32_t>(y_count);
+  if (!contract || contract_deferred) return;
 
   // The contract's view of the row: one sequence of y_count positions, then padding.
   if (y_count > 0) slot.add_sequence(y_count);

@@ -1,6 +1,7 @@
 #include "pipeline/batch_pool.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace tokenfeed {
@@ -25,6 +26,10 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
     slot->group_ids.resize(shape.rows * (shape.cols + 1));
   }
   if (shape.with_source_ids) slot->source_ids.resize(shape.rows);
+  if (shape.defer_unread) {
+    slot->row_targets.resize(shape.rows);
+    slot->row_last_target.resize(shape.rows);
+  }
   return slot;
 }
 
@@ -60,6 +65,7 @@ std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
     bytes = add(bytes, mul(add(mul(shape.rows, add(shape.cols, 1)), 1), sizeof(std::int32_t)));
   }
   if (shape.packed) bytes = add(bytes, mul(cells, sizeof(PackedSegment)));
+  if (shape.defer_unread) bytes = add(bytes, mul(shape.rows, sizeof(std::uint32_t) + sizeof(std::int64_t)));
   return bytes;
 }
 
@@ -67,6 +73,7 @@ void BatchPool::grow_to(std::size_t slots) {
   slots = std::min(slots, capacity_);
   while (size() < slots) {
     std::unique_ptr<BatchSlot> slot = make_slot(shape_);  // allocated outside the lock
+    if (shape_.defer_unread) slot->demand = &demand_;
     MutexLock lock(free_mutex_);
     free_.push_back(slot.get());  // never reallocates: capacity reserved for capacity_ slots
     slots_.push_back(std::move(slot));
@@ -97,7 +104,72 @@ void BatchPool::release(BatchSlot* slot) noexcept {
   }
 }
 
+void BatchPool::complete_y(BatchSlot& slot) noexcept {
+  if (!shape_.defer_unread) return;
+  FieldDemand::mark(demand_.y_read);
+  if (!slot.y_deferred.load(std::memory_order_acquire)) return;
+  MutexLock lock(slot.deferred_mutex);
+  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);
+}
+
+void BatchPool::complete_contract(BatchSlot& slot) noexcept {
+  if (!shape_.defer_unread) return;
+  FieldDemand::mark(demand_.contract_read);
+  if (!slot.contract_deferred.load(std::memory_order_acquire)) return;
+  MutexLock lock(slot.deferred_mutex);
+  if (!slot.contract_deferred.load(std::memory_order_relaxed)) return;
+  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);  // the labels' source
+  write_deferred_contract(slot);
+}
+
+void BatchPool::write_deferred_y(BatchSlot& slot) const noexcept {
+  const std::size_t T = shape_.cols;
+  for (std::size_t r = 0; r < shape_.rows; ++r) {
+    // The target of input i is input i + 1, the last real one's is kept aside, and the
+    // padding's is pad (EpisodeBatchSource's padding rule).
+    const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
+    const std::int64_t* __restrict x = slot.x.data() + r * T;
+    std::int64_t* __restrict y = slot.y.data() + r * T;
+    if (n > 0) {
+      std::copy_n(x + 1, n - 1, y);
+      y[n - 1] = slot.row_last_target[r];
+    }
+    std::fill(y + n, y + T, shape_.pad_token_id);
+  }
+  slot.y_deferred.store(false, std::memory_order_release);
+}
+
+void BatchPool::write_deferred_contract(BatchSlot& slot) const noexcept {
+  const std::size_t T = shape_.cols;
+  const std::int64_t ignore = shape_.ignore_index;
+  slot.begin_sequences();
+  for (std::size_t r = 0; r < shape_.rows; ++r) {
+    const std::size_t at = r * T;
+    const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
+    const std::int64_t* __restrict y = slot.y.data() + at;
+    const float* __restrict w = slot.token_weights.data() + at;
+    std::int64_t* __restrict labels = slot.labels.data() + at;
+    for (std::size_t i = 0; i < T; ++i) labels[i] = w[i] != 0.0f ? y[i] : ignore;
+    std::int32_t* positions = slot.position_ids.data() + at;
+    std::iota(positions, positions + n, 0);
+    std::iota(positions + n, positions + T, 0);
+    if (n > 0) slot.add_sequence(n);
+    if (n < T) slot.add_sequence(T - n);
+  }
+  slot.contract_deferred.store(false, std::memory_order_release);
+}
+
+void BatchPool::note_release() noexcept {
+  if (!shape_.defer_unread) return;
+  if (!demand_.y_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.y_unread);
+  if (!demand_.contract_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.contract_unread);
+}
+
 Batch BatchPool::make_batch(BatchSlot* slot) {
+  // A batch made while a field was deferred is completed here, on the trainer's thread,
+  // once the trainer reads that field: before it can change the batch's arrays in place.
+  if (demand_.y_read.load(std::memory_order_relaxed)) complete_y(*slot);
+  if (demand_.contract_read.load(std::memory_order_relaxed)) complete_contract(*slot);
   held_.fetch_add(1, std::memory_order_acq_rel);
   return Batch(shared_from_this(), slot);
 }
@@ -120,6 +192,7 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 
 void Batch::release() noexcept {
   if (slot_ != nullptr) {
+    pool_->note_release();
     pool_->release(std::exchange(slot_, nullptr));
     pool_->held_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -136,8 +209,9 @@ std::size_t Batch::real_rows() const noexcept { return slot_ ? static_cast<std::
 std::span<const std::int64_t> Batch::x() const noexcept { return slot_ ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>(); }
 std::span<const std::int64_t> Batch::y() const noexcept {
   if (!slot_) return {};
-  return pool_->shape().y_is_labels ? std::span<const std::int64_t>(slot_->labels)
-                                    : std::span<const std::int64_t>(slot_->y);
+  if (pool_->shape().y_is_labels) return slot_->labels;
+  pool_->complete_y(*slot_);
+  return slot_->y;
 }
 std::span<const float> Batch::mask() const noexcept {
   if (!has_mask()) return {};
@@ -147,17 +221,28 @@ std::span<const float> Batch::mask() const noexcept {
 bool Batch::has_mask() const noexcept { return slot_ && pool_->shape().with_mask; }
 std::span<const std::int64_t> Batch::tokens() const noexcept { return x(); }
 std::span<const std::int64_t> Batch::labels() const noexcept {
-  return slot_ ? std::span<const std::int64_t>(slot_->labels) : std::span<const std::int64_t>();
+  if (!slot_) return {};
+  pool_->complete_contract(*slot_);
+  return slot_->labels;
 }
 std::span<const float> Batch::token_weights() const noexcept {
   return slot_ ? std::span<const float>(slot_->token_weights) : std::span<const float>();
 }
 std::span<const std::int32_t> Batch::cu_seqlens() const noexcept {
+  if (slot_) pool_->complete_contract(*slot_);
   return slot_ && !slot_->cu_seqlens.empty() ? std::span<const std::int32_t>(slot_->cu_seqlens.data(), slot_->num_sequences + 1)
                : std::span<const std::int32_t>();
 }
-std::size_t Batch::num_sequences() const noexcept { return slot_ ? slot_->num_sequences : 0; }
-std::size_t Batch::max_seqlen() const noexcept { return slot_ ? slot_->max_seqlen : 0; }
+std::size_t Batch::num_sequences() const noexcept {
+  if (!slot_) return 0;
+  pool_->complete_contract(*slot_);
+  return slot_->num_sequences;
+}
+std::size_t Batch::max_seqlen() const noexcept {
+  if (!slot_) return 0;
+  pool_->complete_contract(*slot_);
+  return slot_->max_seqlen;
+}
 std::span<const PackedSegment> Batch::segments() const noexcept {
   return slot_ ? std::span<const PackedSegment>(slot_->segments.data(), slot_->segment_count)
                : std::span<const PackedSegment>();
@@ -170,7 +255,9 @@ std::span<const std::int32_t> Batch::doc_ids() const noexcept {
   return slot_ ? std::span<const std::int32_t>(slot_->doc_ids) : std::span<const std::int32_t>();
 }
 std::span<const std::int32_t> Batch::position_ids() const noexcept {
-  return slot_ ? std::span<const std::int32_t>(slot_->position_ids) : std::span<const std::int32_t>();
+  if (!slot_) return {};
+  pool_->complete_contract(*slot_);
+  return slot_->position_ids;
 }
 std::span<const float> Batch::log_probs() const noexcept {
   return slot_ && slot_->log_probs_given ? std::span<const float>(slot_->log_probs) : std::span<const float>();

@@ -36,9 +36,33 @@ struct BatchShape {
   bool packed = false;                 // sft_packed: segments are recorded
   bool rl_fields = false;              // RL batches: log_probs, rewards and group_ids
   bool with_source_ids = false;        // a mixture: each row's source index is recorded
+  // sft_episode with the contract fields: y, and the contract's own fields (labels,
+  // position_ids, cu_seqlens), are left unwritten while the trainer does not read them
+  // (see FieldDemand); every row is one sequence of row_targets[r] positions and padding.
+  bool defer_unread = false;
+  std::int64_t pad_token_id = 0;     // y's padding, for a deferred y
+  std::int64_t ignore_index = -100;  // the labels' ignore_index, for a deferred contract
 };
 
+// Which of a split's deferrable fields (BatchShape::defer_unread) the trainer reads. The
+// decoders leave a field unwritten once a batch was released before the trainer ever read
+// that field, and write it again from the trainer's first read of it on; batches made in
+// between are completed at that read, or when they are handed out after it.
+// Thread-safety: every member is atomic.
+struct FieldDemand {
+  std::atomic<bool> y_read{false}, contract_read{false};
+  std::atomic<bool> y_unread{false}, contract_unread{false};  // a batch was released before the first read
 
+  bool defer_y() const noexcept {
+    return y_unread.load(std::memory_order_relaxed) && !y_read.load(std::memory_order_relaxed);
+  }
+  bool defer_contract() const noexcept {
+    return contract_unread.load(std::memory_order_relaxed) && !contract_read.load(std::memory_order_relaxed);
+  }
+  static void mark(std::atomic<bool>& flag) noexcept {
+    if (!flag.load(std::memory_order_relaxed)) flag.store(true, std::memory_order_relaxed);
+  }
+};
 
 struct BatchSlot {
   // Buffers, sized once.
@@ -56,6 +80,14 @@ struct BatchSlot {
   std::uint32_t num_sequences = 0;
   std::uint32_t max_seqlen = 0;
   std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
+  // Deferred fields (BatchShape::defer_unread): per row, its sequence's length (the rest
+  // of the row is padding) and the target of its last real input; whether this batch's y
+  // and contract fields are still unwritten; the pool's demand (null: nothing deferred).
+  std::vector<std::uint32_t> row_targets;
+  std::vector<std::int64_t> row_last_target;
+  std::atomic<bool> y_deferred{false}, contract_deferred{false};
+  const FieldDemand* demand = nullptr;
+  Mutex deferred_mutex;                             // held while a reader completes the deferred fields
   std::vector<tokenfeed::PackedSegment> segments;   // packed mode; capacity rows * cols, `segment_count` used
   std::size_t segment_count = 0;
   // RL batches only (empty otherwise): log_probs B x T, and per sequence of cu_seqlens its
@@ -76,6 +108,9 @@ struct BatchSlot {
     real_positions = 0;
     segment_count = 0;
     begin_sequences();
+    // Ordered before the trainer's reads by the slot's hand-off (publish/observe).
+    y_deferred.store(demand != nullptr && demand->defer_y(), std::memory_order_relaxed);
+    contract_deferred.store(demand != nullptr && demand->defer_contract(), std::memory_order_relaxed);
   }
 
   // Starts the sequence list; then one add_sequence per sequence, in position order.
@@ -148,9 +183,23 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   void release(BatchSlot* slot) noexcept;
 
   // Wraps a slot the trainer now owns; counted in held() until the Batch is released.
+  // First completes the deferred fields the trainer has read before (complete_y,
+  // complete_contract), so that it gets them whole.
   Batch make_batch(BatchSlot* slot);
   // Slots currently inside Batches the trainer has not released.
   std::size_t held() const noexcept { return held_.load(std::memory_order_acquire); }
+
+  // Called by Batch before it hands out y, or a contract field: notes that the trainer
+  // reads it, so that the decoders write it from now on, and writes `slot`'s field if its
+  // decoder deferred it, as a decoder would have. y comes from x (the next input) and the
+  // row's last target; the contract from y, the token weights and the row lengths. Both
+  // read the batch's arrays as they are: a trainer that changed x, y or the mask in place
+  // before its first read of a field changes that field too. Thread-safe: concurrent
+  // readers of the same batch write it once. Do nothing for a shape without defer_unread.
+  void complete_y(BatchSlot& slot) noexcept;
+  void complete_contract(BatchSlot& slot) noexcept;
+  // What the trainer has read of this split's deferrable fields so far.
+  const FieldDemand& demand() const noexcept { return demand_; }
 
   const BatchShape& shape() const noexcept { return shape_; }
   const std::string& split() const noexcept { return split_; }
@@ -172,6 +221,13 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   std::atomic<std::size_t> size_{0};
 
   std::atomic<std::size_t> held_{0};
+  FieldDemand demand_;  // see complete_y, complete_contract
+  // Under slot.deferred_mutex: writes y, or the contract, and clears its deferred flag.
+  void write_deferred_y(BatchSlot& slot) const noexcept;
+  void write_deferred_contract(BatchSlot& slot) const noexcept;
+  // A Batch of `slot` is being released: the fields the trainer has not read so far are
+  // deferred from now on.
+  void note_release() noexcept;
   friend class tokenfeed::Batch;
 };
 
