@@ -35,20 +35,21 @@ TOKENFEED_INLINE void run(const Token* __restrict t, Mask mask, std::size_t coun
                           std::int64_t* __restrict x, std::int64_t* __restrict y, float* __restrict weights,
                           std::int64_t* __restrict labels, std::int32_t* __restrict positions,
                           std::int64_t ignore_index) noexcept {
-  std::int32_t position = first_position;
-  for (std::size_t i = 0; i < count; ++i, ++position) {
-    const auto target = static_cast<std::int64_t>(t[i + 1]);
-    const float w = mask.at(i);
-    x[i] = static_cast<std::int64_t>(t[i]);
-    if constexpr (kY) y[i] = target;
-    if constexpr (kWeights) weights[i] = w;
-    if constexpr (kContract) {
+  for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<std::int64_t>(t[i]);
+  if constexpr (kY) {
+    for (std::size_t i = 0; i < count; ++i) y[i] = static_cast<std::int64_t>(t[i + 1]);
+  }
+  if constexpr (kWeights) {
+    for (std::size_t i = 0; i < count; ++i) weights[i] = mask.at(i);
+  }
+  if constexpr (kContract) {
+    for (std::size_t i = 0; i < count; ++i) {
       // Branch-free select (all ones where the target is trained), which vectorises where
       // a conditional of mixed widths does not.
-      const std::int64_t trained = -static_cast<std::int64_t>(w != 0.0f);
-      labels[i] = (target & trained) | (ignore_index & ~trained);
-      positions[i] = position;
+      const std::int64_t trained = -static_cast<std::int64_t>(mask.at(i) != 0.0f);
+      labels[i] = (static_cast<std::int64_t>(t[i + 1]) & trained) | (ignore_index & ~trained);
     }
+    for (std::size_t i = 0; i < count; ++i) positions[i] = first_position + static_cast<std::int32_t>(i);
   }
 }
 
@@ -114,14 +115,16 @@ template <bool kY, bool kWeights, bool kContract>
 TOKENFEED_INLINE void pad(std::size_t count, std::int64_t* __restrict x, std::int64_t* __restrict y,
                           float* __restrict weights, std::int64_t* __restrict labels,
                           std::int32_t* __restrict positions, std::int64_t pad_id, std::int64_t ignore_index) noexcept {
-  for (std::size_t i = 0; i < count; ++i) {
-    x[i] = pad_id;
-    if constexpr (kY) y[i] = pad_id;
-    if constexpr (kWeights) weights[i] = 0.0f;
-    if constexpr (kContract) {
-      labels[i] = ignore_index;
-      positions[i] = static_cast<std::int32_t>(i);
-    }
+  for (std::size_t i = 0; i < count; ++i) x[i] = pad_id;
+  if constexpr (kY) {
+    for (std::size_t i = 0; i < count; ++i) y[i] = pad_id;
+  }
+  if constexpr (kWeights) {
+    for (std::size_t i = 0; i < count; ++i) weights[i] = 0.0f;
+  }
+  if constexpr (kContract) {
+    for (std::size_t i = 0; i < count; ++i) labels[i] = ignore_index;
+    for (std::size_t i = 0; i < count; ++i) positions[i] = static_cast<std::int32_t>(i);
   }
 }
 

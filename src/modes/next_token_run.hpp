@@ -1,12 +1,13 @@
-// Writing a run of a row in one pass: `count` input positions, each with its next token
-// as target, the loss weight of that target, the label (the target where the weight is
-// not 0, ignore_index where it is) and the position within its sequence. Each token and
-// mask value is read once and every field is written in the same pass, which the
-// compiler vectorises; the batch sources call this for each contiguous run of an
-// episode or window instead of one pass per field, and write_padding_run for the padding
-// after it. Both are compiled for several instruction sets (x86-64: the baseline, AVX2
-// and AVX-512) and run with the widest the CPU has, since writing the batch is most of
-// what a decoder does.
+// Writing a run of a row: `count` input positions, each with its next token as target,
+// the loss weight of that target, the label (the target where the weight is not 0,
+// ignore_index where it is) and the position within its sequence. Each field is written
+// in a pass of its own over the run, which the compiler vectorises: one store stream at
+// a time writes faster than all the fields interleaved, and the run's tokens stay in L1
+// between the passes (perf/RESULTS_by_hand.md). The batch sources call this for each
+// contiguous run of an episode or window, and write_padding_run for the padding after
+// it. Both are compiled for several instruction sets (x86-64: the baseline, AVX2 and
+// AVX-512) and run with the widest the CPU has, since writing the batch is most of what a
+// decoder does.
 //
 // Thread-safety: write_* are pure functions of their arguments; use_row_kernel_isa must not
 // run concurrently with them.
