@@ -177,12 +177,25 @@ def summary(name: str, n: int, variant: str, reads: str, loader_runs: list, plai
     }
 
 
-def table(results: list[dict], quota_how: str, command: str) -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), for the page's header: figures from different
+    machines do not compare."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU model unknown"
+
+
+def table(results: list[dict], quota_how: str, command: str, commit: str) -> str:
     quiet_cpu = {r.get("reads", "contract"): r["loader_cpu_us_per_batch"] for r in results if r["scenario"] == "quiet"}
     lines = [
         "# Shared node: tokenfeed per rank against a plain loop under the same sharing",
         "",
-        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} CPUs). Each row: the",
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} at commit {commit} ({os.cpu_count()} CPUs,",
+        f"{cpu_model()}). Each row: the",
         "processes of the scenario all run tokenfeed with the defaults (decode threads and depth",
         "resolved at open) or all run the plain single-threaded loop, interleaved in each repeat",
         "(the loader with each consumer, then the plain loop); batches/s are per process, medians",
@@ -227,7 +240,7 @@ def main() -> int:
         if not results:
             sys.exit(f"shared_node: {args.out.with_suffix('.jsonl')} holds no results")
         args.out.write_text(table(results, results[0].get("quota_how", ""),
-                                  results[0].get("command", "perf/shared_node.py")))
+                                  results[0].get("command", "perf/shared_node.py"), results[0].get("commit", "?")))
         return 0
     build = args.build.resolve()
     bench = build / "perf" / "bench_compare"
@@ -258,10 +271,12 @@ def main() -> int:
                   f"threads {r['threads_used']}", flush=True)
             results.append(r)
     command = ("perf/shared_node.py " + " ".join(sys.argv[1:])).strip()
-    args.out.write_text(table(results, quota.how, command))
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], text=True,
+                            capture_output=True).stdout.strip() or "?"
+    args.out.write_text(table(results, quota.how, command, commit))
     with open(args.out.with_suffix(".jsonl"), "w") as f:
         for r in results:
-            f.write(json.dumps(dict(r, command=command, quota_how=quota.how)) + "\n")
+            f.write(json.dumps(dict(r, command=command, quota_how=quota.how, commit=commit)) + "\n")
     print(f"wrote {args.out}")
     return 0
 
