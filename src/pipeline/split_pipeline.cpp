@@ -379,11 +379,13 @@ struct SplitPipeline::Impl {
   // Hands the pending admissions to the admitter thread: for when the ring still holds
   // batches (see Admitter). It is woken at once only when the ring is low; above that it is
   // woken later, once, by wake_admitter_if_low, and the trainer pays no syscall meanwhile.
-  void hand_off_pending() {
+  // Returns whether there was a whole run to hand off.
+  bool hand_off_pending() {
     const Decrement runs = pending_admissions / static_cast<Decrement>(run);
-    if (runs == 0) return;
+    if (runs == 0) return false;
     admitter->hand_off(static_cast<std::uint32_t>(runs), ring_low());
     pending_admissions -= runs * static_cast<Decrement>(run);
+    return true;
   }
 
   // After a pop: wakes the admitter when it holds admissions and the ring has run low, so
@@ -679,12 +681,13 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   // pending admissions and those the admitter holds itself (above), as it waits in any
   // case.
   ++s.pending_admissions;
-  if (s.pending_admissions >=
-      static_cast<Decrement>(std::max<std::size_t>(1, s.depth.load(std::memory_order_relaxed) / 2))) {
-    s.hand_off_pending();
-  } else {
-    s.wake_admitter_if_low();
-  }
+  // When the ring is low, every whole run popped so far goes with the wake: one wake of the
+  // admitter and the decoders refills as much as it can (at a slow step, 3/4 of the depth).
+  const bool handed_off =
+      (s.ring_low() || s.pending_admissions >= static_cast<Decrement>(std::max<std::size_t>(
+                                                   1, s.depth.load(std::memory_order_relaxed) / 2))) &&
+      s.hand_off_pending();
+  if (!handed_off) s.wake_admitter_if_low();
 
   if (slot->error) {
     s.delivered_error = slot->error;
