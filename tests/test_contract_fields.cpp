@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "modes/episode_batch_source.hpp"
 #include "pipeline/batch_pool.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
@@ -271,7 +272,7 @@ TEST_CASE("contract_fields: a pool defers the fields a released batch left unrea
   shape.cols = 4;
   shape.with_mask = true;
   shape.mask_is_weights = true;
-  shape.defer_unread = true;
+  shape.deferred = &episode_deferred_fields();
   shape.pad_token_id = 5;
   shape.ignore_index = -7;
   auto pool = std::make_shared<detail::BatchPool>(2, shape, "train");

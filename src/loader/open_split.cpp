@@ -138,7 +138,7 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) 
   shape.packed = packed;
   // sft_episode's y and contract fields are derived from x, the weights and the rows'
   // lengths, so a trainer that reads only one of the two views does not pay for the other.
-  shape.defer_unread = episode && !packed && c.contract_fields;
+  if (episode && !packed && c.contract_fields) shape.deferred = &episode_deferred_fields();
   shape.pad_token_id = c.pad_token_id.value_or(0);
   shape.ignore_index = c.ignore_index;
   return shape;

@@ -4,6 +4,50 @@
 #include <numeric>
 
 namespace tokenfeed {
+namespace {
+
+class EpisodeDeferredFields final : public detail::DeferredFields {
+ public:
+  void write_y(detail::BatchSlot& slot, const detail::BatchShape& shape) const noexcept override {
+    const std::size_t T = shape.cols;
+    for (std::size_t r = 0; r < shape.rows; ++r) {
+      const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
+      const std::int64_t* __restrict x = slot.x.data() + r * T;
+      std::int64_t* __restrict y = slot.y.data() + r * T;
+      if (n > 0) {
+        std::copy_n(x + 1, n - 1, y);
+        y[n - 1] = slot.row_last_target[r];
+      }
+      std::fill(y + n, y + T, shape.pad_token_id);
+    }
+  }
+
+  void write_contract(detail::BatchSlot& slot, const detail::BatchShape& shape) const noexcept override {
+    const std::size_t T = shape.cols;
+    const std::int64_t ignore = shape.ignore_index;
+    slot.begin_sequences();
+    for (std::size_t r = 0; r < shape.rows; ++r) {
+      const std::size_t at = r * T;
+      const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
+      const std::int64_t* __restrict y = slot.y.data() + at;
+      const float* __restrict w = slot.token_weights.data() + at;
+      std::int64_t* __restrict labels = slot.labels.data() + at;
+      for (std::size_t i = 0; i < T; ++i) labels[i] = w[i] != 0.0f ? y[i] : ignore;
+      std::int32_t* positions = slot.position_ids.data() + at;
+      std::iota(positions, positions + n, 0);
+      std::iota(positions + n, positions + T, 0);
+      if (n > 0) slot.add_sequence(n);
+      if (n < T) slot.add_sequence(T - n);
+    }
+  }
+};
+
+}  // namespace
+
+const detail::DeferredFields& episode_deferred_fields() noexcept {
+  static const EpisodeDeferredFields fields;
+  return fields;
+}
 
 void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t cols, std::size_t real,
                         std::int64_t pad_token_id, std::int64_t ignore_index) noexcept {

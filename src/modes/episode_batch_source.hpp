@@ -63,6 +63,12 @@ class EpisodeBatchSource final : public SampledRowSource {
   }
 };
 
+// sft_episode's deferred fields (BatchShape::deferred): y is x's next input, the row's
+// last real target (kept aside) and then pad; the contract follows the padding rule above
+// from y, the token weights and each row's length (row_targets). The same values a
+// decoder writes at once.
+const detail::DeferredFields& episode_deferred_fields() noexcept;
+
 // Completes one row's contract fields after its first `real` input positions were filled
 // (tokens, labels, weights): padding gets pad, ignore_index and weight 0; positions restart
 // at 0 for the padding; the padding becomes a sequence of its own. Shared by the SFT modes.

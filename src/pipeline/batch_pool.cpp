@@ -1,7 +1,6 @@
 #include "pipeline/batch_pool.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <utility>
 
 namespace tokenfeed {
@@ -26,7 +25,7 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
     slot->group_ids.resize(shape.rows * (shape.cols + 1));
   }
   if (shape.with_source_ids) slot->source_ids.resize(shape.rows);
-  if (shape.defer_unread) {
+  if (shape.deferred != nullptr) {
     slot->row_targets.resize(shape.rows);
     slot->row_last_target.resize(shape.rows);
   }
@@ -65,7 +64,7 @@ std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
     bytes = add(bytes, mul(add(mul(shape.rows, add(shape.cols, 1)), 1), sizeof(std::int32_t)));
   }
   if (shape.packed) bytes = add(bytes, mul(cells, sizeof(PackedSegment)));
-  if (shape.defer_unread) bytes = add(bytes, mul(shape.rows, sizeof(std::uint32_t) + sizeof(std::int64_t)));
+  if (shape.deferred != nullptr) bytes = add(bytes, mul(shape.rows, sizeof(std::uint32_t) + sizeof(std::int64_t)));
   return bytes;
 }
 
@@ -73,7 +72,7 @@ void BatchPool::grow_to(std::size_t slots) {
   slots = std::min(slots, capacity_);
   while (size() < slots) {
     std::unique_ptr<BatchSlot> slot = make_slot(shape_);  // allocated outside the lock
-    if (shape_.defer_unread) slot->demand = &demand_;
+    if (shape_.deferred != nullptr) slot->demand = &demand_;
     MutexLock lock(free_mutex_);
     free_.push_back(slot.get());  // never reallocates: capacity reserved for capacity_ slots
     slots_.push_back(std::move(slot));
@@ -105,62 +104,31 @@ void BatchPool::release(BatchSlot* slot) noexcept {
 }
 
 void BatchPool::complete_y(BatchSlot& slot) noexcept {
-  if (!shape_.defer_unread) return;
+  if (shape_.deferred == nullptr) return;
   FieldDemand::mark(demand_.y_read);
   if (!slot.y_deferred.load(std::memory_order_acquire)) return;
   MutexLock lock(slot.deferred_mutex);
-  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);
+  if (!slot.y_deferred.load(std::memory_order_relaxed)) return;
+  shape_.deferred->write_y(slot, shape_);
+  slot.y_deferred.store(false, std::memory_order_release);
 }
 
 void BatchPool::complete_contract(BatchSlot& slot) noexcept {
-  if (!shape_.defer_unread) return;
+  if (shape_.deferred == nullptr) return;
   FieldDemand::mark(demand_.contract_read);
   if (!slot.contract_deferred.load(std::memory_order_acquire)) return;
   MutexLock lock(slot.deferred_mutex);
   if (!slot.contract_deferred.load(std::memory_order_relaxed)) return;
-  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);  // the labels' source
-  write_deferred_contract(slot);
-}
-
-void BatchPool::write_deferred_y(BatchSlot& slot) const noexcept {
-  const std::size_t T = shape_.cols;
-  for (std::size_t r = 0; r < shape_.rows; ++r) {
-    // The target of input i is input i + 1, the last real one's is kept aside, and the
-    // padding's is pad (EpisodeBatchSource's padding rule).
-    const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
-    const std::int64_t* __restrict x = slot.x.data() + r * T;
-    std::int64_t* __restrict y = slot.y.data() + r * T;
-    if (n > 0) {
-      std::copy_n(x + 1, n - 1, y);
-      y[n - 1] = slot.row_last_target[r];
-    }
-    std::fill(y + n, y + T, shape_.pad_token_id);
+  if (slot.y_deferred.load(std::memory_order_relaxed)) {  // the labels' source
+    shape_.deferred->write_y(slot, shape_);
+    slot.y_deferred.store(false, std::memory_order_release);
   }
-  slot.y_deferred.store(false, std::memory_order_release);
-}
-
-void BatchPool::write_deferred_contract(BatchSlot& slot) const noexcept {
-  const std::size_t T = shape_.cols;
-  const std::int64_t ignore = shape_.ignore_index;
-  slot.begin_sequences();
-  for (std::size_t r = 0; r < shape_.rows; ++r) {
-    const std::size_t at = r * T;
-    const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
-    const std::int64_t* __restrict y = slot.y.data() + at;
-    const float* __restrict w = slot.token_weights.data() + at;
-    std::int64_t* __restrict labels = slot.labels.data() + at;
-    for (std::size_t i = 0; i < T; ++i) labels[i] = w[i] != 0.0f ? y[i] : ignore;
-    std::int32_t* positions = slot.position_ids.data() + at;
-    std::iota(positions, positions + n, 0);
-    std::iota(positions + n, positions + T, 0);
-    if (n > 0) slot.add_sequence(n);
-    if (n < T) slot.add_sequence(T - n);
-  }
+  shape_.deferred->write_contract(slot, shape_);
   slot.contract_deferred.store(false, std::memory_order_release);
 }
 
 void BatchPool::note_release() noexcept {
-  if (!shape_.defer_unread) return;
+  if (shape_.deferred == nullptr) return;
   if (!demand_.y_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.y_unread);
   if (!demand_.contract_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.contract_unread);
 }

@@ -23,6 +23,9 @@
 
 namespace tokenfeed::detail {
 
+struct BatchSlot;
+class DeferredFields;
+
 struct BatchShape {
   std::size_t rows = 0;
   std::size_t cols = 0;
@@ -36,15 +39,29 @@ struct BatchShape {
   bool packed = false;                 // sft_packed: segments are recorded
   bool rl_fields = false;              // RL batches: log_probs, rewards and group_ids
   bool with_source_ids = false;        // a mixture: each row's source index is recorded
-  // sft_episode with the contract fields: y, and the contract's own fields (labels,
-  // position_ids, cu_seqlens), are left unwritten while the trainer does not read them
-  // (see FieldDemand); every row is one sequence of row_targets[r] positions and padding.
-  bool defer_unread = false;
-  std::int64_t pad_token_id = 0;     // y's padding, for a deferred y
-  std::int64_t ignore_index = -100;  // the labels' ignore_index, for a deferred contract
+  // Set by a mode whose y and contract fields (labels, position_ids, cu_seqlens) follow
+  // from its other fields: they are left unwritten while the trainer does not read them
+  // (see FieldDemand), and written by this when it does. Null: always written.
+  const DeferredFields* deferred = nullptr;
+  std::int64_t pad_token_id = 0;     // for `deferred`: y's padding
+  std::int64_t ignore_index = -100;  // for `deferred`: the labels' ignore_index
 };
 
-// Which of a split's deferrable fields (BatchShape::defer_unread) the trainer reads. The
+// How a mode writes a slot's deferred fields from the rest of it (BatchShape::deferred).
+// Implementations are stateless (their parameters are the shape's), and live as long as
+// the program: a pool may outlive the loader that made it.
+// Thread-safety: write_* run under the slot's deferred_mutex, on a slot no decoder writes.
+class DeferredFields {
+ public:
+  virtual ~DeferredFields() = default;
+  // y from x and the slot's per-row bookkeeping (row_targets, row_last_target).
+  virtual void write_y(BatchSlot& slot, const BatchShape& shape) const noexcept = 0;
+  // labels, position_ids and the sequences from y, the token weights and row_targets.
+  // REQUIRES: y written.
+  virtual void write_contract(BatchSlot& slot, const BatchShape& shape) const noexcept = 0;
+};
+
+// Which of a split's deferrable fields (BatchShape::deferred) the trainer reads. The
 // decoders leave a field unwritten once a batch was released before the trainer ever read
 // that field, and write it again from the trainer's first read of it on; batches made in
 // between are completed at that read, or when they are handed out after it.
@@ -80,9 +97,10 @@ struct BatchSlot {
   std::uint32_t num_sequences = 0;
   std::uint32_t max_seqlen = 0;
   std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
-  // Deferred fields (BatchShape::defer_unread): per row, its sequence's length (the rest
-  // of the row is padding) and the target of its last real input; whether this batch's y
-  // and contract fields are still unwritten; the pool's demand (null: nothing deferred).
+  // Deferred fields (BatchShape::deferred): per row, what the mode keeps to write them
+  // later (sft_episode: its sequence's length and the target of its last real input);
+  // whether this batch's y and contract fields are still unwritten; the pool's demand
+  // (null: nothing deferred).
   std::vector<std::uint32_t> row_targets;
   std::vector<std::int64_t> row_last_target;
   std::atomic<bool> y_deferred{false}, contract_deferred{false};
@@ -190,12 +208,11 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   std::size_t held() const noexcept { return held_.load(std::memory_order_acquire); }
 
   // Called by Batch before it hands out y, or a contract field: notes that the trainer
-  // reads it, so that the decoders write it from now on, and writes `slot`'s field if its
-  // decoder deferred it, as a decoder would have. y comes from x (the next input) and the
-  // row's last target; the contract from y, the token weights and the row lengths. Both
-  // read the batch's arrays as they are: a trainer that changed x, y or the mask in place
+  // reads it, so that the decoders write it from now on, and has the shape's
+  // DeferredFields write `slot`'s field if its decoder deferred it, as a decoder would
+  // have. That reads the batch's arrays as they are: a trainer that changed them in place
   // before its first read of a field changes that field too. Thread-safe: concurrent
-  // readers of the same batch write it once. Do nothing for a shape without defer_unread.
+  // readers of the same batch write it once. Do nothing for a shape without `deferred`.
   void complete_y(BatchSlot& slot) noexcept;
   void complete_contract(BatchSlot& slot) noexcept;
   // What the trainer has read of this split's deferrable fields so far.
@@ -222,9 +239,6 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
 
   std::atomic<std::size_t> held_{0};
   FieldDemand demand_;  // see complete_y, complete_contract
-  // Under slot.deferred_mutex: writes y, or the contract, and clears its deferred flag.
-  void write_deferred_y(BatchSlot& slot) const noexcept;
-  void write_deferred_contract(BatchSlot& slot) const noexcept;
   // A Batch of `slot` is being released: the fields the trainer has not read so far are
   // deferred from now on.
   void note_release() noexcept;
