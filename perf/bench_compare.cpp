@@ -35,7 +35,7 @@
 //
 // A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
 // only x, y and the mask are written) and :reads=view (the consumer reads x, y and the
-// mask; by default it reads the batch contract, which sft_episode writes only once read).
+// mask; by default it reads the batch contract; sft_episode writes only the view read).
 // threads=default keeps the config's decode_threads (0 in the harness's configs: one per
 // hardware thread but the trainer's, so 1 on two cores); the summary records the thread
 // count each variant ran with.

@@ -23,10 +23,10 @@ namespace tokenfeed::measure {
 inline constexpr double kStallUs = 50.0;
 
 // The fields a trainer stand-in reads from each batch: the batch contract (tokens, labels,
-// token_weights, position_ids, cu_seqlens) or the episode view (x, y, mask). The loader
-// writes sft_episode's contract fields only once a trainer reads one of them
-// (docs/batch-contract.md), so what a measurement reads decides what it measures; the
-// stand-in takes the fields' spans and reads no values (no consumer work).
+// token_weights, position_ids, cu_seqlens) or the episode view (x, y, mask). In sft_episode
+// the loader leaves unwritten the view a trainer does not read (docs/batch-contract.md),
+// so what a measurement reads decides what it measures; the stand-in takes the fields'
+// spans and reads no values (no consumer work).
 enum class TrainerReads { contract, view };
 
 inline const char* to_string(TrainerReads reads) noexcept { return reads == TrainerReads::view ? "view" : "contract"; }
