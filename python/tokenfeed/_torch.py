@@ -3,12 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 from ._tokenfeed import Batch, UsageError
-
-
-# The numeric array fields of a Batch (Batch.arrays() names them the same).
-_ARRAY_FIELDS = frozenset({"x", "y", "mask", "tokens", "labels", "token_weights", "position_ids", "cu_seqlens",
-                           "episode_ids", "doc_ids", "log_probs", "rewards", "group_ids", "source_ids"})
 
 
 def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: bool = False) -> Any:
@@ -37,15 +34,15 @@ def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: 
             arrays = batch_or_array.arrays()
             arrays.pop("segments", None)
             return {name: tensor(a) for name, a in arrays.items()}
-        # Only the fields asked for are read: sft_episode writes its contract fields (labels,
-        # position_ids, cu_seqlens) only once a trainer reads them.
+        # Only the fields asked for are read: sft_episode leaves unwritten the fields a trainer
+        # does not read (y, or labels/position_ids/cu_seqlens).
         out = {}
         for name in fields:
             if name == "segments":
                 raise UsageError("to_torch: segments is a numpy structured array (row, column, positions, episode), "
                                  "which has no tensor form; use batch.segments['positions'] etc.")
-            a = getattr(batch_or_array, name) if name in _ARRAY_FIELDS else None
-            if a is None or a.size == 0:
+            a = getattr(batch_or_array, name, None) if isinstance(name, str) else None
+            if not isinstance(a, np.ndarray) or a.size == 0:
                 have = sorted(n for n in batch_or_array.arrays() if n != "segments")
                 raise UsageError(f"to_torch: the batch has no non-empty field '{name}' (it has {have})")
             out[name] = tensor(a)

@@ -108,7 +108,10 @@ void BatchPool::complete_y(BatchSlot& slot) noexcept {
   FieldDemand::mark(demand_.y_read);
   if (!slot.y_deferred.load(std::memory_order_acquire)) return;
   MutexLock lock(slot.deferred_mutex);
-  if (!slot.y_deferred.load(std::memory_order_relaxed)) return;
+  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);
+}
+
+void BatchPool::write_deferred_y(BatchSlot& slot) const noexcept {
   shape_.deferred->write_y(slot, shape_);
   slot.y_deferred.store(false, std::memory_order_release);
 }
@@ -119,10 +122,7 @@ void BatchPool::complete_contract(BatchSlot& slot) noexcept {
   if (!slot.contract_deferred.load(std::memory_order_acquire)) return;
   MutexLock lock(slot.deferred_mutex);
   if (!slot.contract_deferred.load(std::memory_order_relaxed)) return;
-  if (slot.y_deferred.load(std::memory_order_relaxed)) {  // the labels' source
-    shape_.deferred->write_y(slot, shape_);
-    slot.y_deferred.store(false, std::memory_order_release);
-  }
+  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);  // the labels' source
   shape_.deferred->write_contract(slot, shape_);
   slot.contract_deferred.store(false, std::memory_order_release);
 }

@@ -239,6 +239,8 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
 
   std::atomic<std::size_t> held_{0};
   FieldDemand demand_;  // see complete_y, complete_contract
+  // Writes `slot`'s deferred y and clears its flag.
+  void write_deferred_y(BatchSlot& slot) const noexcept TF_REQUIRES(slot.deferred_mutex);
   // A Batch of `slot` is being released: the fields the trainer has not read so far are
   // deferred from now on.
   void note_release() noexcept;
