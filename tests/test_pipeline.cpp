@@ -3,15 +3,19 @@
 // a start/stop stress test with random consumer delays (run under ThreadSanitizer in CI).
 #include <doctest/doctest.h>
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,6 +41,10 @@ class FakeSource final : public BatchSource {
   // Decodes made on this thread (the trainer's, for the tests that ask) are counted.
   std::thread::id counted_thread;
   mutable std::atomic<int> counted_decodes{0};
+  // The names of the other threads that decoded (for the tests that ask).
+  bool record_threads = false;
+  mutable std::mutex names_mutex;
+  mutable std::set<std::string> decoder_names;
 
   BatchPlan plan(std::uint64_t step) override {
     BatchPlan p;
@@ -49,7 +57,14 @@ class FakeSource final : public BatchSource {
     auto d = delay;
     if (jitter) d = std::chrono::microseconds((plan.step * 7919) % 300);  // later steps may finish first
     if (d.count() > 0) std::this_thread::sleep_for(d);
-    if (std::this_thread::get_id() == counted_thread) counted_decodes.fetch_add(1, std::memory_order_relaxed);
+    if (std::this_thread::get_id() == counted_thread) {
+      counted_decodes.fetch_add(1, std::memory_order_relaxed);
+    } else if (record_threads) {
+      char name[16] = {};
+      pthread_getname_np(pthread_self(), name, sizeof name);
+      const std::lock_guard lock(names_mutex);
+      decoder_names.insert(name);
+    }
     std::fill(slot.x.begin(), slot.x.end(), static_cast<std::int64_t>(plan.step));
     slot.step = plan.step;
   }
@@ -224,6 +239,32 @@ TEST_CASE("pipeline: the trainer never decodes for a pop with a deadline, nor wh
   CHECK(decoded_by_trainer(1ms, 4, 12) == 0);  // 4 batches of depth: twice the bound
 }
 
+TEST_CASE("pipeline: one decode thread is the pipeline's own named thread, more are TBB's workers" *
+          doctest::timeout(60)) {
+  // A lone decoder runs on the admitter thread, which sleeps as soon as the graph is idle,
+  // not on a TBB worker, which spins after every burst (a slow trainer's bursts: 2 ms steps
+  // with the ring refilled every three quarters of the depth).
+  for (const std::size_t threads : {1u, 2u}) {
+    CAPTURE(threads);
+    FakeSource source;
+    source.counted_thread = std::this_thread::get_id();
+    source.record_threads = true;
+    auto pool = make_pool(8);
+    SplitPipeline pipeline(source, pool, {8, threads, 0});
+    double waited = 0;
+    for (std::uint64_t step = 0; step < 40; ++step) {
+      detail::BatchSlot* slot = pipeline.pop(waited);
+      REQUIRE(slot->step == step);
+      pool->release(slot);
+      if (step % 8 == 0) std::this_thread::sleep_for(2ms);  // the graph goes idle between bursts
+    }
+    const std::lock_guard lock(source.names_mutex);
+    REQUIRE_FALSE(source.decoder_names.empty());
+    const bool lone = source.decoder_names == std::set<std::string>{SplitPipeline::kLoneDecoderThreadName};
+    CHECK(lone == (threads == 1));
+  }
+}
+
 TEST_CASE("batch pool: a decoder gets back the slot it filled last, else the one released last") {
   detail::BatchPool pool(4, detail::BatchShape{2, 3, false}, "train");
   detail::BatchSlot* a = pool.acquire(0);
@@ -359,7 +400,13 @@ TEST_CASE("admitter: a hand-off without a wake waits for wake(), reclaim() or th
           doctest::timeout(60)) {
   using namespace std::chrono_literals;
   std::atomic<long long> sent{0};
-  auto admitter = std::make_unique<Admitter>([&](long long n) { sent.fetch_add(n); });
+  std::atomic<int> calls{0};
+  auto admitter = std::make_unique<Admitter>(
+      [&](long long n) {
+        sent.fetch_add(n);
+        calls.fetch_add(1);
+      },
+      "tf-test-admit");
   const auto wait_for = [&](long long expected) {
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     while (sent.load() != expected && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
@@ -383,6 +430,20 @@ TEST_CASE("admitter: a hand-off without a wake waits for wake(), reclaim() or th
   // Left with the thread while nobody wakes it (a trainer away): sent by its backstop look.
   admitter->hand_off(1, false);
   CHECK(wait_for(15 - back));
+  // join(): a call with nothing to send (a lone decoder runs work the trainer admitted),
+  // once per join, and admissions handed off meanwhile still go out exactly once.
+  const int before = calls.load();
+  admitter->join();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (calls.load() == before && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(calls.load() == before + 1);
+  CHECK(sent.load() == 15 - back);
+  admitter->hand_off(2, false);
+  admitter->join();
+  CHECK(wait_for(17 - back));
+  std::this_thread::sleep_for(Admitter::kBackstop + 20ms);
+  CHECK(sent.load() == 17 - back);
+  CHECK_FALSE(admitter->holding());
   const auto start = std::chrono::steady_clock::now();
   admitter.reset();  // stop() and join: woken, not left to its backstop
   CHECK(std::chrono::steady_clock::now() - start < Admitter::kBackstop);

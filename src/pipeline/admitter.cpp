@@ -1,6 +1,7 @@
 #include "pipeline/admitter.hpp"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -32,7 +33,8 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
                   std::atomic<std::uint32_t>::is_always_lock_free,
               "the futex operates on the atomic's own 32-bit word");
 
-Admitter::Admitter(std::function<void(long long)> send) : send_(std::move(send)), thread_([this] { run(); }) {}
+Admitter::Admitter(std::function<void(long long)> send, const char* thread_name)
+    : send_(std::move(send)), thread_name_(thread_name), thread_([this] { run(); }) {}
 
 Admitter::~Admitter() {
   stop();
@@ -46,9 +48,14 @@ void Admitter::hand_off(std::uint32_t n, bool wake) noexcept {
 
 void Admitter::wake() noexcept { futex_wake(admissions_); }
 
+void Admitter::join() noexcept {
+  admissions_.fetch_or(kJoin, std::memory_order_release);
+  futex_wake(admissions_);
+}
+
 std::uint32_t Admitter::reclaim() noexcept {
-  const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
-  return (taken & kStop) != 0 ? 0 : taken;
+  const std::uint32_t taken = admissions_.fetch_and(kStop | kJoin, std::memory_order_acq_rel);
+  return (taken & kStop) != 0 ? 0 : taken & kCount;
 }
 
 void Admitter::stop() noexcept {
@@ -57,11 +64,12 @@ void Admitter::stop() noexcept {
 }
 
 void Admitter::run() {
+  pthread_setname_np(pthread_self(), thread_name_);  // fails only for a name too long: then unnamed
   while (true) {
     const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
     if ((taken & kStop) != 0) return;
     if (taken != 0) {
-      send_(static_cast<long long>(taken));
+      send_(static_cast<long long>(taken & kCount));
       continue;
     }
     // Sleeps while the word is 0: admissions handed off since the fetch_and above make it

@@ -15,8 +15,13 @@
 // It only looks on its own every kBackstop, so that admissions left with it while the
 // trainer is away (an evaluation, a checkpoint) still refill the ring.
 //
-// Thread-safety: hand_off(), wake(), holding() and reclaim() are called by one thread (the
-// trainer's); stop() by any thread, idempotently. The destructor stops and joins.
+// With one decode thread, this thread is also the decoder: its send() runs the work it
+// admits (see SplitPipeline's lone decoder), and join() asks it to run work admitted by
+// the trainer. It is named (top -H, /proc/<pid>/task/*/comm) by what it does.
+//
+// Thread-safety: hand_off(), wake(), join(), holding() and reclaim() are called by one
+// thread (the trainer's); stop() by any thread, idempotently. The destructor stops and
+// joins.
 #pragma once
 
 #include <atomic>
@@ -29,21 +34,25 @@ namespace tokenfeed {
 
 class Admitter {
  public:
-  // Starts the thread, which calls `send(n)` with the admissions handed off since its last
-  // call, until stop(). Throws std::system_error when no thread can be had.
-  explicit Admitter(std::function<void(long long)> send);
+  // Starts the thread, named `thread_name` (a string literal of at most 15 characters),
+  // which calls `send(n)` with the admissions handed off since its last call, until
+  // stop(). Throws std::system_error when no thread can be had.
+  Admitter(std::function<void(long long)> send, const char* thread_name);
   ~Admitter();
   Admitter(const Admitter&) = delete;
   Admitter& operator=(const Admitter&) = delete;
 
-  // Adds `n` admissions for the thread to send (n > 0, far below 2^31 in all); with
+  // Adds `n` admissions for the thread to send (n > 0, far below 2^30 in all); with
   // `wake`, wakes the thread now (a futex wake), else they wait for wake(), reclaim() or
   // the thread's kBackstop look.
   void hand_off(std::uint32_t n, bool wake) noexcept;
   // Whether admissions handed off are still unsent.
-  bool holding() const noexcept { return (admissions_.load(std::memory_order_acquire) & ~kStop) != 0; }
+  bool holding() const noexcept { return (admissions_.load(std::memory_order_acquire) & kCount) != 0; }
   // Wakes the thread to send what it holds (a futex wake).
   void wake() noexcept;
+  // Wakes the thread and has it call send(0) even when it holds nothing: for a send that
+  // also runs work already admitted by someone else (see SplitPipeline's lone decoder).
+  void join() noexcept;
   // Takes back the admissions not yet sent, for the caller to send: each admission is sent
   // exactly once, by the thread or by the caller. 0 after stop().
   std::uint32_t reclaim() noexcept;
@@ -55,10 +64,13 @@ class Admitter {
  private:
   void run();
 
-  // Admissions handed off, plus kStop once stopped.
+  // Admissions handed off, plus kJoin while a join() is pending and kStop once stopped.
   static constexpr std::uint32_t kStop = 1U << 31;
+  static constexpr std::uint32_t kJoin = 1U << 30;
+  static constexpr std::uint32_t kCount = kJoin - 1;
   std::atomic<std::uint32_t> admissions_{0};
   std::function<void(long long)> send_;
+  const char* thread_name_;
   std::thread thread_;  // last: started once the members above exist
 };
 

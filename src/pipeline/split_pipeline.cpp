@@ -16,6 +16,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
 
 #include "io/mapped_file.hpp"
 #include "pipeline/admitter.hpp"
@@ -370,7 +371,11 @@ struct SplitPipeline::Impl {
     const Decrement runs = pending_admissions / static_cast<Decrement>(run);
     pending_admissions -= runs * static_cast<Decrement>(run);
     const Decrement all = runs + static_cast<Decrement>(admitter->reclaim());
-    if (all != 0) limiter->decrementer().try_put(all);
+    if (all == 0) return;
+    limiter->decrementer().try_put(all);
+    // Put from outside the arena, the tasks wait there for a thread of it: a lone
+    // decoder's arena has no worker, so the admitter thread runs them.
+    if (lone_decoder) admitter->join();
   }
 
   // Whether the ring is down to a quarter of the depth: the admissions must go out now.
@@ -396,8 +401,38 @@ struct SplitPipeline::Impl {
 
   std::unique_ptr<Admitter> admitter;  // started after build(); reset by the destructor first
 
+  // One decode thread: the admitter thread is that decoder, not a TBB worker (see
+  // send_and_run). A TBB worker that runs out of tasks spins (sched_yield) for a while
+  // before it sleeps, after every burst of work: beside a slow trainer, a burst every
+  // three quarters of the depth, and that spin was a sixth of the loader's CPU. The
+  // admitter thread sleeps on its futex as soon as the graph is idle. With more decode
+  // threads, TBB's workers decode and the admitter only admits.
+  const bool lone_decoder;
+  bool activated = false;  // lone decoder: whether the sampler runs yet (admitter thread only)
+
+  // The admitter's send for a lone decoder: on the admitter thread, joins the arena, admits
+  // `n` more batches and runs the graph's tasks until every admitted batch is ready (the
+  // trainer may run some beside it, see help_decode). The sampler starts on the first call,
+  // so that its first task is spawned here, not on the thread that built the graph.
+  void send_and_run(long long n) {
+    arena.execute([&] {
+      if (!activated) {
+        activated = true;
+        sampler->activate();
+      }
+      if (n != 0) limiter->decrementer().try_put(static_cast<Decrement>(n));
+      graph->wait_for_all();
+    });
+  }
+
   std::unique_ptr<tbb::global_control> worker_limit;  // see worker_limit_for; outlives the arena's use
   tbb::task_arena arena;
+  // Several threads may wait on the graph at once (the admitter of a lone decoder and the
+  // trainer helping it): a concurrent_wait context is not reset when one of them returns
+  // while the other still runs the graph's tasks.
+  tbb::task_group_context graph_context{
+      tbb::task_group_context::isolated,
+      tbb::task_group_context::default_traits | tbb::task_group_context::concurrent_wait};
   std::unique_ptr<flow::graph> graph;
   std::unique_ptr<flow::input_node<flow::continue_msg>> sampler;
   std::unique_ptr<flow::limiter_node<flow::continue_msg, Decrement>> limiter;
@@ -419,11 +454,14 @@ struct SplitPipeline::Impl {
         depth(o.prefetch_depth),
         auto_controller(o.prefetch_depth, max_depth, o.threads),
         spin(o.trainer_may_spin && static_cast<std::size_t>(tbb::info::default_concurrency()) > o.threads),
+        lone_decoder(o.threads == 1),
         worker_limit(worker_limit_for(o.threads)),
         // One slot is reserved for the thread that builds and tears down the graph, so that
         // it always joins the arena itself: with every worker slot taken, execute() would
-        // hand its functor to a worker instead (a hand-off TSan cannot see into).
-        arena(static_cast<int>(o.threads) + 1, 1) {}
+        // hand its functor to a worker instead (a hand-off TSan cannot see into). A lone
+        // decoder's arena has no worker slot at all: its three slots are reserved for the
+        // threads that run its tasks, the admitter and the trainer, and for that one.
+        arena(lone_decoder ? 3 : static_cast<int>(o.threads) + 1, lone_decoder ? 3 : 1) {}
 
   Error stopped_error() const {
     return Error(ErrorKind::usage, "get_batch on split '" + pool->split() + "' after the loader was stopped");
@@ -601,7 +639,7 @@ struct SplitPipeline::Impl {
   }
 
   void build() {
-    graph = std::make_unique<flow::graph>();
+    graph = std::make_unique<flow::graph>(graph_context);
     sampler = std::make_unique<flow::input_node<flow::continue_msg>>(*graph, NodeBody<Impl, &Impl::plan_next>(*this));
     limiter = std::make_unique<flow::limiter_node<flow::continue_msg, Decrement>>(*graph, max_depth / run);
     // One decoder more than the workers: the trainer's thread, while it helps (help_decode).
@@ -619,7 +657,7 @@ struct SplitPipeline::Impl {
     const std::size_t reserved = (max_depth - options.prefetch_depth) / run;
     if (reserved > 0) limiter->decrementer().try_put(-static_cast<Decrement>(reserved));
     body_order.graph_built();
-    sampler->activate();
+    if (!lone_decoder) sampler->activate();  // else on the admitter thread: send_and_run
   }
 };
 
@@ -630,10 +668,24 @@ SplitPipeline::SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchP
                                   " prefetch_depth=" + std::to_string(options.prefetch_depth) + " (auto start, max " +
                                   std::to_string(impl_->max_depth) + ")");
   }
-  impl_->arena.execute([this] { impl_->build(); });
+  impl_->arena.execute([this] {
+    impl_->build();
+    // Edges made in build() spawn the buffer nodes' forwarding tasks on this thread. With
+    // no worker to take them, they would wait in this thread's task pool for a thread
+    // that runs out of work, and the sequencer would forward nothing until then: a lone
+    // decoder's graph runs them now (the sampler is not started yet, so this is short).
+    if (impl_->lone_decoder) impl_->graph->wait_for_all();
+  });
   try {
-    impl_->admitter = std::make_unique<Admitter>(
-        [impl = impl_.get()](long long n) { impl->limiter->decrementer().try_put(static_cast<Decrement>(n)); });
+    Impl* impl = impl_.get();
+    if (impl->lone_decoder) {
+      impl->admitter =
+          std::make_unique<Admitter>([impl](long long n) { impl->send_and_run(n); }, kLoneDecoderThreadName);
+      impl->admitter->join();  // starts the sampler and decodes the first depth
+    } else {
+      impl->admitter = std::make_unique<Admitter>(
+          [impl](long long n) { impl->limiter->decrementer().try_put(static_cast<Decrement>(n)); }, "tf-admitter");
+    }
   } catch (...) {  // no thread to be had: the graph is running, so stop it before failing
     stop();
     impl_->tear_down();

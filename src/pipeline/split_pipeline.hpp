@@ -13,7 +13,10 @@
 //
 // The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
 // ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
-// and directly when the ring is empty (the trainer waits then in any case). A trainer that
+// and directly when the ring is empty (the trainer waits then in any case). With one
+// decode thread, the admitter thread is that decoder: the arena then has no TBB worker,
+// whose spin after each burst of work would cost a slow trainer's loader more than the
+// rest of its overhead. A trainer that
 // finds the ring empty first joins the arena and runs the graph's tasks itself until every
 // admitted batch is ready, when that work is short: it would only wait otherwise. A failure
 // in any stage travels in order, inside its slot, and is rethrown by pop().
@@ -45,9 +48,14 @@ namespace tokenfeed {
 
 class SplitPipeline {
  public:
+  // The name of the one decode thread of a pipeline with Options::threads == 1.
+  static constexpr const char* kLoneDecoderThreadName = "tf-decode";
+
   struct Options {
     std::size_t prefetch_depth = 8;      // the depth to start with (the fixed depth)
-    std::size_t threads = 1;             // TBB workers that decode (pop() may decode beside them)
+    // Decode threads (pop() may decode beside them): TBB workers, or for 1 the admitter
+    // thread itself (kLoneDecoderThreadName), which sleeps as soon as the graph is idle.
+    std::size_t threads = 1;
     std::uint64_t start_step = 0;        // the first batch produced
     std::size_t max_prefetch_depth = 0;  // auto: grow up to this; <= prefetch_depth: fixed
     // false: the trainer has no CPU of its own beside the decoders (the process's share of
