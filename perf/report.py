@@ -127,11 +127,17 @@ def dataset_stats(env, name):
 
 
 def copy_raw(raw, out, env, datasets):
-    """OUT/raw: the small raw files of this run, so that RESULTS.md can be traced."""
+    """OUT/raw: the small raw files of this run, so that RESULTS.md can be traced. Only the
+    files this report writes are replaced (the previous run's, configs included): other
+    harnesses keep their raw files in the same folder (perf/prepare_text_bench.py's
+    prepare_text.json, perf/packing_fill.py's packing_fill.json), and their pages cite them."""
     dest = os.path.join(out, "raw")
-    if os.path.isdir(dest):
-        shutil.rmtree(dest)
-    os.makedirs(dest)
+    os.makedirs(dest, exist_ok=True)
+    owned = set(RAW_FILES) | {"datasets.json"} | {f"gen_{name}.txt" for name in DATASETS}
+    for path in glob.glob(os.path.join(dest, "*")):
+        name = os.path.basename(path)
+        if name in owned or name.endswith(".xml"):
+            os.remove(path)
     copied = []
     for name in RAW_FILES + tuple(os.path.basename(p) for p in sorted(glob.glob(os.path.join(raw, "*.xml")))):
         src = os.path.join(raw, name)
