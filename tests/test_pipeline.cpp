@@ -37,6 +37,7 @@ class FakeSource final : public BatchSource {
  public:
   std::uint64_t fail_at = UINT64_MAX;
   std::chrono::microseconds delay{0};
+  bool busy = false;  // spend the delay on the CPU (a decode's work), not asleep
   bool jitter = false;
   // Decodes made on this thread (the trainer's, for the tests that ask) are counted.
   std::thread::id counted_thread;
@@ -56,7 +57,15 @@ class FakeSource final : public BatchSource {
     if (plan.step == fail_at) throw std::runtime_error("tokens.bin vanished at step " + std::to_string(plan.step));
     auto d = delay;
     if (jitter) d = std::chrono::microseconds((plan.step * 7919) % 300);  // later steps may finish first
-    if (d.count() > 0) std::this_thread::sleep_for(d);
+    if (d.count() > 0 && busy) {
+      // Work, not a sleep: on a loaded machine (a sanitizer, tests in parallel) a sleep
+      // ends late, and a decode's time would then depend on how busy the machine is.
+      const auto until = Clock::now() + d;
+      while (Clock::now() < until) {
+      }
+    } else if (d.count() > 0) {
+      std::this_thread::sleep_for(d);
+    }
     if (std::this_thread::get_id() == counted_thread) {
       counted_decodes.fetch_add(1, std::memory_order_relaxed);
     } else if (record_threads) {
@@ -217,6 +226,7 @@ int decoded_by_trainer(std::chrono::microseconds delay, std::size_t depth, std::
                        std::optional<Clock::time_point> deadline = std::nullopt) {
   FakeSource source;
   source.delay = delay;
+  source.busy = true;
   source.counted_thread = std::this_thread::get_id();
   auto pool = make_pool(depth);
   SplitPipeline pipeline(source, pool, {depth, 1, 0});

@@ -215,7 +215,7 @@ struct SplitPipeline::Impl {
   }
 
   // The batches a sleeping trainer waits for (see wake_at): a quarter of the depth. Before
-  // it sleeps, the trainer sends every admission it and the admitter hold (admit_pending),
+  // it sleeps, the trainer sends every admission it and the admitter hold (take_pending),
   // but less than a run: the decoders then hold all the others, so the ring always reaches
   // it.
   std::size_t batches_to_wake_for() const noexcept {
@@ -231,11 +231,14 @@ struct SplitPipeline::Impl {
     // Helping and spinning both take a core; they pay only while the trainer has one beside
     // the decoders (see spin and SpinRecord).
     const bool use_core = spin && !spin_record.skip();
+    // The admissions go out first (help_decode sends them itself when it helps).
+    const Decrement admissions = take_pending();
     // A help ends with the graph idle, every batch the decoders had in the ring: a batch
     // can only come from admissions the admitter thread was still sending, which a short
     // spin rarely catches, and a spin would count a second miss for this one wait. So after
     // a help the trainer sleeps at once.
-    const bool helped = use_core && !deadline && help_decode();
+    const bool helped = use_core && !deadline && help_decode(admissions);
+    if (!helped) send_admissions(admissions);
     if (helped) {
       if (stopping.load(std::memory_order_acquire)) throw stopped_error();
       if (ring.read_available() > 0) return true;
@@ -286,15 +289,31 @@ struct SplitPipeline::Impl {
   // wake-up. Only while that work is short (kMaxHelpUs): a stop() from another thread, or a
   // batch that lands meanwhile, waits for it; and a deadline could not be kept, so a pop()
   // with one never helps. A help that decoded nothing (the decoders had every task, and the
-  // trainer only waited inside TBB) counts as a missed spin. Whether it helped.
-  bool help_decode() {
+  // trainer only waited inside TBB) counts as a missed spin. Whether it helped: if so, it
+  // sent `admissions` (take_pending's), else the caller sends them.
+  bool help_decode(Decrement admissions) {
     const double batch_us = auto_controller.mean_decode_us();
     const auto batches = static_cast<double>(depth.load(std::memory_order_relaxed));
     if (batch_us <= 0 || batch_us * batches > kMaxHelpUs) return false;
     const std::uint64_t before = helped_runs;
     {
       const HelpingScope helping;
-      graph->wait_for_all();
+      if (lone_decoder) {
+        // Put from inside the arena, the tasks start in this thread's own pool: the trainer
+        // decodes at once, and the admitter thread, joined, takes what it can beside it.
+        // Put from outside, they would wait for whichever thread came first, and a trainer
+        // slower to get there than the admitter would only wait.
+        arena.execute([&] {
+          if (admissions != 0) {
+            limiter->decrementer().try_put(admissions);
+            admitter->join();
+          }
+          graph->wait_for_all();
+        });
+      } else {
+        send_admissions(admissions);
+        graph->wait_for_all();
+      }
     }
     if (helped_runs > before) {
       spin_record.caught();
@@ -364,15 +383,18 @@ struct SplitPipeline::Impl {
   std::exception_ptr delivered_error;
   Decrement pending_admissions = 0;  // batches popped whose admission is not yet sent (sent in whole runs)
 
-  // Sends the pending admissions to the limiter now, on the trainer's thread, with those the
-  // admitter still holds: for when the trainer is about to wait anyway and the decoders must
-  // start at once.
-  void admit_pending() {
+  // Takes the pending admissions (whole runs), with those the admitter still holds, for the
+  // trainer to send itself: it is about to wait anyway and the decoders must start at once.
+  Decrement take_pending() {
     const Decrement runs = pending_admissions / static_cast<Decrement>(run);
     pending_admissions -= runs * static_cast<Decrement>(run);
-    const Decrement all = runs + static_cast<Decrement>(admitter->reclaim());
-    if (all == 0) return;
-    limiter->decrementer().try_put(all);
+    return runs + static_cast<Decrement>(admitter->reclaim());
+  }
+
+  // Sends `n` admissions from the trainer's thread, outside the arena.
+  void send_admissions(Decrement n) {
+    if (n == 0) return;
+    limiter->decrementer().try_put(n);
     // Put from outside the arena, the tasks wait there for a thread of it: a lone
     // decoder's arena has no worker, so the admitter thread runs them.
     if (lone_decoder) admitter->join();
@@ -718,8 +740,7 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   const auto called = s.auto_depth ? Clock::now() : Clock::time_point{};
   BatchSlot* slot = nullptr;
   if (!s.ring.pop(slot)) {
-    s.admit_pending();  // the decoders may be idle, waiting for admissions
-    const auto start = Clock::now();
+    const auto start = Clock::now();  // wait_for_batches first sends what the decoders wait for
     if (!s.wait_for_batches(start, deadline))
       return nullptr;  // nothing taken: the next call resumes as if this one had not been made
     s.ring.pop(slot);  // holds at least one: only this thread pops
