@@ -222,28 +222,34 @@ struct SplitPipeline::Impl {
     return std::max<std::size_t>(1, depth.load(std::memory_order_relaxed) / 4);
   }
 
-  // On the trainer's thread, with the ring found empty: spins up to spin_budget() for a
-  // batch, then sleeps until batches_to_wake_for() batches are ready (or the pipeline
-  // failed, so that its error is delivered; or the deadline passed, when whatever is ready
-  // is taken). True when the ring holds a batch; false at the deadline with none. Throws
-  // stopped_error() after stop().
-  bool wait_for_batches(Clock::time_point start, std::optional<Clock::time_point> deadline) {
+  // On the trainer's thread, with the ring found empty: sends the admissions the decoders
+  // may be idle for, sets `start` (the wait's start, after that send, as the caller
+  // measures it), may help (help_decode), spins up to spin_budget() for a batch, then
+  // sleeps until batches_to_wake_for() batches are ready (or the pipeline failed, so that
+  // its error is delivered; or the deadline passed, when whatever is ready is taken). True
+  // when the ring holds a batch; false at the deadline with none. Throws stopped_error()
+  // after stop().
+  bool wait_for_batches(Clock::time_point& start, std::optional<Clock::time_point> deadline) {
     // Helping and spinning both take a core; they pay only while the trainer has one beside
     // the decoders (see spin and SpinRecord).
     const bool use_core = spin && !spin_record.skip();
-    // The admissions go out first (help_decode sends them itself when it helps).
+    const bool may_help = use_core && !deadline && help_fits();
+    // A trainer about to help a lone decoder puts the admissions itself, inside the arena
+    // (help_decode); otherwise they go out now, from outside it.
+    const bool trainer_puts = may_help && lone_decoder;
     const Decrement admissions = take_pending();
+    if (!trainer_puts) send_admissions(admissions);
+    start = Clock::now();
     // A help ends with the graph idle, every batch the decoders had in the ring: a batch
     // can only come from admissions the admitter thread was still sending, which a short
     // spin rarely catches, and a spin would count a second miss for this one wait. So after
     // a help the trainer sleeps at once.
-    const bool helped = use_core && !deadline && help_decode(admissions);
-    if (!helped) send_admissions(admissions);
-    if (helped) {
+    if (may_help) {
+      help_decode(trainer_puts ? admissions : 0);
       if (stopping.load(std::memory_order_acquire)) throw stopped_error();
       if (ring.read_available() > 0) return true;
     }
-    const Clock::duration spin_for = use_core && !helped ? spin_budget() : Clock::duration::zero();
+    const Clock::duration spin_for = use_core && !may_help ? spin_budget() : Clock::duration::zero();
     if (spin_for > Clock::duration::zero()) {
       while (Clock::now() - start < spin_for) {
         if (stopping.load(std::memory_order_acquire)) throw stopped_error();
@@ -289,12 +295,9 @@ struct SplitPipeline::Impl {
   // wake-up. Only while that work is short (kMaxHelpUs): a stop() from another thread, or a
   // batch that lands meanwhile, waits for it; and a deadline could not be kept, so a pop()
   // with one never helps. A help that decoded nothing (the decoders had every task, and the
-  // trainer only waited inside TBB) counts as a missed spin. Whether it helped: if so, it
-  // sent `admissions` (take_pending's), else the caller sends them.
-  bool help_decode(Decrement admissions) {
-    const double batch_us = auto_controller.mean_decode_us();
-    const auto batches = static_cast<double>(depth.load(std::memory_order_relaxed));
-    if (batch_us <= 0 || batch_us * batches > kMaxHelpUs) return false;
+  // trainer only waited inside TBB) counts as a missed spin. `admissions`: those a lone
+  // decoder's trainer puts itself (see wait_for_batches). REQUIRES: help_fits().
+  void help_decode(Decrement admissions) {
     const std::uint64_t before = helped_runs;
     {
       const HelpingScope helping;
@@ -311,7 +314,6 @@ struct SplitPipeline::Impl {
           graph->wait_for_all();
         });
       } else {
-        send_admissions(admissions);
         graph->wait_for_all();
       }
     }
@@ -320,7 +322,13 @@ struct SplitPipeline::Impl {
     } else {
       spin_record.missed();
     }
-    return true;
+  }
+  // Whether a help would be short (kMaxHelpUs): the depth's batches at the decoders' mean
+  // time per batch so far.
+  bool help_fits() const noexcept {
+    const double batch_us = auto_controller.mean_decode_us();
+    const auto batches = static_cast<double>(depth.load(std::memory_order_relaxed));
+    return batch_us > 0 && batch_us * batches <= kMaxHelpUs;
   }
   // Runs the trainer decoded while helping (trainer's thread only: see t_helping).
   std::uint64_t helped_runs = 0;
@@ -740,7 +748,7 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   const auto called = s.auto_depth ? Clock::now() : Clock::time_point{};
   BatchSlot* slot = nullptr;
   if (!s.ring.pop(slot)) {
-    const auto start = Clock::now();  // wait_for_batches first sends what the decoders wait for
+    Clock::time_point start;  // set by wait_for_batches, once it has sent the admissions
     if (!s.wait_for_batches(start, deadline))
       return nullptr;  // nothing taken: the next call resumes as if this one had not been made
     s.ring.pop(slot);  // holds at least one: only this thread pops
