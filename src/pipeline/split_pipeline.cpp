@@ -223,8 +223,9 @@ struct SplitPipeline::Impl {
   }
 
   // On the trainer's thread, with the ring found empty: sends the admissions the decoders
-  // may be idle for, sets `start` (the wait's start, after that send, as the caller
-  // measures it), may help (help_decode), spins up to spin_budget() for a batch, then
+  // may be idle for (a lone decoder's helping trainer puts them inside its help instead),
+  // sets `start` (the wait's start as the caller measures it: after that send, before the
+  // help), may help (help_decode), spins up to spin_budget() for a batch, then
   // sleeps until batches_to_wake_for() batches are ready (or the pipeline failed, so that
   // its error is delivered; or the deadline passed, when whatever is ready is taken). True
   // when the ring holds a batch; false at the deadline with none. Throws stopped_error()
