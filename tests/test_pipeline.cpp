@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,7 @@
 
 #include "pipeline/admitter.hpp"
 #include "pipeline/split_pipeline.hpp"
+#include "pipeline/trainer_pace.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -85,9 +87,11 @@ std::shared_ptr<detail::BatchPool> make_pool(std::size_t depth) {
   return std::make_shared<detail::BatchPool>(depth + Loader::kMaxHeldBatches, detail::BatchShape{2, 3, false}, "train");
 }
 
-// Pops steps [0, count) and checks each is the step due, filled by FakeSource.
+// Pops steps [0, count) and checks each is the step due, filled by FakeSource; calls
+// `after(step)` after each (the trainer's step).
 void expect_steps(SplitPipeline& pipeline, detail::BatchPool& pool, std::uint64_t count,
-                  std::optional<Clock::time_point> deadline = std::nullopt) {
+                  std::optional<Clock::time_point> deadline = std::nullopt,
+                  const std::function<void(std::uint64_t)>& after = {}) {
   double waited = 0;
   for (std::uint64_t step = 0; step < count; ++step) {
     detail::BatchSlot* slot = pipeline.pop(waited, deadline);
@@ -95,6 +99,7 @@ void expect_steps(SplitPipeline& pipeline, detail::BatchPool& pool, std::uint64_
     REQUIRE(slot->step == step);
     CHECK(slot->x[5] == static_cast<std::int64_t>(step));
     pool.release(slot);
+    if (after) after(step);
   }
 }
 
@@ -264,13 +269,9 @@ TEST_CASE("pipeline: one decode thread is the pipeline's own named thread, more 
     source.record_threads = true;
     auto pool = make_pool(8);
     SplitPipeline pipeline(source, pool, {8, threads, 0});
-    double waited = 0;
-    for (std::uint64_t step = 0; step < 40; ++step) {
-      detail::BatchSlot* slot = pipeline.pop(waited);
-      REQUIRE(slot->step == step);
-      pool->release(slot);
+    expect_steps(pipeline, *pool, 40, std::nullopt, [](std::uint64_t step) {
       if (step % 8 == 0) std::this_thread::sleep_for(2ms);  // the graph goes idle between bursts
-    }
+    });
     const std::lock_guard lock(source.names_mutex);
     REQUIRE_FALSE(source.decoder_names.empty());
     const bool lone = source.decoder_names == std::set<std::string>{SplitPipeline::kLoneDecoderThreadName};
@@ -460,4 +461,83 @@ TEST_CASE("admitter: a hand-off without a wake waits for wake(), reclaim() or th
   const auto start = std::chrono::steady_clock::now();
   admitter.reset();  // stop() and join: woken, not left to its backstop
   CHECK(std::chrono::steady_clock::now() - start < Admitter::kBackstop);
+}
+
+TEST_CASE("trainer pace: a moving average of the steps, which one long pause does not throw off") {
+  TrainerPace pace;
+  const Clock::time_point t0{};
+  Clock::time_point t = t0;
+  const auto step = [&](Clock::duration d) {
+    pace.returned(t);
+    t += d;
+    pace.popped(t);
+  };
+  CHECK(pace.step() == 0ns);
+  CHECK_FALSE(pace.pause_for(10).has_value());
+  for (int i = 0; i < 20; ++i) step(2ms);
+  CHECK(pace.step() == 2ms);
+  CHECK(pace.paced());
+  CHECK(pace.pause_for(10) == std::chrono::nanoseconds(static_cast<std::int64_t>(TrainerPace::kMargin * 20e6)));
+  CHECK_FALSE(pace.pause_for(0).has_value());
+  // An evaluation of 10 s counts as kOutlier steps: the mean moves by (4 - 1) / 8 of a step.
+  step(10s);
+  CHECK(pace.step() == 2750us);  // 2 ms + (8 ms - 2 ms) / 8
+  for (int i = 0; i < 40; ++i) step(2ms);
+  CHECK(pace.step() < 2ms + 20us);
+  // A trainer that speeds up to 10 us steps is soon no longer paced: it wakes the admitter.
+  for (int i = 0; i < 60; ++i) step(10us);
+  CHECK_FALSE(pace.paced());
+  CHECK_FALSE(pace.pause_for(10).has_value());
+}
+
+TEST_CASE("admitter: after a send it looks again on its own at next_look(), once, then waits for a wake" *
+          doctest::timeout(60)) {
+  std::atomic<long long> sent{0};
+  std::atomic<int> looks{0};
+  auto admitter = std::make_unique<Admitter>([&](long long n) { sent.fetch_add(n); }, "tf-test-admit",
+                                             [&] {
+                                               looks.fetch_add(1);
+                                               return std::optional<std::chrono::nanoseconds>(5ms);
+                                             });
+  const auto sent_within = [&](long long expected, Clock::duration limit) {
+    const auto deadline = Clock::now() + limit;
+    while (sent.load() != expected && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+    return sent.load() == expected;
+  };
+  admitter->hand_off(3, true);
+  REQUIRE(sent_within(3, 20s));
+  std::this_thread::sleep_for(1ms);  // asleep until its look, 5 ms after the send
+  // Handed off without a wake: the look sends it, well before the backstop.
+  const auto handed = Clock::now();
+  admitter->hand_off(2, false);
+  CHECK(sent_within(5, 20s));
+  CHECK(Clock::now() - handed < Admitter::kBackstop - 10ms);
+  CHECK(admitter->wakes() == 1);  // the first hand-off's only
+  // The look after that send finds nothing; from then on the thread waits for a wake or its
+  // backstop.
+  std::this_thread::sleep_for(15ms);
+  admitter->hand_off(1, false);
+  std::this_thread::sleep_for(20ms);
+  CHECK(admitter->holding());
+  CHECK(looks.load() == 2);  // one per send
+  admitter->wake();
+  CHECK(sent_within(6, 20s));
+  CHECK(admitter->wakes() == 2);
+}
+
+TEST_CASE("pipeline: a trainer at a steady pace hands its admissions over without waking the admitter" *
+          doctest::timeout(60)) {
+  // At 1 ms a step, each refill comes from the admitter's own look after its last send (see
+  // TrainerPace), before the ring runs low: the trainer pays no futex wake. Without the
+  // look it would wake the admitter once every three quarters of the depth (here 12 times).
+  for (const std::size_t threads : {1u, 2u}) {
+    CAPTURE(threads);
+    FakeSource source;
+    auto pool = make_pool(16);
+    SplitPipeline pipeline(source, pool, {16, threads, 0});
+    expect_steps(pipeline, *pool, 160, std::nullopt, [](std::uint64_t) { std::this_thread::sleep_for(1ms); });
+    // The first refill may come before the trainer's pace is known, and under a loaded
+    // machine a look may come late, when the trainer wakes the admitter as before.
+    CHECK(pipeline.admitter_wakes() <= 3);
+  }
 }

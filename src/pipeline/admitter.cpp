@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <utility>
 
@@ -33,8 +34,8 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
                   std::atomic<std::uint32_t>::is_always_lock_free,
               "the futex operates on the atomic's own 32-bit word");
 
-Admitter::Admitter(std::function<void(long long)> send, const char* thread_name)
-    : send_(std::move(send)), thread_name_(thread_name), thread_([this] { run(); }) {}
+Admitter::Admitter(std::function<void(long long)> send, const char* thread_name, NextLook next_look)
+    : send_(std::move(send)), thread_name_(thread_name), next_look_(std::move(next_look)), thread_([this] { run(); }) {}
 
 Admitter::~Admitter() {
   stop();
@@ -43,10 +44,13 @@ Admitter::~Admitter() {
 
 void Admitter::hand_off(std::uint32_t n, bool wake) noexcept {
   admissions_.fetch_add(n, std::memory_order_release);
-  if (wake) futex_wake(admissions_);
+  if (wake) this->wake();
 }
 
-void Admitter::wake() noexcept { futex_wake(admissions_); }
+void Admitter::wake() noexcept {
+  wakes_.fetch_add(1, std::memory_order_relaxed);
+  futex_wake(admissions_);
+}
 
 void Admitter::join() noexcept {
   admissions_.fetch_or(kJoin, std::memory_order_release);
@@ -65,16 +69,23 @@ void Admitter::stop() noexcept {
 
 void Admitter::run() {
   pthread_setname_np(pthread_self(), thread_name_);  // fails only for a name too long: then unnamed
+  bool just_sent = false;
   while (true) {
     const std::uint32_t taken = admissions_.fetch_and(kStop, std::memory_order_acq_rel);
     if ((taken & kStop) != 0) return;
     if (taken != 0) {
       send_(static_cast<long long>(taken & kCount));
+      just_sent = true;
       continue;
     }
+    // One timed look per send: a look that found nothing (the trainer away, or slower than
+    // foreseen) leaves the rest to wake() and the backstop.
+    std::chrono::nanoseconds sleep = kBackstop;
+    if (just_sent && next_look_) sleep = std::min(sleep, next_look_().value_or(kBackstop));
+    just_sent = false;
     // Sleeps while the word is 0: admissions handed off since the fetch_and above make it
     // return at once, and a wake() finds it asleep or about to look again.
-    futex_wait(admissions_, 0, kBackstop);
+    futex_wait(admissions_, 0, sleep);
   }
 }
 

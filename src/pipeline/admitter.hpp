@@ -12,8 +12,11 @@
 // the ring empty and is about to wait anyway (reclaim()). The thread does not poll for
 // them: beside a slow trainer (a 2 ms step) it wakes once per hand-off, not every
 // millisecond, and each wake-up is a context switch, most of what a waiting loader costs.
-// It only looks on its own every kBackstop, so that admissions left with it while the
-// trainer is away (an evaluation, a checkpoint) still refill the ring.
+// It looks on its own every kBackstop, so that admissions left with it while the trainer is
+// away (an evaluation, a checkpoint) still refill the ring; and after each send, when the
+// owner knows when the next admissions will be due (a trainer at a steady pace, see
+// pipeline/trainer_pace.hpp), once at that time: the trainer then hands its admissions
+// over without waking it, and pays no futex wake at all.
 //
 // With one decode thread, this thread is also the decoder: its send() runs the work it
 // admits (see SplitPipeline's lone decoder), and join() asks it to run work admitted by
@@ -28,16 +31,23 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <thread>
 
 namespace tokenfeed {
 
 class Admitter {
  public:
+  // The thread's sleep after a send, before it looks on its own (capped at kBackstop);
+  // nullopt: kBackstop. Called on the thread, after each send.
+  using NextLook = std::function<std::optional<std::chrono::nanoseconds>()>;
+
   // Starts the thread, named `thread_name` (a string literal of at most 15 characters),
   // which calls `send(n)` with the admissions handed off since its last call, until
-  // stop(). Throws std::system_error when no thread can be had.
-  Admitter(std::function<void(long long)> send, const char* thread_name);
+  // stop(). After a send it sleeps for `next_look()` (if given) before it looks on its own;
+  // when that look finds nothing, for kBackstop. Throws std::system_error when no thread
+  // can be had.
+  Admitter(std::function<void(long long)> send, const char* thread_name, NextLook next_look = {});
   ~Admitter();
   Admitter(const Admitter&) = delete;
   Admitter& operator=(const Admitter&) = delete;
@@ -53,6 +63,8 @@ class Admitter {
   // Wakes the thread and has it call send(0) even when it holds nothing: for a send that
   // also runs work already admitted by someone else (see SplitPipeline's lone decoder).
   void join() noexcept;
+  // The futex wakes hand_off() and wake() made so far (what the trainer paid for).
+  std::uint64_t wakes() const noexcept { return wakes_.load(std::memory_order_relaxed); }
   // Takes back the admissions not yet sent, for the caller to send: each admission is sent
   // exactly once, by the thread or by the caller. 0 after stop().
   std::uint32_t reclaim() noexcept;
@@ -69,8 +81,10 @@ class Admitter {
   static constexpr std::uint32_t kJoin = 1U << 30;
   static constexpr std::uint32_t kCount = kJoin - 1;
   std::atomic<std::uint32_t> admissions_{0};
+  std::atomic<std::uint64_t> wakes_{0};
   std::function<void(long long)> send_;
   const char* thread_name_;
+  NextLook next_look_;
   std::thread thread_;  // last: started once the members above exist
 };
 

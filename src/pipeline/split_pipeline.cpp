@@ -23,6 +23,7 @@
 #include "pipeline/auto_depth.hpp"
 #include "pipeline/node_body.hpp"
 #include "pipeline/read_ahead.hpp"
+#include "pipeline/trainer_pace.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
 #include "util/thread_annotations.hpp"
@@ -430,6 +431,24 @@ struct SplitPipeline::Impl {
     if (admitter->holding() && ring_low()) admitter->wake();
   }
 
+  // The trainer's pace (pop() measures it): while it is paced, the admitter looks on its own
+  // after each send, at admitter_look(), and pop() hands it every whole run without a wake.
+  TrainerPace pace;
+
+  // The admitter's look after a send, while the trainer is paced: the time the trainer takes
+  // to bring the batches ahead of it down to one above the ring's low mark (ring_low), less
+  // TrainerPace's margin, so that the admitter sends what was handed off meanwhile before
+  // the trainer would wake it. Ahead after a send: the depth less the admissions not yet
+  // sent, under a run (pop() hands off every whole run); with TBB's workers decoding, the
+  // ring is still filling when the admitter asks, so that bound counts, not the ring. On
+  // the admitter thread.
+  std::optional<std::chrono::nanoseconds> admitter_look() const noexcept {
+    const std::size_t d = depth.load(std::memory_order_relaxed);
+    const std::size_t coming = std::max(ring.read_available(), d > run ? d - run : 0);
+    const std::size_t low = d / 4 + 1;
+    return pace.pause_for(coming > low ? coming - low : 0);
+  }
+
   std::unique_ptr<Admitter> admitter;  // started after build(); reset by the destructor first
 
   // One decode thread: the admitter thread is that decoder, not a TBB worker (see
@@ -710,12 +729,13 @@ SplitPipeline::SplitPipeline(BatchSource& source, std::shared_ptr<detail::BatchP
   try {
     Impl* impl = impl_.get();
     if (impl->lone_decoder) {
-      impl->admitter =
-          std::make_unique<Admitter>([impl](long long n) { impl->send_and_run(n); }, kLoneDecoderThreadName);
+      impl->admitter = std::make_unique<Admitter>([impl](long long n) { impl->send_and_run(n); },
+                                                  kLoneDecoderThreadName, [impl] { return impl->admitter_look(); });
       impl->admitter->join();  // starts the sampler and decodes the first depth
     } else {
       impl->admitter = std::make_unique<Admitter>(
-          [impl](long long n) { impl->limiter->decrementer().try_put(static_cast<Decrement>(n)); }, "tf-admitter");
+          [impl](long long n) { impl->limiter->decrementer().try_put(static_cast<Decrement>(n)); }, "tf-admitter",
+          [impl] { return impl->admitter_look(); });
     }
   } catch (...) {  // no thread to be had: the graph is running, so stop it before failing
     stop();
@@ -738,6 +758,8 @@ void SplitPipeline::stop() noexcept {
 
 std::size_t SplitPipeline::prefetch_depth() const noexcept { return impl_->depth.load(std::memory_order_acquire); }
 
+std::uint64_t SplitPipeline::admitter_wakes() const noexcept { return impl_->admitter->wakes(); }
+
 BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::steady_clock::time_point> deadline) {
   Impl& s = *impl_;
   waited_us = 0;
@@ -746,7 +768,7 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   // After stop() nothing is handed out, not even batches already in the ring: stop() may
   // have cut their decoding short.
   if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
-  const auto called = s.auto_depth ? Clock::now() : Clock::time_point{};
+  const auto called = Clock::now();
   BatchSlot* slot = nullptr;
   if (!s.ring.pop(slot)) {
     Clock::time_point start;  // set by wait_for_batches, once it has sent the admissions
@@ -759,16 +781,17 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   // One batch has left the prefetch window: another may start. Admissions are handed to
   // the admitter thread in bulk, half the depth at a time (see hand_off_pending): the
   // trainer never pays TBB's cost of waking a decoder, and pays a futex wake only when the
-  // ring runs low (once per hand-off). A trainer that finds the ring empty sends the
-  // pending admissions and those the admitter holds itself (above), as it waits in any
-  // case.
+  // ring runs low (once per hand-off). A paced trainer hands off every whole run, which the
+  // admitter's own timed look collects before the ring runs low (admitter_look): no wake at
+  // all. A trainer that finds the ring empty sends the pending admissions and those the
+  // admitter holds itself (above), as it waits in any case.
   ++s.pending_admissions;
   // When the ring is low, every whole run popped so far goes with the wake: one wake of the
   // admitter and the decoders refills as much as it can (at a slow step, 3/4 of the depth).
+  const std::size_t bulk =
+      s.pace.paced() ? s.run : std::max<std::size_t>(1, s.depth.load(std::memory_order_relaxed) / 2);
   const bool handed_off =
-      (s.ring_low() || s.pending_admissions >= static_cast<Decrement>(std::max<std::size_t>(
-                                                   1, s.depth.load(std::memory_order_relaxed) / 2))) &&
-      s.hand_off_pending();
+      (s.ring_low() || s.pending_admissions >= static_cast<Decrement>(bulk)) && s.hand_off_pending();
   if (!handed_off) s.wake_admitter_if_low();
 
   if (slot->error) {
@@ -776,10 +799,11 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
     s.pool->release(slot);
     std::rethrow_exception(s.delivered_error);
   }
-  if (s.auto_depth) {
-    s.auto_controller.observe_pop(called, waited_us);
-    s.auto_controller.returned(Clock::now());
-  }
+  s.pace.popped(called);
+  if (s.auto_depth) s.auto_controller.observe_pop(called, waited_us);
+  const auto now = Clock::now();
+  s.pace.returned(now);
+  if (s.auto_depth) s.auto_controller.returned(now);
   return slot;
 }
 

@@ -13,7 +13,9 @@
 //
 // The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
 // ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
-// and directly when the ring is empty (the trainer waits then in any case). With one
+// which a trainer at a steady pace never has to wake (pipeline/trainer_pace.hpp: the
+// admitter looks on its own before the ring runs low), and directly when the ring is empty
+// (the trainer waits then in any case). With one
 // decode thread, the admitter thread is that decoder: the arena then has no TBB worker,
 // whose spin after each burst of work would cost a slow trainer's loader more than the
 // rest of its overhead. A trainer that
@@ -101,6 +103,10 @@ class SplitPipeline {
 
   // The depth in effect now (batches admitted ahead of the trainer).
   std::size_t prefetch_depth() const noexcept;
+
+  // The futex wakes pop() has made to the admitter thread so far (for tests and
+  // benchmarks: a paced trainer makes none, see pipeline/trainer_pace.hpp).
+  std::uint64_t admitter_wakes() const noexcept;
 
   // Stops producing and wakes a blocked pop(). Idempotent; does not wait.
   void stop() noexcept;
