@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -35,6 +36,10 @@ namespace flow = tbb::flow;
 using detail::BatchSlot;
 using Clock = std::chrono::steady_clock;
 using SlotMessage = HandOff<BatchSlot>;  // a decoded run's first slot, between the nodes
+
+// The longest a sleeping admitter takes to start a refill once woken, as seen on a busy
+// virtual machine (perf/RESULTS_by_hand.md): a paced trainer's low mark leaves it that long.
+constexpr double kRefillWakeUs = 1000;
 
 // How long pop() spins before it sleeps on the futex, when the machine has a core for the
 // trainer beside the decoders: about twice the time a run takes to decode (the decoders'
@@ -410,8 +415,19 @@ struct SplitPipeline::Impl {
     if (lone_decoder) admitter->join();
   }
 
-  // Whether the ring is down to a quarter of the depth: the admissions must go out now.
-  bool ring_low() const noexcept { return ring.read_available() <= depth.load(std::memory_order_relaxed) / 4; }
+  // Whether the ring is down to its low mark: the admissions must go out now.
+  bool ring_low() const noexcept { return ring.read_available() <= low_mark(); }
+  // The low mark: a quarter of the depth; for a paced trainer (see TrainerPace), if fewer,
+  // the steps it takes while a refill's first run arrives (a wake-up, kRefillWakeUs at
+  // worst, and the run's decoding), and one more. The lower the mark, the more batches one
+  // refill makes, and each refill costs a wake-up.
+  std::size_t low_mark() const noexcept {
+    const std::size_t quarter = depth.load(std::memory_order_relaxed) / 4;
+    const double step_us = std::chrono::duration<double, std::micro>(pace.step()).count();
+    if (pace.step() < TrainerPace::kMinStep) return quarter;
+    const double refill_us = kRefillWakeUs + static_cast<double>(run) * auto_controller.mean_decode_us();
+    return std::min(quarter, static_cast<std::size_t>(std::ceil(refill_us / step_us)) + 1);
+  }
 
   // Hands the pending admissions to the admitter thread: for when the ring still holds
   // batches (see Admitter). It is woken at once only when the ring is low; above that it is
@@ -436,7 +452,7 @@ struct SplitPipeline::Impl {
   TrainerPace pace;
 
   // The admitter's look after a send, while the trainer is paced: the time the trainer takes
-  // to bring the batches ahead of it down to one above the ring's low mark (ring_low), less
+  // to bring the batches ahead of it down to one above the ring's low mark (low_mark), less
   // TrainerPace's margin, so that the admitter sends what was handed off meanwhile before
   // the trainer would wake it. Ahead after a send: the depth less the admissions not yet
   // sent, under a run (pop() hands off every whole run); with TBB's workers decoding, the
@@ -445,7 +461,7 @@ struct SplitPipeline::Impl {
   std::optional<std::chrono::nanoseconds> admitter_look() const noexcept {
     const std::size_t d = depth.load(std::memory_order_relaxed);
     const std::size_t coming = std::max(ring.read_available(), d > run ? d - run : 0);
-    const std::size_t low = d / 4 + 1;
+    const std::size_t low = low_mark() + 1;
     return pace.pause_for(coming > low ? coming - low : 0);
   }
 

@@ -37,7 +37,7 @@ class TrainerPace {
   static constexpr std::int64_t kOutlier = 4;
   // The share of the predicted time the admitter sleeps: it wakes before the trainer gets
   // there even when the trainer's steps shorten a little.
-  static constexpr double kMargin = 0.85;
+  static constexpr double kMargin = 0.9;
 
   // The trainer called pop() at `called`.
   void popped(Clock::time_point called) noexcept {
