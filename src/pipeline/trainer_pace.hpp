@@ -3,7 +3,7 @@
 //
 // Why: the trainer's pop() otherwise wakes the sleeping admitter once per refill, and a
 // futex wake of a thread asleep on another CPU costs the caller the system call and an
-// inter-processor interrupt: on a virtual machine 10-60 us (perf/RESULTS_by_hand.md), which
+// inter-processor interrupt: on a virtual machine 10-100 us (perf/RESULTS_by_hand.md), which
 // a trainer taking one batch in ten with it sees as its get_batch p99. A trainer slow
 // enough (a step of kMinStep or more) is predictable: the admitter, after each send, sleeps
 // for the time the trainer takes to bring the ring down near its low mark
