@@ -15,21 +15,21 @@
 // ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
 // which a trainer at a steady pace never has to wake (pipeline/trainer_pace.hpp: the
 // admitter looks on its own before the ring runs low), and directly when the ring is empty
-// (the trainer waits then in any case). With one
-// decode thread, the admitter thread is that decoder: the arena then has no TBB worker,
-// whose spin after each burst of work would cost a slow trainer's loader more than the
-// rest of its overhead. A trainer that
-// finds the ring empty first joins the arena and runs the graph's tasks itself until every
-// admitted batch is ready, when that work is short: it would only wait otherwise. A failure
-// in any stage travels in order, inside its slot, and is rethrown by pop().
+// (the trainer waits then in any case). With one decode thread, the admitter thread is that
+// decoder: the arena then has no TBB worker, whose spin after each burst of work would cost
+// a slow trainer's loader more than the rest of its overhead. A trainer that finds the ring
+// empty first joins the arena and runs the graph's tasks itself until every admitted batch
+// is ready, when that work is short: it would only wait otherwise. A failure in any stage
+// travels in order, inside its slot, and is rethrown by pop().
 //
 // Its parts, each in its own unit: auto depth (pipeline/auto_depth.hpp: pop() measures,
 // the collator applies a larger depth by allocating slots and then admitting batches; a
 // limiter's threshold is fixed at construction, so it is built with the maximum and one
 // negative decrement at start reserves the headroom above the starting depth), read-ahead
 // on a cold page cache (pipeline/read_ahead.hpp: the sampler plans a few batches beyond
-// the admitted ones and asks the source to read their pages ahead), the admitter, and the
-// node bodies' ordering made visible to ThreadSanitizer (pipeline/node_body.hpp).
+// the admitted ones and asks the source to read their pages ahead), the admitter, the
+// trainer's pace (pipeline/trainer_pace.hpp), and the node bodies' ordering made visible
+// to ThreadSanitizer (pipeline/node_body.hpp).
 //
 // Thread-safety: pop() and prefetch_depth() must be called by one thread at a time (the
 // trainer); stop() may be called from any thread and wakes a blocked pop() and the
