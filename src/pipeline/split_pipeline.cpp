@@ -423,8 +423,9 @@ struct SplitPipeline::Impl {
   // refill makes, and each refill costs a wake-up.
   std::size_t low_mark() const noexcept {
     const std::size_t quarter = depth.load(std::memory_order_relaxed) / 4;
-    const double step_us = std::chrono::duration<double, std::micro>(pace.step()).count();
-    if (pace.step() < TrainerPace::kMinStep) return quarter;
+    const std::chrono::nanoseconds step = pace.step();  // read once: the trainer may move it
+    if (step < TrainerPace::kMinStep) return quarter;
+    const double step_us = std::chrono::duration<double, std::micro>(step).count();
     const double refill_us = kRefillWakeUs + static_cast<double>(run) * auto_controller.mean_decode_us();
     return std::min(quarter, static_cast<std::size_t>(std::ceil(refill_us / step_us)) + 1);
   }
