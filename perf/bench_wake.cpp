@@ -121,8 +121,9 @@ double woken_cpu_us(bool by_timer, int cycles, std::chrono::microseconds period)
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"What waking a sleeping thread costs: the caller's futex wake, and the woken thread's CPU by timer "
-               "against by wake"};
+  CLI::App app{
+      "What waking a sleeping thread costs: the caller's futex wake, and the woken thread's CPU by timer "
+      "against by wake"};
   int cycles = 400;
   int period_us = 20000;
   bool json = false;
@@ -140,8 +141,8 @@ int main(int argc, char** argv) {
     wake.push_back(woken_cpu_us(false, cycles / 4, period));
   }
   nlohmann::json j;
-  j["caller_wake_us"] = {{"p50", percentile(caller, 0.5)}, {"p90", percentile(caller, 0.9)},
-                         {"p99", percentile(caller, 0.99)}};
+  j["caller_wake_us"] = {
+      {"p50", percentile(caller, 0.5)}, {"p90", percentile(caller, 0.9)}, {"p99", percentile(caller, 0.99)}};
   j["woken_cpu_us_per_cycle"] = {{"by_timer", percentile(timer, 0.5)}, {"by_wake", percentile(wake, 0.5)}};
   j["cycles"] = cycles;
   j["period_us"] = period_us;
