@@ -527,16 +527,23 @@ TEST_CASE("pipeline: a trainer at a steady pace hands its admissions over withou
           doctest::timeout(60)) {
   // At 2 ms a step, each refill comes from the admitter's own look after its last send (see
   // TrainerPace), before the ring runs low: the trainer pays no futex wake. Without the
-  // look it would wake the admitter once every three quarters of the depth (here 12 times).
+  // looks it wakes the admitter for every refill, once every three quarters of the depth
+  // (here 13 times, in every run).
+  // The first refill may come before the trainer's pace is known; and on a loaded machine
+  // (tests in parallel, a sanitizer) a look may come late, or the decoders may not get a CPU
+  // soon enough to refill before the low mark, and the trainer then wakes the admitter as
+  // it should. So the fewest wakes of up to three runs count: the looks' absence shows in
+  // every run, a loaded minute rarely in three.
   for (const std::size_t threads : {1u, 2u}) {
     CAPTURE(threads);
-    FakeSource source;
-    auto pool = make_pool(16);
-    SplitPipeline pipeline(source, pool, {16, threads, 0});
-    expect_steps(pipeline, *pool, 160, std::nullopt, [](std::uint64_t) { std::this_thread::sleep_for(2ms); });
-    // The first refill may come before the trainer's pace is known, and on a loaded machine
-    // a look may come late, when the trainer wakes the admitter as before; without the looks
-    // it wakes it for every refill (12 or 13 times).
-    CHECK(pipeline.admitter_wakes() <= 6);
+    std::uint64_t fewest = UINT64_MAX;
+    for (int run = 0; run < 3 && fewest > 6; ++run) {
+      FakeSource source;
+      auto pool = make_pool(16);
+      SplitPipeline pipeline(source, pool, {16, threads, 0});
+      expect_steps(pipeline, *pool, 160, std::nullopt, [](std::uint64_t) { std::this_thread::sleep_for(2ms); });
+      fewest = std::min(fewest, pipeline.admitter_wakes());
+    }
+    CHECK(fewest <= 6);
   }
 }
