@@ -237,10 +237,20 @@ case "$MODE" in
 esac
 
 # --- the prefetch-depth sweep, per mode ---------------------------------------------------------
+# Reads a config's dataset into the page cache first: on a shared machine the cache may have
+# dropped it since it was made, and the sweep's first points would then read from disk (100x
+# slower at one decode thread), which drags their cells' medians.
+warm_cache() {  # warm_cache CONFIG
+  local dir
+  dir=$(sed -n 's:.*<dataset_dir>\(.*\)</dataset_dir>.*:\1:p' "$1")
+  [ -d "$dir" ] || { log "error: no dataset_dir in $1"; exit 1; }
+  find "$dir" -type f -exec cat {} + >/dev/null
+}
 sweep() {  # sweep MODE CONFIG ARGS...
   local mode=$1 config=$2
   shift 2
   log "prefetch sweep, $mode"
+  warm_cache "$RAW/$config.xml"
   "$BUILD/perf/bench_prefetch" --config "$RAW/$config.xml" --csv "$RAW/sweep_$mode.csv" "$@" >"$RAW/sweep_$mode.txt"
 }
 sweep sft_episode ep1x "${SWEEP[@]}"
