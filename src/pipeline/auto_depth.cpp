@@ -33,8 +33,8 @@ AutoDepth::Depths AutoDepth::plan(std::int64_t configured, std::int64_t memory_m
   return {initial, max};
 }
 
-void AutoDepth::observe_pop(Clock::time_point called, double waited_us) {
-  if (returned_once_) window_.step_us += std::chrono::duration<double, std::micro>(called - last_return_).count();
+void AutoDepth::observe_pop(std::optional<std::chrono::nanoseconds> step, double waited_us) {
+  if (step) window_.step_us += std::chrono::duration<double, std::micro>(*step).count();
   ++window_.pops;
   if (waited_us > kWaitUs) ++window_.waits;
   ++pops_since_change_;

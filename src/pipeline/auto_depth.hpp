@@ -1,8 +1,9 @@
 // AutoDepth: how deep a split's prefetch runs, fixed or grown by watching the trainer
 // (prefetch_depth = auto).
 //
-// The rule: pop() measures the trainer's step (the time between one pop returning and the
-// next being called), counts its waits, and reads the decoders' time per batch; in each
+// The rule: pop() passes in the trainer's step (the time between one pop returning and the
+// next being called, as TrainerPace measures it), counts its waits, and reads the decoders'
+// time per batch; in each
 // window of kWindow pops after warm-up, when the trainer waited although production keeps
 // up with it on average (so the waits come from jitter, which depth absorbs), it asks for
 // twice the depth, up to the maximum. When production is slower than the trainer no depth
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "util/thread_annotations.hpp"
@@ -26,8 +28,6 @@ namespace tokenfeed {
 
 class AutoDepth {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // The depths a split runs with: a fixed configured depth (configured > 0), or auto's
   // start (kStartDepth per decode thread) and its maximum, the most batches whose buffers,
   // with the trainer's `held` ones, fit in memory_mb (at least 1, at most kMaxDepth); the
@@ -71,14 +71,10 @@ class AutoDepth {
                   : static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) / 1000.0 / static_cast<double>(n);
   }
 
-  // The consumer's side, once per batch popped: `called` is when pop() was entered,
-  // `waited_us` how long it waited for the batch. May raise requested().
-  void observe_pop(Clock::time_point called, double waited_us);
-  // When the batch was handed to the trainer: the start of its step.
-  void returned(Clock::time_point when) noexcept {
-    last_return_ = when;
-    returned_once_ = true;
-  }
+  // The consumer's side, once per batch popped: `step` is the trainer's step that this pop
+  // ended (nullopt for the first pop; see TrainerPace::popped), `waited_us` how long it
+  // waited for the batch. May raise requested().
+  void observe_pop(std::optional<std::chrono::nanoseconds> step, double waited_us);
 
   // The depth asked for (acquire: the note describing it is set before).
   std::size_t requested() const noexcept { return requested_.load(std::memory_order_acquire); }
@@ -104,8 +100,6 @@ class AutoDepth {
     std::uint64_t decodes = 0;
   } window_;
   std::uint64_t pops_since_change_ = 0;
-  Clock::time_point last_return_{};
-  bool returned_once_ = false;
 
   mutable Mutex note_mutex_;
   std::string note_ TF_GUARDED_BY(note_mutex_);

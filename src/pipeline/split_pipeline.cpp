@@ -816,11 +816,9 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
     s.pool->release(slot);
     std::rethrow_exception(s.delivered_error);
   }
-  s.pace.popped(called);
-  if (s.auto_depth) s.auto_controller.observe_pop(called, waited_us);
-  const auto now = Clock::now();
-  s.pace.returned(now);
-  if (s.auto_depth) s.auto_controller.returned(now);
+  const std::optional<std::chrono::nanoseconds> step = s.pace.popped(called);
+  if (s.auto_depth) s.auto_controller.observe_pop(step, waited_us);
+  s.pace.returned(Clock::now());
   return slot;
 }
 

@@ -39,13 +39,16 @@ class TrainerPace {
   // there even when the trainer's steps shorten a little.
   static constexpr double kMargin = 0.9;
 
-  // The trainer called pop() at `called`.
-  void popped(Clock::time_point called) noexcept {
-    if (!returned_once_) return;
-    const std::int64_t sample = std::chrono::duration_cast<std::chrono::nanoseconds>(called - last_return_).count();
+  // The trainer called pop() at `called`: returns the step that ended (since the last
+  // returned(), uncapped; nullopt for the first pop), which auto depth also reads.
+  std::optional<std::chrono::nanoseconds> popped(Clock::time_point called) noexcept {
+    if (!returned_once_) return std::nullopt;
+    const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(called - last_return_);
+    const std::int64_t sample = step.count();
     const std::int64_t mean = mean_ns_.load(std::memory_order_relaxed);
     const std::int64_t capped = mean > 0 ? std::min(sample, kOutlier * mean) : sample;
     mean_ns_.store(mean > 0 ? mean + (capped - mean) / 8 : capped, std::memory_order_relaxed);
+    return step;
   }
   // pop() returned a batch to the trainer at `when`: its step starts.
   void returned(Clock::time_point when) noexcept {
