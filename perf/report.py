@@ -825,21 +825,25 @@ def python_thread_section(run):
              f"{','.join(f'{s:g}' for s in sorted({r['step_us'] for r in rows}))} --batches {first['batches']} "
              f"--repeats {first['repeats']}` (`raw/python_get_batch.jsonl`, `raw/python_get_batch.txt`): what one "
              f"{first['batch_size']}x{first['block_size']} batch (x, y, mask) costs the Python thread that trains, "
-             "through the `tokenfeed` module (get_batch and the numpy views, no copy) and through the numpy loader "
-             "a Python user writes (memmap slices, pad, stack) on that thread; both checked equal first. The "
-             "trainer busy-waits the step between batches, holding the GIL. Medians over "
+             "through the `tokenfeed` module (get_batch and the numpy views, no copy; get_batch: the call alone) "
+             "and through the numpy loader a Python user writes (memmap slices, pad, stack) on that thread; both "
+             "checked equal first. The "
+             "trainer busy-waits the step between batches, holding the GIL. The floor is `np.empty(3)` timed "
+             "the same way: what the cheapest call into a C extension costs that thread after the step, which "
+             "no loader can save. Medians over "
              f"{first['repeats']} interleaved repeats, in microseconds (the script keeps no per-repeat figures).")
     L.append("")
     L.append("| trainer step | loader | p50 us | p99 us | mean us | numpy mean / this mean |")
     L.append("| --- | --- | ---: | ---: | ---: | ---: |")
     for step in sorted({r["step_us"] for r in rows}):
         at = {r["loader"]: r for r in rows if r["step_us"] == step}
-        for name in ("tokenfeed", "numpy"):
+        for name in ("tokenfeed", "get_batch", "numpy", "floor"):
             if name in at:
                 r = at[name]
+                # The floor loads no batch: a ratio of loaders means nothing for it.
                 ratio = at["numpy"]["mean"] / r["mean"] if "numpy" in at else float("nan")
-                L.append(f"| {step:g} us | {name} | {r['p50']:.1f} | {r['p99']:.1f} | {r['mean']:.1f} | "
-                         f"{ratio:.2f} |")
+                shown = "" if name == "floor" else f"{ratio:.2f}"
+                L.append(f"| {step:g} us | {name} | {r['p50']:.1f} | {r['p99']:.1f} | {r['mean']:.1f} | {shown} |")
     L.append("")
     return L
 

@@ -281,7 +281,7 @@ log "building the Python module into $VENV"
 CMAKE_BUILD_PARALLEL_LEVEL=2 "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
   --force-reinstall --config-settings=build-dir="$BUILD/py-build" "$ROOT"
 log "get_batch on the Python trainer's thread"
-"${PY[@]}" "$ROOT/python/bench_get_batch.py" --config "$RAW/ep1x.xml" --step-us 0,2000 "${PYGET[@]}" \
+"${PY[@]}" "$ROOT/python/bench_get_batch.py" --config "$RAW/ep1x.xml" --step-us 0,500,2000 "${PYGET[@]}" \
   --json "$RAW/python_get_batch.jsonl" >"$RAW/python_get_batch.txt"
 
 # --- tokenfeed bench runs: latency, dtypes, memory, open time ----------------------------------------

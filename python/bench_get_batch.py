@@ -10,9 +10,16 @@ batches before timing. Per batch, on the trainer's thread:
 
   tokenfeed  loader.get_batch() and taking the x, y, mask views (no copy; the batch was
              prepared on background threads)
+  get_batch  loader.get_batch() alone (the figure of the latency targets; the batch is
+             dropped unread)
   numpy      the loader a Python user writes: np.memmap of each shard, the epoch order of
              RandomState(epoch_seed + epoch).permutation, and per row t[:T], t[1:T+1] and the
              mask sliced, padded and np.stack'ed
+
+  floor      np.empty(3): the cheapest call into a C extension that returns a new object,
+             timed the same way. What any call costs the trainer's thread after a step
+             (its code and data out of the caches), the part of get_batch's time no loader
+             can save (perf/RESULTS_by_hand.md, "What a step's idle time costs")
 
 Between batches the "trainer" busy-waits --step-us microseconds holding the GIL (0: it
 takes batches back to back, the hardest case for prefetching). The figures are the median
@@ -105,14 +112,14 @@ def measure_calls(next_batch, batches, warmup, step_us):
             "mean": float(costs.mean()), "max": float(costs.max())}
 
 
-def tokenfeed_source(config):
+def tokenfeed_source(config, views=True):
     loader = tokenfeed.Loader(config)
 
     def next_batch():
         b = loader.get_batch("train")
         return b.x, b.y, b.mask  # the views a trainer uses
 
-    return loader, next_batch
+    return loader, next_batch if views else (lambda: loader.get_batch("train"))
 
 
 def main():
@@ -151,21 +158,23 @@ def main():
           f"{a.warmup} warm-up, median of {a.repeats} interleaved repeats; checked equal on {check} batches")
     print(f"{'step_us':>8} {'loader':>10} {'p50 us':>9} {'p99 us':>9} {'mean us':>9}")
     for step_us in [float(s) for s in a.step_us.split(",")]:
-        runs = {"tokenfeed": [], "numpy": []}
+        runs = {"tokenfeed": [], "get_batch": [], "numpy": [], "floor": []}
         decode_threads = prefetch_depth = None
         for _ in range(a.repeats):
-            loader, next_batch = tokenfeed_source(a.config)
-            runs["tokenfeed"].append(measure_calls(next_batch, a.batches, a.warmup, step_us))
-            s = loader.stats()
-            decode_threads, prefetch_depth = s["decode_threads"], s["prefetch_depth"]
-            loader.close()
+            for name, views in (("tokenfeed", True), ("get_batch", False)):
+                loader, next_batch = tokenfeed_source(a.config, views)
+                runs[name].append(measure_calls(next_batch, a.batches, a.warmup, step_us))
+                s = loader.stats()
+                decode_threads, prefetch_depth = s["decode_threads"], s["prefetch_depth"]
+                loader.close()
             gen = numpy_loader.batches()
             runs["numpy"].append(measure_calls(lambda: next(gen), a.batches, a.warmup, step_us))
+            runs["floor"].append(measure_calls(lambda: np.empty(3), a.batches, a.warmup, step_us))
         for name, results in runs.items():
             row = {"loader": name, "step_us": step_us, "batch_size": B, "block_size": T, "mask": use_mask,
                    "batches": a.batches, "repeats": a.repeats,
                    **{k: measure.median(r[k] for r in results) for k in ("p50", "p99", "mean")}}
-            if name == "tokenfeed":
+            if name in ("tokenfeed", "get_batch"):
                 row.update(decode_threads=decode_threads, prefetch_depth=prefetch_depth)
             rows.append(row)
             print(f"{step_us:8.0f} {name:>10} {row['p50']:9.1f} {row['p99']:9.1f} {row['mean']:9.1f}")
