@@ -827,10 +827,9 @@ def python_thread_section(run):
              f"{first['batch_size']}x{first['block_size']} batch (x, y, mask) costs the Python thread that trains, "
              "through the `tokenfeed` module (get_batch and the numpy views, no copy; get_batch: the call alone) "
              "and through the numpy loader a Python user writes (memmap slices, pad, stack) on that thread; both "
-             "checked equal first. The "
-             "trainer busy-waits the step between batches, holding the GIL. The floor is `np.empty(3)` timed "
-             "the same way: what the cheapest call into a C extension costs that thread after the step, which "
-             "no loader can save. Medians over "
+             "checked equal first. The trainer busy-waits the step between batches, holding the GIL. The floor is "
+             "`np.empty(3)` timed the same way: what the cheapest call into a C extension costs that thread after "
+             "the step, which no loader can save. Medians over "
              f"{first['repeats']} interleaved repeats, in microseconds (the script keeps no per-repeat figures).")
     L.append("")
     L.append("| trainer step | loader | p50 us | p99 us | mean us | numpy mean / this mean |")

@@ -11,7 +11,7 @@ batches before timing. Per batch, on the trainer's thread:
   tokenfeed  loader.get_batch() and taking the x, y, mask views (no copy; the batch was
              prepared on background threads)
   get_batch  loader.get_batch() alone (the figure of the latency targets; the batch is
-             dropped unread)
+             not read)
   numpy      the loader a Python user writes: np.memmap of each shard, the epoch order of
              RandomState(epoch_seed + epoch).permutation, and per row t[:T], t[1:T+1] and the
              mask sliced, padded and np.stack'ed
@@ -21,6 +21,8 @@ batches before timing. Per batch, on the trainer's thread:
              (its code and data out of the caches), the part of get_batch's time no loader
              can save (perf/RESULTS_by_hand.md, "What a step's idle time costs")
 
+Each call's result is dropped before the clock is read again, so a batch's release back to
+the loader is timed with it (as a trainer's loop pays it when its next batch replaces it).
 Between batches the "trainer" busy-waits --step-us microseconds holding the GIL (0: it
 takes batches back to back, the hardest case for prefetching). The figures are the median
 over interleaved repeats of each run's p50, p99 and mean, in microseconds.
