@@ -181,6 +181,40 @@ TEST_CASE("pipeline: pop with a deadline returns nothing when it passes, and wak
   CHECK(Clock::now() - start < 2s);
 }
 
+TEST_CASE("pipeline: pops with deadlines made one right after another are one wait, a pop made later waits anew" *
+          doctest::timeout(60)) {
+  using us = std::chrono::duration<double, std::micro>;
+  FakeSource source;
+  source.delay = 300ms;
+  auto pool = make_pool(1);
+  SplitPipeline pipeline(source, pool, {1, 1, 0});
+  double waited = 0;
+  detail::BatchSlot* slot = nullptr;
+  SUBCASE("calls one right after another: the wait counts from the first") {
+    const auto first_call = Clock::now();
+    int calls = 0;
+    // As the Python module waits: short slices, each call made at once after the last.
+    while (slot == nullptr && Clock::now() - first_call < 20s) {
+      slot = pipeline.pop(waited, Clock::now() + 20ms);
+      ++calls;
+    }
+    REQUIRE(slot != nullptr);
+    const double elapsed_us = us(Clock::now() - first_call).count();
+    CHECK(calls > 1);
+    CHECK(waited <= elapsed_us);
+    CHECK(waited >= 0.8 * elapsed_us);  // not the last slice's 20 ms
+  }
+  SUBCASE("a call well after one that timed out: a wait of its own") {
+    CHECK(pipeline.pop(waited, Clock::now() + 20ms) == nullptr);
+    std::this_thread::sleep_for(60ms);  // the trainer did something else (or took a Ctrl-C)
+    const auto second_call = Clock::now();
+    slot = pipeline.pop(waited, Clock::now() + 20s);
+    REQUIRE(slot != nullptr);
+    CHECK(waited <= us(Clock::now() - second_call).count());
+  }
+  pool->release(slot);
+}
+
 TEST_CASE("pipeline: get_batch records its wait, a waiting consumer sleeps rather than spins" * doctest::timeout(60)) {
   FakeSource source;
   source.delay = 20ms;

@@ -130,7 +130,9 @@ class TOKENFEED_API Batch {
   std::span<const float> rewards() const noexcept;
   std::span<const std::int64_t> group_ids() const noexcept;
 
-  // How long get_batch waited for this batch on the caller's thread, in microseconds.
+  // How long get_batch waited for this batch on the caller's thread, in microseconds (after
+  // try_get_batch calls that timed out, each made within 10 ms of the last, from the first
+  // of them: one wait).
   double wait_us() const noexcept;
 
  private:

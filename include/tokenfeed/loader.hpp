@@ -101,7 +101,8 @@ class TOKENFEED_API Loader {
 
   // As get_batch, but waits at most `timeout` for a batch to be ready: nullopt when none
   // was, and nothing is consumed then. For a caller that must do something else while it
-  // waits (the Python module checks for Ctrl-C between short waits).
+  // waits (the Python module checks for Ctrl-C between short waits): a call made within
+  // 10 ms of one that timed out continues its wait (Batch::wait_us counts from the first).
   std::optional<Batch> try_get_batch(std::string_view split, std::chrono::microseconds timeout);
 
   // The default of Config::max_held_batches.

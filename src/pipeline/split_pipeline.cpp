@@ -452,6 +452,18 @@ struct SplitPipeline::Impl {
   // after each send, at admitter_look(), and pop() hands it every whole run without a wake.
   TrainerPace pace;
 
+  // The trainer's thread's: a pop with a deadline that returned nothing, so that a call
+  // made right after it (within kResumeWithin of its return) continues it: the step ended
+  // at the first call (`called`) and the wait began at the first call's wait
+  // (`wait_start`), however many calls the trainer made in between (Python waits in slices
+  // to see Ctrl-C). A later call (a trainer that did something else meanwhile, or came
+  // back after a KeyboardInterrupt) starts afresh.
+  struct UnfinishedPop {
+    Clock::time_point called, wait_start, returned;
+  };
+  static constexpr Clock::duration kResumeWithin = std::chrono::milliseconds(10);
+  std::optional<UnfinishedPop> unfinished_pop;
+
   // The admitter's look after a send, while the trainer is paced: the time the trainer takes
   // to bring the batches ahead of it down to one above the ring's low mark (low_mark), less
   // TrainerPace's margin, so that the admitter sends what was handed off meanwhile before
@@ -786,14 +798,24 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
   // have cut their decoding short.
   if (s.stopping.load(std::memory_order_acquire)) throw s.stopped_error();
   const auto called = Clock::now();
+  if (s.unfinished_pop && called - s.unfinished_pop->returned > Impl::kResumeWithin) s.unfinished_pop.reset();
   BatchSlot* slot = nullptr;
+  std::optional<Clock::time_point> wait_start;
+  if (s.unfinished_pop) wait_start = s.unfinished_pop->wait_start;
   if (!s.ring.pop(slot)) {
     Clock::time_point start;  // set by wait_for_batches, once it has sent the admissions
-    if (!s.wait_for_batches(start, deadline))
-      return nullptr;  // nothing taken: the next call resumes as if this one had not been made
+    if (!s.wait_for_batches(start, deadline)) {
+      // Nothing taken: a call right after this one continues it (see unfinished_pop).
+      if (!s.unfinished_pop) s.unfinished_pop = Impl::UnfinishedPop{called, start, {}};
+      s.unfinished_pop->returned = Clock::now();
+      return nullptr;
+    }
     s.ring.pop(slot);  // holds at least one: only this thread pops
-    waited_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (!wait_start) wait_start = start;
   }
+  if (wait_start) waited_us = std::chrono::duration<double, std::micro>(Clock::now() - *wait_start).count();
+  const Clock::time_point step_end = s.unfinished_pop ? s.unfinished_pop->called : called;
+  s.unfinished_pop.reset();
   slot->observe();
   // One batch has left the prefetch window: another may start. Admissions are handed to
   // the admitter thread in bulk, half the depth at a time (see hand_off_pending): the
@@ -816,7 +838,7 @@ BatchSlot* SplitPipeline::pop(double& waited_us, std::optional<std::chrono::stea
     s.pool->release(slot);
     std::rethrow_exception(s.delivered_error);
   }
-  const std::optional<std::chrono::nanoseconds> step = s.pace.popped(called);
+  const std::optional<std::chrono::nanoseconds> step = s.pace.popped(step_end);
   if (s.auto_depth) s.auto_controller.observe_pop(step, waited_us);
   s.pace.returned(Clock::now());
   return slot;

@@ -97,7 +97,9 @@ class SplitPipeline {
   // wait that burns no core). `waited_us` receives the time spent waiting. The caller owns
   // the slot. Rethrows a stage's failure (and again on every later call); throws
   // Error(usage) after stop().
-  // With a deadline: nullptr when no slot was ready by then (nothing is consumed).
+  // With a deadline: nullptr when no slot was ready by then (nothing is consumed). A call
+  // made within 10 ms of that return continues the wait (`waited_us` counts from the first
+  // call's wait, and the trainer's step ended at the first call).
   detail::BatchSlot* pop(double& waited_us,
                          std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
