@@ -24,9 +24,13 @@
 #include <random>
 #include <vector>
 
+#include "bench_common.hpp"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tokenfeed::perf::Clock;
+using tokenfeed::perf::median;
+using tokenfeed::perf::spin_for;
 
 struct alignas(64) Line {
   std::size_t next;
@@ -54,12 +58,6 @@ double chase_ns_per_line(const std::vector<Line>& lines) {
   return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(lines.size());
 }
 
-void spin_for(std::chrono::microseconds us) {
-  const auto end = Clock::now() + us;
-  while (Clock::now() < end) {
-  }
-}
-
 void sleep_for(std::chrono::microseconds us) {
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(us.count() / 1'000'000);
@@ -72,11 +70,6 @@ void flush(const std::vector<Line>& lines) {
   _mm_mfence();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 enum class Idle { spin, sleep, flushed };
 
 // The median ns per line over `rounds` walks, each after the set was walked (warm) and the
@@ -85,7 +78,7 @@ double re_read_ns(const std::vector<Line>& lines, Idle how, std::chrono::microse
   std::vector<double> ns;
   for (int r = 0; r < rounds; ++r) {
     chase_ns_per_line(lines);
-    if (how == Idle::spin) spin_for(idle);
+    if (how == Idle::spin) spin_for(static_cast<double>(idle.count()));
     if (how == Idle::sleep) sleep_for(idle);
     if (how == Idle::flushed) flush(lines);
     ns.push_back(chase_ns_per_line(lines));
