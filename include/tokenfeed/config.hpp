@@ -55,6 +55,13 @@ enum class SamplingMode {
 // rank / world_size: take the value from the launcher's environment (see Config::rank).
 inline constexpr std::int64_t kFromLauncher = -1;
 
+// Which processes of a data-parallel group run a pipeline (Config::data_loading).
+enum class DataLoading {
+  every_rank,    // every rank decodes its group's batches itself: no communication
+  group_leader,  // only the group's leader (its lowest global rank) decodes; the others
+                 // receive its batches (Python: tokenfeed.torch.broadcast_batch)
+};
+
 // One dataset of a mixture: <source name="chat" dataset_dir="data/chat" weight="3" .../>
 // inside <training><mixture>.
 struct MixtureSource {
@@ -106,7 +113,8 @@ struct Config {
 
   DatasetMode dataset_mode = DatasetMode::auto_detect;
 
-  // Rows per batch on this rank, and positions per row. Required, > 0.
+  // Rows per batch on this data-parallel rank (the global batch is batch_size x the
+  // data-parallel size), and positions per row. Required, > 0.
   std::int64_t batch_size = 0;
   std::int64_t block_size = 0;
 
@@ -201,6 +209,31 @@ struct Config {
   std::int64_t rank = kFromLauncher;
   std::int64_t world_size = kFromLauncher;
 
+  // The parallel layout (docs/distributed.md, "Tensor, context and pipeline parallelism").
+  // rank and world_size above are the process's global rank and count; the data-parallel
+  // coordinates that slice each global batch follow from them and these. Every rank of one
+  // tensor/context/pipeline group (the ranks sharing a data-parallel rank) gets the same
+  // batches. Each size >= 1; world_size must be a multiple of their product, unless the
+  // data-parallel coordinates are given directly.
+  std::int64_t tensor_parallel_size = 1;
+  std::int64_t context_parallel_size = 1;
+  std::int64_t pipeline_parallel_size = 1;
+  // How the global rank is laid out over the four dimensions, fastest-varying first: each
+  // of tp, cp, dp, pp once, joined by '-'. The default is Megatron's order and torchtitan's
+  // device mesh: consecutive ranks share a tensor-parallel group.
+  std::string parallel_order = "tp-cp-dp-pp";
+  // The data-parallel rank and size, given directly (both or neither), for any other
+  // layout (a torch DeviceMesh's get_local_rank("dp")); they win over the derivation.
+  // Absent: derived from rank, world_size and the layout. A loader's config() holds the
+  // values in use.
+  std::optional<std::int64_t> data_parallel_rank;
+  std::optional<std::int64_t> data_parallel_size;
+  // This process's context-parallel rank, given directly; absent: derived. config() holds
+  // the value in use.
+  std::optional<std::int64_t> context_parallel_rank;
+  // every_rank (default) or group_leader: see DataLoading.
+  DataLoading data_loading = DataLoading::every_rank;
+
   // sft_episode / sft_packed: how an episode longer than block_size + 1 is cut.
   Truncation truncation = Truncation::right;
   // sft_packed: how many upcoming episodes (in epoch order) the packer may pick from to
@@ -253,5 +286,6 @@ TOKENFEED_API std::uint64_t effective_max_memory_mb(const Config& config) noexce
 TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
 TOKENFEED_API const char* to_string(SamplingMode mode) noexcept;
 TOKENFEED_API const char* to_string(Truncation truncation) noexcept;
+TOKENFEED_API const char* to_string(DataLoading loading) noexcept;
 
 }  // namespace tokenfeed

@@ -75,6 +75,26 @@ struct TokenIds {
   std::optional<std::int64_t> eos;  // the config's eos_token_id, else the metadata's
 };
 
+// Where this process sits in the parallel layout (Config::tensor_parallel_size and the
+// keys after it; docs/distributed.md): the data-parallel coordinates slice each global
+// batch, and every rank of one data-parallel group gets the same batches.
+struct ParallelLayout {
+  std::int64_t rank = 0;        // the process's global rank
+  std::int64_t world_size = 1;  // the processes of the job
+  std::int64_t data_parallel_rank = 0, data_parallel_size = 1;
+  std::int64_t tensor_parallel_rank = -1, tensor_parallel_size = 1;    // -1: not derivable
+  std::int64_t context_parallel_rank = -1, context_parallel_size = 1;  // -1: not derivable
+  std::int64_t pipeline_parallel_rank = -1, pipeline_parallel_size = 1;  // -1: not derivable
+  std::string order = "tp-cp-dp-pp";  // Config::parallel_order
+  // The lowest global rank of this data-parallel group (-1 when the layout does not tell it:
+  // data-parallel coordinates given directly that the derivation does not give), and
+  // whether that is this process.
+  std::int64_t leader_rank = -1;
+  bool data_leader = false;
+  // "derived", or "data_parallel_rank/data_parallel_size from the config".
+  std::string source;
+};
+
 // Consumer-side counters for one split, since the loader was created.
 struct SplitStats {
   std::uint64_t batches = 0;      // returned by get_batch
@@ -96,7 +116,10 @@ class TOKENFEED_API Loader {
   // The next batch of `split` ("train" or "val"). Blocks while none is ready. Rethrows a
   // background stage's failure with its original message. At most
   // Config::max_held_batches batches of a split may be held at once; one more is
-  // Error(usage), not a deadlock.
+  // Error(usage), not a deadlock. With data_loading=group_leader, a rank that is not its
+  // data-parallel group's leader holds no pipeline: get_batch, try_get_batch and save_state
+  // are Error(usage) there (it receives the leader's batches, and the leader's state is
+  // its own).
   Batch get_batch(std::string_view split = "train");
 
   // As get_batch, but waits at most `timeout` for a batch to be ready: nullopt when none
@@ -121,8 +144,12 @@ class TOKENFEED_API Loader {
   void stop() noexcept;
 
   // The effective config: defaults, metadata and inference resolved (dataset_mode,
-  // batch_sampling_mode, pad_token_id, token_dtype, decode_threads).
+  // batch_sampling_mode, pad_token_id, token_dtype, decode_threads, rank and world_size,
+  // data_parallel_rank, data_parallel_size and context_parallel_rank).
   const Config& config() const noexcept;
+  // Where this process sits in the parallel layout (tensor, context, pipeline and data
+  // parallelism), as derived when the loader opened.
+  const ParallelLayout& parallel_layout() const noexcept;
   bool has_split(std::string_view split) const noexcept;
   // Throws Error(usage) for a split the dataset does not have.
   SplitInfo split_info(std::string_view split) const;

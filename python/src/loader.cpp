@@ -140,6 +140,26 @@ class PyLoader {
   std::string fingerprint() {
     return locked([](tokenfeed::Loader& l) { return l.fingerprint(); });
   }
+  // Loader::parallel_layout() as a dict of its fields (-1: a rank the layout does not tell).
+  nb::dict parallel_layout() {
+    const tokenfeed::ParallelLayout p = locked([](tokenfeed::Loader& l) { return l.parallel_layout(); });
+    nb::dict d;
+    d["rank"] = p.rank;
+    d["world_size"] = p.world_size;
+    d["data_parallel_rank"] = p.data_parallel_rank;
+    d["data_parallel_size"] = p.data_parallel_size;
+    d["tensor_parallel_rank"] = p.tensor_parallel_rank;
+    d["tensor_parallel_size"] = p.tensor_parallel_size;
+    d["context_parallel_rank"] = p.context_parallel_rank;
+    d["context_parallel_size"] = p.context_parallel_size;
+    d["pipeline_parallel_rank"] = p.pipeline_parallel_rank;
+    d["pipeline_parallel_size"] = p.pipeline_parallel_size;
+    d["order"] = p.order;
+    d["leader_rank"] = p.leader_rank;
+    d["data_leader"] = p.data_leader;
+    d["source"] = p.source;
+    return d;
+  }
   std::vector<std::string> source_names() {
     return locked([](tokenfeed::Loader& l) { return l.source_names(); });
   }
@@ -404,6 +424,12 @@ void bind_loader(nb::module_& m) {
           "split"_a = "train")
       .def_prop_ro("config", &PyLoader::config, nb::for_getter(nb::sig("def config(self) -> dict[str, str]")))
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
+      .def_prop_ro("parallel_layout", &PyLoader::parallel_layout,
+                   nb::for_getter(nb::sig("def parallel_layout(self) -> dict[str, typing.Any]")),
+                   nb::for_getter("This process in the parallel layout: rank, world_size, the data, tensor, context "
+                                  "and pipeline parallel ranks and sizes (-1: a rank the layout does not tell), "
+                                  "order, leader_rank and data_leader (its group's lowest rank decodes under "
+                                  "data_loading=group_leader), source."))
       .def_prop_ro("source_names", &PyLoader::source_names,
                    "A mixture's sources in declaration order (what Batch.source_ids indexes); [] otherwise.")
       .def_prop_ro("splits", &PyLoader::splits)

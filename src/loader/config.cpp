@@ -15,6 +15,7 @@
 #include "io/regular_file.hpp"
 #include "loader/config_values.hpp"
 #include "loader/launcher_ranks.hpp"
+#include "loader/parallel_layout.hpp"
 #include "sampling/mixture_schedule.hpp"
 #include "tokenfeed/error.hpp"
 #include "util/shortest_text.hpp"
@@ -98,6 +99,17 @@ std::int64_t parse_rank(std::string_view key, std::string_view text) {
   const std::int64_t value = parse_int(key, text);
   if (value < 0) {
     config_error("config key '" + std::string(key) + "' must be a non-negative integer or env, got " +
+                 std::to_string(value));
+  }
+  return value;
+}
+
+// data_parallel_rank and the like: a non-negative number, or "auto" / "" (derived).
+std::optional<std::int64_t> parse_optional_rank(std::string_view key, std::string_view text) {
+  if (trim(text) == "auto" || trim(text).empty()) return std::nullopt;
+  const std::int64_t value = parse_int(key, text);
+  if (value < 0) {
+    config_error("config key '" + std::string(key) + "' must be a non-negative integer or auto, got " +
                  std::to_string(value));
   }
   return value;
@@ -207,6 +219,38 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return rank_text(c.rank); }},
       {"world_size", [](Config& c, std::string_view v) { c.world_size = parse_rank("world_size", v); },
        [](const Config& c) { return rank_text(c.world_size); }},
+      {"tensor_parallel_size",
+       [](Config& c, std::string_view v) { c.tensor_parallel_size = parse_positive("tensor_parallel_size", v); },
+       [](const Config& c) { return std::to_string(c.tensor_parallel_size); }},
+      {"context_parallel_size",
+       [](Config& c, std::string_view v) { c.context_parallel_size = parse_positive("context_parallel_size", v); },
+       [](const Config& c) { return std::to_string(c.context_parallel_size); }},
+      {"pipeline_parallel_size",
+       [](Config& c, std::string_view v) { c.pipeline_parallel_size = parse_positive("pipeline_parallel_size", v); },
+       [](const Config& c) { return std::to_string(c.pipeline_parallel_size); }},
+      {"parallel_order",
+       [](Config& c, std::string_view v) {
+         c.parallel_order = std::string(trim(v));
+         parse_parallel_order(c.parallel_order);
+       },
+       [](const Config& c) { return c.parallel_order; }},
+      {"data_parallel_rank",
+       [](Config& c, std::string_view v) { c.data_parallel_rank = parse_optional_rank("data_parallel_rank", v); },
+       [](const Config& c) { return optional_int_text(c.data_parallel_rank); }},
+      {"data_parallel_size",
+       [](Config& c, std::string_view v) { c.data_parallel_size = parse_optional_rank("data_parallel_size", v); },
+       [](const Config& c) { return optional_int_text(c.data_parallel_size); }},
+      {"context_parallel_rank",
+       [](Config& c, std::string_view v) {
+         c.context_parallel_rank = parse_optional_rank("context_parallel_rank", v);
+       },
+       [](const Config& c) { return optional_int_text(c.context_parallel_rank); }},
+      {"data_loading",
+       [](Config& c, std::string_view v) {
+         c.data_loading = parse_enum<DataLoading>(
+             "data_loading", v, {{"every_rank", DataLoading::every_rank}, {"group_leader", DataLoading::group_leader}});
+       },
+       [](const Config& c) { return std::string(to_string(c.data_loading)); }},
       {"truncation",
        [](Config& c, std::string_view v) {
          c.truncation = parse_enum<Truncation>("truncation", v,
@@ -628,6 +672,10 @@ const char* to_string(Truncation truncation) noexcept {
   return "";
 }
 
+const char* to_string(DataLoading loading) noexcept {
+  return loading == DataLoading::group_leader ? "group_leader" : "every_rank";
+}
+
 const char* to_string(SamplingMode mode) noexcept { return mode == SamplingMode::epoch ? "epoch" : "random"; }
 
 Config parse_config_xml(std::string_view xml, const std::filesystem::path& base_dir) {
@@ -670,6 +718,7 @@ void validate_ranks(const Config& c) {
     config_error("config key 'rank' must be in [0, world_size-1] = [0, " + std::to_string(c.world_size - 1) +
                  "], got " + std::to_string(c.rank));
   }
+  validate_parallel_layout_keys(c);
 }
 
 // The keys that apply to some dataset modes only.

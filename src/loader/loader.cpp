@@ -25,9 +25,24 @@ std::unique_ptr<SplitSet> open_split_set(Config config, PipelineGate& gate) {
   ResolvedOptions settled = resolve_options(std::move(config));
   gate.trainer_may_spin = settled.trainer_may_spin;
   if (settled.mixture()) {
-    return std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source));
+    return std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source),
+                                     std::move(settled.layout), std::move(settled.rank_source));
   }
   return std::make_unique<SingleDataset>(std::move(settled));
+}
+
+// data_loading=group_leader: a rank that is not its group's leader holds no pipeline; it
+// receives the leader's batches (tokenfeed.torch.broadcast_batch) and saves no state of
+// its own. `what` names the call refused.
+void refuse_on_follower(const SplitSet& data, const std::string& what) {
+  const ParallelLayout& layout = data.layout();
+  if (data.config().data_loading != DataLoading::group_leader || layout.data_leader) return;
+  throw Error(ErrorKind::usage,
+              what + ": data_loading=group_leader and rank " + std::to_string(layout.rank) +
+                  " is not its data-parallel group's leader (rank " + std::to_string(layout.leader_rank) +
+                  " decodes for data-parallel rank " + std::to_string(layout.data_parallel_rank) +
+                  "); receive the leader's batches (Python: tokenfeed.torch.broadcast_batch) and save the state of a "
+                  "leader, whose state is every rank's (rank 0 leads)");
 }
 
 DatasetVocabulary vocabulary_of(const DatasetMetadata& m) {
@@ -67,10 +82,12 @@ std::optional<Batch> Loader::try_get_batch(std::string_view split, std::chrono::
 std::optional<Batch> Loader::next_batch(std::string_view split_name,
                                         std::optional<std::chrono::steady_clock::time_point> deadline) {
   SplitSet& data = *impl_->data;
+  refuse_on_follower(data, "get_batch");
   return data.find(split_name).take(data.config(), impl_->gate, data.audit(), deadline);
 }
 
 std::string Loader::save_state() const {
+  refuse_on_follower(*impl_->data, "save_state");
   ResumeState state;
   state.fingerprint = impl_->data->fingerprint();
   state.order = impl_->data->order_fields();
@@ -108,6 +125,8 @@ void Loader::load_state(std::string_view text) {
 void Loader::stop() noexcept { impl_->stop_pipelines(); }
 
 const Config& Loader::config() const noexcept { return impl_->config(); }
+
+const ParallelLayout& Loader::parallel_layout() const noexcept { return impl_->data->layout(); }
 
 bool Loader::has_split(std::string_view split) const noexcept {
   return impl_->data->splits().find(split) != impl_->data->splits().end();

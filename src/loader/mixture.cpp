@@ -5,6 +5,7 @@
 
 #include "loader/memory_budget.hpp"
 #include "loader/mixture_sizes.hpp"
+#include "loader/parallel_layout.hpp"
 #include "loader/resume_state.hpp"
 #include "util/checked_math.hpp"
 #include "tokenfeed/log.hpp"
@@ -59,8 +60,8 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
   source_ =
       std::make_unique<MixtureBatchSource>(std::move(members), schedule, shape,
                                            MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size),
-                                                                       static_cast<std::uint64_t>(config.world_size),
-                                                                       static_cast<std::uint64_t>(config.rank)});
+                                                                       data_parallel_size(config),
+                                                                       data_parallel_rank(config)});
 }
 
 SplitPosition MixtureSplit::resume_position(const SplitPosition& saved) const {
@@ -146,8 +147,11 @@ void MixtureSplit::follow_source_epochs(std::size_t i, std::uint64_t before, std
 
 // ---- Mixture ----
 
-Mixture::Mixture(Config config, std::string decode_threads_source)
-    : config_(std::move(config)), decode_threads_source_(std::move(decode_threads_source)) {
+Mixture::Mixture(Config config, std::string decode_threads_source, ParallelLayout layout, std::string rank_source)
+    : config_(std::move(config)),
+      decode_threads_source_(std::move(decode_threads_source)),
+      rank_source_(std::move(rank_source)) {
+  layout_ = std::move(layout);
   open_members();
   weigh_by_sizes();
   make_schedule();
@@ -172,6 +176,11 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   c.batch_size = 1;
   c.world_size = 1;
   c.rank = 0;
+  c.tensor_parallel_size = c.context_parallel_size = c.pipeline_parallel_size = 1;
+  c.data_parallel_rank.reset();
+  c.data_parallel_size.reset();
+  c.context_parallel_rank.reset();
+  c.data_loading = DataLoading::every_rank;
   c.epoch_drop_last = false;  // at one row per batch nothing is dropped anyway
   c.audit_log_dir.clear();
   c.decode_threads = 1;
@@ -275,8 +284,8 @@ void Mixture::open_split(const std::string& name) {
 }
 
 void Mixture::make_fingerprint() {
-  // As for one dataset: the global batch, never its split across ranks, so that a state
-  // resumes at another world size; each field named, so that a mismatch says which.
+  // As for one dataset: the global batch, never its split across data-parallel ranks, so
+  // that a state resumes at another layout; each field named, so that a mismatch says which.
   order_fields_["global_batch_size"] = std::to_string(global_batch_size(config_));
   order_fields_["block_size"] = std::to_string(config_.block_size);
   order_fields_["dataset_mode"] = to_string(config_.dataset_mode);
@@ -297,7 +306,7 @@ void Mixture::announce_open() {
             " dir=" + c.dataset_dir.string() + ")";
   }
   line += sized_text_;
-  line += " stages=" + std::to_string(schedule_->stages()) +
+  line += " stages=" + std::to_string(schedule_->stages()) + " " + ranks_text(layout_, rank_source_, config_.data_loading) +
           " decode_threads=" + std::to_string(config_.decode_threads) + " (" + decode_threads_source_ + ")";
   log_line(LogLevel::info, line);
 

@@ -79,7 +79,9 @@ class Mixture final : public SplitSet {
   // REQUIRES: `config` validated with its ranks and decode_threads settled (resolve_options;
   // `decode_threads_source` says where the threads came from, for the open line). Opens
   // every source; throws Error naming the source that fails.
-  Mixture(Config config, std::string decode_threads_source);
+  // `layout` and `rank_source`: the process in the parallel layout and where its rank came
+  // from, as resolve_options settled them (for the open line).
+  Mixture(Config config, std::string decode_threads_source, ParallelLayout layout, std::string rank_source);
 
   const Config& config() const noexcept override { return config_; }
   const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
@@ -100,6 +102,7 @@ class Mixture final : public SplitSet {
  private:
   Config config_;
   std::string decode_threads_source_;
+  std::string rank_source_;
   DatasetMetadata no_metadata_;
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<SingleDataset>> members_;

@@ -10,6 +10,7 @@
 #include "dataset/token_stream.hpp"
 #include "loader/audit_trail.hpp"
 #include "loader/launcher_ranks.hpp"
+#include "loader/parallel_layout.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -57,12 +58,17 @@ std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, co
 
 namespace {
 
-// rank and world_size from the launcher when they are not numbers.
+// rank and world_size from the launcher when they are not numbers; then the parallel
+// layout, whose data-parallel coordinates the config holds from here on.
 void settle_ranks(Config& config, ResolvedOptions& r) {
   const LauncherRanks ranks = resolve_ranks(config);
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
   r.rank_source = ranks.source;
+  r.layout = resolve_parallel_layout(config);
+  config.data_parallel_rank = r.layout.data_parallel_rank;
+  config.data_parallel_size = r.layout.data_parallel_size;
+  if (r.layout.context_parallel_rank >= 0) config.context_parallel_rank = r.layout.context_parallel_rank;
   global_batch_size(config);
 }
 
@@ -85,10 +91,10 @@ void settle_decode_threads(Config& config, ResolvedOptions& r) {
 
 std::uint64_t global_batch_size(const Config& config) {
   const auto batch = static_cast<std::uint64_t>(config.batch_size);
-  const auto world = static_cast<std::uint64_t>(config.world_size);
+  const std::uint64_t world = data_parallel_size(config);
   if (world > kMaxGlobalBatch || batch * world > kMaxGlobalBatch) {  // batch <= 2^24: no wrap
-    throw Error(ErrorKind::config, "config keys 'batch_size' x 'world_size' = " + std::to_string(batch) + " x " +
-                                       std::to_string(world) +
+    throw Error(ErrorKind::config, "config key 'batch_size' x the data-parallel size = " + std::to_string(batch) +
+                                       " x " + std::to_string(world) +
                                        " exceed 2^40 rows per step (the loader's row "
                                        "counter must hold the rows of every step of a run); lower world_size");
   }
@@ -216,8 +222,9 @@ void settle_use_loss_mask(Config& config, const std::string& with, const std::st
 
 OrderFields ResolvedOptions::order_fields() const {
   OrderFields fields;
-  // The order depends on the global batch (batch_size x world_size), never on its split
-  // across ranks: a state resumes at another world size with the same global batch.
+  // The order depends on the global batch (batch_size x the data-parallel size), never on
+  // its split across ranks nor on the tensor, context and pipeline sizes: a state resumes
+  // at another layout with the same global batch.
   fields["dataset_mode"] = to_string(config.dataset_mode);
   fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
@@ -268,8 +275,8 @@ EpisodeSampler::Settings ResolvedOptions::sampler_settings(const std::string& sp
   settings.drop_last = config.drop_last_for(split);
   settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
   settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
-  settings.world_size = static_cast<std::uint64_t>(config.world_size);
-  settings.rank = static_cast<std::uint64_t>(config.rank);
+  settings.world_size = data_parallel_size(config);
+  settings.rank = data_parallel_rank(config);
   settings.split = split;
   return settings;
 }
@@ -305,8 +312,8 @@ PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& s
   PackedBatchSource::Options packing;
   packing.block_size = static_cast<std::size_t>(config.block_size);
   packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
-  packing.world_size = static_cast<std::uint64_t>(config.world_size);
-  packing.rank = static_cast<std::uint64_t>(config.rank);
+  packing.world_size = data_parallel_size(config);
+  packing.rank = data_parallel_rank(config);
   packing.drop_last = config.drop_last_for(split);
   packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
   packing.pad_token_id = config.pad_token_id.value_or(0);

@@ -58,6 +58,7 @@
 #include "sampling/episode_sampler.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
 
 namespace tokenfeed {
 
@@ -72,6 +73,7 @@ struct ResolvedOptions {
   Config config;
   DatasetMetadata metadata;  // empty for a mixture
   std::string rank_source;   // where rank and world_size came from (LauncherRanks::source)
+  ParallelLayout layout;     // this process in the parallel layout (parallel_layout.hpp)
   std::string pad_source;    // where pad_token_id came from (SFT modes; empty otherwise), for the open line
   // How decode_threads was settled: "config", or the CPU share it came from
   // (default_decode_threads), for the open line.
@@ -130,8 +132,19 @@ ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens);
 // stream in 64 bits, with room for the steps of a run (2^62, as a resume state's step).
 inline constexpr std::uint64_t kMaxGlobalBatch = std::uint64_t{1} << 40;
 
-// batch_size x world_size of a config whose ranks are settled. Throws Error(config) naming
-// both keys (and where world_size came from) when the product exceeds kMaxGlobalBatch.
+// The data-parallel coordinates of a config whose ranks are settled (resolve_options sets
+// data_parallel_rank and data_parallel_size from the parallel layout): what slices each
+// global batch. A config that never went through it (a mixture's source) slices as rank
+// and world_size say.
+inline std::uint64_t data_parallel_size(const Config& config) noexcept {
+  return static_cast<std::uint64_t>(config.data_parallel_size.value_or(config.world_size));
+}
+inline std::uint64_t data_parallel_rank(const Config& config) noexcept {
+  return static_cast<std::uint64_t>(config.data_parallel_rank.value_or(config.rank));
+}
+
+// batch_size x the data-parallel size of a config whose ranks are settled. Throws
+// Error(config) when the product exceeds kMaxGlobalBatch.
 std::uint64_t global_batch_size(const Config& config);
 
 // The pieces of the resolution, for fronts that apply only some of the rules

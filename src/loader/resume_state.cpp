@@ -126,15 +126,15 @@ constexpr std::uint64_t kMaxNumpySeed = 0xffffffffULL;
 
 // What to set so that the global batch is `was` again.
 std::string global_batch_fix(const std::string& was, const Config& config) {
-  std::string fix = "set batch_size x world_size = " + was;
+  std::string fix = "set batch_size x the data-parallel size = " + was;
   std::uint64_t global = 0;
   const auto [end, ec] = std::from_chars(was.data(), was.data() + was.size(), global);
-  const auto world = static_cast<std::uint64_t>(config.world_size);
+  const std::uint64_t world = data_parallel_size(config);
   if (ec == std::errc() && end == was.data() + was.size() && global > 0) {
     fix += global % world == 0
-               ? " (batch_size=" + std::to_string(global / world) + " at world_size=" + std::to_string(world) + ")"
-               : " (" + was + " is not a multiple of world_size=" + std::to_string(world) +
-                     ": run with a world size that divides it)";
+               ? " (batch_size=" + std::to_string(global / world) + " at data-parallel size " + std::to_string(world) + ")"
+               : " (" + was + " is not a multiple of the data-parallel size " + std::to_string(world) +
+                     ": run with a data-parallel size that divides it)";
   }
   return fix;
 }
@@ -142,7 +142,7 @@ std::string global_batch_fix(const std::string& was, const Config& config) {
 // What one order field that differs between a state (`was`) and this loader (`is`) means.
 std::string explain_field(const std::string& key, const std::string& was, const std::string& is, const Config& config) {
   if (key == "global_batch_size") {
-    return "global_batch_size (batch_size x world_size) is " + was + " in the state but " + is +
+    return "global_batch_size (batch_size x the data-parallel size) is " + was + " in the state but " + is +
            " here: " + global_batch_fix(was, config);
   }
   if (key.rfind("content.", 0) == 0 && was == "(absent)") {

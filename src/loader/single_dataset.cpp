@@ -7,6 +7,7 @@
 #include "dataset/content_fingerprint.hpp"
 #include "loader/memory_budget.hpp"
 #include "loader/open_split.hpp"
+#include "loader/parallel_layout.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -25,6 +26,7 @@ fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
 }  // namespace
 
 SingleDataset::SingleDataset(ResolvedOptions settled) : settled_(std::move(settled)) {
+  layout_ = settled_.layout;
   open_splits();
   make_fingerprint();
   std::vector<std::pair<std::string, detail::BatchShape>> shapes;
@@ -70,9 +72,8 @@ void SingleDataset::announce_open() {
     line +=
         " " + name + "=" + std::to_string(split->data().sampler->kept_size()) + "_" + split->description().unit.plural;
   }
-  line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " rank=" + std::to_string(c.rank) +
-          " world_size=" + std::to_string(c.world_size) + " (" + settled_.rank_source + ")" +
-          " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
+  line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " " +
+          ranks_text(layout_, settled_.rank_source, c.data_loading) + " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
   if (!settled_.pad_source.empty())
     line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
   const AuditLog& log = audit_->log();

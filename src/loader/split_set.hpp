@@ -20,6 +20,7 @@
 #include "loader/loader_split.hpp"
 #include "loader/weight_changes.hpp"
 #include "tokenfeed/config.hpp"
+#include "tokenfeed/loader.hpp"
 
 namespace tokenfeed {
 
@@ -57,12 +58,15 @@ class SplitSet {
   const OrderFields& order_fields() const noexcept { return order_fields_; }
   const std::string& fingerprint() const noexcept { return fingerprint_; }
   AuditTrail& audit() const noexcept { return *audit_; }
+  // Where this process sits in the parallel layout (resolve_options settled it).
+  const ParallelLayout& layout() const noexcept { return layout_; }
 
  protected:
   std::map<std::string, LoaderSplit*, std::less<>> splits_;  // owned by the subclass
   OrderFields order_fields_;
   std::string fingerprint_;
   std::unique_ptr<AuditTrail> audit_;
+  ParallelLayout layout_;
 };
 
 }  // namespace tokenfeed

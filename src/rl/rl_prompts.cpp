@@ -50,11 +50,11 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
   for (std::uint64_t id : kept_episodes(*s.split, static_cast<std::uint64_t>(c.episode_min_tokens))) {
     if (s.split->spans()[id].length <= max_tokens) kept.push_back(id);
   }
-  if (kept.size() < static_cast<std::uint64_t>(c.world_size)) {
+  if (kept.size() < data_parallel_size(c)) {
     throw Error(ErrorKind::config, "split '" + dir.string() + "' has " + std::to_string(kept.size()) +
                                        " prompts with episode_min_tokens=" + std::to_string(c.episode_min_tokens) +
                                        " <= length <= " + std::to_string(max_tokens) +
-                                       ", fewer than world_size=" + std::to_string(c.world_size));
+                                       ", fewer than the data-parallel size " + std::to_string(data_parallel_size(c)));
   }
   const EpisodeSampler::Settings settings = settled.prompt_order_settings();
   s.sampler.emplace(std::move(kept), settings);
