@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(cmake g++ ninja-build pkg-config python3 python3-venv python3-dev
+PACKAGES=(cmake g++ ninja-build ccache pkg-config python3 python3-venv python3-dev
           libtbb-dev libpugixml-dev libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev
           libsentencepiece-dev sentencepiece zlib1g-dev libzstd-dev libssl-dev)
 JOBS=${JOBS:-2}
@@ -37,12 +37,20 @@ install_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# build DIR [cmake args...]
-build() {
+# configure DIR [cmake args...]: the build tree, with the compiler cache when there is one.
+configure() {
   local dir=$1
   shift
+  if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  fi
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFEED_WARNINGS_AS_ERRORS=ON "$@" >/dev/null
-  cmake --build "$dir" -j "$JOBS"
+}
+
+# build DIR [cmake args...]: every target (the library, the command, tests, benchmarks, fuzzers).
+build() {
+  configure "$@"
+  cmake --build "$1" -j "$JOBS"
 }
 
 run_tests() {
@@ -56,7 +64,10 @@ case "${1:-}" in
     install_deps "$@" ;;
   sample)
     install_deps
-    build build
+    # Only what streaming the sample needs: the library and the command (not the tests,
+    # benchmarks and fuzzers that `test` builds in the same tree).
+    configure build
+    cmake --build build -j "$JOBS" --target tokenfeed_cli
     ./build/tools/tokenfeed run --config data/sample/sample.xml --batches "${BATCHES:-500}" ;;
   test)
     install_deps

@@ -156,19 +156,19 @@ TEST_CASE(
     LauncherEnv env({});
     CHECK(Loader(c).config().rank == 0);
     CHECK(Loader(c).config().world_size == 1);
-    CHECK(open_line(c).find("rank=0 world_size=1 (no launcher variables: rank 0 of 1)") != std::string::npos);
+    CHECK(open_line(c).find("rank=0 of 1 (no launcher variables: rank 0 of 1)") != std::string::npos);
   }
   {
     LauncherEnv env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}});
     const Loader loader(c);
     CHECK(loader.config().rank == 2);
     CHECK(loader.config().world_size == 4);
-    CHECK(open_line(c).find("rank=2 world_size=4 (RANK/WORLD_SIZE)") != std::string::npos);
+    CHECK(open_line(c).find("rank=2 of 4 (RANK/WORLD_SIZE)") != std::string::npos);
     Config given = c;  // explicit values win
     given.rank = 1;
     given.world_size = 2;
     CHECK(Loader(given).config().rank == 1);
-    CHECK(open_line(given).find("rank=1 world_size=2 (config)") != std::string::npos);
+    CHECK(open_line(given).find("rank=1 of 2 (config)") != std::string::npos);
     given.world_size = kFromLauncher;  // one given, one from the launcher
     CHECK(Loader(given).config().world_size == 4);
     CHECK(open_line(given).find("(rank from config, world_size from WORLD_SIZE)") != std::string::npos);
@@ -278,11 +278,12 @@ TEST_CASE("elastic resume: the fingerprint guards the global batch and the order
   const std::string other_batch =
       error_of([&] { Loader(case_config(data, k, 4, 2, 0)).load_state(state); }, ErrorKind::state);
   CHECK(other_batch.find("fingerprint") != std::string::npos);
-  CHECK(other_batch.find("global_batch_size (batch_size x world_size) is 12 in the state but 8 here: set batch_size x "
-                         "world_size = 12 (batch_size=6 at world_size=2)") != std::string::npos);
+  CHECK(other_batch.find("global_batch_size (batch_size x the data-parallel size) is 12 in the state but 8 here: set "
+                         "batch_size x the data-parallel size = 12 (batch_size=6 at data-parallel size 2)") !=
+        std::string::npos);
   const std::string indivisible =
       error_of([&] { Loader(case_config(data, k, 2, 5, 0)).load_state(state); }, ErrorKind::state);
-  CHECK(indivisible.find("12 is not a multiple of world_size=5") != std::string::npos);
+  CHECK(indivisible.find("12 is not a multiple of the data-parallel size 5") != std::string::npos);
 
   Config seed = case_config(data, k, 6, 2, 0);
   seed.epoch_seed = 7;
@@ -313,14 +314,14 @@ TEST_CASE("a world size whose global batch overflows is a config error naming th
       CAPTURE(world);
       // The config's own value, and the launcher's (RANK=0 WORLD_SIZE=...).
       const std::string message = error_of([&] { Loader loader(case_config(data, k, 4, world, 0)); });
-      CHECK_MESSAGE(message.find("config keys 'batch_size' x 'world_size' = 4 x " + std::to_string(world) +
+      CHECK_MESSAGE(message.find("config key 'batch_size' x the data-parallel size = 4 x " + std::to_string(world) +
                                  " exceed 2^40 rows per step") != std::string::npos,
                     message);
       LauncherEnv env({{"RANK", "0"}, {"WORLD_SIZE", std::to_string(world)}});
       Config c = case_config(data, k, 4, 1, 0);
       c.world_size = kFromLauncher;
       c.rank = kFromLauncher;
-      CHECK(error_of([&] { Loader loader(c); }).find("'batch_size' x 'world_size'") != std::string::npos);
+      CHECK(error_of([&] { Loader loader(c); }).find("'batch_size' x the data-parallel size") != std::string::npos);
     }
   }
 }

@@ -435,7 +435,7 @@ TEST_CASE("rl: prompts follow the epoch order, sliced by rank, skipping prompts 
   CHECK(differs);
   CHECK(a.fingerprint() == b.fingerprint());
   CHECK(a.fingerprint() != c.fingerprint());
-  CHECK(error_of([&] { RLPrompts tiny(config, 2); }).find("fewer than world_size") != std::string::npos);
+  CHECK(error_of([&] { RLPrompts tiny(config, 2); }).find("fewer than the data-parallel size") != std::string::npos);
 }
 
 TEST_CASE("rl: prompts settle their config with the loader's rules: the train split's shuffle, the pad id") {

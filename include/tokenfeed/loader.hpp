@@ -150,6 +150,11 @@ class TOKENFEED_API Loader {
   // Where this process sits in the parallel layout (tensor, context, pipeline and data
   // parallelism), as derived when the loader opened.
   const ParallelLayout& parallel_layout() const noexcept;
+  // The global ranks of each data-parallel group as the layout derives them, indexed by
+  // data-parallel rank, each in increasing order (its first is the group's leader): what a
+  // trainer passes to torch.distributed.new_group. Empty when the layout does not give
+  // this process's coordinates (data_parallel_rank/size given directly otherwise).
+  std::vector<std::vector<std::int64_t>> data_parallel_groups() const;
   bool has_split(std::string_view split) const noexcept;
   // Throws Error(usage) for a split the dataset does not have.
   SplitInfo split_info(std::string_view split) const;

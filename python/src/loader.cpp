@@ -140,6 +140,9 @@ class PyLoader {
   std::string fingerprint() {
     return locked([](tokenfeed::Loader& l) { return l.fingerprint(); });
   }
+  std::vector<std::vector<std::int64_t>> data_parallel_groups() {
+    return locked([](tokenfeed::Loader& l) { return l.data_parallel_groups(); });
+  }
   // Loader::parallel_layout() as a dict of its fields (-1: a rank the layout does not tell).
   nb::dict parallel_layout() {
     const tokenfeed::ParallelLayout p = locked([](tokenfeed::Loader& l) { return l.parallel_layout(); });
@@ -424,6 +427,9 @@ void bind_loader(nb::module_& m) {
           "split"_a = "train")
       .def_prop_ro("config", &PyLoader::config, nb::for_getter(nb::sig("def config(self) -> dict[str, str]")))
       .def_prop_ro("fingerprint", &PyLoader::fingerprint)
+      .def("data_parallel_groups", &PyLoader::data_parallel_groups,
+           "The global ranks of each data-parallel group (indexed by data-parallel rank, each increasing: its first "
+           "is the leader), as the layout derives them; [] when data_parallel_rank/size were given otherwise.")
       .def_prop_ro("parallel_layout", &PyLoader::parallel_layout,
                    nb::for_getter(nb::sig("def parallel_layout(self) -> dict[str, typing.Any]")),
                    nb::for_getter("This process in the parallel layout: rank, world_size, the data, tensor, context "

@@ -1,8 +1,11 @@
 """Shared fixtures: test datasets written with tokenfeed's own DatasetWriter, configs, and
 the `tokenfeed` command for the equality tests."""
+import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +154,30 @@ def run_cli(cli, *args):
     if result.returncode != 0:
         raise AssertionError(f"{cli} {' '.join(map(str, args))} failed ({result.returncode}): {result.stderr}")
     return result
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torchrun(tmp_path, worker, nproc, cases, timeout=300):
+    """Runs `worker` under torchrun with `nproc` processes (gloo on the loopback interface)
+    on every case at once (one launch: starting processes that import torch is what takes
+    time) and returns what it wrote: {case name: per-rank results}."""
+    out = tmp_path / "gathered.json"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback interface
+    env["OMP_NUM_THREADS"] = "1"
+    # --redirects/--tee: torch 1.13's defaults ("0") do not parse on Python >= 3.11 (its
+    # Std.from_str finds no flag of value 0); 1 and 2 do. Workers' stdout goes to log_dir,
+    # their stderr there and to ours, so a failing rank's traceback is in the report.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
+           "--rdzv_backend=static", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+           "--redirects=1", "--tee=2", f"--log_dir={tmp_path / 'torchrun-logs'}",
+           str(worker), json.dumps(cases), str(out)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    return json.loads(out.read_text())

@@ -4,27 +4,16 @@ loader from the same config, with rank and world_size taken from the launcher's
 environment, and takes a full epoch. The rows, gathered with all_gather_object, are
 disjoint across ranks, cover every kept episode (or window) exactly once, and equal the
 single-process stream of the same global batch, sliced."""
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import tokenfeed
-from conftest import base_keys, require_torch
+from conftest import base_keys, require_torch, run_torchrun
 
 WORLD = 4
 BATCH = 3  # per rank: a global batch of 12
 WORKER = Path(__file__).with_name("distributed_worker.py")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def single_process_rows(keys, steps):
@@ -40,26 +29,6 @@ def single_process_rows(keys, steps):
             rows = [[int(i)] for i in b.episode_ids]
         out.append(rows)
     return out
-
-
-def run_torchrun(tmp_path, cases):
-    """Runs the worker under torchrun on every case at once (one launch: starting 4
-    processes that import torch is what takes time) and returns {name: per-rank results}."""
-    out = tmp_path / "gathered.json"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback interface
-    env["OMP_NUM_THREADS"] = "1"
-    # --redirects/--tee: torch 1.13's defaults ("0") do not parse on Python >= 3.11 (its
-    # Std.from_str finds no flag of value 0); 1 and 2 do. Workers' stdout goes to log_dir,
-    # their stderr there and to ours, so a failing rank's traceback is in the report.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={WORLD}",
-           "--rdzv_backend=static", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-           "--redirects=1", "--tee=2", f"--log_dir={tmp_path / 'torchrun-logs'}",
-           str(WORKER), json.dumps(cases), str(out)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
-    return json.loads(out.read_text())
 
 
 MODES = ["sft_episode", "sft_packed", "token_stream"]
@@ -90,7 +59,7 @@ def torchrun_results(sft_dir, tmp_path_factory):
         probe = tokenfeed.Loader(dict(keys, batch_size=BATCH * WORLD, rank=0, world_size=1))
         cases.append(dict(name=mode, keys=keys, steps=probe.batches_per_epoch()))
         probe.close()
-    return cases, run_torchrun(tmp, cases)
+    return cases, run_torchrun(tmp, WORKER, WORLD, cases)
 
 
 @pytest.mark.parametrize("mode", MODES)

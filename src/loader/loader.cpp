@@ -10,6 +10,7 @@
 
 #include "loader/loader_split.hpp"
 #include "loader/mixture.hpp"
+#include "loader/parallel_layout.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/resume_state.hpp"
 #include "loader/single_dataset.hpp"
@@ -127,6 +128,11 @@ void Loader::stop() noexcept { impl_->stop_pipelines(); }
 const Config& Loader::config() const noexcept { return impl_->config(); }
 
 const ParallelLayout& Loader::parallel_layout() const noexcept { return impl_->data->layout(); }
+
+std::vector<std::vector<std::int64_t>> Loader::data_parallel_groups() const {
+  if (impl_->data->layout().leader_rank < 0) return {};  // coordinates the layout does not give
+  return tokenfeed::data_parallel_groups(impl_->config());
+}
 
 bool Loader::has_split(std::string_view split) const noexcept {
   return impl_->data->splits().find(split) != impl_->data->splits().end();

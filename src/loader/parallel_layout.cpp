@@ -18,6 +18,32 @@ std::string sizes_text(const Config& c) {
          std::to_string(c.pipeline_parallel_size);
 }
 
+// A rank's coordinates in the layout: each dimension's digit in the mixed radix of the
+// order (the first fastest-varying). REQUIRES: world_size a multiple of tp·cp·pp.
+struct Coordinates {
+  std::int64_t tp = 0, cp = 0, dp = 0, pp = 0;
+  std::int64_t leader = 0;  // the rank with the same dp and every other coordinate 0
+};
+
+Coordinates coordinates_of(std::int64_t rank, const Config& c, const std::array<std::string, 4>& dims) {
+  const std::int64_t dp_size =
+      c.world_size / (c.tensor_parallel_size * c.context_parallel_size * c.pipeline_parallel_size);
+  Coordinates out;
+  std::int64_t stride = 1;
+  for (const std::string& dim : dims) {
+    const bool tp = dim == "tp", cp = dim == "cp", pp = dim == "pp";
+    const std::int64_t size = tp   ? c.tensor_parallel_size
+                              : cp ? c.context_parallel_size
+                              : pp ? c.pipeline_parallel_size
+                                   : dp_size;
+    const std::int64_t digit = (rank / stride) % size;
+    (tp ? out.tp : cp ? out.cp : pp ? out.pp : out.dp) = digit;
+    if (!tp && !cp && !pp) out.leader = digit * stride;
+    stride *= size;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::array<std::string, 4> parse_parallel_order(std::string_view order) {
@@ -91,26 +117,13 @@ ParallelLayout resolve_parallel_layout(const Config& c) {
                    "sizes, or give data_parallel_rank and data_parallel_size directly");
     }
   } else {
-    // Each dimension's coordinate is the rank's digit in the mixed radix of the order.
-    const std::array<std::string, 4> dims = parse_parallel_order(c.parallel_order);
-    const std::int64_t derived_dp = c.world_size / model;
-    std::int64_t stride = 1;
-    std::int64_t leader = 0;  // the rank with this dp coordinate and every other one 0
-    for (const std::string& dim : dims) {
-      const std::int64_t size = dim == "tp" ? c.tensor_parallel_size
-                                : dim == "cp" ? c.context_parallel_size
-                                : dim == "pp" ? c.pipeline_parallel_size
-                                              : derived_dp;
-      const std::int64_t coordinate = (c.rank / stride) % size;
-      if (dim == "tp") out.tensor_parallel_rank = coordinate;
-      if (dim == "cp") out.context_parallel_rank = coordinate;
-      if (dim == "pp") out.pipeline_parallel_rank = coordinate;
-      if (dim == "dp") out.data_parallel_rank = coordinate;
-      if (dim == "dp") leader += coordinate * stride;
-      stride *= size;
-    }
-    out.data_parallel_size = derived_dp;
-    out.leader_rank = leader;
+    const Coordinates at = coordinates_of(c.rank, c, parse_parallel_order(c.parallel_order));
+    out.tensor_parallel_rank = at.tp;
+    out.context_parallel_rank = at.cp;
+    out.pipeline_parallel_rank = at.pp;
+    out.data_parallel_rank = at.dp;
+    out.data_parallel_size = c.world_size / model;
+    out.leader_rank = at.leader;
   }
   if (direct) {
     // The leader follows from the layout only where the layout gives these coordinates.
@@ -132,6 +145,17 @@ ParallelLayout resolve_parallel_layout(const Config& c) {
   }
   out.data_leader = out.leader_rank == c.rank;
   return out;
+}
+
+std::vector<std::vector<std::int64_t>> data_parallel_groups(const Config& c) {
+  const std::int64_t model = c.tensor_parallel_size * c.context_parallel_size * c.pipeline_parallel_size;
+  if (c.world_size < 1 || c.world_size % model != 0) return {};
+  const std::array<std::string, 4> dims = parse_parallel_order(c.parallel_order);
+  std::vector<std::vector<std::int64_t>> groups(static_cast<std::size_t>(c.world_size / model));
+  for (std::int64_t rank = 0; rank < c.world_size; ++rank) {
+    groups[static_cast<std::size_t>(coordinates_of(rank, c, dims).dp)].push_back(rank);
+  }
+  return groups;
 }
 
 std::string ranks_text(const ParallelLayout& l, const std::string& rank_source, DataLoading loading) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/loader.hpp"
@@ -35,6 +36,11 @@ void validate_parallel_layout_keys(const Config& config);
 // data-parallel coordinates are not given), or when data_loading=group_leader cannot tell
 // this process's leader.
 ParallelLayout resolve_parallel_layout(const Config& config);
+
+// The global ranks of every data-parallel group as the layout derives them, in increasing
+// order (the first is the group's leader), indexed by data-parallel rank; empty when
+// world_size is not a multiple of tp·cp·pp. REQUIRES: rank and world_size settled.
+std::vector<std::vector<std::int64_t>> data_parallel_groups(const Config& config);
 
 // The open line's ranks: "rank=5 of 8 (RANK/WORLD_SIZE) -> dp 1 of 2 (tp 2, cp 2, pp 1;
 // tp-cp-dp-pp)", with " leader" or " follows rank 4" under data_loading=group_leader;
