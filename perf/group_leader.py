@@ -18,7 +18,7 @@ about 1/TP for the decoding; the broadcast's copies are counted too).
   perf/group_leader.py --dataset DIR [--tp 2,4] [--repeats 5] [--steps 300] [--step-ms 2]
                        [--batch 8] [--block 2048] [--mode sft_packed]
 
-DIR is a dataset the loader reads (e.g. `build/perf-rel/perf/tokenfeed_gen_dataset`'s
+DIR is a dataset the loader reads (e.g. `build/perf/gen_dataset --out DIR --episodes 20000`'s
 output, or data/sample). Needs torch (Debian's python3-torch) and the tokenfeed module in the
 interpreter that runs it. Run it with nothing else of yours running (`ps`).
 """
