@@ -1,8 +1,8 @@
-// `tokenfeed audit LOG`: reads an audit log back with the library's reader
-// (loader/audit_reader.hpp) and prints what it records: the events by action, the dataset
-// loads and mixture stages, and each epoch's order (its seed, size and first ids, where it
-// opened and whether it completed). A last line cut short by a kill is reported; a complete
-// line that is not an event is an error naming its line (exit status 4).
+// `tokenfeed audit LOG`: reads an audit log back with the library's reader (read_audit_log,
+// include/tokenfeed/audit.hpp) and prints what it records: the events by action, the
+// dataset loads and mixture stages, and each epoch's order (its seed, size and first ids,
+// where it opened and whether it completed). A last line cut short by a kill is reported;
+// a complete line that is not an event is an error naming its line (exit status 4).
 #include <algorithm>
 #include <cstdio>
 #include <map>
