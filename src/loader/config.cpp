@@ -241,9 +241,7 @@ const std::vector<KeyHandler>& key_handlers() {
        [](Config& c, std::string_view v) { c.data_parallel_size = parse_optional_rank("data_parallel_size", v); },
        [](const Config& c) { return optional_int_text(c.data_parallel_size); }},
       {"context_parallel_rank",
-       [](Config& c, std::string_view v) {
-         c.context_parallel_rank = parse_optional_rank("context_parallel_rank", v);
-       },
+       [](Config& c, std::string_view v) { c.context_parallel_rank = parse_optional_rank("context_parallel_rank", v); },
        [](const Config& c) { return optional_int_text(c.context_parallel_rank); }},
       {"data_loading",
        [](Config& c, std::string_view v) {

@@ -57,11 +57,10 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
     member.epochs = part->epochs();
     members.push_back(member);
   }
-  source_ =
-      std::make_unique<MixtureBatchSource>(std::move(members), schedule, shape,
-                                           MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size),
-                                                                       data_parallel_size(config),
-                                                                       data_parallel_rank(config)});
+  source_ = std::make_unique<MixtureBatchSource>(
+      std::move(members), schedule, shape,
+      MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size), data_parallel_size(config),
+                                  data_parallel_rank(config)});
 }
 
 SplitPosition MixtureSplit::resume_position(const SplitPosition& saved) const {
@@ -306,7 +305,8 @@ void Mixture::announce_open() {
             " dir=" + c.dataset_dir.string() + ")";
   }
   line += sized_text_;
-  line += " stages=" + std::to_string(schedule_->stages()) + " " + ranks_text(layout_, rank_source_, config_.data_loading) +
+  line += " stages=" + std::to_string(schedule_->stages()) + " " +
+          ranks_text(layout_, rank_source_, config_.data_loading) +
           " decode_threads=" + std::to_string(config_.decode_threads) + " (" + decode_threads_source_ + ")";
   log_line(LogLevel::info, line);
 
