@@ -54,15 +54,19 @@ namespace tokenfeed {
 struct PackedEpoch {
   std::vector<std::uint64_t> episodes;   // global episode ids, row after row
   std::vector<std::uint64_t> row_begin;  // rows() + 1 offsets into `episodes`
-  std::uint64_t positions = 0;           // input positions used by all rows together
+  std::uint64_t positions = 0;           // input positions the episodes hold, all rows together
+                                         // (their padding to `multiple` not counted)
   std::uint64_t rows() const noexcept { return row_begin.empty() ? 0 : row_begin.size() - 1; }
 };
 
-// `positions_of[id]` is the number of input positions episode `id` occupies (its kept
-// length - 1), in [1, capacity]. `follows` is empty, or says per id whether it is a piece
-// that follows id - 1 (above). REQUIRES: every id in `order` indexes positions_of (and
-// follows, when not empty); lookahead >= 1.
+// `positions_of[id]` is the number of input positions episode `id` holds (its kept
+// length - 1), in [1, capacity]. Each episode occupies them rounded up to a multiple of
+// `multiple` (context parallelism pads every sequence to 2·cp positions; 1: no padding),
+// and the packer fits those lengths everywhere above. `follows` is empty, or says per id
+// whether it is a piece that follows id - 1 (above). REQUIRES: every id in `order` indexes
+// positions_of (and follows, when not empty); lookahead >= 1; multiple >= 1 divides
+// capacity.
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead, const std::vector<bool>& follows = {});
+                          std::size_t lookahead, const std::vector<bool>& follows = {}, std::uint32_t multiple = 1);
 
 }  // namespace tokenfeed
