@@ -233,6 +233,16 @@ struct Config {
   std::optional<std::int64_t> context_parallel_rank;
   // every_rank (default) or group_leader: see DataLoading.
   DataLoading data_loading = DataLoading::every_rank;
+  // With context_parallel_size = cp > 1 (docs/batch-contract.md, "Context parallelism"):
+  // true gives this process only its context-parallel rank's share of each row, the
+  // load-balanced split of TransformerEngine's THD attention and Megatron's
+  // get_batch_on_this_cp_rank (each sequence cut into 2·cp chunks, rank r keeping chunks r
+  // and 2·cp - 1 - r), so rows are block_size / cp long; block_size must then be a multiple
+  // of 2·cp, and the context-parallel rank known (derived, or context_parallel_rank).
+  // false (the default): every rank of the group gets the whole rows and splits them
+  // itself. A no-op with cp = 1. Not with data_loading=group_leader (the leader's batches
+  // are its own share).
+  bool context_parallel_split = false;
 
   // sft_episode / sft_packed: how an episode longer than block_size + 1 is cut.
   Truncation truncation = Truncation::right;

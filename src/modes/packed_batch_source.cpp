@@ -40,7 +40,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
   return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
-                       options_.lookahead, follows_);
+                       options_.lookahead, follows_, static_cast<std::uint32_t>(options_.sequence_multiple));
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
@@ -108,6 +108,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   const PackedPlan& packed_plan = batch_plan.mode_data_as<PackedPlan>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
+  const bool context_parallel = options_.sequence_multiple > 1 || options_.split_ranks > 1;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0);  // real rows counted below
   slot.row_in_epoch = packed_plan.row_in_epoch;
   slot.next_epoch = packed_plan.next_epoch;
@@ -123,33 +124,103 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
     }
     std::size_t column = 0;
     slot.episode_ids[r] = -1;
+    const PackedEpoch* packed = nullptr;  // null: a fill row
+    std::uint64_t global_row = 0;
     if (run < packed_plan.runs.size()) {
-      const PackedEpoch& packed = *packed_plan.runs[run].packing;
-      const std::uint64_t global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
+      packed = packed_plan.runs[run].packing.get();
+      global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
       ++slot.real_rows;
-      for (std::uint64_t k = packed.row_begin[global_row]; k < packed.row_begin[global_row + 1]; ++k) {
-        const EpisodeWindows::Kept kept = windows_.kept(packed.episodes[k], pieces_);
-        const std::uint64_t episode = kept.episode;
-        const EpisodeData& data = kept.data;
-        const SftWindow& window = kept.window;
-        const std::size_t positions = window.size() - 1;
-        const std::size_t at = r * T + column;
-        if (k == packed.row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
-        NextTokenFields fields;
-        fields.x = slot.x.data() + at;
-        fields.weights = slot.token_weights.data() + at;
-        fields.labels = slot.labels.data() + at;
-        fields.positions = slot.position_ids.data() + at;
-        windows_.write_targets(data, window, positions, options_.with_mask, fields, options_.ignore_index);
-        slot.add_sequence(positions);
-        slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
-                                               static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
-        column += positions;
-      }
+    }
+    if (context_parallel) {
+      slot.real_positions += decode_padded_row(packed, global_row, r, slot);
+      continue;
+    }
+    for (std::uint64_t k = packed != nullptr ? packed->row_begin[global_row] : 0,
+                       end = packed != nullptr ? packed->row_begin[global_row + 1] : 0;
+         k < end; ++k) {
+      const EpisodeWindows::Kept kept = windows_.kept(packed->episodes[k], pieces_);
+      const std::uint64_t episode = kept.episode;
+      const std::size_t positions = kept.window.size() - 1;
+      const std::size_t at = r * T + column;
+      if (k == packed->row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
+      NextTokenFields fields;
+      fields.x = slot.x.data() + at;
+      fields.weights = slot.token_weights.data() + at;
+      fields.labels = slot.labels.data() + at;
+      fields.positions = slot.position_ids.data() + at;
+      windows_.write_targets(kept.data, kept.window, positions, options_.with_mask, fields, options_.ignore_index);
+      slot.add_sequence(positions);
+      slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
+                                             static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
+      column += positions;
     }
     slot.real_positions += column;
     finish_row_padding(slot, r, T, column, options_.pad_token_id, options_.ignore_index);
   }
+}
+
+std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
+                                                 detail::BatchSlot& slot) const {
+  const std::size_t T = options_.block_size;
+  const std::size_t multiple = options_.sequence_multiple;
+  const std::size_t cp = options_.split_ranks;  // 1: the whole rows
+  const std::size_t rank = options_.split_rank;
+  std::size_t column = 0;  // in the whole row, where the next sequence's padded span starts
+  std::size_t real = 0;
+  // A sequence's padded span [column, column + padded) of the whole row: all of it, or this
+  // rank's chunks rank and 2·cp - 1 - rank of padded / (2·cp) positions, side by side from
+  // column / cp of its share of the row.
+  const auto place = [&](const EpisodeWindows::Kept* kept, std::size_t n, std::size_t padded) {
+    const std::size_t at = r * (T / cp) + column / cp;
+    if (cp == 1) return write_sequence_part(kept, n, 0, padded, at, slot);
+    const std::size_t chunk = padded / (2 * cp);
+    write_sequence_part(kept, n, rank * chunk, chunk, at, slot);
+    write_sequence_part(kept, n, (2 * cp - 1 - rank) * chunk, chunk, at + chunk, slot);
+  };
+  for (std::uint64_t k = packed != nullptr ? packed->row_begin[row] : 0,
+                     end = packed != nullptr ? packed->row_begin[row + 1] : 0;
+       k < end; ++k) {
+    const EpisodeWindows::Kept kept = windows_.kept(packed->episodes[k], pieces_);
+    const std::size_t positions = kept.window.size() - 1;
+    const std::size_t padded = (positions + multiple - 1) / multiple * multiple;
+    if (k == packed->row_begin[row]) slot.episode_ids[r] = static_cast<std::int64_t>(kept.episode);
+    place(&kept, positions, padded);
+    slot.add_sequence(positions, padded);
+    slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
+                                           static_cast<std::uint32_t>(positions),
+                                           static_cast<std::int64_t>(kept.episode)};
+    column += padded;
+    real += positions;
+  }
+  if (column < T) {  // the row's trailing padding: a sequence of its own, a multiple of 2·cp too
+    place(nullptr, 0, T - column);
+    slot.add_sequence(T - column);
+  }
+  return real;
+}
+
+void PackedBatchSource::write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first,
+                                            std::size_t count, std::size_t at, detail::BatchSlot& slot) const noexcept {
+  NextTokenFields fields;
+  fields.x = slot.x.data() + at;
+  fields.weights = slot.token_weights.data() + at;
+  fields.labels = slot.labels.data() + at;
+  fields.positions = slot.position_ids.data() + at;
+  const std::size_t end = first + count;
+  std::size_t i = first;
+  if (kept != nullptr && i < real) {
+    const std::size_t n = std::min(end, real) - i;
+    windows_.write_targets(kept->data, kept->window, i, n, options_.with_mask, fields, options_.ignore_index);
+    i += n;
+  }
+  if (i == end) return;
+  const std::size_t d = i - first;
+  NextTokenFields padding;
+  padding.x = fields.x + d;
+  padding.weights = fields.weights + d;
+  padding.labels = fields.labels + d;
+  padding.positions = fields.positions + d;
+  write_padding_run(end - i, padding, options_.pad_token_id, options_.ignore_index, static_cast<std::int32_t>(i));
 }
 
 }  // namespace tokenfeed

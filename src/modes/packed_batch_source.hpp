@@ -67,6 +67,13 @@ class PackedBatchSource final : public BatchSource {
     std::int64_t pad_token_id = 0;
     std::int64_t ignore_index = -100;
     bool with_mask = false;
+    // Context parallelism (docs/batch-contract.md): each episode padded to a multiple of
+    // `sequence_multiple` positions (2·cp; 1: none), counted so by the packer; with
+    // `split_ranks` = cp > 1 (context_parallel_split), only CP rank `split_rank`'s share
+    // of each row is written, straight from the episodes, into rows of block_size / cp.
+    std::size_t sequence_multiple = 1;
+    std::size_t split_ranks = 1;
+    std::size_t split_rank = 0;
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
@@ -101,6 +108,16 @@ class PackedBatchSource final : public BatchSource {
   std::vector<bool> follows_;                // per piece: it follows the previous one (split only)
 
   PackedEpoch make_packing(std::uint64_t epoch) const;
+  // Writes global row `row` of `packed` (null: a fill row) into row `r` of `slot` with
+  // context-parallel padding, and this rank's share of it when splitting; returns its
+  // real positions.
+  std::size_t decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
+                                detail::BatchSlot& slot) const;
+  // Writes positions [first, first + count) of a sequence of `real` positions (its
+  // episode's kept ones; then padding) at `at` of `slot`: a `kept` of null is a row's
+  // trailing padding, whose positions count from 0.
+  void write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first, std::size_t count,
+                           std::size_t at, detail::BatchSlot& slot) const noexcept;
 
   // The epoch being consumed and the next one. Declared after what make_packing reads:
   // its destructor waits for a background make.
