@@ -508,7 +508,9 @@ TEST_CASE("context parallel: the packer counts padded lengths and real positions
   const std::vector<std::uint32_t> positions{5, 3, 8, 1, 4, 7, 2, 6};
   std::vector<std::uint64_t> order(positions.size());
   for (std::uint64_t i = 0; i < order.size(); ++i) order[i] = i;
-  const PackedEpoch packed = pack_episodes(order, positions, 16, 8, {}, 4);
+  const std::vector<std::uint32_t> occupied = occupied_padded(positions, 4);
+  CHECK(occupied == std::vector<std::uint32_t>{8, 4, 8, 4, 4, 8, 4, 8});
+  const PackedEpoch packed = pack_episodes(order, positions, 16, 8, {}, &occupied);
   std::uint64_t real = 0;
   for (std::size_t r = 0; r < packed.rows(); ++r) {
     std::size_t used = 0;

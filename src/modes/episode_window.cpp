@@ -127,6 +127,26 @@ void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const
   if (n > 0) prefetch_next_token_run(source(e, 0, with_mask), n - 1);
 }
 
+void EpisodeWindows::prefetch_range(const EpisodeData& e, const SftWindow& w, std::size_t first, std::size_t count,
+                                    bool with_mask) const noexcept {
+  if (count == 0) return;
+  // Every cache line of [p, p + bytes).
+  const auto hint = [](const std::byte* p, std::size_t bytes) {
+    constexpr std::uintptr_t kLine = 64;
+    const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
+    for (std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) & ~(kLine - 1); a < end; a += kLine) {
+      __builtin_prefetch(reinterpret_cast<const void*>(a));
+    }
+  };
+  const std::size_t token_bytes = size_of(split_.token_dtype());
+  const std::size_t mask_bytes = with_mask ? size_of(*split_.mask_dtype()) : 0;
+  // Inputs [first, first + count) and their targets: kept positions up to first + count.
+  for_kept_range(w, first, std::min(count + 1, w.size() - first), [&](std::size_t offset, std::size_t n, std::size_t) {
+    hint(e.tokens + offset * token_bytes, n * token_bytes);
+    if (mask_bytes != 0) hint(e.mask + offset * mask_bytes, n * mask_bytes);
+  });
+}
+
 void EpisodeWindows::write_targets(const EpisodeData& e, const SftWindow& w, std::size_t first, std::size_t count,
                                    bool with_mask, const NextTokenFields& fields,
                                    std::int64_t ignore_index) const noexcept {

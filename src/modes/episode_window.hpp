@@ -72,6 +72,11 @@ class EpisodeWindows {
   // (the hardware prefetcher follows a stream only after its first misses). Not a
   // page-cache read-ahead (see EpisodeSplit::prefetch_episode).
   void prefetch_start(std::uint64_t episode, bool with_mask) const noexcept;
+  // The same for every line write_targets(episode, window, first, count) reads: a chunk
+  // of a sequence is too short for the hardware prefetcher to follow (a context-parallel
+  // rank's share reads two per sequence).
+  void prefetch_range(const EpisodeData& episode, const SftWindow& window, std::size_t first, std::size_t count,
+                      bool with_mask) const noexcept;
 
   std::size_t S() const noexcept { return S_; }
   Truncation truncation() const noexcept { return truncation_; }

@@ -23,14 +23,17 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
         follows_[u] = u != pieces_->first_piece(k);
       }
     }
-    return;
+  } else {
+    positions_of_.assign(split.num_episodes(), 0);
+    const EpisodeSampler& order = orders.sampler();
+    for (std::uint64_t i = 0; i < order.size(); ++i) {
+      const std::uint64_t id = order.id_at(i);
+      const std::size_t n = windows.window(id).size();
+      positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+    }
   }
-  positions_of_.assign(split.num_episodes(), 0);
-  const EpisodeSampler& order = orders.sampler();
-  for (std::uint64_t i = 0; i < order.size(); ++i) {
-    const std::uint64_t id = order.id_at(i);
-    const std::size_t n = windows.window(id).size();
-    positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+  if (options_.sequence_multiple > 1) {
+    occupied_ = occupied_padded(positions_of_, static_cast<std::uint32_t>(options_.sequence_multiple));
   }
 }
 
@@ -40,7 +43,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
   return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
-                       options_.lookahead, follows_, static_cast<std::uint32_t>(options_.sequence_multiple));
+                       options_.lookahead, follows_, occupied_.empty() ? nullptr : &occupied_);
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
@@ -177,13 +180,32 @@ std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std:
     write_sequence_part(kept, n, rank * chunk, chunk, at, slot);
     write_sequence_part(kept, n, (2 * cp - 1 - rank) * chunk, chunk, at + chunk, slot);
   };
-  for (std::uint64_t k = packed != nullptr ? packed->row_begin[row] : 0,
-                     end = packed != nullptr ? packed->row_begin[row + 1] : 0;
-       k < end; ++k) {
-    const EpisodeWindows::Kept kept = windows_.kept(packed->episodes[k], pieces_);
+  const auto padded_of = [multiple](std::size_t positions) { return (positions + multiple - 1) / multiple * multiple; };
+  // A rank's chunks are too short for the hardware prefetcher to follow: the next
+  // episode's are hinted while this one is written.
+  const auto hint_chunks = [&](const EpisodeWindows::Kept& kept) {
+    const std::size_t n = kept.window.size() - 1;
+    const std::size_t chunk = padded_of(n) / (2 * cp);
+    for (const std::size_t c : {rank, 2 * cp - 1 - rank}) {
+      if (c * chunk < n) {
+        windows_.prefetch_range(kept.data, kept.window, c * chunk, std::min(chunk, n - c * chunk), options_.with_mask);
+      }
+    }
+  };
+  const std::uint64_t begin = packed != nullptr ? packed->row_begin[row] : 0;
+  const std::uint64_t end = packed != nullptr ? packed->row_begin[row + 1] : 0;
+  EpisodeWindows::Kept next;
+  if (begin < end) next = windows_.kept(packed->episodes[begin], pieces_);
+  for (std::uint64_t k = begin; k < end; ++k) {
+    const EpisodeWindows::Kept kept = next;
+    if (k + 2 < end) split_.prefetch_record(EpisodeWindows::episode_of(packed->episodes[k + 2], pieces_));
+    if (k + 1 < end) {
+      next = windows_.kept(packed->episodes[k + 1], pieces_);
+      if (cp > 1) hint_chunks(next);
+    }
     const std::size_t positions = kept.window.size() - 1;
-    const std::size_t padded = (positions + multiple - 1) / multiple * multiple;
-    if (k == packed->row_begin[row]) slot.episode_ids[r] = static_cast<std::int64_t>(kept.episode);
+    const std::size_t padded = padded_of(positions);
+    if (k == begin) slot.episode_ids[r] = static_cast<std::int64_t>(kept.episode);
     place(&kept, positions, padded);
     slot.add_sequence(positions, padded);
     slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),

@@ -106,6 +106,7 @@ class PackedBatchSource final : public BatchSource {
   const DocumentPieces* pieces_;             // truncation=split: the units are its pieces; else null
   std::vector<std::uint32_t> positions_of_;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
   std::vector<bool> follows_;                // per piece: it follows the previous one (split only)
+  std::vector<std::uint32_t> occupied_;      // context parallelism: positions_of_ padded (else empty)
 
   PackedEpoch make_packing(std::uint64_t epoch) const;
   // Writes global row `row` of `packed` (null: a fill row) into row `r` of `slot` with

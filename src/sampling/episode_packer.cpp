@@ -5,12 +5,10 @@
 namespace tokenfeed {
 
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead, const std::vector<bool>& follows, std::uint32_t multiple) {
-  // What an episode occupies: its positions, padded to the multiple.
-  const auto occupied = [&positions_of, multiple](std::uint64_t id) {
-    const std::uint32_t p = positions_of[id];
-    return multiple == 1 ? p : (p + multiple - 1) / multiple * multiple;
-  };
+                          std::size_t lookahead, const std::vector<bool>& follows,
+                          const std::vector<std::uint32_t>* occupied_of) {
+  const std::vector<std::uint32_t>& occupies = occupied_of != nullptr ? *occupied_of : positions_of;
+  const auto occupied = [&occupies](std::uint64_t id) { return occupies[id]; };
   PackedEpoch packed;
   packed.episodes.reserve(static_cast<std::size_t>(order.size()));
   packed.row_begin.push_back(0);
@@ -50,6 +48,12 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
     packed.row_begin.push_back(packed.episodes.size());
   }
   return packed;
+}
+
+std::vector<std::uint32_t> occupied_padded(const std::vector<std::uint32_t>& positions_of, std::uint32_t multiple) {
+  std::vector<std::uint32_t> out(positions_of.size());
+  for (std::size_t id = 0; id < out.size(); ++id) out[id] = (positions_of[id] + multiple - 1) / multiple * multiple;
+  return out;
 }
 
 }  // namespace tokenfeed
