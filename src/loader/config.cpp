@@ -262,6 +262,12 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(to_string(c.truncation)); }},
       {"pack_lookahead", [](Config& c, std::string_view v) { c.pack_lookahead = parse_int("pack_lookahead", v); },
        [](const Config& c) { return std::to_string(c.pack_lookahead); }},
+      {"balance_ranks",
+       [](Config& c, std::string_view v) {
+         c.balance_ranks = parse_enum<RankBalance>(
+             "balance_ranks", v, {{"none", RankBalance::none}, {"attention", RankBalance::attention}});
+       },
+       [](const Config& c) { return std::string(to_string(c.balance_ranks)); }},
       {"contract_fields", [](Config& c, std::string_view v) { c.contract_fields = parse_bool("contract_fields", v); },
        [](const Config& c) { return std::string(c.contract_fields ? "true" : "false"); }},
       {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
@@ -672,6 +678,8 @@ const char* to_string(Truncation truncation) noexcept {
   }
   return "";
 }
+
+const char* to_string(RankBalance balance) noexcept { return balance == RankBalance::attention ? "attention" : "none"; }
 
 const char* to_string(DataLoading loading) noexcept {
   return loading == DataLoading::group_leader ? "group_leader" : "every_rank";

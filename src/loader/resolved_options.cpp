@@ -166,6 +166,22 @@ void check_context_parallel_rank(const Config& c) {
                   "context_parallel_rank in the config");
 }
 
+void check_balance_ranks(const Config& c) {
+  if (c.balance_ranks == RankBalance::none) return;
+  const std::string key = std::string("config key 'balance_ranks' is ") + to_string(c.balance_ranks);
+  if (!c.mixture.empty()) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances the rows one sft_packed dataset packs; a mixture's rows "
+                                       "come from its sources by the schedule: remove the key");
+  }
+  if (c.dataset_mode != DatasetMode::sft_packed) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances packed rows across ranks; it applies to "
+                                       "dataset_mode=sft_packed, not " +
+                                       to_string(c.dataset_mode));
+  }
+}
+
 ResolvedOptions resolve_options(Config config) {
   validate_config(config);
   ResolvedOptions r;
@@ -173,7 +189,10 @@ ResolvedOptions resolve_options(Config config) {
   check_context_parallel_rank(config);
   settle_decode_threads(config, r);
   r.config = std::move(config);
-  if (r.mixture()) return r;
+  if (r.mixture()) {
+    check_balance_ranks(r.config);
+    return r;
+  }
   Config& c = r.config;
 
   check_dataset_dir(c);
@@ -224,6 +243,7 @@ ResolvedOptions resolve_options(Config config) {
     }
   }
   settle_context_parallel_padding(r);
+  check_balance_ranks(c);
   if (!r.episode_mode()) {
     if (c.use_loss_mask.value_or(false)) {
       log_line(LogLevel::warning,
@@ -374,6 +394,7 @@ PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& s
   packing.ignore_index = config.ignore_index;
   packing.with_mask = with_mask;
   packing.sequence_multiple = context_parallel_multiple(config);
+  packing.balance_attention = config.balance_ranks == RankBalance::attention;
   if (splits_rows_for_context_parallel(config)) {
     packing.split_ranks = static_cast<std::size_t>(config.context_parallel_size);
     packing.split_rank = static_cast<std::size_t>(config.context_parallel_rank.value_or(0));

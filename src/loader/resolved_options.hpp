@@ -171,6 +171,10 @@ void settle_context_parallel_padding(ResolvedOptions& r);
 // Error(config) naming context_parallel_rank.
 void check_context_parallel_rank(const Config& config);
 
+// balance_ranks=attention applies to one sft_packed dataset: Error(config) naming the key
+// for a mixture or another settled mode.
+void check_balance_ranks(const Config& config);
+
 // The pieces of the resolution, for fronts that apply only some of the rules
 // (RLPrompts) or report a refusal instead of throwing it (inspect).
 

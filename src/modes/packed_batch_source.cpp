@@ -1,8 +1,10 @@
 #include "modes/packed_batch_source.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "modes/episode_batch_source.hpp"
+#include "sampling/rank_balance.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -95,6 +97,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   }
   packed_plan->next_epoch = epoch;
   packed_plan->next_row_in_epoch = row;
+  if (options_.balance_attention && options_.world_size > 1) balance(*packed_plan);
   p.mode_data = std::move(packed_plan);
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
@@ -104,6 +107,31 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   next_.epoch = epoch;
   next_.row_in_epoch = row;
   return p;
+}
+
+void PackedBatchSource::balance(PackedPlan& plan) const {
+  const std::uint64_t B = options_.batch_size, W = options_.world_size;
+  // Each row's attention cost, Σ n² over its episodes; fill rows (past the runs) cost 0.
+  std::vector<std::uint64_t> costs(B * W, 0);
+  std::size_t g = 0;
+  for (const PackedPlan::Run& run : plan.runs) {
+    const PackedEpoch& packed = *run.packing;
+    for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row, ++g) {
+      for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k) {
+        const std::uint64_t n = positions_of_[packed.episodes[k]];
+        costs[g] += n * n;
+      }
+    }
+  }
+  std::vector<std::uint32_t> sliced(costs.size());
+  std::iota(sliced.begin(), sliced.end(), 0u);
+  const std::vector<std::uint32_t> balanced = balance_rows(costs, W, B);
+  const auto mine = balanced.begin() + static_cast<std::ptrdiff_t>(options_.rank * B);
+  plan.rows.assign(mine, mine + static_cast<std::ptrdiff_t>(B));
+  plan.sliced_max = rank_costs(costs, sliced, W, B).max;
+  const RankCosts after = rank_costs(costs, balanced, W, B);
+  plan.balanced_max = after.max;
+  plan.mean = after.mean;
 }
 
 void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
@@ -116,11 +144,17 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   slot.row_in_epoch = packed_plan.row_in_epoch;
   slot.next_epoch = packed_plan.next_epoch;
   slot.next_row_in_epoch = packed_plan.next_row_in_epoch;
-  // This rank's rows are [rank*B, (rank+1)*B) of the global batch's rows.
+  slot.global_rows = packed_plan.rows;
+  slot.sliced_cost_max = packed_plan.sliced_max;
+  slot.balanced_cost_max = packed_plan.balanced_max;
+  slot.cost_mean = packed_plan.mean;
+  // This rank's rows are [rank*B, (rank+1)*B) of the global batch's rows, or those the
+  // balance gave it (in increasing order too).
   std::size_t run = 0;
   std::uint64_t run_start = 0;  // the batch row where packed_plan.runs[run] starts
   for (std::size_t r = 0; r < rows; ++r) {
-    const std::uint64_t batch_row = options_.rank * options_.batch_size + r;
+    const std::uint64_t batch_row =
+        packed_plan.rows.empty() ? options_.rank * options_.batch_size + r : packed_plan.rows[r];
     while (run < packed_plan.runs.size() && batch_row >= run_start + packed_plan.runs[run].rows) {
       run_start += packed_plan.runs[run].rows;
       ++run;

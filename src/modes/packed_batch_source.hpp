@@ -3,8 +3,9 @@
 // Each epoch's episode order (the same numpy-compatible order as sft_episode) is packed
 // into rows by pack_episodes. The rows of all epochs, epoch after epoch, form one global
 // row stream; a global batch is B*W consecutive rows of it and rank r takes the r-th slice
-// of B rows. So the stream depends on the global batch B*W only, never on its split across
-// ranks, and a state saved at one world size resumes at another with the same B*W.
+// of B rows (with balance_ranks=attention, the B rows balance_rows gives it). So the stream
+// depends on the global batch B*W only, never on its split across ranks, and a state saved
+// at one world size resumes at another with the same B*W.
 //  - epoch_drop_last=true: nothing is dropped. An epoch's last rows, too few for a global
 //    batch, open the next batch, which continues with the next epoch's first rows: every
 //    kept episode is trained once per epoch, whatever its length.
@@ -53,6 +54,12 @@ struct PackedPlan {
   std::vector<Run> runs;
   std::uint64_t row_in_epoch = 0;
   std::uint64_t next_epoch = 0, next_row_in_epoch = 0;
+  // balance_ranks=attention: this rank's rows of the global batch, in increasing order
+  // (balance_rows), and the ranks' attention costs under the plain slicing and balanced.
+  // Empty: rank r's rows are [r * B, (r + 1) * B).
+  std::vector<std::uint32_t> rows;
+  std::uint64_t sliced_max = 0, balanced_max = 0;
+  double mean = 0;
 };
 
 class PackedBatchSource final : public BatchSource {
@@ -74,6 +81,9 @@ class PackedBatchSource final : public BatchSource {
     std::size_t sequence_multiple = 1;
     std::size_t split_ranks = 1;
     std::size_t split_rank = 0;
+    // balance_ranks=attention: the global batch's rows go to the ranks by balance_rows
+    // over their attention costs (sampling/rank_balance.hpp) instead of in slices.
+    bool balance_attention = false;
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
@@ -109,6 +119,8 @@ class PackedBatchSource final : public BatchSource {
   std::vector<std::uint32_t> occupied_;      // context parallelism: positions_of_ padded (else empty)
 
   PackedEpoch make_packing(std::uint64_t epoch) const;
+  // balance_attention: sets plan.rows and the costs from the global batch's rows.
+  void balance(PackedPlan& plan) const;
   // Writes global row `row` of `packed` (null: a fill row) into row `r` of `slot` with
   // context-parallel padding, and this rank's share of it when splitting; returns its
   // real positions.

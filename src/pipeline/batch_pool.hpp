@@ -172,6 +172,12 @@ struct BatchSlot {
   std::uint64_t real_rows = 0;
   // Packed mode: the epoch row the batch starts at, and where the next batch starts.
   std::uint64_t row_in_epoch = 0, next_epoch = 0, next_row_in_epoch = 0;
+  // Packed mode with balance_ranks: the rows of the global batch this batch holds, and the
+  // ranks' largest attention cost sliced and balanced, and their mean (for the audit log);
+  // empty and 0 otherwise.
+  std::vector<std::uint32_t> global_rows;
+  std::uint64_t sliced_cost_max = 0, balanced_cost_max = 0;
+  double cost_mean = 0;
   std::exception_ptr error;  // set when the stage that produced this slot failed
   double wait_us = 0;        // set by get_batch
 
