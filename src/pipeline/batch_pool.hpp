@@ -117,8 +117,8 @@ struct BatchSlot {
   std::vector<std::int64_t> row_last_target;
   std::atomic<bool> y_deferred{false}, contract_deferred{false};
   const FieldDemand* demand = nullptr;
-  Mutex deferred_mutex;                             // held while a reader completes the deferred fields
-  std::vector<tokenfeed::PackedSegment> segments;   // packed mode; capacity rows * full_cols, `segment_count` used
+  Mutex deferred_mutex;                            // held while a reader completes the deferred fields
+  std::vector<tokenfeed::PackedSegment> segments;  // packed mode; capacity rows * full_cols, `segment_count` used
   std::size_t segment_count = 0;
   // RL batches only (empty otherwise): log_probs B x T, and per sequence of cu_seqlens its
   // reward and group id (capacity as cu_seqlens; num_sequences used).
