@@ -49,6 +49,27 @@ void check_request(const InspectRequest& r) {
   if (r.packed && r.block_size == 0) {
     throw Error(ErrorKind::usage, "inspect --packed needs --block-size T: packing fills rows of T positions");
   }
+  if (r.context_parallel_size < 1 || r.context_parallel_size > (std::int64_t{1} << 20)) {
+    throw Error(ErrorKind::usage,
+                "inspect --context-parallel-size must be in [1, 2^20], got " + std::to_string(r.context_parallel_size));
+  }
+  if (r.context_parallel_size > 1 && !r.packed) {
+    throw Error(ErrorKind::usage,
+                "inspect --context-parallel-size describes the packing that --packed reports; add "
+                "--packed --block-size T");
+  }
+  if (r.packed) {
+    // The loader's own rule for the padded rows.
+    Config c;
+    c.dataset_mode = DatasetMode::sft_packed;
+    c.block_size = r.block_size;
+    c.context_parallel_size = r.context_parallel_size;
+    try {
+      check_context_parallel_rows(c);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::usage, std::string("inspect --packed --context-parallel-size: ") + e.what());
+    }
+  }
 }
 
 // Combinations that make no sense for this dataset: packing a token stream, cutting turns
@@ -132,6 +153,7 @@ ResolvedOptions assumed_run(const InspectRequest& r, const DatasetMetadata& meta
   c.truncation = r.truncation;
   c.pack_lookahead = r.pack_lookahead;
   c.epoch_seed = r.seed;
+  c.context_parallel_size = r.context_parallel_size;
   return run;
 }
 
