@@ -88,7 +88,9 @@ def test_groups_get_identical_batches_and_dp_ranks_todays_slices(sft_dir, stream
     for dp, per_rank in digests.items():
         assert len(per_rank) == 4
         assert all(d == per_rank[0] for d in per_rank), f"dp group {dp} differs"
-        plain = tokenfeed.Loader(keys_for(mode, sft_dir, stream_dir, rank=dp, world_size=2))
+        # Today's loader at rank dp of 2, with the same CP padding (sft_packed pads to 2·cp).
+        plain = tokenfeed.Loader(keys_for(mode, sft_dir, stream_dir, rank=dp, world_size=2, context_parallel_size=2,
+                                          context_parallel_rank=0, data_parallel_rank=dp, data_parallel_size=2))
         assert [batch_digest(b) for b in plain.iter("train", steps=steps)] == per_rank[0]
         plain.close()
     assert digests[0][0] != digests[1][0]
@@ -174,8 +176,10 @@ def torchrun_layouts(sft_dir, stream_dir, tmp_path_factory):
 
 def single_process(keys, steps, skip=0):
     """Per step, the rows of one loader with the whole global batch (BATCH x 2)."""
-    loader = tokenfeed.Loader(dict(keys, rank=0, world_size=1, tensor_parallel_size=1, context_parallel_size=1,
-                                   batch_size=BATCH * 2, data_loading="every_rank"))
+    # The same CP size (sft_packed pads each sequence to a multiple of 2·cp), one process.
+    loader = tokenfeed.Loader(dict(keys, rank=0, world_size=1, tensor_parallel_size=1, data_parallel_rank=0,
+                                   data_parallel_size=1, context_parallel_rank=0, batch_size=BATCH * 2,
+                                   data_loading="every_rank"))
     out = []
     for b in loader.iter("train", steps=skip + steps):
         if len(b.segments):
