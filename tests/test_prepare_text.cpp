@@ -365,6 +365,20 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
   t.read.doc_per = DocPer::line;
   CHECK_THROWS_WITH_AS(prepare_text_corpus(t), doctest::Contains("bad.txt:2: invalid_utf8"), Error);
 
+  // A JSON string that is not UTF-8: the parser's detail quotes the line, and the message
+  // stays UTF-8 (Python's exceptions hold str), the byte written as \xc3.
+  write_bytes(dir / "u.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"caf\xc3 au lait\"}\n");
+  PrepareTextOptions u = base_options(dir / "u.jsonl", dir / "out_u");
+  std::string message;
+  try {
+    prepare_text_corpus(u);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("u.jsonl:2: invalid_json") != std::string::npos);
+  CHECK(message.find("\\xc3") != std::string::npos);
+  CHECK(message.find('\xc3') == std::string::npos);
+
   write_bytes(dir / "long.jsonl", "{\"text\": \"" + std::string(200, 'x') + "\"}\n{\"text\": \"y\"}\n");
   PrepareTextOptions l = base_options(dir / "long.jsonl", dir / "out_l");
   l.read.max_document_bytes = 100;

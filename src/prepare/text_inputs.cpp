@@ -68,7 +68,27 @@ bool is_blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
 
-void make_bad(TextRecord& r, std::string_view reason, std::string detail) {
+// `s` with each byte that is not part of valid UTF-8 written as \xNN: a detail quotes the
+// record (the JSON parser's "last read: ..."), and the message must stay text for a terminal
+// and for Python, whose exceptions hold str.
+std::string printable_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    const std::size_t valid = valid_utf8_prefix(s);
+    out.append(s.substr(0, valid));
+    if (valid == s.size()) break;
+    static constexpr char kHex[] = "0123456789abcdef";
+    const auto byte = static_cast<unsigned char>(s[valid]);
+    out += "\\x";
+    out += kHex[byte >> 4];
+    out += kHex[byte & 0xF];
+    s.remove_prefix(valid + 1);
+  }
+  return out;
+}
+
+void make_bad(TextRecord& r, std::string_view reason, const std::string& detail) {
   r.kind = TextRecord::Kind::bad;
   r.reason = reason;
   r.detail = std::move(detail);
