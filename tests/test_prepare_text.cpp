@@ -388,7 +388,14 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
 TEST_CASE("prepare-text: inputs that are not there, not files, or corrupt are clear errors") {
   test::TempDir dir;
   PrepareTextOptions o = base_options(dir / "none*.jsonl", dir / "out");
-  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("matches no file"), Error);
+  // A missing input is ErrorKind::io (exit status 3), whether its directory exists or not.
+  for (const fs::path& missing : {dir / "none*.jsonl", dir / "none.jsonl", dir / "no_dir" / "*.jsonl",
+                                  dir / "no_dir" / "c.jsonl"}) {
+    CAPTURE(missing);
+    o.inputs = {missing.string()};
+    CHECK(test::error_of([&] { prepare_text_corpus(o); }, ErrorKind::io).find("matches no file") !=
+          std::string::npos);
+  }
   fs::create_directories(dir / "d.jsonl");
   o.inputs = {(dir / "d.jsonl").string()};
   CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("not a regular file"), Error);

@@ -21,6 +21,7 @@
 #include "prepare/stage_fence.hpp"
 #include "prepare/text_inputs.hpp"
 #include "util/bounded_json.hpp"
+#include "util/filesystem_errors.hpp"
 #include "util/sha256.hpp"
 #include "tokenfeed/log.hpp"
 #include "tokenfeed/tokenizer.hpp"
@@ -761,6 +762,8 @@ class TextCorpusRun {
 
 }  // namespace
 
-PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options) { return TextCorpusRun(options).run(); }
+PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options) {
+  return filesystem_errors_as_io([&] { return TextCorpusRun(options).run(); });
+}
 
 }  // namespace tokenfeed

@@ -64,6 +64,18 @@ std::size_t valid_utf8_prefix(std::string_view s) {
   return n;
 }
 
+// The directory glob(3) could not read, and why: its error callback takes no user data.
+struct GlobFailure {
+  std::string path;
+  int error = 0;
+};
+thread_local GlobFailure t_glob_failure;
+
+int note_glob_failure(const char* path, int error) {
+  if (t_glob_failure.error == 0) t_glob_failure = {path, error};
+  return 0;  // GLOB_ERR stops the expansion
+}
+
 bool is_blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
@@ -91,7 +103,7 @@ std::string printable_utf8(std::string_view s) {
 void make_bad(TextRecord& r, std::string_view reason, const std::string& detail) {
   r.kind = TextRecord::Kind::bad;
   r.reason = reason;
-  r.detail = std::move(detail);
+  r.detail = printable_utf8(detail);
 }
 
 }  // namespace
@@ -143,14 +155,21 @@ std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& pa
   std::vector<std::string> paths;
   for (const std::string& pattern : patterns) {
     glob_t matches{};
-    const int rc = ::glob(pattern.c_str(), GLOB_NOSORT | GLOB_ERR, nullptr, &matches);
-    if (rc == GLOB_NOMATCH || (rc == 0 && matches.gl_pathc == 0)) {
+    t_glob_failure = {};
+    const int rc = ::glob(pattern.c_str(), GLOB_NOSORT | GLOB_ERR, note_glob_failure, &matches);
+    // One rule, whether the pattern's directory exists or not: a missing input is a file
+    // that cannot be read (ErrorKind::io, the command's exit status 3).
+    if (rc == GLOB_NOMATCH || (rc == 0 && matches.gl_pathc == 0) ||
+        (rc == GLOB_ABORTED && (t_glob_failure.error == ENOENT || t_glob_failure.error == ENOTDIR))) {
       ::globfree(&matches);
-      throw Error(ErrorKind::config, "input '" + pattern + "' matches no file");
+      throw Error(ErrorKind::io, "input '" + pattern + "' matches no file");
     }
     if (rc != 0) {
       ::globfree(&matches);
-      throw Error(ErrorKind::io, "cannot expand input '" + pattern + "' (a directory could not be read)");
+      throw Error(ErrorKind::io, "cannot expand input '" + pattern + "': directory '" + t_glob_failure.path +
+                                     "' cannot be read" +
+                                     (t_glob_failure.error != 0 ? ": " + std::string(std::strerror(t_glob_failure.error))
+                                                                : std::string()));
     }
     for (std::size_t i = 0; i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
     ::globfree(&matches);
