@@ -389,12 +389,11 @@ TEST_CASE("prepare-text: inputs that are not there, not files, or corrupt are cl
   test::TempDir dir;
   PrepareTextOptions o = base_options(dir / "none*.jsonl", dir / "out");
   // A missing input is ErrorKind::io (exit status 3), whether its directory exists or not.
-  for (const fs::path& missing : {dir / "none*.jsonl", dir / "none.jsonl", dir / "no_dir" / "*.jsonl",
-                                  dir / "no_dir" / "c.jsonl"}) {
+  for (const fs::path& missing :
+       {dir / "none*.jsonl", dir / "none.jsonl", dir / "no_dir" / "*.jsonl", dir / "no_dir" / "c.jsonl"}) {
     CAPTURE(missing);
     o.inputs = {missing.string()};
-    CHECK(test::error_of([&] { prepare_text_corpus(o); }, ErrorKind::io).find("matches no file") !=
-          std::string::npos);
+    CHECK(test::error_of([&] { prepare_text_corpus(o); }, ErrorKind::io).find("matches no file") != std::string::npos);
   }
   fs::create_directories(dir / "d.jsonl");
   o.inputs = {(dir / "d.jsonl").string()};

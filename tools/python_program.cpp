@@ -35,8 +35,7 @@ void exec_python_program(const std::string& module, const std::vector<std::strin
       "\n"
       "except ImportError as e:\n"
       "    sys.stderr.write(\"tokenfeed: error: " +
-      what +
-      " runs the tokenfeed Python package in %s (" + chosen +
+      what + " runs the tokenfeed Python package in %s (" + chosen +
       "), which cannot import it (%s); install it there with %s -m pip install 'tokenfeed[hf]', or set "
       "TOKENFEED_PYTHON to the Python that has it\\n\" % (sys.executable, e, sys.executable))\n"
       "    sys.exit(2)\n"

@@ -118,7 +118,8 @@ class PythonParquetReader final : public tokenfeed::ParquetTextReader {
           }
           rows.emplace_back(std::string(utf8, static_cast<std::size_t>(size)));
         } else if (PyBytes_Check(v.ptr())) {  // a value that is not UTF-8: the library reports it
-          rows.emplace_back(std::string(PyBytes_AS_STRING(v.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(v.ptr()))));
+          rows.emplace_back(
+              std::string(PyBytes_AS_STRING(v.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(v.ptr()))));
         } else {
           rows.emplace_back(std::nullopt);
         }

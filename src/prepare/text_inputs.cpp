@@ -166,10 +166,10 @@ std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& pa
     }
     if (rc != 0) {
       ::globfree(&matches);
-      throw Error(ErrorKind::io, "cannot expand input '" + pattern + "': directory '" + t_glob_failure.path +
-                                     "' cannot be read" +
-                                     (t_glob_failure.error != 0 ? ": " + std::string(std::strerror(t_glob_failure.error))
-                                                                : std::string()));
+      throw Error(
+          ErrorKind::io,
+          "cannot expand input '" + pattern + "': directory '" + t_glob_failure.path + "' cannot be read" +
+              (t_glob_failure.error != 0 ? ": " + std::string(std::strerror(t_glob_failure.error)) : std::string()));
     }
     for (std::size_t i = 0; i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
     ::globfree(&matches);

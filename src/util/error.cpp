@@ -20,8 +20,8 @@ Error io_error_of(const std::filesystem::filesystem_error& e) {
   std::string where;
   if (!e.path1().empty()) where = " '" + e.path1().string() + "'";
   if (!e.path2().empty()) where += " or '" + e.path2().string() + "'";
-  return Error(ErrorKind::io, "cannot access" + (where.empty() ? std::string(" a file") : where) + ": " +
-                                  e.code().message());
+  return Error(ErrorKind::io,
+               "cannot access" + (where.empty() ? std::string(" a file") : where) + ": " + e.code().message());
 }
 
 }  // namespace tokenfeed
