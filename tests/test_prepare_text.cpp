@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -384,6 +385,68 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
   PrepareTextOptions l = base_options(dir / "long.jsonl", dir / "out_l");
   l.read.max_document_bytes = 100;
   CHECK_THROWS_WITH_AS(prepare_text_corpus(l), doctest::Contains("long.jsonl:1: document_too_long"), Error);
+}
+
+TEST_CASE("prepare-text: runs of empty lines are counted line by line, across buffers and with CRLF") {
+  test::TempDir dir;
+  // "xy\n" first puts a "\r\n" across the reader's 1 MiB buffers; 70,000 passes a record's run.
+  std::string text = "xy\n";
+  for (int i = 0; i < 600000; ++i) text += "\r\n";
+  text += "z\n" + std::string(70000, '\n') + "w";
+  write_bytes(dir / "c.txt", text);
+  write_bytes(dir / "c.txt.zst", zstd_of(text));
+  for (const std::string name : {"c.txt", "c.txt.zst"}) {
+    CAPTURE(name);
+    PrepareTextOptions o = base_options(dir / name, dir / ("line_" + name));
+    o.read.doc_per = DocPer::line;
+    const PrepareTextSummary s = prepare_text_corpus(o);
+    CHECK(s.train.documents == 3);
+    CHECK(s.train.empty_documents == 670000);
+    const auto tokenizer = make_tokenizer("bytes");
+    const Tokenizer& t = *tokenizer;
+    CHECK(read_token_split(dir / ("line_" + name) / "train", o.shard_tokens) ==
+          std::vector<Ids>{expected_ids(t, "xy"), expected_ids(t, "z"), expected_ids(t, "w")});
+  }
+  // JSONL: empty lines are blank lines, counted; the line numbers after them still right.
+  write_bytes(dir / "b.jsonl", "{\"text\": \"a\"}\n" + std::string(70000, '\n') + "\r\n{\"text\": 5}\n");
+  PrepareTextOptions o = base_options(dir / "b.jsonl", dir / "jsonl");
+  o.on_error = OnBadLine::skip;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.blank_lines == 70001);
+  CHECK(s.train.documents == 1);
+  REQUIRE(s.skipped.count("not_a_string") == 1);
+  CHECK(s.skipped.at("not_a_string").first_line == 70003);
+}
+
+TEST_CASE("prepare-text: progress counts the input of the records written, compressed input too") {
+  // The bytes a decoder took are far ahead of the records read from what it gave: progress
+  // must follow the records, and reach 100% only with the last of them.
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300000; ++i) text += "abc\n";  // 1.2 MB: more than one decoded buffer
+  write_bytes(dir / "c.txt", text);
+  write_bytes(dir / "c.txt.gz", gzip_of(text));
+  write_bytes(dir / "c.txt.zst", zstd_of(text));
+  for (const std::string name : {"c.txt", "c.txt.gz", "c.txt.zst"}) {
+    CAPTURE(name);
+    PrepareTextOptions o = base_options(dir / name, dir / ("out_" + name));
+    o.read.doc_per = DocPer::line;
+    o.batch_bytes = 16384;
+    o.progress_interval_seconds = 0;
+    std::vector<PrepareTextProgress> reports;
+    o.on_progress = [&](const PrepareTextProgress& p) { reports.push_back(p); };
+    prepare_text_corpus(o);
+    REQUIRE(reports.size() > 20);
+    for (const PrepareTextProgress& p : reports) {
+      if (p.done) continue;
+      const double read = static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total);
+      const double written = static_cast<double>(p.documents) / 300000.0;
+      CAPTURE(read);
+      CAPTURE(written);
+      CHECK(std::abs(read - written) < 0.2);
+      if (p.input_bytes_read == p.input_bytes_total) CHECK(p.documents == 300000);
+    }
+  }
 }
 
 TEST_CASE("prepare-text: inputs that are not there, not files, or corrupt are clear errors") {

@@ -670,10 +670,10 @@ class TextCorpusRun {
       const bool val = c.val[i] != 0;
       switch (r.kind) {
         case TextRecord::Kind::blank:
-          ++counters.blank_lines;
+          counters.blank_lines += r.repeat;
           break;
         case TextRecord::Kind::empty:
-          ++counters.split(val).empty_documents;
+          counters.split(val).empty_documents += r.repeat;
           break;
         case TextRecord::Kind::bad:
           count_bad(counters, r, val, names[r.file] + ":" + std::to_string(r.line));
@@ -728,7 +728,7 @@ class TextCorpusRun {
           input_done = true;
           break;
         }
-        bytes += r.text.size() + 1;
+        bytes += r.text.size() + r.repeat;  // a run of empty lines: its line ends
         c->records.push_back(std::move(r));
       }
       c->bytes_read_after = reader.bytes_read();

@@ -273,12 +273,22 @@ struct TextFileReader::Impl {
     make_bad(r, kTextReasonTooLong, "longer than " + std::to_string(options.max_document_bytes) + " bytes");
   }
 
+  // A record for an empty line and the empty lines that follow it.
+  void empty_run(TextRecord& r, TextRecord::Kind kind) {
+    const std::uint64_t more = lines->skip_empty_lines(kMaxEmptyLineRun - 1);
+    units += more;
+    r.kind = kind;
+    r.repeat = 1 + more;
+  }
+
   bool next_jsonl(TextRecord& r) {
     start(r);
     bool long_line = false;
     if (!next_line(long_line)) return false;
     if (long_line) {
       too_long(r);
+    } else if (line.empty()) {
+      empty_run(r, TextRecord::Kind::blank);
     } else {
       r.kind = TextRecord::Kind::json_line;
       r.text = std::move(line);
@@ -293,6 +303,8 @@ struct TextFileReader::Impl {
     if (!next_line(long_line)) return false;
     if (long_line) {
       too_long(r);
+    } else if (line.empty()) {
+      empty_run(r, TextRecord::Kind::empty);
     } else {
       r.text = std::move(line);
       line = std::string();
@@ -307,6 +319,7 @@ struct TextFileReader::Impl {
       start(r);
       if (!next_line(long_line)) return false;
       if (long_line || !line.empty()) break;
+      units += lines->skip_empty_lines(std::numeric_limits<std::uint64_t>::max());
     }
     bool bad = false;
     for (;;) {
