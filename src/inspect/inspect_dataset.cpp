@@ -12,6 +12,7 @@
 #include "dataset/token_stream.hpp"
 #include "inspect/split_reports.hpp"
 #include "loader/resolved_options.hpp"
+#include "util/filesystem_errors.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -157,7 +158,10 @@ ResolvedOptions assumed_run(const InspectRequest& r, const DatasetMetadata& meta
   return run;
 }
 
-DatasetReport inspect_dataset(const InspectRequest& r) {
+namespace {
+
+// inspect_dataset itself; its caller turns a filesystem error under it into tokenfeed's.
+DatasetReport inspect_dataset_directly(const InspectRequest& r) {
   check_request(r);
   const fs::path root(r.dataset_dir);
   std::error_code ec;
@@ -215,6 +219,12 @@ DatasetReport inspect_dataset(const InspectRequest& r) {
                                                            [](const SplitReport& s) { return s.refusal.has_value(); });
   if (!refused) report.suggested_config = suggest_config(r, run, report);
   return report;
+}
+
+}  // namespace
+
+DatasetReport inspect_dataset(const InspectRequest& r) {
+  return filesystem_errors_as_io([&] { return inspect_dataset_directly(r); });
 }
 
 }  // namespace tokenfeed
