@@ -101,7 +101,7 @@ struct TextReadOptions {
   // (document_too_long); a JSONL line is read up to 6 x this + 1 MiB, a plain-text line up
   // to this, and a longer one is document_too_long without being held in memory.
   std::size_t max_document_bytes = std::size_t{64} << 20;
-  ParquetOpener open_parquet;                              // required for parquet input
+  ParquetOpener open_parquet;  // required for parquet input
 };
 
 // The output's layout: token-stream shards with document offsets, or episodes.
