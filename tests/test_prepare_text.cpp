@@ -387,6 +387,50 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
   CHECK_THROWS_WITH_AS(prepare_text_corpus(l), doctest::Contains("long.jsonl:1: document_too_long"), Error);
 }
 
+TEST_CASE("prepare-text: --max-document-bytes bounds the text as decoded, and a JSONL line at 6 x + 1 MiB") {
+  test::TempDir dir;
+  const auto tokenizer = make_tokenizer("bytes");
+  std::string escaped;  // 100 bytes of text in 600 bytes of JSON
+  for (int i = 0; i < 100; ++i) escaped += "\\u0041";
+  const std::string big_field((std::size_t{1} << 20) + 1000, 'm');
+  const std::vector<std::string> lines = {
+      "{\"text\": \"" + std::string(100, 'x') + "\", \"id\": 1}",            // 1: exactly the limit
+      "{\"text\": \"" + std::string(101, 'x') + "\"}",                       // 2: one byte over
+      "{\"text\": \"" + escaped + "\"}",                                     // 3: decoded to 100 bytes
+      "{\"meta\": \"" + big_field.substr(0, 1000) + "\", \"text\": \"y\"}",  // 4: other fields count little
+      "{\"meta\": \"" + big_field + "\", \"text\": \"z\"}",                  // 5: over 6 x 100 + 1 MiB
+  };
+  std::string jsonl;
+  for (const std::string& line : lines) jsonl += line + "\n";
+  write_bytes(dir / "c.jsonl", jsonl);
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  o.read.max_document_bytes = 100;
+  o.on_error = OnBadLine::skip;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.train.documents == 3);
+  REQUIRE(s.skipped.count("document_too_long") == 1);
+  CHECK(s.skipped.at("document_too_long").count == 2);
+  CHECK(s.skipped.at("document_too_long").first_line == 2);
+  CHECK(s.skipped.at("document_too_long").first_detail.find("the text is 101 bytes, longer than 100") !=
+        std::string::npos);
+  CHECK(read_token_split(dir / "out" / "train", o.shard_tokens) ==
+        std::vector<Ids>{expected_ids(*tokenizer, std::string(100, 'x')),
+                         expected_ids(*tokenizer, std::string(100, 'A')), expected_ids(*tokenizer, "y")});
+
+  // Under --on-error fail the raw line's limit is named with its file and line.
+  write_bytes(dir / "d.jsonl", lines[0] + "\n" + lines[4] + "\n");
+  PrepareTextOptions f = base_options(dir / "d.jsonl", dir / "out_f");
+  f.read.max_document_bytes = 100;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(f),
+                       doctest::Contains("d.jsonl:2: document_too_long: the line is longer than 1049176 bytes"), Error);
+  // Plain text keeps measuring the line itself.
+  write_bytes(dir / "p.txt", std::string(100, 'p') + "\n" + std::string(101, 'q') + "\n");
+  PrepareTextOptions t = base_options(dir / "p.txt", dir / "out_t");
+  t.read.doc_per = DocPer::line;
+  t.read.max_document_bytes = 100;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(t), doctest::Contains("p.txt:2: document_too_long"), Error);
+}
+
 TEST_CASE("prepare-text: runs of empty lines are counted line by line, across buffers and with CRLF") {
   test::TempDir dir;
   // "xy\n" first puts a "\r\n" across the reader's 1 MiB buffers; 70,000 passes a record's run.

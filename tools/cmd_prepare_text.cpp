@@ -236,7 +236,7 @@ void add_prepare_text_command(CLI::App& app) {
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   cmd->add_option("--max-document-bytes", o.read.max_document_bytes,
-                  "A longer line or document is a bad line (document_too_long)")
+                  "A longer document (a JSONL text as decoded) is a bad line (document_too_long)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--workers", o.workers, "Threads that parse and tokenize (0: all cores)")

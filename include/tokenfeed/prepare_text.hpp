@@ -97,8 +97,11 @@ using ParquetOpener = std::function<std::unique_ptr<ParquetTextReader>(
 struct TextReadOptions {
   std::string text_field = "text";
   DocPer doc_per = DocPer::file;
-  std::size_t max_document_bytes = std::size_t{64} << 20;  // a longer line or document is bad
-  ParquetOpener open_parquet;                              // required for parquet input
+  // A document whose text (for JSONL, decoded from its JSON string) is longer is a bad line
+  // (document_too_long); a JSONL line is read up to 6 x this + 1 MiB, a plain-text line up
+  // to this, and a longer one is document_too_long without being held in memory.
+  std::size_t max_document_bytes = std::size_t{64} << 20;
+  ParquetOpener open_parquet;  // required for parquet input
 };
 
 // The output's layout: token-stream shards with document offsets, or episodes.

@@ -618,7 +618,7 @@ class TextCorpusRun {
     c.val.assign(c.records.size(), 0);
     for (std::size_t i = 0; i < c.records.size(); ++i) {
       TextRecord& r = c.records[i];
-      parse_text_record(r, o_.read.text_field);
+      parse_text_record(r, o_.read);
       if (r.kind == TextRecord::Kind::blank) continue;
       c.val[i] = text_split_point(r.text, o_.seed) < o_.val_split ? 1 : 0;
       if (r.kind != TextRecord::Kind::text || !tokenizer_.builtin) continue;
