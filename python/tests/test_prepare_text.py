@@ -301,3 +301,26 @@ def test_inspect_deep_verifies_a_prepared_corpus(cli, tmp_path):
     r = subprocess.run([cli, "inspect", str(tmp_path / "out"), "--deep"], capture_output=True, text=True)
     assert r.returncode != 0
     assert "train/shard_00001.npy differs" in r.stdout
+
+
+def test_one_long_document_costs_its_text_and_its_ids(cli, tmp_path):
+    """A 24 MB document through the byte tokenizer (24 M tokens into a uint16 shard) peaks at
+    about its text plus its ids (5 x its bytes, docs/pretraining.md), not at the copies the
+    writer used to make (315 MB of RSS here before the bound; 128 MB after), and its shard
+    holds exactly its bytes and the end-of-text id."""
+    rng = random.Random(3)
+    text = "".join(rng.choice("abcdefgh ") for _ in range(1 << 16)) * 366  # 23.99 MB, ASCII
+    doc = tmp_path / "doc.txt"
+    doc.write_text(text)
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe, cli, "prepare-text", str(doc), "--output-dir",
+                             str(tmp_path / "out"), "--max-document-bytes", str(32 << 20), "--val-split", "0",
+                             "--workers", "2"], capture_output=True, text=True, timeout=300)
+    first, rest = result.stdout.split("\n", 1)
+    code, peak_kib = map(int, first.split())
+    assert code == 0, rest
+    shard = np.load(tmp_path / "out" / "train" / "shard_00000.npy")
+    assert shard.dtype == np.uint16 and len(shard) == len(text) + 1
+    assert np.array_equal(shard[:-1], np.frombuffer(text.encode(), dtype=np.uint8))
+    assert peak_kib * 1024 < 6.5 * len(text), peak_kib

@@ -355,8 +355,9 @@ class CorpusSink {
 
   InputPosition position() const noexcept { return position_; }
 
-  void add_document(bool val, std::span<const std::uint32_t> ids) {
-    (val ? val_ : train_).add(ids, [this, val] { journal_shard(val); });
+  // The document `pieces` make, in order (begin-of-text, the text's ids, end-of-text).
+  void add_document(bool val, std::span<const std::span<const std::uint32_t>> pieces) {
+    (val ? val_ : train_).add(pieces, [this, val] { journal_shard(val); });
   }
   void done_with(const TextRecord& r) { position_ = {r.file, r.units_after}; }
 
@@ -624,6 +625,7 @@ class TextCorpusRun {
       if (r.kind != TextRecord::Kind::text || !tokenizer_.builtin) continue;
       try {
         tokenizer_.builtin->encode(r.text, c.ids[i]);
+        std::string().swap(r.text);  // only the ids are written: a long text is not held twice
       } catch (const Error& e) {
         r.kind = TextRecord::Kind::bad;
         r.reason = kTextReasonTokenizer;
@@ -648,7 +650,10 @@ class TextCorpusRun {
       throw Error(ErrorKind::pipeline, "the encoder returned " + std::to_string(ids.size()) + " id lists for " +
                                            std::to_string(texts.size()) + " texts");
     }
-    for (std::size_t k = 0; k < at.size(); ++k) c.ids[at[k]] = std::move(ids[k]);
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      c.ids[at[k]] = std::move(ids[k]);
+      std::string().swap(c.records[at[k]].text);  // only the ids are written from here
+    }
   }
 
   void count_bad(Counters& counters, const TextRecord& r, bool val, const std::string& where) const {
@@ -664,7 +669,6 @@ class TextCorpusRun {
   // Writes one chunk's records in order. Serial.
   void write_chunk(RecordChunk& c, CorpusSink& sink, const std::vector<std::string>& names) {
     Counters& counters = sink.counters;
-    std::vector<std::uint32_t> doc;
     for (std::size_t i = 0; i < c.records.size(); ++i) {
       const TextRecord& r = c.records[i];
       const bool val = c.val[i] != 0;
@@ -688,20 +692,25 @@ class TextCorpusRun {
                                                  std::to_string(tokenizer_.vocab_size));
             }
           }
-          doc.clear();
-          if (tokenizer_.bos) doc.push_back(*tokenizer_.bos);
-          doc.insert(doc.end(), ids.begin(), ids.end());
-          if (tokenizer_.eos) doc.push_back(*tokenizer_.eos);
-          if (doc.empty()) {  // a text the tokenizer gives no ids for, with nothing around it
+          // The ids are written where they are, between the special ids: a long document is
+          // never copied whole.
+          const std::span<const std::uint32_t> bos =
+              tokenizer_.bos ? std::span<const std::uint32_t>(&*tokenizer_.bos, 1) : std::span<const std::uint32_t>();
+          const std::span<const std::uint32_t> eos =
+              tokenizer_.eos ? std::span<const std::uint32_t>(&*tokenizer_.eos, 1) : std::span<const std::uint32_t>();
+          const std::uint64_t tokens = bos.size() + ids.size() + eos.size();
+          if (tokens == 0) {  // a text the tokenizer gives no ids for, with nothing around it
             ++counters.split(val).empty_documents;
             break;
           }
-          sink.add_document(val, doc);
+          const std::span<const std::uint32_t> pieces[] = {bos, ids, eos};
+          sink.add_document(val, pieces);
+          c.ids[i] = {};  // released now rather than with the chunk
           CorpusSplitSummary& s = counters.split(val);
           ++s.documents;
-          s.tokens += doc.size();
+          s.tokens += tokens;
           ++documents_;
-          tokens_ += doc.size();
+          tokens_ += tokens;
           break;
         }
       }
