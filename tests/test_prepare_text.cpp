@@ -629,6 +629,54 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
   }
 }
 
+TEST_CASE("prepare-text: resume_check content tells an input rewritten in place; stat takes it by size and time" *
+          doctest::timeout(120)) {
+  test::TempDir dir;
+  PrepareTextOptions o = corpus_with_val(dir.path(), "full", 2000);
+  const fs::path input = dir / "c.jsonl";
+  // The same bytes but one: a JSONL input rewritten in place, its size and time put back.
+  const auto rewrite_in_place = [&] {
+    const auto mtime = fs::last_write_time(input);
+    std::string bytes = read_bytes(input);
+    const std::size_t at = bytes.find("the");  // ASCII: the line stays valid UTF-8
+    REQUIRE(at != std::string::npos);
+    bytes[at + 2] = 'y';
+    write_bytes(input, bytes);
+    fs::last_write_time(input, mtime);
+  };
+
+  for (const ResumeCheck check : {ResumeCheck::stat, ResumeCheck::content}) {
+    CAPTURE(to_string(check));
+    write_bytes(input, jsonl_of(sample_documents(3000)));
+    o.resume_check = check;
+    const fs::path out = dir / (std::string("resumed_") + to_string(check));
+    interrupt_after(o, out, 3);
+    rewrite_in_place();
+    PrepareTextOptions again = o;
+    again.output_dir = out;
+    again.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    // stat cannot tell: it takes the run over; content starts from the beginning.
+    CHECK(s.resumed == (check == ResumeCheck::stat));
+  }
+
+  SUBCASE("content resumes an unchanged input, and the option is part of the run's key") {
+    o.resume_check = ResumeCheck::content;
+    interrupt_after(o, dir / "same", 3);
+    PrepareTextOptions again = o;
+    again.output_dir = dir / "same";
+    again.resume = true;
+    PrepareTextOptions other = again;
+    other.output_dir = dir / "other";
+    interrupt_after(o, dir / "other", 3);
+    other.resume_check = ResumeCheck::stat;
+    CHECK_FALSE(prepare_text_corpus(other).resumed);
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    CHECK(s.resumed);
+    CHECK(s.shards_reused > 0);
+  }
+}
+
 namespace {
 
 // The staging directory a run of `out` left behind.

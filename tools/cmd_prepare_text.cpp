@@ -51,7 +51,10 @@ Shards hold at most --shard-tokens tokens and are cut only at document ends.
 The run is staged in a hidden directory beside DIR and renamed at the end. A run that is
 killed or interrupted (SIGINT, SIGTERM, SIGHUP) can be continued with --resume: every shard
 it finished is kept and the rest redone, giving the same bytes as an uninterrupted run, as
-long as the inputs and options are the same. Without --resume the leftover is removed.
+long as the inputs and options are the same. The inputs are known by path, size and
+modification time; --resume-check content adds their bytes' SHA-256 (for inputs rewritten
+in place; give it to the first run and its resumes alike). Without --resume the leftover is
+removed.
 
 Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
 value), 3 (a file that cannot be read or written, an input that matches no file), 4 (a bad
@@ -71,6 +74,7 @@ struct PrepareTextArgs {
   bool no_eos = false;
   std::string token_dtype = "auto";
   std::string on_error = "fail";
+  std::string resume_check = "stat";
   std::string hf_tokenizer;
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
@@ -105,6 +109,7 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--workers", std::to_string(o.workers));
   add("--progress-seconds", exact_double(a.progress_seconds));
   if (o.resume) argv.emplace_back("--resume");
+  add("--resume-check", a.resume_check);
   return argv;
 }
 
@@ -155,6 +160,7 @@ void run_prepare_text(PrepareTextArgs& args) {
   o.read.doc_per = parse_doc_per(args.doc_per);
   o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);
   o.on_error = args.on_error == "skip" ? OnBadLine::skip : OnBadLine::fail;
+  o.resume_check = args.resume_check == "content" ? ResumeCheck::content : ResumeCheck::stat;
   if (!args.eos_token.empty()) o.eos_token = args.eos_token;
   o.append_eos = !args.no_eos;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
@@ -243,6 +249,11 @@ void add_prepare_text_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue a killed run into the same DIR, keeping its finished shards");
+  cmd->add_option("--resume-check", args->resume_check,
+                  "What tells a resume the inputs are unchanged: stat (path, size, mtime) or content (also "
+                  "their SHA-256, every input read once more at the start)")
+      ->check(CLI::IsMember({"stat", "content"}))
+      ->capture_default_str();
   cmd->add_option("--progress-seconds", args->progress_seconds,
                   "When stderr is not a terminal: a progress line every this many seconds")
       ->check(CLI::NonNegativeNumber)

@@ -108,6 +108,9 @@ struct TextReadOptions {
 enum class CorpusFormat : std::uint8_t { tokens, episodes };
 TOKENFEED_API const char* to_string(CorpusFormat format) noexcept;
 
+enum class ResumeCheck : std::uint8_t { stat, content };
+TOKENFEED_API const char* to_string(ResumeCheck check) noexcept;
+
 // Turns texts into ids: a tokenizer the caller brings (the Python package's Hugging Face one).
 class TOKENFEED_API DocumentEncoder {
  public:
@@ -165,6 +168,11 @@ struct PrepareTextOptions {
   std::size_t batch_bytes = std::size_t{1} << 20;  // text per chunk
   int workers = 0;                                 // 0: all cores; at most the cores
   bool resume = false;
+  // What tells a resumed run that its inputs are the interrupted run's: their path, size and
+  // modification time (stat), or also their bytes' SHA-256 (content: every input read once
+  // more at the start, for inputs rewritten in place without a change of size or time).
+  // One of the options a resume must share with the run it takes over.
+  ResumeCheck resume_check = ResumeCheck::stat;
 
   std::function<void(const PrepareTextProgress&)> on_progress;  // from one thread at a time
   double progress_interval_seconds = 0.5;

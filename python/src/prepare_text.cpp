@@ -228,7 +228,7 @@ void bind_prepare_text(nb::module_& m) {
          nb::object encoder_identity, std::optional<std::string> eos_token, bool append_eos, bool prepend_bos,
          double val_split, std::uint64_t seed, std::uint64_t shard_tokens, const std::string& token_dtype,
          const std::string& on_error, std::uint64_t max_document_bytes, int workers, bool resume,
-         nb::object open_parquet, nb::object on_progress, double progress_seconds) {
+         const std::string& resume_check, nb::object open_parquet, nb::object on_progress, double progress_seconds) {
         tokenfeed::PrepareTextOptions o;
         o.inputs = inputs;
         o.output_dir = output_dir;
@@ -264,6 +264,10 @@ void bind_prepare_text(nb::module_& m) {
         o.on_error = on_error == "skip" ? tokenfeed::OnBadLine::skip : tokenfeed::OnBadLine::fail;
         o.workers = workers;
         o.resume = resume;
+        if (resume_check != "stat" && resume_check != "content") {
+          throw Error(ErrorKind::config, "resume_check must be 'stat' or 'content', not '" + resume_check + "'");
+        }
+        o.resume_check = resume_check == "content" ? tokenfeed::ResumeCheck::content : tokenfeed::ResumeCheck::stat;
         if (!open_parquet.is_none()) {
           o.read.open_parquet = [open_parquet](
                                     const std::filesystem::path& path, const std::string& column,
@@ -297,7 +301,8 @@ void bind_prepare_text(nb::module_& m) {
       nb::arg("tokenizer"), nb::arg("encoder").none(), nb::arg("encoder_identity").none(), nb::arg("eos_token").none(),
       nb::arg("append_eos"), nb::arg("prepend_bos"), nb::arg("val_split"), nb::arg("seed"), nb::arg("shard_tokens"),
       nb::arg("token_dtype"), nb::arg("on_error"), nb::arg("max_document_bytes"), nb::arg("workers"), nb::arg("resume"),
-      nb::arg("open_parquet").none(), nb::arg("on_progress").none(), nb::arg("progress_seconds"),
+      nb::arg("resume_check"), nb::arg("open_parquet").none(), nb::arg("on_progress").none(),
+      nb::arg("progress_seconds"),
       "prepare-text's library run (use tokenfeed.prepare_text). Returns the summary as a dict.");
 }
 

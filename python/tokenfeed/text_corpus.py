@@ -147,7 +147,7 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
                  hf_tokenizer: Optional[_Path] = None, eos_token: Optional[str] = None, eos: bool = True,
                  bos: bool = False, val_split: float = 0.0005, seed: int = 0, shard_tokens: int = 1 << 28,
                  token_dtype: str = "auto", on_error: str = "fail", max_document_bytes: int = 64 << 20,
-                 workers: int = 0, resume: bool = False,
+                 workers: int = 0, resume: bool = False, resume_check: str = "stat",
                  progress: Optional[Callable[[str, str, bool], None]] = None,
                  progress_seconds: float = 5.0) -> Dict[str, Any]:
     """Prepares a pretraining dataset from raw text; the options are the command's
@@ -158,7 +158,8 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
     tokenize (0: all cores; with ``hf_tokenizer``, the ``tokenizers`` thread pool, which is
     sized once per process: set it before the first parallel encode). ``progress(bar, line,
     done)`` is called every ``progress_seconds``. Returns the summary as a dict. Ctrl-C stops
-    the run and keeps its finished shards for ``resume=True``."""
+    the run and keeps its finished shards for ``resume=True``; ``resume_check="content"``
+    also tells the inputs by their bytes' SHA-256 (give it to the first run and its resumes)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths = [os.fspath(p) for p in inputs]
@@ -172,7 +173,8 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
         paths, os.fspath(output_dir), format, text_field, doc_per, tokenizer,
         encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
         eos_token if encoder is None else None, eos, bos, float(val_split), int(seed), int(shard_tokens),
-        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), ParquetColumn,
+        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), resume_check,
+        ParquetColumn,
         progress, float(progress_seconds))
 
 
@@ -229,6 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--max-document-bytes", type=int, default=64 << 20)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume-check", choices=("stat", "content"), default="stat")
     p.add_argument("--progress-seconds", type=float, default=5.0)
     args = p.parse_args(argv)
     tty = sys.stderr.isatty()
@@ -246,7 +249,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             eos_token=args.eos_token, eos=not args.no_eos, bos=args.bos, val_split=args.val_split,
                             seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
                             on_error=args.on_error, max_document_bytes=args.max_document_bytes,
-                            workers=args.workers, resume=args.resume, progress=show,
+                            workers=args.workers, resume=args.resume, resume_check=args.resume_check,
+                            progress=show,
                             progress_seconds=0.5 if tty else args.progress_seconds)
 
     status, summary = run_command(run, lambda name: f"prepare-text interrupted by {name}; '{args.output_dir}' was "

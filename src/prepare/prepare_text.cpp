@@ -1,5 +1,6 @@
 #include "prepare/prepare_text.hpp"
 
+#include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
@@ -252,13 +253,28 @@ CorpusShard shard_from(const nlohmann::json& j) {
   return c;
 }
 
+// Each input's SHA-256 (hex), read on up to `workers` threads (0: all cores), a file each.
+std::vector<std::string> input_digests(const std::vector<TextInputFile>& inputs, int workers) {
+  std::vector<std::string> digests(inputs.size());
+  const int cores = tbb::info::default_concurrency();
+  tbb::task_arena arena(workers > 0 ? std::min(workers, cores) : cores);
+  arena.execute([&] {
+    tbb::parallel_for(std::size_t{0}, inputs.size(),
+                      [&](std::size_t i) { digests[i] = sha256_file_hex(inputs[i].path); });
+  });
+  return digests;
+}
+
 // What a resumed run must share with the run it takes over: the inputs as they were (path,
-// size, modification time) and every option that changes the output.
+// size, modification time, and with ResumeCheck::content their bytes' SHA-256: `digests`)
+// and every option that changes the output.
 ordered_json run_description(const PrepareTextOptions& o, const std::vector<TextInputFile>& inputs,
-                             const ResolvedTokenizer& t, TokenDtype dtype) {
+                             const std::vector<std::string>& digests, const ResolvedTokenizer& t, TokenDtype dtype) {
   ordered_json files = ordered_json::array();
-  for (const TextInputFile& f : inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TextInputFile& f = inputs[i];
     files.push_back({{"path", recorded_path(f.path)}, {"bytes", f.bytes}, {"mtime_ns", f.mtime_ns}});
+    if (!digests.empty()) files.back()["sha256"] = digests[i];
   }
   return {{"inputs", files},
           {"format", to_string(o.format)},
@@ -446,6 +462,8 @@ class CorpusSink {
 
 }  // namespace
 
+const char* to_string(ResumeCheck check) noexcept { return check == ResumeCheck::content ? "content" : "stat"; }
+
 double text_split_point(std::string_view text, std::uint64_t seed) {
   Sha256 sha;
   static constexpr char kDomain[] = "tokenfeed-text-split-v1";
@@ -497,7 +515,10 @@ class TextCorpusRun {
     const std::vector<TextInputFile> inputs = expand_text_inputs(o_.inputs);
     tokenizer_ = resolve_tokenizer(o_);
     const TokenDtype dtype = choose_token_dtype(o_.token_dtype, tokenizer_.vocab_size);
-    const ordered_json run = run_description(o_, inputs, tokenizer_, dtype);
+    const std::vector<std::string> digests =
+        o_.resume_check == ResumeCheck::content ? input_digests(inputs, o_.workers) : std::vector<std::string>();
+    check_stop(o_);
+    const ordered_json run = run_description(o_, inputs, digests, tokenizer_, dtype);
     const std::string key = run_key(run);
     for (const TextInputFile& f : inputs) total_bytes_ += f.bytes;
 
