@@ -24,6 +24,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "tokenfeed/prepare.hpp"
 #include "tokenfeed/prepare_text.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -220,7 +221,64 @@ tokenfeed::PrepareTextSummary run_interruptibly(tokenfeed::PrepareTextOptions& o
 
 }  // namespace
 
+// Python's parquet reader and progress callback, when given, as the run's hooks (each takes
+// the GIL).
+void set_python_callbacks(tokenfeed::PrepareTextOptions& o, nb::object open_parquet, nb::object on_progress,
+                          double progress_seconds) {
+  if (!open_parquet.is_none()) {
+    o.read.open_parquet = [open_parquet](const std::filesystem::path& path, const std::string& column,
+                                         std::uint64_t first_row) -> std::unique_ptr<tokenfeed::ParquetTextReader> {
+      nb::gil_scoped_acquire gil;
+      try {
+        return std::make_unique<PythonParquetReader>(open_parquet(path.string(), column, first_row));
+      } catch (nb::python_error& e) {
+        throw error_from_python(e);
+      }
+    };
+  }
+  if (!on_progress.is_none()) {
+    o.on_progress = [on_progress](const tokenfeed::PrepareTextProgress& p) {
+      nb::gil_scoped_acquire gil;
+      try {
+        on_progress(tokenfeed::format_text_progress(p, true), tokenfeed::format_text_progress(p, false), p.done);
+      } catch (nb::python_error& e) {
+        throw error_from_python(e);
+      }
+    };
+    o.progress_interval_seconds = progress_seconds;
+  }
+}
+
+// The defaults of the prepare commands' options, from the library's option structs: the one
+// definition the CLI and Python's tokenfeed.prepare / prepare_text both take.
+nb::dict prepare_defaults() {
+  const tokenfeed::PrepareOptions o;
+  nb::dict d;
+  d["val_split"] = o.val_split;
+  d["seed"] = o.seed;
+  d["shard_tokens"] = o.shard_tokens;
+  d["max_line_bytes"] = o.max_line_bytes;
+  d["workers"] = o.threads;
+  return d;
+}
+
+nb::dict prepare_text_defaults() {
+  const tokenfeed::PrepareTextOptions o;
+  nb::dict d;
+  d["val_split"] = o.val_split;
+  d["seed"] = o.seed;
+  d["shard_tokens"] = o.shard_tokens;
+  d["max_document_bytes"] = o.read.max_document_bytes;
+  d["workers"] = o.workers;
+  d["resume_check"] = tokenfeed::to_string(o.resume_check);
+  return d;
+}
+
 void bind_prepare_text(nb::module_& m) {
+  m.def("_prepare_defaults", &prepare_defaults,
+        "The defaults of tokenfeed prepare's options (tokenfeed::PrepareOptions), as a dict.");
+  m.def("_prepare_text_defaults", &prepare_text_defaults,
+        "The defaults of tokenfeed prepare-text's options (tokenfeed::PrepareTextOptions), as a dict.");
   m.def(
       "_prepare_text",
       [](const std::vector<std::string>& inputs, const std::string& output_dir, const std::string& format,
@@ -268,29 +326,7 @@ void bind_prepare_text(nb::module_& m) {
           throw Error(ErrorKind::config, "resume_check must be 'stat' or 'content', not '" + resume_check + "'");
         }
         o.resume_check = resume_check == "content" ? tokenfeed::ResumeCheck::content : tokenfeed::ResumeCheck::stat;
-        if (!open_parquet.is_none()) {
-          o.read.open_parquet = [open_parquet](
-                                    const std::filesystem::path& path, const std::string& column,
-                                    std::uint64_t first_row) -> std::unique_ptr<tokenfeed::ParquetTextReader> {
-            nb::gil_scoped_acquire gil;
-            try {
-              return std::make_unique<PythonParquetReader>(open_parquet(path.string(), column, first_row));
-            } catch (nb::python_error& e) {
-              throw error_from_python(e);
-            }
-          };
-        }
-        if (!on_progress.is_none()) {
-          o.on_progress = [on_progress](const tokenfeed::PrepareTextProgress& p) {
-            nb::gil_scoped_acquire gil;
-            try {
-              on_progress(tokenfeed::format_text_progress(p, true), tokenfeed::format_text_progress(p, false), p.done);
-            } catch (nb::python_error& e) {
-              throw error_from_python(e);
-            }
-          };
-          o.progress_interval_seconds = progress_seconds;
-        }
+        set_python_callbacks(o, open_parquet, on_progress, progress_seconds);
         const tokenfeed::PrepareTextSummary s = run_interruptibly(o);
         // The callbacks hold Python objects: release them with the GIL held.
         o.read.open_parquet = nullptr;

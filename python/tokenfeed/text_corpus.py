@@ -142,12 +142,17 @@ def _texts_or_bytes(chunks: Any) -> List[Any]:
     return out
 
 
+# The defaults of `tokenfeed prepare-text`'s options, the library's (tokenfeed::PrepareTextOptions).
+_DEFAULTS = _core._prepare_text_defaults()
+
+
 def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, format: str = "tokens",  # noqa: A002
                  text_field: str = "text", doc_per: str = "file", tokenizer: str = "bytes",
                  hf_tokenizer: Optional[_Path] = None, eos_token: Optional[str] = None, eos: bool = True,
-                 bos: bool = False, val_split: float = 0.0005, seed: int = 0, shard_tokens: int = 1 << 28,
-                 token_dtype: str = "auto", on_error: str = "fail", max_document_bytes: int = 64 << 20,
-                 workers: int = 0, resume: bool = False, resume_check: str = "stat",
+                 bos: bool = False, val_split: float = _DEFAULTS["val_split"], seed: int = _DEFAULTS["seed"],
+                 shard_tokens: int = _DEFAULTS["shard_tokens"], token_dtype: str = "auto", on_error: str = "fail",
+                 max_document_bytes: int = _DEFAULTS["max_document_bytes"], workers: int = _DEFAULTS["workers"],
+                 resume: bool = False, resume_check: str = _DEFAULTS["resume_check"],
                  progress: Optional[Callable[[str, str, bool], None]] = None,
                  progress_seconds: float = 5.0) -> Dict[str, Any]:
     """Prepares a pretraining dataset from raw text; the options are the command's
@@ -203,11 +208,8 @@ def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str)
     print("\n".join(lines), flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
-    bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
-    bad line under --on-error fail, corrupt input, or no document for train), 6 (anything
-    else); ended by the signal that stopped it."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The options ``tokenfeed prepare-text`` hands over, with the library's defaults."""
     p = argparse.ArgumentParser(prog="tokenfeed prepare-text",
                                 description="Turn raw text into a pretraining dataset (see tokenfeed prepare-text "
                                             "--help)")
@@ -223,17 +225,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     eos.add_argument("--eos-token")
     eos.add_argument("--no-eos", action="store_true")
     p.add_argument("--bos", action="store_true")
-    p.add_argument("--val-split", type=float, default=0.0005)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard-tokens", type=int, default=1 << 28)
+    p.add_argument("--val-split", type=float, default=_DEFAULTS["val_split"])
+    p.add_argument("--seed", type=int, default=_DEFAULTS["seed"])
+    p.add_argument("--shard-tokens", type=int, default=_DEFAULTS["shard_tokens"])
     p.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail")
-    p.add_argument("--max-document-bytes", type=int, default=64 << 20)
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--max-document-bytes", type=int, default=_DEFAULTS["max_document_bytes"])
+    p.add_argument("--workers", type=int, default=_DEFAULTS["workers"])
     p.add_argument("--resume", action="store_true")
-    p.add_argument("--resume-check", choices=("stat", "content"), default="stat")
+    p.add_argument("--resume-check", choices=("stat", "content"), default=_DEFAULTS["resume_check"])
     p.add_argument("--progress-seconds", type=float, default=5.0)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
+    bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
+    bad line under --on-error fail, corrupt input, or no document for train), 6 (anything
+    else); ended by the signal that stopped it."""
+    args = argument_parser().parse_args(argv)
     tty = sys.stderr.isatty()
 
     def show(bar: str, line: str, done: bool) -> None:
