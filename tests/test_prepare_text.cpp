@@ -629,7 +629,7 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
   }
 }
 
-TEST_CASE("prepare-text: resume_check content tells an input rewritten in place; stat takes it by size and time" *
+TEST_CASE("prepare-text: resume_check content tells an input rewritten in place, stat takes it by size and time" *
           doctest::timeout(120)) {
   test::TempDir dir;
   PrepareTextOptions o = corpus_with_val(dir.path(), "full", 2000);
