@@ -24,6 +24,7 @@
 #include "pipeline/admitter.hpp"
 #include "pipeline/split_pipeline.hpp"
 #include "pipeline/trainer_pace.hpp"
+#include "pipeline/trainer_waiter.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -522,6 +523,56 @@ TEST_CASE("trainer pace: a moving average of the steps, which one long pause doe
   for (int i = 0; i < 60; ++i) step(10us);
   CHECK_FALSE(pace.paced());
   CHECK_FALSE(pace.pause_for(10).has_value());
+}
+
+TEST_CASE("trainer waiter: a sleeper is woken by the batches it asked for, by a failure, by an interrupt" *
+          doctest::timeout(60)) {
+  // Each case: the trainer asks for 3 batches and sleeps on the signal it saw; `wake` is
+  // what the other side does. A wake that is missing leaves the sleeper asleep until the
+  // test's timeout fails it.
+  const auto sleeps_until = [](const std::function<void(TrainerWaiter&)>& wake) {
+    TrainerWaiter waiter;
+    std::atomic<bool> woke{false};
+    waiter.want(3);
+    const std::uint32_t seen = waiter.seen();
+    std::thread trainer([&] {
+      waiter.sleep(seen);
+      woke = true;
+    });
+    std::this_thread::sleep_for(20ms);  // asleep on the futex by now (a wake before is fine too)
+    wake(waiter);
+    trainer.join();
+    return woke.load();
+  };
+  SUBCASE("the batches asked for") {
+    CHECK(sleeps_until([](TrainerWaiter& w) { w.pushed(3, false); }));
+  }
+  SUBCASE("a failure, however few batches are ready") {
+    CHECK(sleeps_until([](TrainerWaiter& w) { w.pushed(1, true); }));
+  }
+  SUBCASE("an interrupt (stop)") {
+    CHECK(sleeps_until([](TrainerWaiter& w) { w.interrupt(); }));
+  }
+}
+
+TEST_CASE("trainer waiter: a timed sleep ends at its deadline, or early when its batches are ready" *
+          doctest::timeout(60)) {
+  TrainerWaiter waiter;
+  waiter.want(2);
+  auto start = Clock::now();
+  waiter.sleep_until(waiter.seen(), start + 30ms);
+  CHECK(Clock::now() - start >= 30ms);
+
+  const std::uint32_t seen = waiter.seen();
+  std::thread collator([&] {
+    std::this_thread::sleep_for(20ms);
+    waiter.pushed(2, false);
+  });
+  start = Clock::now();
+  waiter.sleep_until(seen, start + 50s);  // the timeout above fails a sleep that is not woken
+  CHECK(waiter.seen() != seen);
+  CHECK(Clock::now() - start < 40s);
+  collator.join();
 }
 
 TEST_CASE("admitter: after a send it looks again on its own at next_look(), once, then waits for a wake" *

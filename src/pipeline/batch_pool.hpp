@@ -257,14 +257,18 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   std::size_t capacity_ = 0;    // constant after construction
   std::size_t slot_bytes_ = 0;  // constant after construction
 
-  Mutex free_mutex_;
+  // Locked by a decoder for every batch: on cache lines of its own, apart from the
+  // trainer's held count below, which every get_batch reads and writes.
+  alignas(64) Mutex free_mutex_;
   // Capacity reserved up front for both.
   std::vector<std::unique_ptr<BatchSlot>> slots_ TF_GUARDED_BY(free_mutex_);
   std::vector<BatchSlot*> free_ TF_GUARDED_BY(free_mutex_);
   std::atomic<std::size_t> size_{0};
 
-  std::atomic<std::size_t> held_{0};
-  FieldDemand demand_;  // see complete_y, complete_contract
+  alignas(64) std::atomic<std::size_t> held_{0};
+  // Read by the decoders for every batch, written by the trainer once per field: apart
+  // from held_, which the trainer writes on every get_batch.
+  alignas(64) FieldDemand demand_;  // see complete_y, complete_contract
   // Writes `slot`'s deferred y and clears its flag.
   void write_deferred_y(BatchSlot& slot) const noexcept TF_REQUIRES(slot.deferred_mutex);
   // A Batch of `slot` is being released: the fields the trainer has not read so far are

@@ -1,35 +1,31 @@
 // SplitPipeline: the background pipeline that keeps one split's ready batches ahead of
-// the trainer, as a oneTBB flow graph in its own task arena:
+// the trainer: a oneTBB flow graph in its own task arena (sampler -> limiter -> parallel
+// decode -> sequencer -> collator) fills a lock-free ring of ready batches, which
+// get_batch pops on the trainer's thread. It has two halves, each in its own unit:
 //
-//   input_node (sampler: the only place the step counter advances and plan() is called;
-//               plans a few batches ahead so that their pages can be read ahead, and
-//               hands each plan to decode through our own queue; the message is an empty
-//               token)
-//     -> limiter_node (at most prefetch_depth batches in flight or ready)
-//     -> function_node decode (parallel, decode_threads; writes into pooled slots)
-//     -> sequencer_node (restores step order)
-//     -> function_node collator (serial; pushes into the ready ring; grows the depth)
-//   ring: boost::lockfree::spsc_queue of slots, popped by get_batch on the trainer's thread.
+//   - the producer (pipeline/batch_producer.hpp): the graph, the threads that run it, the
+//     ring's pushing side, auto depth's growth and read-ahead;
+//   - the trainer's side (split_pipeline.cpp): pop(), and what it does when the ring is
+//     empty: it sends the admissions it owes, may run the graph's tasks itself (help),
+//     spins briefly, then sleeps on the TrainerWaiter (pipeline/trainer_waiter.hpp) until
+//     several batches are ready.
 //
-// The trainer's pops decrement the limiter, letting more batches start: in bulk, once the
-// ring is down to half the depth, through a small admitter thread (pipeline/admitter.hpp),
-// which a trainer at a steady pace never has to wake (pipeline/trainer_pace.hpp: the
-// admitter looks on its own before the ring runs low), and directly when the ring is empty
-// (the trainer waits then in any case). With one decode thread, the admitter thread is that
-// decoder: the arena then has no TBB worker, whose spin after each burst of work would cost
-// a slow trainer's loader more than the rest of its overhead. A trainer that finds the ring
-// empty first joins the arena and runs the graph's tasks itself until every admitted batch
-// is ready, when that work is short: it would only wait otherwise. A failure in any stage
-// travels in order, inside its slot, and is rethrown by pop().
+// The trainer's pops let more batches start: in bulk, once the ring is down to half the
+// depth, through a small admitter thread (pipeline/admitter.hpp), which a trainer at a
+// steady pace never has to wake (pipeline/trainer_pace.hpp: the admitter looks on its own
+// before the ring runs low), and directly when the ring is empty (the trainer waits then in
+// any case). With one decode thread, the admitter thread is that decoder: the arena then has
+// no TBB worker, whose spin after each burst of work would cost a slow trainer's loader
+// more than the rest of its overhead. A pop from a non-empty ring touches no cache line a
+// decoder writes but the ring's, the batch's and, once a run, the admitter's. A failure in any stage travels in
+// order, inside its slot, and is rethrown by pop().
 //
-// Its parts, each in its own unit: auto depth (pipeline/auto_depth.hpp: pop() measures,
-// the collator applies a larger depth by allocating slots and then admitting batches; a
-// limiter's threshold is fixed at construction, so it is built with the maximum and one
-// negative decrement at start reserves the headroom above the starting depth), read-ahead
-// on a cold page cache (pipeline/read_ahead.hpp: the sampler plans a few batches beyond
-// the admitted ones and asks the source to read their pages ahead), the admitter, the
-// trainer's pace (pipeline/trainer_pace.hpp), and the node bodies' ordering made visible
-// to ThreadSanitizer (pipeline/node_body.hpp).
+// Its other parts: auto depth (pipeline/auto_depth.hpp: pop() measures, the collator
+// applies a larger depth by allocating slots and then admitting batches; a limiter's
+// threshold is fixed at construction, so it is built with the maximum and one negative
+// decrement at start reserves the headroom above the starting depth), read-ahead on a cold
+// page cache (pipeline/read_ahead.hpp), and the node bodies' ordering made visible to
+// ThreadSanitizer (pipeline/node_body.hpp).
 //
 // Thread-safety: pop() and prefetch_depth() must be called by one thread at a time (the
 // trainer); stop() may be called from any thread and wakes a blocked pop() and the
