@@ -35,7 +35,8 @@
 //
 // A variant is threads=N:depth=D, optionally :contract=off (Config::contract_fields false:
 // only x, y and the mask are written) and :reads=view (the consumer reads x, y and the
-// mask; by default it reads the batch contract; sft_episode writes only the view read).
+// mask, and Config::fields names them, so that sft_episode writes only those; by default
+// it reads the batch contract, and every field is written).
 // threads=default keeps the config's decode_threads (0 in the harness's configs: one per
 // hardware thread but the trainer's, so 1 on two cores); the summary records the thread
 // count each variant ran with.
@@ -384,7 +385,8 @@ double written_bytes_per_position(const detail::BatchShape& shape, std::vector<s
 
 // A tokenfeed variant of --variants: threads=N:depth=D, optionally :contract=off, and
 // optionally :reads=view (the consumer reads x, y and the mask, the plain loop's fields,
-// instead of the batch contract).
+// instead of the batch contract, and says so: Config::fields is that view, so that
+// sft_episode writes only it; the other variants keep every field, the default).
 struct Variant {
   std::string name;
   std::int64_t threads = -1;  // < 0: the config's decode_threads
@@ -416,6 +418,9 @@ ConsumerResult measure_tokenfeed(const Config& base, std::int64_t rows, std::int
                                  double seconds) {
   Config c = base;
   c.contract_fields = variant.contract_fields;
+  if (variant.reads == measure::TrainerReads::view) {
+    c.fields = batch_field_bit(BatchField::x) | batch_field_bit(BatchField::y) | batch_field_bit(BatchField::mask);
+  }
   c.batch_size = rows;
   c.block_size = cols;
   if (variant.threads >= 0) c.decode_threads = variant.threads;

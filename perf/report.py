@@ -360,7 +360,7 @@ class Run:
         """The comparison variant: the default thread count or 2, contract fields on or off."""
         for name in self.variants:
             is_default = name.startswith("threads=default") or name.startswith("threads=1:")  # older runs: 1
-            if is_default == th_default and (("contract=off" in name) != contract):
+            if is_default == th_default and (("contract=off" in name) != contract) and "reads=view" not in name:
                 return name
         return None
 
@@ -695,6 +695,8 @@ def comparison_rows(run):
     for name in ordered:
         label, _ = run.threads_of(name)
         extra = ", contract_fields=false" if "contract=off" in name else ""
+        if "reads=view" in name:
+            extra += ", fields=x,y,mask (a trainer of the episode view)"
         comparison.append((f"tokenfeed, {label}, prefetch_depth=auto{extra}", run.vrate(name), run.vreps(name)))
     comparison.append(("numpy loader (memmap slices written into preallocated (B, T) buffers), one process",
                        run.numpy_rate, run.numpy_rates))

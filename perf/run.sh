@@ -260,7 +260,7 @@ sweep token_stream stream "${SWEEP_STREAM[@]}"
 # --- the comparison: pure production at 8x1024, mask on ---------------------------------------------
 log "comparison: tokenfeed, plain C++ loop, memcpy bound"
 "$BUILD/perf/bench_compare" --config "$RAW/ep1x.xml" --csv "$RAW/compare.csv" --json "$RAW/compare.json" \
-  --variants "threads=default:depth=auto,threads=2:depth=auto,threads=default:depth=auto:contract=off,threads=2:depth=auto:contract=off" \
+  --variants "threads=default:depth=auto,threads=2:depth=auto,threads=default:depth=auto:reads=view,threads=default:depth=auto:contract=off,threads=2:depth=auto:contract=off" \
   "${CMP[@]}" >"$RAW/compare.txt"
 log "comparison: sft_packed and token_stream against their own plain loops"
 for cmp_mode in packed stream; do

@@ -8,7 +8,8 @@ neighbours, and repeats them interleaved (loader reading the episode view, loade
 the batch contract, plain; again ...). The processes of one measurement start measuring at
 the same wall-clock instant (--start-at). The plain loop writes x, y and the mask; a
 consumer of the view makes the loader write the same fields, one of the contract makes it
-write x and the contract's fields (sft_episode leaves unwritten the view that is not read).
+write every field (the default); a consumer of the view names its fields (`fields=x,y,mask`),
+so that sft_episode writes only those.
 
   ratio          median over repeats of (mean loader batches/s per process) / (mean plain
                  batches/s per process), both measured in the same repeat

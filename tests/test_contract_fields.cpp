@@ -1,14 +1,20 @@
 // contract_fields: with it off, sft_episode and token_stream batches carry only their own
 // view (x, y, mask, document fields), identical to the view with it on, and the contract's
 // extra fields are empty; with it on, sft_episode's mask and token weights share one buffer.
+// fields: the fields a trainer chooses are those the loader of every field gives, written
+// by the decoders (unchanged by what the trainer does to a batch), and no other is handed
+// out.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <initializer_list>
 #include <random>
-#include <thread>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "modes/episode_batch_source.hpp"
-#include "pipeline/batch_pool.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -167,42 +173,38 @@ struct AllFields {
   std::vector<std::size_t> num_sequences, max_seqlen;
 };
 
-// What a trainer reads of each batch before step `from` (it reads every field after).
-enum class Reads { nothing, view, contract };
-
-// `steps` batches; the first `from` read as `before` says and released, the rest read
-// whole (the contract's fields first, so that a batch whose y was deferred too gets it
-// through the contract), from step `from` on.
-AllFields read_all(const Config& c, std::size_t steps, std::size_t from, Reads before) {
+// Every field of `steps` batches (those the config's fields chose; the others stay empty),
+// each read once.
+AllFields read_all(const Config& c, std::size_t steps) {
   Loader loader(c);
   AllFields f;
   const auto append = [](auto& to, auto from_span) { to.insert(to.end(), from_span.begin(), from_span.end()); };
   for (std::size_t s = 0; s < steps; ++s) {
     Batch b = loader.get_batch();
-    if (s < from) {
-      if (before == Reads::view) {
-        (void)b.x(), (void)b.y(), (void)b.mask();
-      } else if (before == Reads::contract) {
-        (void)b.tokens(), (void)b.labels(), (void)b.token_weights(), (void)b.position_ids(), (void)b.cu_seqlens();
-      }
-      continue;
+    if (b.has_field(BatchField::labels)) append(f.labels, b.labels());
+    if (b.has_field(BatchField::position_ids)) append(f.positions, b.position_ids());
+    if (b.has_field(BatchField::cu_seqlens)) {
+      append(f.cu_seqlens, b.cu_seqlens());
+      f.num_sequences.push_back(b.num_sequences());
+      f.max_seqlen.push_back(b.max_seqlen());
     }
-    append(f.labels, b.labels());
-    append(f.positions, b.position_ids());
-    append(f.cu_seqlens, b.cu_seqlens());
-    f.num_sequences.push_back(b.num_sequences());
-    f.max_seqlen.push_back(b.max_seqlen());
-    append(f.weights, b.token_weights());
-    append(f.view.x, b.x());
-    append(f.view.y, b.y());
-    append(f.view.mask, b.mask());
+    if (b.has_field(BatchField::token_weights)) append(f.weights, b.token_weights());
+    if (b.has_field(BatchField::x)) append(f.view.x, b.x());
+    if (b.has_field(BatchField::y)) append(f.view.y, b.y());
+    if (b.has_field(BatchField::mask)) append(f.view.mask, b.mask());
   }
   return f;
 }
 
+BatchFields fields_of(std::initializer_list<BatchField> fields) {
+  BatchFields set = 0;
+  for (const BatchField f : fields) set |= batch_field_bit(f);
+  return set;
+}
+
 }  // namespace
 
-TEST_CASE("contract_fields: sft_episode's fields a trainer reads late equal the ones written at decode" *
+TEST_CASE("fields: sft_episode writes the chosen fields as the loader of every field does, and no other" *
           doctest::timeout(60)) {
   TempDir dir;
   write_split(dir.path(), "train", masked_episodes(60, 9));
@@ -214,98 +216,100 @@ TEST_CASE("contract_fields: sft_episode's fields a trainer reads late equal the 
       c.epoch_drop_last = false;  // batches with fill rows
       c.prefetch_depth = 4;
       c.decode_threads = 2;
-      // Every field read from the first batch on: none is ever deferred.
-      const AllFields whole = read_all(c, 60, 0, Reads::nothing);
-      for (const Reads before : {Reads::nothing, Reads::view, Reads::contract}) {
+      const AllFields every = read_all(c, 40);
+      using F = BatchField;
+      for (const BatchFields chosen :
+           {fields_of({F::x, F::y, F::mask}), fields_of({F::x, F::labels}), fields_of({F::position_ids}),
+            fields_of({F::tokens, F::labels, F::token_weights, F::position_ids, F::cu_seqlens})}) {
         CAPTURE(mask);
         CAPTURE(static_cast<int>(truncation));
-        CAPTURE(static_cast<int>(before));
-        // Read late from step 20 on: the fields not read before were deferred in the
-        // batches made until then, which are completed on reading (the first) or on being
-        // handed out (the others). Compared from step 20 on.
-        const AllFields late = read_all(c, 60, 20, before);
-        const std::size_t cells = 3 * 8 * 20;
-        const auto tail = [](const auto& v, std::size_t skip) {
-          using T = typename std::decay_t<decltype(v)>::value_type;
-          return std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(skip), v.end());
+        CAPTURE(chosen);
+        Config some = c;
+        some.fields = chosen;
+        const AllFields got = read_all(some, 40);
+        const auto same_if = [chosen](F field, const auto& whole, const auto& part) {
+          if ((chosen & batch_field_bit(field)) != 0) {
+            CHECK(whole == part);
+          } else {
+            CHECK(part.empty());
+          }
         };
-        CHECK(tail(whole.view.x, cells) == late.view.x);
-        CHECK(tail(whole.view.y, cells) == late.view.y);
-        CHECK(tail(whole.view.mask, mask ? cells : 0) == late.view.mask);
-        CHECK(tail(whole.labels, cells) == late.labels);
-        CHECK(tail(whole.weights, cells) == late.weights);
-        CHECK(tail(whole.positions, cells) == late.positions);
-        CHECK(tail(whole.num_sequences, 20) == late.num_sequences);
-        CHECK(tail(whole.max_seqlen, 20) == late.max_seqlen);
-        std::size_t sequences = 0;
-        for (std::size_t k = 0; k < 20; ++k) sequences += whole.num_sequences[k] + 1;
-        CHECK(tail(whole.cu_seqlens, sequences) == late.cu_seqlens);
+        same_if(F::x, every.view.x, got.view.x);
+        same_if(F::y, every.view.y, got.view.y);
+        same_if(F::mask, every.view.mask, got.view.mask);
+        same_if(F::labels, every.labels, got.labels);
+        same_if(F::token_weights, every.weights, got.weights);
+        same_if(F::position_ids, every.positions, got.positions);
+        same_if(F::cu_seqlens, every.cu_seqlens, got.cu_seqlens);
+        same_if(F::cu_seqlens, every.num_sequences, got.num_sequences);
+        same_if(F::cu_seqlens, every.max_seqlen, got.max_seqlen);
       }
     }
   }
 }
 
-TEST_CASE("contract_fields: two threads reading a deferred field at once both see it complete" * doctest::timeout(60)) {
+TEST_CASE("fields: reading a field not chosen is an error naming it, in every mode") {
   TempDir dir;
-  write_split(dir.path(), "train", masked_episodes(40, 4));
-  Config c = make_config(dir.path(), 4, 16);
-  c.use_loss_mask = true;
-  c.prefetch_depth = 8;
-  Loader loader(c);
-  for (int step = 0; step < 4; ++step) loader.get_batch();  // released unread: y and the contract are deferred
-  for (int round = 0; round < 8; ++round) {
+  write_split(dir.path(), "train", masked_episodes(20, 3));
+  for (const DatasetMode mode : {DatasetMode::sft_episode, DatasetMode::sft_packed}) {
+    Config c = make_config(dir.path(), 2, 8);
+    c.dataset_mode = mode;
+    c.fields = fields_of({BatchField::x, BatchField::y});
+    Loader loader(c);
     Batch b = loader.get_batch();
-    std::vector<std::int64_t> seen[2];
-    std::thread other([&] { seen[1] = copy_of(b.labels()); });
-    seen[0] = copy_of(b.labels());
-    other.join();
-    CHECK(seen[0] == seen[1]);
-    for (std::size_t i = 0; i < seen[0].size(); ++i) {
-      REQUIRE(seen[0][i] == (b.mask()[i] != 0.0f ? b.y()[i] : c.ignore_index));
+    CHECK(b.x().size() == 16);
+    CHECK(b.has_field(BatchField::y));
+    CHECK_FALSE(b.has_field(BatchField::labels));
+    const std::string message = error_of([&] { (void)b.labels(); }, ErrorKind::usage);
+    CHECK(message.find("'labels'") != std::string::npos);
+    CHECK(message.find("'x,y'") != std::string::npos);
+    CHECK(message.find("config key 'fields'") != std::string::npos);
+    for (const auto& read : std::initializer_list<std::function<void()>>{
+             [&] { (void)b.tokens(); }, [&] { (void)b.mask(); }, [&] { (void)b.token_weights(); },
+             [&] { (void)b.position_ids(); }, [&] { (void)b.cu_seqlens(); }, [&] { (void)b.cu_seqlens_padded(); },
+             [&] { (void)b.num_sequences(); }, [&] { (void)b.max_seqlen(); }}) {
+      CHECK_THROWS_AS(read(), Error);
     }
   }
 }
 
-TEST_CASE("contract_fields: a pool defers the fields a released batch left unread, until they are read") {
-  detail::BatchShape shape;
-  shape.rows = 2;
-  shape.cols = 4;
-  shape.with_mask = true;
-  shape.mask_is_weights = true;
-  shape.deferred = &episode_deferred_fields();
-  shape.pad_token_id = 5;
-  shape.ignore_index = -7;
-  auto pool = std::make_shared<detail::BatchPool>(2, shape, "train");
-  detail::BatchSlot* slot = pool->acquire();
-  slot->begin_batch(0, 0, 0, 2);
-  CHECK_FALSE(slot->y_deferred.load());  // nothing is deferred before a batch went unread
-  CHECK_FALSE(slot->contract_deferred.load());
-  pool->make_batch(slot).release();
+TEST_CASE("fields: a batch is complete when it is popped, whatever the trainer does to it") {
+  // The labels a trainer reads first after changing x in place (noise, masking) are the
+  // decoder's, not derived from the changed x.
+  TempDir dir;
+  write_split(dir.path(), "train", masked_episodes(30, 5));
+  Config c = make_config(dir.path(), 3, 8);
+  c.use_loss_mask = true;
+  c.prefetch_depth = 2;
+  const AllFields every = read_all(c, 12);
+  Loader loader(c);
+  std::vector<std::int64_t> labels;
+  for (int step = 0; step < 12; ++step) {
+    Batch b = loader.get_batch();
+    const std::span<const std::int64_t> x = b.x();
+    std::fill(const_cast<std::int64_t*>(x.data()), const_cast<std::int64_t*>(x.data() + x.size()), 0);
+    if (step >= 6) labels.insert(labels.end(), b.labels().begin(), b.labels().end());  // read late
+  }
+  CHECK(labels == std::vector<std::int64_t>(every.labels.begin() + 6 * 24, every.labels.end()));
+}
 
-  slot = pool->acquire();
-  slot->begin_batch(1, 0, 1, 2);
-  REQUIRE(slot->y_deferred.load());
-  REQUIRE(slot->contract_deferred.load());
-  // Row 0: inputs 10 11 12 13 of which three have targets (11 12 13; the middle one
-  // without loss); its last target, 13, is also x's next input. Row 1: a fill row.
-  slot->x = {10, 11, 12, 13, 5, 5, 5, 5};
-  slot->token_weights = {1, 0, 0.5f, 0, 0, 0, 0, 0};
-  slot->row_targets = {3, 0};
-  slot->row_last_target = {13, 0};
-  slot->publish();
-  Batch b = pool->make_batch(slot);
-  CHECK(copy_of(b.labels()) == std::vector<std::int64_t>{11, -7, 13, -7, -7, -7, -7, -7});
-  CHECK(pool->demand().contract_read.load());
-  CHECK_FALSE(pool->demand().y_read.load());
-  CHECK(copy_of(b.y()) == std::vector<std::int64_t>{11, 12, 13, 5, 5, 5, 5, 5});
-  CHECK(copy_of(b.position_ids()) == std::vector<std::int32_t>{0, 1, 2, 0, 0, 1, 2, 3});
-  CHECK(copy_of(b.cu_seqlens()) == std::vector<std::int32_t>{0, 3, 4, 8});
-  CHECK(b.num_sequences() == 3);
-  CHECK(b.max_seqlen() == 4);
-  b.release();
-  // Once read, the next batches are written whole by their decoders.
-  detail::BatchSlot* next = pool->acquire();
-  next->begin_batch(2, 0, 2, 2);
-  CHECK_FALSE(next->y_deferred.load());
-  CHECK_FALSE(next->contract_deferred.load());
+TEST_CASE("fields: a config key of field names, each known and named once") {
+  Config c;
+  set_config_value(c, "fields", " x, y ,mask");
+  CHECK(c.fields == fields_of({BatchField::x, BatchField::y, BatchField::mask}));
+  const auto entries = config_entries(c);
+  CHECK(std::find(entries.begin(), entries.end(), std::pair<std::string, std::string>{"fields", "x,y,mask"}) !=
+        entries.end());
+  set_config_value(c, "fields", "");
+  CHECK(c.fields == kEveryBatchField);
+  CHECK(error_of([&] { set_config_value(c, "fields", "x,logits"); }).find("unknown field 'logits'") !=
+        std::string::npos);
+  CHECK(error_of([&] { set_config_value(c, "fields", "x,,y"); }).find("an empty name") != std::string::npos);
+  CHECK(error_of([&] { set_config_value(c, "fields", "y,x,y"); }).find("'y' is named twice") != std::string::npos);
+  TempDir dir;
+  write_split(dir.path(), "train", masked_episodes(4, 1));
+  Config off = make_config(dir.path(), 1, 8);
+  off.contract_fields = false;
+  off.fields = fields_of({BatchField::x, BatchField::labels});
+  CHECK(error_of([&] { Loader l(off); }).find("contract_fields is false") != std::string::npos);
 }

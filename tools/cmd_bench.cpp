@@ -23,8 +23,9 @@
 //
 // --reads says which fields the stand-in reads from each batch (their spans only, no
 // values): contract (the default: tokens, labels, token_weights, position_ids, cu_seqlens)
-// or view (x, y, mask). sft_episode leaves unwritten the view a trainer does not read, so
-// a trainer of the episode view is measured with --reads view.
+// or view (x, y, mask), of the fields the config's `fields` chose: a trainer of the episode
+// view is measured with fields=x,y,mask in the config (sft_episode then writes only those)
+// and --reads view.
 //
 // --waits-json FILE also writes, to FILE, one JSON object saying when the steps that
 // waited for data happened, to tell the unavoidable first reads of a cold start from
@@ -322,7 +323,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--reads", options->reads,
                   "The fields the consumer reads: contract (tokens, labels, token_weights, position_ids, cu_seqlens) "
-                  "or view (x, y, mask); sft_episode leaves unwritten the view a trainer does not read")
+                  "or view (x, y, mask), of those the config's fields key chose")
       ->transform(CLI::CheckedTransformer(std::map<std::string, measure::TrainerReads>{
           {"contract", measure::TrainerReads::contract}, {"view", measure::TrainerReads::view}}))
       ->capture_default_str();

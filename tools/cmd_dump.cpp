@@ -4,6 +4,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <sstream>
 #include <string>
 
@@ -89,7 +90,10 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
 }
 
 void dump(const DumpOptions& o) {
-  Loader loader(load_config_file(o.config));
+  Config config = load_config_file(o.config);
+  // Every field is read here: the config's `fields` is a trainer's choice.
+  config.fields = kEveryBatchField;
+  Loader loader(std::move(config));
   if (!o.load_state.empty()) load_state_file(loader, o.load_state);
   const Config& c = loader.config();
   if (!loader.has_split(o.split)) loader.split_info(o.split);  // throws the standard error

@@ -93,6 +93,8 @@ void inspect_mixture(const std::string& config_file, long steps) {
                                       "] (inspect reads every batch of the steps it describes)");
   }
   Config config = load_config_file(config_file);
+  // Every field is read here: the config's `fields` is a trainer's choice.
+  config.fields = kEveryBatchField;
   if (config.mixture.empty()) {
     throw Error(ErrorKind::usage, "inspect --config '" + config_file +
                                       "': the config has no <mixture>; inspect a single dataset by its directory");

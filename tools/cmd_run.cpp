@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <span>
+#include <utility>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -41,7 +42,10 @@ struct RunOptions {
 void run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto open_start = Clock::now();
-  Loader loader(load_config_file(o.config));
+  Config config = load_config_file(o.config);
+  // Every field is read here: the config's `fields` is a trainer's choice.
+  config.fields = kEveryBatchField;
+  Loader loader(std::move(config));
   const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - open_start).count();
   const Config& c = loader.config();
   const SplitInfo info = loader.split_info(o.split);

@@ -172,6 +172,8 @@ void show(ShowOptions o) {
     if (level >= LogLevel::warning) std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
   Config config = load_config_file(o.config);
+  // Every field is read here: the config's `fields` is a trainer's choice.
+  config.fields = kEveryBatchField;
   config.audit_log_dir.clear();  // looking at batches is not a training run
   Loader loader(std::move(config));
   const Config& c = loader.config();

@@ -41,6 +41,11 @@
 // cu_seqlens, cu_seqlens_padded, num_sequences(), max_seqlen(), real_positions() (over
 // rows() * cols() * cp), segments() and the ids.
 //
+// Config::fields chooses the fields a trainer reads (BatchField below; default every one):
+// the decoders write those (sft_episode leaves y, or labels, position_ids and cu_seqlens,
+// unwritten when none of them is chosen), and the accessor of a field not chosen throws
+// Error(usage) naming it, where the others never throw. has_field() asks.
+//
 // With Config::contract_fields false (not allowed for sft_packed), token_weights and
 // cu_seqlens are empty and num_sequences() and max_seqlen() are 0 in every mode; the mode's
 // own view below and real_positions() are unchanged. What differs by mode:
@@ -74,9 +79,11 @@
 // with reads of the same Batch.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -97,6 +104,23 @@ struct PackedSegment {
                                 // context-parallel padding follows)
   std::int64_t episode = 0;     // global episode id
 };
+
+// The fields Config::fields chooses among, by their names there. cu_seqlens brings
+// cu_seqlens_padded, num_sequences() and max_seqlen() with it.
+enum class BatchField : std::uint8_t { x, y, mask, tokens, labels, token_weights, position_ids, cu_seqlens };
+inline constexpr std::array<std::string_view, 8> kBatchFieldNames = {
+    "x", "y", "mask", "tokens", "labels", "token_weights", "position_ids", "cu_seqlens"};
+// A set of fields, one bit per BatchField; every field by default.
+using BatchFields = std::uint32_t;
+inline constexpr BatchFields kEveryBatchField = (1U << kBatchFieldNames.size()) - 1;
+constexpr BatchFields batch_field_bit(BatchField field) noexcept { return 1U << static_cast<unsigned>(field); }
+// The field of that name, or nullopt.
+constexpr std::optional<BatchField> batch_field_named(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
+    if (kBatchFieldNames[i] == name) return static_cast<BatchField>(i);
+  }
+  return std::nullopt;
+}
 
 class TOKENFEED_API Batch {
  public:
@@ -122,9 +146,13 @@ class TOKENFEED_API Batch {
   std::size_t cols() const noexcept;              // block_size
   std::size_t real_rows() const noexcept;         // rows holding an episode; the rest are fill rows
 
-  std::span<const std::int64_t> x() const noexcept;
-  std::span<const std::int64_t> y() const noexcept;
-  std::span<const float> mask() const noexcept;  // empty when the loss mask is off or absent
+  // Whether Config::fields chose `field` (false for an invalid Batch).
+  bool has_field(BatchField field) const noexcept;
+
+  // The mode's own view; each throws Error(usage) when Config::fields did not choose it.
+  std::span<const std::int64_t> x() const;
+  std::span<const std::int64_t> y() const;
+  std::span<const float> mask() const;  // empty when the loss mask is off or absent
   bool has_mask() const noexcept;
   std::span<const std::int64_t> episode_ids() const noexcept;
   std::span<const std::int64_t> window_ids() const noexcept { return episode_ids(); }
@@ -133,15 +161,16 @@ class TOKENFEED_API Batch {
   // Loader::source_names); empty for a single dataset.
   std::span<const std::int32_t> source_ids() const noexcept;
 
-  // The batch contract (see above).
-  std::span<const std::int64_t> tokens() const noexcept;
-  std::span<const std::int64_t> labels() const noexcept;
-  std::span<const float> token_weights() const noexcept;
-  std::span<const std::int32_t> position_ids() const noexcept;
-  std::span<const std::int32_t> cu_seqlens() const noexcept;
-  std::span<const std::int32_t> cu_seqlens_padded() const noexcept;
-  std::size_t num_sequences() const noexcept;
-  std::size_t max_seqlen() const noexcept;
+  // The batch contract (see above); each throws Error(usage) when Config::fields did not
+  // choose it (the last three go with cu_seqlens).
+  std::span<const std::int64_t> tokens() const;
+  std::span<const std::int64_t> labels() const;
+  std::span<const float> token_weights() const;
+  std::span<const std::int32_t> position_ids() const;
+  std::span<const std::int32_t> cu_seqlens() const;
+  std::span<const std::int32_t> cu_seqlens_padded() const;
+  std::size_t num_sequences() const;
+  std::size_t max_seqlen() const;
   // Input positions holding episode or window tokens; over rows() * cols() it is the
   // packing efficiency (with context_parallel_split, over rows() * cols() * cp: it counts
   // the whole rows).
@@ -162,6 +191,9 @@ class TOKENFEED_API Batch {
  private:
   friend class detail::BatchPool;
   Batch(std::shared_ptr<detail::BatchPool> pool, detail::BatchSlot* slot) noexcept;
+  // Whether `field` may be handed out (false for an invalid Batch); throws Error(usage)
+  // naming it when Config::fields did not choose it.
+  bool readable(BatchField field) const;
 
   std::shared_ptr<detail::BatchPool> pool_;
   detail::BatchSlot* slot_ = nullptr;

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "tokenfeed/batch.hpp"
 #include "tokenfeed/dtype.hpp"
 #include "tokenfeed/export.hpp"
 
@@ -267,6 +268,15 @@ struct Config {
   // (sft_episode: 20 per position instead of 32) for trainers that use that view.
   // sft_packed batches are the contract, so false is an error there.
   bool contract_fields = true;
+  // The fields the trainer reads (docs/batch-contract.md, "Choosing the fields"): a set of
+  // BatchField, in XML and Python a comma-separated list of their names (x, y, mask,
+  // tokens, labels, token_weights, position_ids, cu_seqlens); every field by default (the
+  // empty text). The decoders write what is chosen (sft_episode leaves y, or labels,
+  // position_ids and cu_seqlens, unwritten when none of them is chosen), so a trainer that
+  // reads one view does not pay for the other; reading a field not chosen throws
+  // Error(usage). A contract field needs contract_fields. Not part of the fingerprint:
+  // the same data comes whatever is chosen.
+  BatchFields fields = kEveryBatchField;
 
   // token_stream: also return doc_ids and position_ids, and mask labels that cross a
   // document boundary with ignore_index. Needs an end-of-text id.

@@ -99,6 +99,7 @@ class PyBatch {
   }
 
   nb::object x() { return grid(kX, batch().x()); }
+  nb::object tokens() { return grid(kX, batch().tokens()); }  // x's memory, but chosen on its own
   nb::object y() { return grid(kY, batch().y()); }
   nb::object mask() { return grid(kMask, batch().mask()); }
   nb::object labels() { return grid(kLabels, batch().labels()); }
@@ -148,20 +149,24 @@ class PyBatch {
     return dtype;
   }
 
-  // Every non-empty array field, by name (x and tokens, y and labels may share memory).
+  // Every non-empty array field the loader's `fields` chose, by name (x and tokens, y and
+  // labels may share memory).
   nb::dict arrays() {
     nb::dict d;
     const tokenfeed::Batch& b = batch();
-    d["x"] = x();
-    d["y"] = y();
-    if (b.has_mask()) d["mask"] = mask();
-    d["tokens"] = x();
+    using tokenfeed::BatchField;
+    if (b.has_field(BatchField::x)) d["x"] = x();
+    if (b.has_field(BatchField::y)) d["y"] = y();
+    if (b.has_mask() && b.has_field(BatchField::mask)) d["mask"] = mask();
+    if (b.has_field(BatchField::tokens)) d["tokens"] = tokens();
     // Empty with contract_fields=false.
-    if (!b.labels().empty()) d["labels"] = labels();
-    if (!b.token_weights().empty()) d["token_weights"] = token_weights();
-    if (!b.position_ids().empty()) d["position_ids"] = position_ids();
-    if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
-    if (!b.cu_seqlens_padded().empty()) d["cu_seqlens_padded"] = cu_seqlens_padded();
+    if (b.has_field(BatchField::labels) && !b.labels().empty()) d["labels"] = labels();
+    if (b.has_field(BatchField::token_weights) && !b.token_weights().empty()) d["token_weights"] = token_weights();
+    if (b.has_field(BatchField::position_ids) && !b.position_ids().empty()) d["position_ids"] = position_ids();
+    if (b.has_field(BatchField::cu_seqlens) && !b.cu_seqlens().empty()) {
+      d["cu_seqlens"] = cu_seqlens();
+      d["cu_seqlens_padded"] = cu_seqlens_padded();
+    }
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
     if (!b.segments().empty()) d["segments"] = segments();        // sft_packed, RL
@@ -218,7 +223,7 @@ void bind_batch(nb::module_& m) {
   array_property(cls, "x", &PyBatch::x, "int64");
   array_property(cls, "y", &PyBatch::y, "int64");
   array_property(cls, "mask", &PyBatch::mask, "float32");
-  array_property(cls, "tokens", &PyBatch::x, "int64");
+  array_property(cls, "tokens", &PyBatch::tokens, "int64");
   array_property(cls, "labels", &PyBatch::labels, "int64");
   array_property(cls, "token_weights", &PyBatch::token_weights, "float32");
   array_property(cls, "position_ids", &PyBatch::position_ids, "int32");

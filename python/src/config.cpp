@@ -1,7 +1,8 @@
 // Configs from Python: Loader(config, **overrides) and RLLoader take an XML file's path or
 // a mapping of its keys, whose values are str, int, bool (numpy's integers and bool_ too),
-// whole-number floats or paths; a mixture's `mixture` and `stages` lists are mixture.cpp's.
-// Loader.config gives the effective keys back as a dict of their texts.
+// whole-number floats, paths, or a list of str (fields); a mixture's `mixture` and `stages`
+// lists are mixture.cpp's. Loader.config gives the effective keys back as a dict of their
+// texts.
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -37,11 +38,23 @@ std::string value_text(std::string_view key, nb::handle value) {
   if (PyFloat_Check(v) && nb::cast<bool>(value.attr("is_integer")())) {
     return nb::cast<std::string>(nb::str(nb::int_(value)));
   }
+  if (PyList_Check(v) || PyTuple_Check(v)) {  // a list key (fields): its names, comma-separated
+    std::string text;
+    for (nb::handle item : value) {
+      if (!PyUnicode_Check(item.ptr())) {
+        throw Error(ErrorKind::config, "config key '" + std::string(key) + "': expected a list of str, got " +
+                                           nb::cast<std::string>(nb::repr(value)));
+      }
+      text += (text.empty() ? "" : ",") + nb::cast<std::string>(item);
+    }
+    return text;
+  }
   if (nb::hasattr(value, "__fspath__"))
     return nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(value));
   throw Error(ErrorKind::config, "config key '" + std::string(key) + "': unsupported value " +
                                      nb::cast<std::string>(nb::repr(value)) +
-                                     " (give a str, int, bool or path; a float only when it is a whole number)");
+                                     " (give a str, int, bool, path or list of str; a float only when it is a whole "
+                                     "number)");
 }
 
 // Applies key/value pairs; a relative dataset_dir given from Python resolves against the

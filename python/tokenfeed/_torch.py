@@ -34,8 +34,8 @@ def to_torch(batch_or_array: Any, fields: Optional[Iterable[str]] = None, copy: 
             arrays = batch_or_array.arrays()
             arrays.pop("segments", None)
             return {name: tensor(a) for name, a in arrays.items()}
-        # Only the fields asked for are read: sft_episode leaves unwritten the fields a trainer
-        # does not read (y, or labels/position_ids/cu_seqlens).
+        # Only the fields asked for are read; one the loader's `fields` did not choose raises
+        # UsageError naming it.
         out = {}
         for name in fields:
             if name == "segments":

@@ -184,8 +184,10 @@ def _describe(batch: Any) -> tuple:
     if "segments" in arrays:
         s = arrays["segments"]
         arrays["segments"] = np.stack([s["row"], s["column"], s["positions"], s["episode"]], axis=1).astype(np.int64)
+    sequences = "cu_seqlens" in arrays  # the counts go with cu_seqlens (the loader's `fields`)
     header = [batch.step, batch.epoch, batch.batch_in_epoch, batch.rows, batch.cols, batch.real_rows,
-              batch.real_positions, batch.num_sequences, batch.max_seqlen, int(batch.has_mask)]
+              batch.real_positions, batch.num_sequences if sequences else 0, batch.max_seqlen if sequences else 0,
+              int(batch.has_mask)]
     addresses = []
     for name, dtype in _FIELDS:
         a = arrays.get(name)

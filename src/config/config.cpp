@@ -79,6 +79,42 @@ bool parse_bool(std::string_view key, std::string_view text) {
   config_error("config key '" + std::string(key) + "': expected true or false, got '" + std::string(t) + "'");
 }
 
+std::string fields_text(BatchFields fields) {
+  if (fields == kEveryBatchField) return {};
+  std::string text;
+  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
+    if ((fields & batch_field_bit(static_cast<BatchField>(i))) == 0) continue;
+    if (!text.empty()) text += ',';
+    text += kBatchFieldNames[i];
+  }
+  return text;
+}
+
+// "x, y,mask": a comma-separated list of BatchField names, each once; empty: every field.
+BatchFields parse_fields(std::string_view text) {
+  const std::string_view t = trim(text);
+  if (t.empty()) return kEveryBatchField;
+  std::string known;
+  for (const std::string_view name : kBatchFieldNames) known += (known.empty() ? "" : ", ") + std::string(name);
+  BatchFields fields = 0;
+  for (std::size_t begin = 0; begin <= t.size();) {
+    const std::size_t comma = std::min(t.find(',', begin), t.size());
+    const std::string_view name = trim(t.substr(begin, comma - begin));
+    const std::optional<BatchField> field = batch_field_named(name);
+    if (!field) {
+      config_error("config key 'fields': " +
+                   (name.empty() ? std::string("an empty name") : "unknown field '" + std::string(name) + "'") +
+                   " in '" + std::string(t) + "'; the fields are " + known);
+    }
+    if ((fields & batch_field_bit(*field)) != 0) {
+      config_error("config key 'fields': '" + std::string(name) + "' is named twice in '" + std::string(t) + "'");
+    }
+    fields |= batch_field_bit(*field);
+    begin = comma + 1;
+  }
+  return fields;
+}
+
 template <typename Enum>
 Enum parse_enum(std::string_view key, std::string_view text,
                 std::initializer_list<std::pair<std::string_view, Enum>> names) {
@@ -270,6 +306,8 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(to_string(c.balance_ranks)); }},
       {"contract_fields", [](Config& c, std::string_view v) { c.contract_fields = parse_bool("contract_fields", v); },
        [](const Config& c) { return std::string(c.contract_fields ? "true" : "false"); }},
+      {"fields", [](Config& c, std::string_view v) { c.fields = parse_fields(v); },
+       [](const Config& c) { return fields_text(c.fields); }},
       {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
        [](const Config& c) { return std::string(c.document_aware ? "true" : "false"); }},
       {"eos_token_id", [](Config& c, std::string_view v) { c.eos_token_id = parse_int("eos_token_id", v); },
@@ -749,6 +787,15 @@ void validate_mode_keys(const Config& c) {
         "config key 'context_parallel_split' is true, which gives each context-parallel rank its own share of the "
         "rows, but data_loading=group_leader hands every rank of a data-parallel group the leader's batches: use "
         "data_loading=every_rank, or context_parallel_split=false (each rank then splits the whole rows itself)");
+  }
+  constexpr BatchFields kContractOnly = batch_field_bit(BatchField::tokens) | batch_field_bit(BatchField::labels) |
+                                        batch_field_bit(BatchField::token_weights) |
+                                        batch_field_bit(BatchField::position_ids) |
+                                        batch_field_bit(BatchField::cu_seqlens);
+  if (!c.contract_fields && c.fields != kEveryBatchField && (c.fields & kContractOnly) != 0) {
+    config_error("config key 'fields' names contract fields (" + fields_text(c.fields & kContractOnly) +
+                 ") but contract_fields is false, which leaves them empty: drop them from 'fields', or set "
+                 "contract_fields=true");
   }
   if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
     config_error(

@@ -23,26 +23,29 @@ namespace tokenfeed::measure {
 inline constexpr double kStallUs = 50.0;
 
 // The fields a trainer stand-in reads from each batch: the batch contract (tokens, labels,
-// token_weights, position_ids, cu_seqlens) or the episode view (x, y, mask). In sft_episode
-// the loader leaves unwritten the view a trainer does not read (docs/batch-contract.md),
-// so what a measurement reads decides what it measures; the stand-in takes the fields'
-// spans and reads no values (no consumer work).
+// token_weights, position_ids, cu_seqlens) or the episode view (x, y, mask), of those its
+// config's `fields` chose (in sft_episode the decoders write only the chosen ones, so the
+// config decides what a measurement measures); the stand-in takes the fields' spans and
+// reads no values (no consumer work).
 enum class TrainerReads { contract, view };
 
 inline const char* to_string(TrainerReads reads) noexcept { return reads == TrainerReads::view ? "view" : "contract"; }
 
-inline void read_fields(const Batch& b, TrainerReads reads) noexcept {
+inline void read_fields(const Batch& b, TrainerReads reads) {
+  const auto read = [&b](BatchField field, auto accessor) {
+    if (b.has_field(field)) (void)(b.*accessor)();
+  };
   if (reads == TrainerReads::view) {
-    (void)b.x();
-    (void)b.y();
-    (void)b.mask();
+    read(BatchField::x, &Batch::x);
+    read(BatchField::y, &Batch::y);
+    read(BatchField::mask, &Batch::mask);
     return;
   }
-  (void)b.tokens();
-  (void)b.labels();
-  (void)b.token_weights();
-  (void)b.position_ids();
-  (void)b.cu_seqlens();
+  read(BatchField::tokens, &Batch::tokens);
+  read(BatchField::labels, &Batch::labels);
+  read(BatchField::token_weights, &Batch::token_weights);
+  read(BatchField::position_ids, &Batch::position_ids);
+  read(BatchField::cu_seqlens, &Batch::cu_seqlens);
 }
 
 // Busy-waits `us` microseconds: a training step's CPU time on the trainer's thread.

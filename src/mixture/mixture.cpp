@@ -195,6 +195,7 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   c.epoch_drop_last = false;  // at one row per batch nothing is dropped anyway
   c.audit_log_dir.clear();
   c.decode_threads = 1;
+  c.fields = kEveryBatchField;  // the mixture joins whole rows; its batches hand out what is chosen
   return c;
 }
 
@@ -320,6 +321,7 @@ void Mixture::open_split(const std::string& name) {
   shape.mask_is_weights = true;
   shape.packed = config_.dataset_mode == DatasetMode::sft_packed;
   shape.with_source_ids = true;
+  shape.fields = config_.fields;
   auto split = std::make_unique<MixtureSplit>(name, config_, *schedule_, std::move(parts), std::move(seeds), shape);
   splits_.emplace(name, split.get());
   own_.emplace(name, std::move(split));

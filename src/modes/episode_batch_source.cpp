@@ -1,53 +1,8 @@
 #include "modes/episode_batch_source.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 namespace tokenfeed {
-namespace {
-
-class EpisodeDeferredFields final : public detail::DeferredFields {
- public:
-  void write_y(detail::BatchSlot& slot, const detail::BatchShape& shape) const noexcept override {
-    const std::size_t T = shape.cols;
-    for (std::size_t r = 0; r < shape.rows; ++r) {
-      const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
-      const std::int64_t* __restrict x = slot.x.data() + r * T;
-      std::int64_t* __restrict y = slot.y.data() + r * T;
-      if (n > 0) {
-        std::copy_n(x + 1, n - 1, y);
-        y[n - 1] = slot.row_last_target[r];
-      }
-      std::fill(y + n, y + T, shape.pad_token_id);
-    }
-  }
-
-  void write_contract(detail::BatchSlot& slot, const detail::BatchShape& shape) const noexcept override {
-    const std::size_t T = shape.cols;
-    const std::int64_t ignore = shape.ignore_index;
-    slot.begin_sequences();
-    for (std::size_t r = 0; r < shape.rows; ++r) {
-      const std::size_t at = r * T;
-      const std::size_t n = std::min<std::size_t>(slot.row_targets[r], T);
-      const std::int64_t* __restrict y = slot.y.data() + at;
-      const float* __restrict w = slot.token_weights.data() + at;
-      std::int64_t* __restrict labels = slot.labels.data() + at;
-      for (std::size_t i = 0; i < T; ++i) labels[i] = w[i] != 0.0f ? y[i] : ignore;
-      std::int32_t* positions = slot.position_ids.data() + at;
-      std::iota(positions, positions + n, 0);
-      std::iota(positions + n, positions + T, 0);
-      if (n > 0) slot.add_sequence(n);
-      if (n < T) slot.add_sequence(T - n);
-    }
-  }
-};
-
-}  // namespace
-
-const detail::DeferredFields& episode_deferred_fields() noexcept {
-  static const EpisodeDeferredFields fields;
-  return fields;
-}
 
 void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t cols, std::size_t real,
                         std::int64_t pad_token_id, std::int64_t ignore_index) noexcept {
@@ -65,19 +20,16 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
   const std::size_t T = options_.block_size;
   const std::int64_t pad = options_.pad_token_id;
   const bool contract = options_.contract_fields;
-  // While the trainer does not read y, or the contract's own fields, the pool defers them
-  // to the trainer's first read (BatchPool::complete_y, complete_contract), which needs
-  // only the row's length and its last target besides x and the weights.
-  const bool y_deferred = slot.y_deferred.load(std::memory_order_relaxed);
-  const bool contract_deferred = slot.contract_deferred.load(std::memory_order_relaxed);
+  // What the trainer does not read (Config::fields) is left unwritten.
   NextTokenFields row;
   row.x = slot.x.data() + r * T;
-  if (!y_deferred) row.y = slot.y.data() + r * T;
+  if (options_.write_y) row.y = slot.y.data() + r * T;
+  const bool contract_written = contract && options_.write_contract;
   // With the contract the mask is written once, as the token weights it equals (all 1
   // without a mask); without it, the mask is written when it is on.
   if (contract) {
     row.weights = slot.token_weights.data() + r * T;
-    if (!contract_deferred) {
+    if (contract_written) {
       row.labels = slot.labels.data() + r * T;
       row.positions = slot.position_ids.data() + r * T;
     }
@@ -110,14 +62,11 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
     windows_.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
     write_padding_run(T - y_count, padding_from(y_count), pad, options_.ignore_index);
     if (x_count > y_count) windows_.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
-    // The last real target: x's next input, except where the row was cut at block_size.
-    if (y_deferred && y_count > 0) windows_.read_tokens(episode, window, y_count, 1, &slot.row_last_target[r]);
   } else {
     write_padding_run(T, padding_from(0), pad, options_.ignore_index);
   }
   slot.real_positions += y_count;
-  if (y_deferred || contract_deferred) slot.row_targets[r] = static_cast<std::uint32_t>(y_count);
-  if (!contract || contract_deferred) return;
+  if (!contract_written) return;
 
   // The contract's view of the row: one sequence of y_count positions, then padding.
   if (y_count > 0) slot.add_sequence(y_count);

@@ -34,6 +34,10 @@ class EpisodeBatchSource final : public SampledRowSource {
     // Fill labels, token_weights, position_ids and cu_seqlens; the slot's mask is then a
     // view of its token_weights (they agree in this mode). Must match the pool's shape.
     bool contract_fields = true;
+    // Whether the trainer reads y, and any of labels, position_ids and cu_seqlens
+    // (Config::fields): what it does not read is left unwritten.
+    bool write_y = true;
+    bool write_contract = true;
   };
 
   // REQUIRES: split, orders (and its sampler) and windows outlive the source.
@@ -62,12 +66,6 @@ class EpisodeBatchSource final : public SampledRowSource {
     return EpisodeWindows::episode_of(static_cast<std::uint64_t>(id), sampler_.pieces());
   }
 };
-
-// sft_episode's deferred fields (BatchShape::deferred): y is x's next input, the row's
-// last real target (kept aside) and then pad; the contract follows the padding rule above
-// from y, the token weights and each row's length (row_targets). The same values a
-// decoder writes at once.
-const detail::DeferredFields& episode_deferred_fields() noexcept;
 
 // Completes one row's contract fields after its first `real` input positions were filled
 // (tokens, labels, weights): padding gets pad, ignore_index and weight 0; positions restart

@@ -1,7 +1,10 @@
 #include "pipeline/batch_pool.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+
+#include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
 namespace detail {
@@ -28,10 +31,6 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
     slot->group_ids.resize(shape.rows * (shape.cols + 1));
   }
   if (shape.with_source_ids) slot->source_ids.resize(shape.rows);
-  if (shape.deferred != nullptr) {
-    slot->row_targets.resize(shape.rows);
-    slot->row_last_target.resize(shape.rows);
-  }
   return slot;
 }
 
@@ -68,7 +67,6 @@ std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
   if (shape.contract_fields) bytes = add(bytes, mul(sequences, sizeof(std::int32_t)));
   if (shape.contract_fields && shape.padded_sequences) bytes = add(bytes, mul(sequences, sizeof(std::int32_t)));
   if (shape.packed) bytes = add(bytes, mul(mul(shape.rows, full_cols), sizeof(PackedSegment)));
-  if (shape.deferred != nullptr) bytes = add(bytes, mul(shape.rows, sizeof(std::uint32_t) + sizeof(std::int64_t)));
   return bytes;
 }
 
@@ -76,7 +74,6 @@ void BatchPool::grow_to(std::size_t slots) {
   slots = std::min(slots, capacity_);
   while (size() < slots) {
     std::unique_ptr<BatchSlot> slot = make_slot(shape_);  // allocated outside the lock
-    if (shape_.deferred != nullptr) slot->demand = &demand_;
     MutexLock lock(free_mutex_);
     free_.push_back(slot.get());  // never reallocates: capacity reserved for capacity_ slots
     slots_.push_back(std::move(slot));
@@ -107,41 +104,7 @@ void BatchPool::release(BatchSlot* slot) noexcept {
   }
 }
 
-void BatchPool::complete_y(BatchSlot& slot) noexcept {
-  if (shape_.deferred == nullptr) return;
-  FieldDemand::mark(demand_.y_read);
-  if (!slot.y_deferred.load(std::memory_order_acquire)) return;
-  MutexLock lock(slot.deferred_mutex);
-  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);
-}
-
-void BatchPool::write_deferred_y(BatchSlot& slot) const noexcept {
-  shape_.deferred->write_y(slot, shape_);
-  slot.y_deferred.store(false, std::memory_order_release);
-}
-
-void BatchPool::complete_contract(BatchSlot& slot) noexcept {
-  if (shape_.deferred == nullptr) return;
-  FieldDemand::mark(demand_.contract_read);
-  if (!slot.contract_deferred.load(std::memory_order_acquire)) return;
-  MutexLock lock(slot.deferred_mutex);
-  if (!slot.contract_deferred.load(std::memory_order_relaxed)) return;
-  if (slot.y_deferred.load(std::memory_order_relaxed)) write_deferred_y(slot);  // the labels' source
-  shape_.deferred->write_contract(slot, shape_);
-  slot.contract_deferred.store(false, std::memory_order_release);
-}
-
-void BatchPool::note_release() noexcept {
-  if (shape_.deferred == nullptr) return;
-  if (!demand_.y_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.y_unread);
-  if (!demand_.contract_read.load(std::memory_order_relaxed)) FieldDemand::mark(demand_.contract_unread);
-}
-
 Batch BatchPool::make_batch(BatchSlot* slot) {
-  // A batch made while a field was deferred is completed here, on the trainer's thread,
-  // once the trainer reads that field: before it can change the batch's arrays in place.
-  if (demand_.y_read.load(std::memory_order_relaxed)) complete_y(*slot);
-  if (demand_.contract_read.load(std::memory_order_relaxed)) complete_contract(*slot);
   held_.fetch_add(1, std::memory_order_acq_rel);
   return Batch(shared_from_this(), slot);
 }
@@ -164,7 +127,6 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 
 void Batch::release() noexcept {
   if (slot_ != nullptr) {
-    pool_->note_release();
     pool_->release(std::exchange(slot_, nullptr));
     pool_->held_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -178,48 +140,58 @@ std::uint64_t Batch::batch_in_epoch() const noexcept { return slot_ ? slot_->bat
 std::size_t Batch::rows() const noexcept { return slot_ ? pool_->shape().rows : 0; }
 std::size_t Batch::cols() const noexcept { return slot_ ? pool_->shape().cols : 0; }
 std::size_t Batch::real_rows() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_rows) : 0; }
-std::span<const std::int64_t> Batch::x() const noexcept { return slot_ ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>(); }
-std::span<const std::int64_t> Batch::y() const noexcept {
-  if (!slot_) return {};
-  if (pool_->shape().y_is_labels) return slot_->labels;
-  pool_->complete_y(*slot_);
-  return slot_->y;
+bool Batch::has_field(BatchField field) const noexcept { return slot_ != nullptr && pool_->shape().chose(field); }
+
+// Whether a field may be handed out: false for an invalid Batch (its accessors return
+// empty); throws for a field Config::fields did not choose, whose memory the decoders may
+// have left unwritten.
+bool Batch::readable(BatchField field) const {
+  if (slot_ == nullptr) return false;
+  if (pool_->shape().chose(field)) return true;
+  std::string chosen;
+  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
+    if (!pool_->shape().chose(static_cast<BatchField>(i))) continue;
+    chosen += (chosen.empty() ? "" : ",") + std::string(kBatchFieldNames[i]);
+  }
+  const std::string name(kBatchFieldNames[static_cast<std::size_t>(field)]);
+  throw Error(ErrorKind::usage, "batch field '" + name + "' of split '" + pool_->split() +
+                                    "' was not chosen: config key 'fields' is '" + chosen + "'; add " + name +
+                                    " to it to read this field");
 }
-std::span<const float> Batch::mask() const noexcept {
-  if (!has_mask()) return {};
+
+std::span<const std::int64_t> Batch::x() const {
+  return readable(BatchField::x) ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>();
+}
+std::span<const std::int64_t> Batch::y() const {
+  if (!readable(BatchField::y)) return {};
+  return pool_->shape().y_is_labels ? std::span<const std::int64_t>(slot_->labels)
+                                    : std::span<const std::int64_t>(slot_->y);
+}
+std::span<const float> Batch::mask() const {
+  if (!readable(BatchField::mask) || !has_mask()) return {};
   return pool_->shape().mask_is_weights ? std::span<const float>(slot_->token_weights)
                                         : std::span<const float>(slot_->mask);
 }
 bool Batch::has_mask() const noexcept { return slot_ && pool_->shape().with_mask; }
-std::span<const std::int64_t> Batch::tokens() const noexcept { return x(); }
-std::span<const std::int64_t> Batch::labels() const noexcept {
-  if (!slot_) return {};
-  pool_->complete_contract(*slot_);
-  return slot_->labels;
+std::span<const std::int64_t> Batch::tokens() const {
+  return readable(BatchField::tokens) ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>();
 }
-std::span<const float> Batch::token_weights() const noexcept {
-  return slot_ ? std::span<const float>(slot_->token_weights) : std::span<const float>();
+std::span<const std::int64_t> Batch::labels() const {
+  return readable(BatchField::labels) ? std::span<const std::int64_t>(slot_->labels) : std::span<const std::int64_t>();
 }
-std::span<const std::int32_t> Batch::cu_seqlens() const noexcept {
-  if (slot_) pool_->complete_contract(*slot_);
-  return slot_ && !slot_->cu_seqlens.empty() ? std::span<const std::int32_t>(slot_->cu_seqlens.data(), slot_->num_sequences + 1)
-               : std::span<const std::int32_t>();
+std::span<const float> Batch::token_weights() const {
+  return readable(BatchField::token_weights) ? std::span<const float>(slot_->token_weights) : std::span<const float>();
 }
-std::size_t Batch::num_sequences() const noexcept {
-  if (!slot_) return 0;
-  pool_->complete_contract(*slot_);
-  return slot_->num_sequences;
+std::span<const std::int32_t> Batch::cu_seqlens() const {
+  if (!readable(BatchField::cu_seqlens) || slot_->cu_seqlens.empty()) return {};
+  return {slot_->cu_seqlens.data(), slot_->num_sequences + 1};
 }
-std::size_t Batch::max_seqlen() const noexcept {
-  if (!slot_) return 0;
-  pool_->complete_contract(*slot_);
-  return slot_->max_seqlen;
-}
-std::span<const std::int32_t> Batch::cu_seqlens_padded() const noexcept {
-  if (!slot_) return {};
+std::size_t Batch::num_sequences() const { return readable(BatchField::cu_seqlens) ? slot_->num_sequences : 0; }
+std::size_t Batch::max_seqlen() const { return readable(BatchField::cu_seqlens) ? slot_->max_seqlen : 0; }
+std::span<const std::int32_t> Batch::cu_seqlens_padded() const {
+  if (!readable(BatchField::cu_seqlens)) return {};
   if (slot_->cu_seqlens_padded.empty()) return cu_seqlens();  // no context-parallel padding: the same
-  pool_->complete_contract(*slot_);
-  return std::span<const std::int32_t>(slot_->cu_seqlens_padded.data(), slot_->num_sequences + 1);
+  return {slot_->cu_seqlens_padded.data(), slot_->num_sequences + 1};
 }
 std::span<const PackedSegment> Batch::segments() const noexcept {
   return slot_ ? std::span<const PackedSegment>(slot_->segments.data(), slot_->segment_count)
@@ -232,10 +204,9 @@ std::span<const std::int64_t> Batch::episode_ids() const noexcept {
 std::span<const std::int32_t> Batch::doc_ids() const noexcept {
   return slot_ ? std::span<const std::int32_t>(slot_->doc_ids) : std::span<const std::int32_t>();
 }
-std::span<const std::int32_t> Batch::position_ids() const noexcept {
-  if (!slot_) return {};
-  pool_->complete_contract(*slot_);
-  return slot_->position_ids;
+std::span<const std::int32_t> Batch::position_ids() const {
+  return readable(BatchField::position_ids) ? std::span<const std::int32_t>(slot_->position_ids)
+                                            : std::span<const std::int32_t>();
 }
 std::span<const float> Batch::log_probs() const noexcept {
   return slot_ && slot_->log_probs_given ? std::span<const float>(slot_->log_probs) : std::span<const float>();

@@ -24,7 +24,6 @@
 namespace tokenfeed::detail {
 
 struct BatchSlot;
-class DeferredFields;
 
 struct BatchShape {
   std::size_t rows = 0;
@@ -48,46 +47,10 @@ struct BatchShape {
   // cols * context_parallel positions. 1 otherwise.
   std::size_t context_parallel = 1;
   std::size_t full_cols() const noexcept { return cols * context_parallel; }
-  // Set by a mode whose y and contract fields (labels, position_ids, cu_seqlens) follow
-  // from its other fields: they are left unwritten while the trainer does not read them
-  // (see FieldDemand), and written by this when it does. Null: always written.
-  const DeferredFields* deferred = nullptr;
-  std::int64_t pad_token_id = 0;     // for `deferred`: y's padding
-  std::int64_t ignore_index = -100;  // for `deferred`: the labels' ignore_index
-};
-
-// How a mode writes a slot's deferred fields from the rest of it (BatchShape::deferred).
-// Implementations are stateless (their parameters are the shape's), and live as long as
-// the program: a pool may outlive the loader that made it.
-// Thread-safety: write_* run under the slot's deferred_mutex, on a slot no decoder writes.
-class DeferredFields {
- public:
-  virtual ~DeferredFields() = default;
-  // y from x and the slot's per-row bookkeeping (row_targets, row_last_target).
-  virtual void write_y(BatchSlot& slot, const BatchShape& shape) const noexcept = 0;
-  // labels, position_ids and the sequences from y, the token weights and row_targets.
-  // REQUIRES: y written.
-  virtual void write_contract(BatchSlot& slot, const BatchShape& shape) const noexcept = 0;
-};
-
-// Which of a split's deferrable fields (BatchShape::deferred) the trainer reads. The
-// decoders leave a field unwritten once a batch was released before the trainer ever read
-// that field, and write it again from the trainer's first read of it on; batches made in
-// between are completed at that read, or when they are handed out after it.
-// Thread-safety: every member is atomic.
-struct FieldDemand {
-  std::atomic<bool> y_read{false}, contract_read{false};
-  std::atomic<bool> y_unread{false}, contract_unread{false};  // a batch was released before the first read
-
-  bool defer_y() const noexcept {
-    return y_unread.load(std::memory_order_relaxed) && !y_read.load(std::memory_order_relaxed);
-  }
-  bool defer_contract() const noexcept {
-    return contract_unread.load(std::memory_order_relaxed) && !contract_read.load(std::memory_order_relaxed);
-  }
-  static void mark(std::atomic<bool>& flag) noexcept {
-    if (!flag.load(std::memory_order_relaxed)) flag.store(true, std::memory_order_relaxed);
-  }
+  // The fields the trainer chose (Config::fields): the decoders write them (a mode may
+  // leave the others unwritten), and Batch hands out only them.
+  BatchFields fields = kEveryBatchField;
+  bool chose(BatchField field) const noexcept { return (fields & batch_field_bit(field)) != 0; }
 };
 
 struct BatchSlot {
@@ -108,16 +71,7 @@ struct BatchSlot {
   std::vector<std::int32_t> cu_seqlens_padded;
   std::uint32_t num_sequences = 0;
   std::uint32_t max_seqlen = 0;
-  std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
-  // Deferred fields (BatchShape::deferred): per row, what the mode keeps to write them
-  // later (sft_episode: its sequence's length and the target of its last real input);
-  // whether this batch's y and contract fields are still unwritten; the pool's demand
-  // (null: nothing deferred).
-  std::vector<std::uint32_t> row_targets;
-  std::vector<std::int64_t> row_last_target;
-  std::atomic<bool> y_deferred{false}, contract_deferred{false};
-  const FieldDemand* demand = nullptr;
-  Mutex deferred_mutex;                            // held while a reader completes the deferred fields
+  std::uint64_t real_positions = 0;                // input positions that belong to an episode or window
   std::vector<tokenfeed::PackedSegment> segments;  // packed mode; capacity rows * full_cols, `segment_count` used
   std::size_t segment_count = 0;
   // RL batches only (empty otherwise): log_probs B x T, and per sequence of cu_seqlens its
@@ -138,9 +92,6 @@ struct BatchSlot {
     real_positions = 0;
     segment_count = 0;
     begin_sequences();
-    // Ordered before the trainer's reads by the slot's hand-off (publish/observe).
-    y_deferred.store(demand != nullptr && demand->defer_y(), std::memory_order_relaxed);
-    contract_deferred.store(demand != nullptr && demand->defer_contract(), std::memory_order_relaxed);
   }
 
   // Starts the sequence list; then one add_sequence per sequence, in position order.
@@ -227,22 +178,9 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   void release(BatchSlot* slot) noexcept;
 
   // Wraps a slot the trainer now owns; counted in held() until the Batch is released.
-  // First completes the deferred fields the trainer has read before (complete_y,
-  // complete_contract), so that it gets them whole.
   Batch make_batch(BatchSlot* slot);
   // Slots currently inside Batches the trainer has not released.
   std::size_t held() const noexcept { return held_.load(std::memory_order_acquire); }
-
-  // Called by Batch before it hands out y, or a contract field: notes that the trainer
-  // reads it, so that the decoders write it from now on, and has the shape's
-  // DeferredFields write `slot`'s field if its decoder deferred it, as a decoder would
-  // have. That reads the batch's arrays as they are: a trainer that changed them in place
-  // before its first read of a field changes that field too. Thread-safe: concurrent
-  // readers of the same batch write it once. Do nothing for a shape without `deferred`.
-  void complete_y(BatchSlot& slot) noexcept;
-  void complete_contract(BatchSlot& slot) noexcept;
-  // What the trainer has read of this split's deferrable fields so far.
-  const FieldDemand& demand() const noexcept { return demand_; }
 
   const BatchShape& shape() const noexcept { return shape_; }
   const std::string& split() const noexcept { return split_; }
@@ -266,14 +204,6 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   std::atomic<std::size_t> size_{0};
 
   alignas(64) std::atomic<std::size_t> held_{0};
-  // Read by the decoders for every batch, written by the trainer once per field: apart
-  // from held_, which the trainer writes on every get_batch.
-  alignas(64) FieldDemand demand_;  // see complete_y, complete_contract
-  // Writes `slot`'s deferred y and clears its flag.
-  void write_deferred_y(BatchSlot& slot) const noexcept TF_REQUIRES(slot.deferred_mutex);
-  // A Batch of `slot` is being released: the fields the trainer has not read so far are
-  // deferred from now on.
-  void note_release() noexcept;
   friend class tokenfeed::Batch;
 };
 

@@ -33,7 +33,6 @@ std::unique_ptr<BatchSource> share_of_rows(std::unique_ptr<BatchSource> source, 
   Config whole = config;
   whole.context_parallel_split = false;
   detail::BatchShape shape = batch_shape_of(whole, rows, mask);
-  shape.deferred = nullptr;  // the scratch rows are written whole
   const ContextParallelShare share{static_cast<std::size_t>(config.context_parallel_size),
                                    static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
                                    pads_sequences_for_context_parallel(config)};
@@ -162,12 +161,7 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) 
     shape.context_parallel = static_cast<std::size_t>(c.context_parallel_size);
     shape.cols /= shape.context_parallel;
   }
-  // sft_episode's y and contract fields are derived from x, the weights and the rows'
-  // lengths, so a trainer that reads only one of the two views does not pay for the other
-  // (not from a context-parallel share of the rows, whose x is not contiguous).
-  if (episode && !packed && c.contract_fields && !split) shape.deferred = &episode_deferred_fields();
-  shape.pad_token_id = c.pad_token_id.value_or(0);
-  shape.ignore_index = c.ignore_index;
+  shape.fields = c.fields;
   return shape;
 }
 

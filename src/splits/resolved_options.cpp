@@ -403,8 +403,13 @@ PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& s
 }
 
 EpisodeBatchSource::Options ResolvedOptions::episode_options(bool with_mask) const {
-  return EpisodeBatchSource::Options{config.pad_token_id.value_or(0), static_cast<std::size_t>(config.block_size),
-                                     with_mask, config.ignore_index, config.contract_fields};
+  EpisodeBatchSource::Options options{config.pad_token_id.value_or(0), static_cast<std::size_t>(config.block_size),
+                                      with_mask, config.ignore_index, config.contract_fields};
+  const auto chose = [this](BatchField field) { return (config.fields & batch_field_bit(field)) != 0; };
+  options.write_y = chose(BatchField::y);
+  options.write_contract =
+      chose(BatchField::labels) || chose(BatchField::position_ids) || chose(BatchField::cu_seqlens);
+  return options;
 }
 
 TokenStreamBatchSource::Options ResolvedOptions::stream_options() const {
