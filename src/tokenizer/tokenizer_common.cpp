@@ -69,6 +69,27 @@ void check_special_token_strings(const SpecialTokenStrings& strings, std::string
   }
 }
 
+ResolvedSpecials resolve_specials(const SpecialTokenStrings& strings, std::uint32_t base,
+                                  const std::function<std::optional<std::uint32_t>(const std::string&)>& model_id) {
+  ResolvedSpecials r;
+  std::uint32_t next = base;
+  const auto resolve = [&](const std::string& text, SpecialTokenSource& source) -> std::uint32_t {
+    if (const std::optional<std::uint32_t> id = model_id(text)) {
+      source = SpecialTokenSource::model;
+      return *id;
+    }
+    source = SpecialTokenSource::appended;
+    return next++;
+  };
+  r.ids.system = resolve(strings.system, r.sources[0]);
+  r.ids.user = resolve(strings.user, r.sources[1]);
+  r.ids.assistant = resolve(strings.assistant, r.sources[2]);
+  r.ids.tool = resolve(strings.tool, r.sources[3]);
+  r.ids.eot = resolve(strings.eot, r.sources[4]);
+  r.vocab_size = next;
+  return r;
+}
+
 const char* to_string(SpecialTokenSource source) noexcept {
   return source == SpecialTokenSource::model ? "model" : "appended";
 }
@@ -83,8 +104,16 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec, const SpecialTo
     }
     return make_sentencepiece_tokenizer(std::filesystem::path(model), strings);
   }
-  throw Error(ErrorKind::config,
-              "unknown tokenizer '" + std::string(spec) + "' (expected 'bytes' or 'sentencepiece:MODEL')");
+  constexpr std::string_view kHfBpe = "hf-bpe:";
+  if (spec.starts_with(kHfBpe)) {
+    const std::string_view file = spec.substr(kHfBpe.size());
+    if (file.empty()) {
+      throw Error(ErrorKind::config, "tokenizer 'hf-bpe:' needs a tokenizer.json: hf-bpe:PATH/TO/tokenizer.json");
+    }
+    return make_hf_bpe_tokenizer(std::filesystem::path(file), strings);
+  }
+  throw Error(ErrorKind::config, "unknown tokenizer '" + std::string(spec) +
+                                     "' (expected 'bytes', 'sentencepiece:MODEL' or 'hf-bpe:TOKENIZER_JSON')");
 }
 
 }  // namespace tokenfeed
