@@ -125,6 +125,15 @@ TEST_CASE("hf-bpe: added tokens are split out of the text and decode to their co
   CHECK_THROWS_AS(tok->encode(std::string_view("\xff")), Error);
 }
 
+TEST_CASE("hf-bpe: the model's end of sequence is tokenizer_config.json's eos_token") {
+  test::TempDir tmp;
+  CHECK_FALSE(load(tmp, base_spec())->model_eos_id().has_value());
+  std::ofstream(tmp.path() / "tokenizer_config.json") << R"({"eos_token": {"content": "<|eot|>"}, "bos_token": "he"})";
+  const auto tok = load(tmp, base_spec());
+  CHECK(tok->model_eos_id() == 500u);
+  CHECK(tok->model_bos_id() == 256u);
+}
+
 TEST_CASE("hf-bpe: a feature the native encoder cannot reproduce is refused, named") {
   test::TempDir tmp;
   const auto refused = [&](const json& spec, const char* feature) {

@@ -13,7 +13,9 @@
 //                          package's encode(text, add_special_tokens=False): its added tokens
 //                          are matched in the text as that package matches them. A special
 //                          token whose string is an added token's takes its id; the others are
-//                          appended after the file's ids. A file using a feature the native
+//                          appended after the file's ids. The model's end and beginning of
+//                          sequence are tokenizer_config.json's eos_token and bos_token when
+//                          that file is beside it. A file using a feature the native
 //                          encoder cannot reproduce exactly is refused, the feature named
 //                          (src/tokenizer/hf_bpe_spec.hpp lists what is supported).
 //
@@ -101,8 +103,8 @@ class TOKENFEED_API Tokenizer {
   // piece of the model; nullopt when the vocabulary has no such token.
   std::optional<std::uint32_t> token_id(std::string_view token) const;
   // The end- and beginning-of-sequence ids the model itself defines (SentencePiece's eos and
-  // bos pieces), nullopt when it defines none (the default). bytes: the end is the eot id,
-  // no beginning.
+  // bos pieces; hf-bpe: tokenizer_config.json's eos_token and bos_token), nullopt when it
+  // defines none (the default). bytes: the end is the eot id, no beginning.
   virtual std::optional<std::uint32_t> model_eos_id() const noexcept;
   virtual std::optional<std::uint32_t> model_bos_id() const noexcept;
 

@@ -17,6 +17,7 @@
 #include "tokenizer/pcre2_regex.hpp"
 #include "tokenizer/special_strings.hpp"
 #include "tokenizer/unicode_text.hpp"
+#include "util/bounded_json.hpp"
 #include "util/sha256.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/tokenizer.hpp"
@@ -166,6 +167,7 @@ class HfBpeTokenizer final : public Tokenizer {
     std::array<SpecialTokenSource, 5> sources{};
     SpecialTokenIds special_ids;
     std::uint32_t vocab_size = 0;
+    std::optional<std::uint32_t> eos, bos;  // tokenizer_config.json's eos_token, bos_token
   };
 
   HfBpeTokenizer(const SpecialTokenStrings& strings, Parts parts, HfBpeSpec& spec,
@@ -202,6 +204,9 @@ class HfBpeTokenizer final : public Tokenizer {
     d.special_tokens = special_token_infos(parts_.sources);
     return d;
   }
+
+  std::optional<std::uint32_t> model_eos_id() const noexcept override { return parts_.eos; }
+  std::optional<std::uint32_t> model_bos_id() const noexcept override { return parts_.bos; }
 
  protected:
   std::optional<std::uint32_t> do_piece_id(std::string_view piece) const override {
@@ -315,7 +320,7 @@ HfBpeTokenizer::Parts make_parts(const HfBpeSpec& spec, const SpecialTokenString
   std::unordered_map<std::string, std::uint32_t> added;
   for (const HfAddedToken& t : spec.added_tokens) {
     p.id_token[t.id] = t.content;
-    p.id_bytes[t.id] = t.content;
+    p.id_bytes[t.id] = byte_level_to_bytes(t.content).value_or(t.content);  // as the ByteLevel decoder does
     added.emplace(t.content, t.id);
   }
   const ResolvedSpecials specials =
@@ -327,6 +332,39 @@ HfBpeTokenizer::Parts make_parts(const HfBpeSpec& spec, const SpecialTokenString
   p.sources = specials.sources;
   p.vocab_size = specials.vocab_size;
   return p;
+}
+
+// The text of tokenizer_config.json's `key` (a string, or an added token's {"content": ...}).
+std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const nlohmann::json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// The end- and beginning-of-sequence ids that tokenizer_config.json beside the file names, as
+// the Python package's --hf-tokenizer takes them; none when there is no such file or token.
+void read_model_eos_bos(const std::filesystem::path& json_path, const std::vector<std::string>& id_token,
+                        HfBpeTokenizer::Parts& p) {
+  const std::filesystem::path config_path = json_path.parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(config_path, ec)) return;
+  nlohmann::json config;
+  try {
+    config = parse_bounded_json(read_regular_file(config_path, "tokenizer_config.json"));
+  } catch (const JsonParseError& e) {
+    throw Error(ErrorKind::format, "'" + config_path.string() + "': invalid JSON: " + e.what());
+  }
+  const auto id_of = [&](const std::optional<std::string>& text) -> std::optional<std::uint32_t> {
+    if (!text) return std::nullopt;
+    for (std::uint32_t id = 0; id < id_token.size(); ++id) {
+      if (id_token[id] == *text) return id;
+    }
+    return std::nullopt;
+  };
+  p.eos = id_of(config_token(config, "eos_token"));
+  p.bos = id_of(config_token(config, "bos_token"));
 }
 
 std::filesystem::path tokenizer_json_path(const std::filesystem::path& path) {
@@ -361,6 +399,7 @@ std::unique_ptr<Tokenizer> make_hf_bpe_tokenizer(const std::filesystem::path& to
   }
   auto bpe = std::make_unique<ByteLevelBpe>(std::move(byte_vocab), merges, spec.ignore_merges, what);
   HfBpeTokenizer::Parts parts = make_parts(spec, strings, what);
+  read_model_eos_bos(path, parts.id_token, parts);
   Sha256 sha;
   sha.update(text);
   return std::make_unique<HfBpeTokenizer>(strings, std::move(parts), spec, std::move(bpe), path,
