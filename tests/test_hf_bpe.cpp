@@ -144,7 +144,7 @@ TEST_CASE("hf-bpe: a feature the native encoder cannot reproduce is refused, nam
   };
   json spec = base_spec();
   spec["normalizer"] = {{"type", "Lowercase"}};
-  refused(spec, "normalizer normalizer of type 'Lowercase'");
+  refused(spec, "normalizer of type 'Lowercase'");
   spec = base_spec();
   spec["model"]["byte_fallback"] = true;
   refused(spec, "model.byte_fallback");

@@ -42,7 +42,7 @@ bool read_normalizer(const json& node, const std::string& what, const std::strin
     }
     return nfc;
   }
-  unsupported(what, "normalizer " + path + " of type '" + type + "'");
+  unsupported(what, path + " of type '" + type + "'");
 }
 
 SplitBehavior read_behavior(const json& node, const std::string& what, const std::string& path) {
@@ -126,7 +126,7 @@ void check_post_processor(const json& node, const std::string& what, const std::
     }
     return;
   }
-  unsupported(what, "post_processor " + path + " of type '" + type + "'");
+  unsupported(what, path + " of type '" + type + "'");
 }
 
 void check_model_options(const json& model, const std::string& what) {
