@@ -21,6 +21,7 @@
 #include "stop_signals.hpp"
 #include "val_split_option.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/tokenizer.hpp"
 
 namespace tokenfeed::cli {
 namespace {
@@ -72,6 +73,7 @@ struct PrepareTextArgs {
   std::string token_dtype = "auto";
   std::string on_error = "fail";
   std::string hf_tokenizer;
+  std::string tokenizer_impl = "auto";  // --hf-tokenizer's encoder: native, tokenizers or auto
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
 };
@@ -108,12 +110,31 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   return argv;
 }
 
-bool needs_python(const PrepareTextArgs& args) {
-  if (!args.hf_tokenizer.empty()) return true;
+bool has_parquet(const PrepareTextArgs& args) {
   for (const TextInputFile& f : expand_text_inputs(args.inputs)) {
     if (f.format == TextInputFormat::parquet) return true;
   }
   return false;
+}
+
+// --hf-tokenizer with the native byte-level BPE (hf-bpe:) when --tokenizer-impl allows and the
+// native encoder supports the file (auto tells why it does not, then runs the tokenizers
+// package); the Python program otherwise, as for parquet input.
+bool needs_python(PrepareTextArgs& args) {
+  if (args.hf_tokenizer.empty()) return has_parquet(args);
+  if (args.tokenizer_impl == "tokenizers") return true;
+  const std::string file = (std::filesystem::path(args.hf_tokenizer) / "tokenizer.json").string();
+  std::string refusal = hf_bpe_unsupported(file);
+  if (refusal.empty() && has_parquet(args)) refusal = "parquet input is read by the Python package";
+  if (refusal.empty()) {
+    args.options.tokenizer = "hf-bpe:" + file;
+    args.hf_tokenizer.clear();
+    return false;
+  }
+  if (args.tokenizer_impl == "native") throw Error(ErrorKind::config, "--tokenizer-impl native: " + refusal);
+  std::fprintf(stderr, "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
+                       "package\n", refusal.c_str());
+  return true;
 }
 
 void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
@@ -217,6 +238,11 @@ void add_prepare_text_command(CLI::App& app) {
   cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
                   "A local Hugging Face tokenizer directory (tokenizer.json): runs the Python package")
       ->excludes(tokenizer);
+  cmd->add_option("--tokenizer-impl", args->tokenizer_impl,
+                  "--hf-tokenizer's encoder: native (tokenfeed's byte-level BPE, the same ids), tokenizers (the "
+                  "Python package), or auto (native when it supports the tokenizer.json)")
+      ->check(CLI::IsMember({"auto", "native", "tokenizers"}))
+      ->capture_default_str();
   auto* eos = cmd->add_option("--eos-token", args->eos_token,
                               "The end-of-text token appended to each document (default: the tokenizer's own)");
   cmd->add_flag("--no-eos", args->no_eos, "Append no end-of-text id")->excludes(eos);
