@@ -55,22 +55,23 @@ json base_spec() {
     merge_list.push_back(json::array({mapped(a), mapped(b)}));
   }
   vocab["abc"] = 400;
-  return json{{"version", "1.0"},
-              {"truncation", nullptr},
-              {"padding", nullptr},
-              {"added_tokens", json::array({json{{"id", 500},
-                                                 {"content", "<|eot|>"},
-                                                 {"single_word", false},
-                                                 {"lstrip", false},
-                                                 {"rstrip", false},
-                                                 {"normalized", false},
-                                                 {"special", true}}})},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-              {"post_processor", nullptr},
-              {"decoder", {{"type", "ByteLevel"}}},
-              {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"byte_fallback", false}, {"vocab", vocab},
-                         {"merges", merge_list}}}};
+  return json{
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", json::array({json{{"id", 500},
+                                         {"content", "<|eot|>"},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}}})},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"byte_fallback", false}, {"vocab", vocab}, {"merges", merge_list}}}};
 }
 
 std::unique_ptr<Tokenizer> load(const test::TempDir& tmp, const json& spec, const char* name = "tokenizer.json") {
@@ -106,14 +107,24 @@ TEST_CASE("hf-bpe: ignore_merges takes a whole piece from the vocabulary") {
 TEST_CASE("hf-bpe: added tokens are split out of the text and decode to their content") {
   test::TempDir tmp;
   json spec = base_spec();
-  spec["added_tokens"].push_back(json{{"id", 501}, {"content", "<x>"}, {"single_word", false}, {"lstrip", true},
-                                      {"rstrip", true}, {"normalized", false}, {"special", false}});
-  spec["added_tokens"].push_back(json{{"id", 502}, {"content", "he"}, {"single_word", true}, {"lstrip", false},
-                                      {"rstrip", false}, {"normalized", true}, {"special", false}});
+  spec["added_tokens"].push_back(json{{"id", 501},
+                                      {"content", "<x>"},
+                                      {"single_word", false},
+                                      {"lstrip", true},
+                                      {"rstrip", true},
+                                      {"normalized", false},
+                                      {"special", false}});
+  spec["added_tokens"].push_back(json{{"id", 502},
+                                      {"content", "he"},
+                                      {"single_word", true},
+                                      {"lstrip", false},
+                                      {"rstrip", false},
+                                      {"normalized", true},
+                                      {"special", false}});
   const auto tok = load(tmp, spec);
   CHECK(tok->encode("he<|eot|>he") == Ids{502, 500, 502});
   CHECK(tok->encode("a  <x>  b") == Ids{'a', 501, 'b'});  // lstrip and rstrip take the spaces
-  CHECK(tok->encode("hello") == Ids{259});                 // "he" is not a single word here
+  CHECK(tok->encode("hello") == Ids{259});                // "he" is not a single word here
   CHECK(tok->decode(Ids{500, 'a', 501}) == "<|eot|>a<x>");
   CHECK(tok->token_id("<|eot|>") == 500u);
   const TokenizerDescription d = tok->describe();

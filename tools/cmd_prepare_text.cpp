@@ -132,8 +132,10 @@ bool needs_python(PrepareTextArgs& args) {
     return false;
   }
   if (args.tokenizer_impl == "native") throw Error(ErrorKind::config, "--tokenizer-impl native: " + refusal);
-  std::fprintf(stderr, "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
-                       "package\n", refusal.c_str());
+  std::fprintf(stderr,
+               "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
+               "package\n",
+               refusal.c_str());
   return true;
 }
 

@@ -32,8 +32,8 @@ class ByteLevelBpe {
   // must hold each of the 256 single bytes; `merges`: the pairs of raw byte strings by rank.
   // Throws Error(config) naming `what` when a byte is missing, or a merge's parts or result
   // are not in the vocabulary (as `tokenizers` refuses such a file).
-  ByteLevelBpe(BytesToId byte_vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-               bool ignore_merges, const std::string& what);
+  ByteLevelBpe(BytesToId byte_vocab, const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
+               const std::string& what);
 
   // Appends the ids of `piece` (raw bytes, non-empty).
   void encode(std::string_view piece, std::vector<std::uint32_t>& out) const;

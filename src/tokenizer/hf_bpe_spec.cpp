@@ -157,7 +157,8 @@ void read_model(const json& model, const std::string& what, HfBpeSpec& spec) {
   check_model_options(model, what);
   spec.ignore_merges = flag(model, "ignore_merges", false, what, "model");
   if (!model.contains("vocab") || !model["vocab"].is_object()) malformed(what, "model.vocab", "an object");
-  for (const auto& [token, id] : model["vocab"].items()) spec.vocab.emplace_back(token, read_id(id, what, "model.vocab"));
+  for (const auto& [token, id] : model["vocab"].items())
+    spec.vocab.emplace_back(token, read_id(id, what, "model.vocab"));
   if (!model.contains("merges") || !model["merges"].is_array()) malformed(what, "model.merges", "an array");
   for (const json& m : model["merges"]) {
     if (m.is_string()) {

@@ -25,7 +25,7 @@ enum class SplitBehavior : std::uint8_t { removed, isolated, merged_with_previou
 
 struct PreTokenizerStep {
   enum class Kind : std::uint8_t { split, prefix_space } kind = Kind::split;
-  std::string pattern;  // split: the pattern
+  std::string pattern;   // split: the pattern
   bool literal = false;  // split: a String pattern, not a regex
   SplitBehavior behavior = SplitBehavior::isolated;
   bool invert = false;
@@ -39,7 +39,7 @@ struct HfAddedToken {
 
 struct HfBpeSpec {
   bool nfc = false;
-  std::vector<PreTokenizerStep> steps;  // applied in order; the last byte-maps each piece
+  std::vector<PreTokenizerStep> steps;                       // applied in order; the last byte-maps each piece
   std::vector<std::pair<std::string, std::uint32_t>> vocab;  // the model's tokens as written
   std::vector<std::pair<std::string, std::string>> merges;   // as written (byte-level text)
   bool ignore_merges = false;

@@ -54,8 +54,8 @@ Pcre2Regex::Pcre2Regex(std::string_view pattern, bool literal, const std::string
   int error = 0;
   PCRE2_SIZE offset = 0;
   const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
-  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
-                              nullptr);
+  code_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (code_->code == nullptr) {
     throw Error(ErrorKind::config, what + ": the pattern does not compile (PCRE2: " + pcre2_message(error) +
                                        " at offset " + std::to_string(offset) + ")");

@@ -138,9 +138,12 @@ void split_pieces(const std::vector<std::pair<std::size_t, std::size_t>>& matche
     }
   };
   switch (step.behavior) {
-    case SplitBehavior::isolated: kept = segments; break;
+    case SplitBehavior::isolated:
+      kept = segments;
+      break;
     case SplitBehavior::removed:
-      for (const Segment& s : segments) if (!s.match) kept.push_back(s);
+      for (const Segment& s : segments)
+        if (!s.match) kept.push_back(s);
       break;
     case SplitBehavior::contiguous:
       for (const Segment& s : segments) fold(s, s.match == previous, false), previous = s.match;
@@ -149,7 +152,8 @@ void split_pieces(const std::vector<std::pair<std::size_t, std::size_t>>& matche
       for (const Segment& s : segments) fold(s, s.match && !previous, false), previous = s.match;
       break;
     case SplitBehavior::merged_with_next:
-      for (auto it = segments.rbegin(); it != segments.rend(); ++it) fold(*it, it->match && !previous, true), previous = it->match;
+      for (auto it = segments.rbegin(); it != segments.rend(); ++it)
+        fold(*it, it->match && !previous, true), previous = it->match;
       std::reverse(kept.begin(), kept.end());
       break;
   }
@@ -170,9 +174,8 @@ class HfBpeTokenizer final : public Tokenizer {
     std::optional<std::uint32_t> eos, bos;  // tokenizer_config.json's eos_token, bos_token
   };
 
-  HfBpeTokenizer(const SpecialTokenStrings& strings, Parts parts, HfBpeSpec& spec,
-                 std::unique_ptr<ByteLevelBpe> bpe, std::filesystem::path path, std::string sha256,
-                 const std::string& what)
+  HfBpeTokenizer(const SpecialTokenStrings& strings, Parts parts, HfBpeSpec& spec, std::unique_ptr<ByteLevelBpe> bpe,
+                 std::filesystem::path path, std::string sha256, const std::string& what)
       : Tokenizer(strings, parts.special_ids, parts.vocab_size),
         parts_(std::move(parts)),
         nfc_(spec.nfc),
@@ -218,7 +221,8 @@ class HfBpeTokenizer final : public Tokenizer {
   void do_encode(std::string_view text, std::vector<std::uint32_t>& out) const override {
     std::size_t bad = 0;
     if (!valid_utf8(text, bad)) {
-      throw Error(ErrorKind::format, "hf-bpe tokenizer: the text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+      throw Error(ErrorKind::format,
+                  "hf-bpe tokenizer: the text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
     }
     const auto on_token = [&](std::uint32_t id) { out.push_back(id); };
     const auto on_normalized = [&](std::string_view piece) { pre_tokenize(piece, 0, out); };

@@ -49,17 +49,18 @@ std::vector<SentencePieceType> checked_piece_types(const sentencepiece::Sentence
 // would make the text a turn marker in any content. Unknown, byte and unused pieces do not
 // qualify either.
 ResolvedSpecials model_specials(const sentencepiece::SentencePieceProcessor& sp,
-                                  const std::vector<SentencePieceType>& types, const SpecialTokenStrings& strings) {
-  return resolve_specials(
-      strings, static_cast<std::uint32_t>(sp.GetPieceSize()), [&](const std::string& text) -> std::optional<std::uint32_t> {
-        const int id = sp.PieceToId(text);
-        const auto type = id >= 0 ? types[static_cast<std::size_t>(id)] : SentencePieceType::unknown;
-        if (id >= 0 && sp.IdToPiece(id) == text &&
-            (type == SentencePieceType::control || type == SentencePieceType::user_defined)) {
-          return static_cast<std::uint32_t>(id);
-        }
-        return std::nullopt;
-      });
+                                const std::vector<SentencePieceType>& types, const SpecialTokenStrings& strings) {
+  return resolve_specials(strings, static_cast<std::uint32_t>(sp.GetPieceSize()),
+                          [&](const std::string& text) -> std::optional<std::uint32_t> {
+                            const int id = sp.PieceToId(text);
+                            const auto type =
+                                id >= 0 ? types[static_cast<std::size_t>(id)] : SentencePieceType::unknown;
+                            if (id >= 0 && sp.IdToPiece(id) == text &&
+                                (type == SentencePieceType::control || type == SentencePieceType::user_defined)) {
+                              return static_cast<std::uint32_t>(id);
+                            }
+                            return std::nullopt;
+                          });
 }
 
 class SentencePieceTokenizer final : public Tokenizer {

@@ -83,9 +83,9 @@ std::string nfc(std::string_view text) {
   }
   if (!may_change) return std::string(text);
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) {
     throw Error(ErrorKind::format, std::string("NFC normalization failed: ") + utf8proc_errmsg(n));
   }
@@ -111,8 +111,8 @@ class CodePointClass {
 
   bool contains(char32_t c) const {
     char buf[4];
-    const utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(c),
-                                                    reinterpret_cast<utf8proc_uint8_t*>(buf));
+    const utf8proc_ssize_t n =
+        utf8proc_encode_char(static_cast<utf8proc_int32_t>(c), reinterpret_cast<utf8proc_uint8_t*>(buf));
     pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
     const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(buf), static_cast<PCRE2_SIZE>(n), 0,
                                PCRE2_NO_UTF_CHECK, md, nullptr);
