@@ -8,17 +8,19 @@ of steps behind a simulated training step.
   group_leader   the leader decodes; tokenfeed.torch.broadcast_batch sends each batch to
                  the others over gloo
 
-Per run: the CPU seconds all TP processes spent in the loop (time.process_time deltas, every
-thread of the process: the loader's decoders, the broadcast, the trainer's thread), summed
-over the node, and the wall time. Modes are run interleaved (every_rank, group_leader,
-every_rank, ...) and the report gives, per TP, the median over repeats of each mode's CPU per
-node and the median of the per-repeat ratios group_leader / every_rank (the issue expects
-about 1/TP for the decoding; the broadcast's copies are counted too).
+Per run, summed over the node: the CPU seconds of every thread but the trainer's
+(stats()'s loader_threads_core_fraction over the loop's wall time, on a rank with a
+pipeline: its decoders and admitter, and gloo's own threads, which share the process; 0 on
+a rank without one), and the CPU seconds all TP processes spent in the loop
+(time.process_time deltas: every thread, the broadcast's gloo copies and the trainer's
+thread included). Modes are run interleaved (every_rank, group_leader,
+every_rank, ...) and the report gives, per TP, the median over repeats of each figure per
+node and the median (and range) of the per-repeat ratios group_leader / every_rank.
 
   perf/group_leader.py --dataset DIR [--tp 2,4] [--repeats 5] [--steps 300] [--step-ms 2]
                        [--batch 8] [--block 2048] [--mode sft_packed]
 
-DIR is a dataset the loader reads (e.g. `build/perf-rel/perf/tokenfeed_gen_dataset`'s
+DIR is a dataset the loader reads (e.g. `build/perf/gen_dataset --out DIR --episodes 20000`'s
 output, or data/sample). Needs torch (Debian's python3-torch) and the tokenfeed module in the
 interpreter that runs it. Run it with nothing else of yours running (`ps`).
 """
@@ -53,6 +55,9 @@ def worker(argv: list[str]) -> None:
     take = (lambda: tft.broadcast_batch(loader, group)) if mode == "group_leader" else (lambda: loader.get_batch())
     for _ in range(20):  # warm-up: pipelines started, pools filled
         take()
+    decodes = mode == "every_rank" or loader.parallel_layout["data_leader"]
+    if decodes:
+        loader.reset_stats()
     dist.barrier()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(steps):
@@ -62,8 +67,10 @@ def worker(argv: list[str]) -> None:
         while time.perf_counter() < end:
             time.sleep(step_ms / 4000)  # the trainer's step, off the CPU as a GPU step is
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    # The loader's own threads (decoders, admitter): its share of a core over the loop.
+    decode = loader.stats()["loader_threads_core_fraction"] * wall if decodes else 0.0
     gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, {"cpu": cpu, "wall": wall})
+    dist.all_gather_object(gathered, {"cpu": cpu, "wall": wall, "decode": decode})
     if dist.get_rank() == 0:
         pathlib.Path(out).write_text(json.dumps(gathered))
     loader.close()
@@ -86,7 +93,8 @@ def run(tp: int, mode: str, keys: dict, args: argparse.Namespace, tmp: pathlib.P
            json.dumps(dict(keys, tensor_parallel_size=tp)), str(args.steps), str(args.step_ms), str(out)]
     subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=900)
     ranks = json.loads(out.read_text())
-    return {"cpu": sum(r["cpu"] for r in ranks), "wall": max(r["wall"] for r in ranks)}
+    return {"cpu": sum(r["cpu"] for r in ranks), "decode": sum(r["decode"] for r in ranks),
+            "wall": max(r["wall"] for r in ranks)}
 
 
 def main() -> None:
@@ -105,20 +113,21 @@ def main() -> None:
     args = p.parse_args()
     keys = dict(dataset_dir=str(pathlib.Path(args.dataset).resolve()), dataset_mode=args.mode,
                 batch_size=args.batch, block_size=args.block, audit_log_dir="")
-    print(f"| TP | every_rank CPU s/node | group_leader CPU s/node | ratio (median of repeats) | 1/TP |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print("| TP | CPU s/node of all but the trainer threads (the loaders', gloo's), every_rank | the same, group_leader | ratio | all CPU s/node, "
+          "every_rank | the same, group_leader | ratio | 1/TP |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
         for tp in (int(t) for t in args.tp.split(",")):
-            every, leader, ratios = [], [], []
+            runs = []
             for _ in range(args.repeats):
-                e = run(tp, "every_rank", keys, args, tmp)
-                g = run(tp, "group_leader", keys, args, tmp)
-                every.append(e["cpu"])
-                leader.append(g["cpu"])
-                ratios.append(g["cpu"] / e["cpu"])
-            print(f"| {tp} | {median(every):.3f} | {median(leader):.3f} | {median(ratios):.3f} "
-                  f"({min(ratios):.3f}..{max(ratios):.3f}) | {1 / tp:.3f} |", flush=True)
+                runs.append((run(tp, "every_rank", keys, args, tmp), run(tp, "group_leader", keys, args, tmp)))
+            cells = []
+            for what in ("decode", "cpu"):
+                ratios = [g[what] / e[what] for e, g in runs]
+                cells += [f"{median(e[what] for e, _ in runs):.3f}", f"{median(g[what] for _, g in runs):.3f}",
+                          f"{median(ratios):.3f} ({min(ratios):.3f}..{max(ratios):.3f})"]
+            print(f"| {tp} | " + " | ".join(cells) + f" | {1 / tp:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

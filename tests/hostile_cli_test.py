@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hostile input through the `tokenfeed` command: deeply nested JSON, FIFOs, device files,
-forged audit lines, unbounded memory requests and a SentencePiece model that makes the
-library throw. Each ends in one line on stderr and the documented exit status, never a
+forged audit lines, unbounded memory requests, a SentencePiece model that makes the
+library throw, symbolic link loops and inputs that match no file. Each ends in one line on stderr and the documented exit status, never a
 crash or a hang.
 
 Usage: hostile_cli_test.py PATH/TO/tokenfeed   (standard library only; run by ctest)"""
@@ -139,5 +139,31 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write(sentencepiece_piece(b"<unk>", 2) + sentencepiece_piece(b"\0", 1))
     expect(run("prepare", "--input", jsonl, "--output-dir", os.path.join(tmp, "p3"), "--tokenizer",
                "sentencepiece:" + model), "SentencePiece model with a NUL piece", 4, "empty_piece.model", "zero-length key")
+
+    # A symbolic link loop is tokenfeed's error naming its path (exit status 3), not the C++
+    # library's "filesystem error: status: ..." (exit status 1): in a dataset the loader,
+    # inspect and dump read, and where prepare and prepare-text write.
+    loop_data = os.path.join(tmp, "loop_data")
+    write_episodes(loop_data)
+    os.symlink("loop", os.path.join(loop_data, "train", "loop"))
+    loop_config = os.path.join(tmp, "loop.xml")
+    write_config(loop_config, loop_data, batch_size=2, block_size=8, token_dtype="uint16", pad_token_id=0)
+    for what, args in (("inspect", ("inspect", loop_data)), ("inspect --deep", ("inspect", "--deep", loop_data)),
+                       ("run", ("run", "--config", loop_config, "--batches", "1"))):
+        expect(run(*args), f"symbolic link loop in a dataset ({what})", 3, "cannot access '", "loop'",
+               "Too many levels of symbolic links")
+    os.symlink("out_loop", os.path.join(tmp, "out_loop"))
+    expect(run("prepare", "--input", jsonl, "--output-dir", os.path.join(tmp, "out_loop", "p")),
+           "prepare into a symbolic link loop", 3, "out_loop")
+    text = os.path.join(tmp, "t.jsonl")
+    with open(text, "w") as f:
+        f.write('{"text": "hello"}\n')
+    expect(run("prepare-text", text, "--output-dir", os.path.join(tmp, "out_loop", "p")),
+           "prepare-text into a symbolic link loop", 3, "out_loop")
+
+    # A pattern or path that matches no file is exit status 3, whether its directory exists.
+    for pattern in ("none*.jsonl", "none.jsonl", os.path.join("no_dir", "*.jsonl"), os.path.join("no_dir", "c.jsonl")):
+        expect(run("prepare-text", os.path.join(tmp, pattern), "--output-dir", os.path.join(tmp, "pt")),
+               f"prepare-text {pattern}", 3, "matches no file")
 
 finish("hostile_cli_test")

@@ -172,6 +172,24 @@ def chat_episode(exchanges, filler):
     return tokens, mask
 
 
+def check_run_packs(tmp, data, what, rows, positions, episodes, **keys):
+    """The sft_packed run with `keys` at batch_size 1 and no drop_last, whose epoch 0 is then
+    exactly `rows` batches: every episode once, `positions` real positions (inspect's figures)."""
+    config = os.path.join(tmp, "packed.xml")
+    write_config(config, data, dataset_mode="sft_packed", batch_size=1, use_loss_mask="true", epoch_drop_last="false",
+                 **keys)
+    out = os.path.join(tmp, "packed_" + "_".join(f"{k}{v}" for k, v in keys.items()))
+    d = run("dump", "--config", config, "--batches", str(rows), "--out", out)
+    check(d.returncode == 0, f"{what}: dump: {d.stderr}")
+    if d.returncode != 0:
+        return
+    _, shape, seg = npy_values(os.path.join(out, "segments.npy"))
+    segments = [seg[5 * k:5 * k + 5] for k in range(shape[0])]
+    check(sorted(s[4] for s in segments) == list(range(episodes)),
+          f"{what}: {rows} batches are exactly epoch 0 (every episode once)")
+    check(sum(s[3] for s in segments) == positions, f"{what}: the run packs {positions} real positions")
+
+
 def test_packed(tmp):
     data = os.path.join(tmp, "chat")
     episodes = [chat_episode(1 + (e * 7) % 6, 100 + e) for e in range(90)] + [([5, 6], [0, 1])] * 30
@@ -197,20 +215,26 @@ def test_packed(tmp):
                       f"pack_lookahead={lookahead}, episode_min_tokens=2" in r.stdout, f"{what}: assumptions: {r.stdout}")
                 rows_by_setting[(truncation, lookahead, seed)] = rows
                 positions_by_truncation.setdefault(truncation, set()).add(positions)
-                # The run: batch_size 1 and no drop_last, so epoch 0 is exactly `rows` batches.
-                config = os.path.join(tmp, "packed.xml")
-                write_config(config, data, dataset_mode="sft_packed", batch_size=1, block_size=T, use_loss_mask="true",
-                             epoch_drop_last="false", truncation=truncation, pack_lookahead=lookahead, epoch_seed=seed)
-                out = os.path.join(tmp, f"packed_{truncation}_{lookahead}_{seed}")
-                d = run("dump", "--config", config, "--batches", str(rows), "--out", out)
-                check(d.returncode == 0, f"{what}: dump: {d.stderr}")
-                if d.returncode != 0:
-                    continue
-                _, shape, seg = npy_values(os.path.join(out, "segments.npy"))
-                segments = [seg[5 * k:5 * k + 5] for k in range(shape[0])]
-                check(sorted(s[4] for s in segments) == list(range(len(episodes))),
-                      f"{what}: {rows} batches are exactly epoch 0 (every episode once)")
-                check(sum(s[3] for s in segments) == positions, f"{what}: the run packs {positions} real positions")
+                check_run_packs(tmp, data, what, rows, positions, len(episodes), block_size=T, truncation=truncation,
+                                pack_lookahead=lookahead, epoch_seed=seed)
+    # Context parallelism pads each episode to a multiple of 2·cp: the report packs as such a
+    # run does (a world of cp ranks, one data-parallel group), more rows for the same positions.
+    for cp in (2, 3):
+        what = f"--packed --context-parallel-size {cp}"
+        r = run("inspect", data, "--block-size", str(T), "--packed", "--context-parallel-size", str(cp))
+        m = packing.search(r.stdout)
+        check(r.returncode == 0 and m is not None, f"{what}: {r.returncode} {r.stdout} {r.stderr}")
+        if not m:
+            continue
+        rows, positions = int(m.group(1)), int(m.group(2))
+        check(f"context_parallel_size={cp} (each episode padded to a multiple of {2 * cp})" in r.stdout,
+              f"{what}: assumptions: {r.stdout}")
+        check(rows > rows_by_setting[("right", 64, 1337)], f"{what}: the padding takes room: {rows} rows")
+        check_run_packs(tmp, data, what, rows, positions, len(episodes), block_size=T, context_parallel_size=cp,
+                        world_size=cp, rank=0)
+    expect_usage_error(run("inspect", data, "--block-size", "22", "--packed", "--context-parallel-size", "2"),
+                       "--context-parallel-size 2 at block size 22", "multiple of 4")
+
     # The settings matter, so a report that ignored them could not match every run above.
     check(len({tuple(v) for v in positions_by_truncation.values()}) == 2,
           f"the truncation rules keep different positions: {positions_by_truncation}")
@@ -232,7 +256,8 @@ def test_packed(tmp):
 
     # Options that would be silently ignored are usage errors (exit 2).
     expect_usage_error(run("inspect", data, "--packed"), "--packed without --block-size", "--block-size")
-    for option in (("--seed", "3"), ("--truncation", "drop_oldest_turns"), ("--pack-lookahead", "8")):
+    for option in (("--seed", "3"), ("--truncation", "drop_oldest_turns"), ("--pack-lookahead", "8"),
+                   ("--context-parallel-size", "2")):
         expect_usage_error(run("inspect", data, "--block-size", "8", *option), f"{option[0]} without --packed", "--packed")
     stream = os.path.join(tmp, "owt")
     expect_usage_error(run("inspect", stream, "--token-dtype", "uint16", "--block-size", "8", "--packed"),

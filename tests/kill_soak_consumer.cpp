@@ -18,7 +18,7 @@
 // 4 when a batch is not the step it should be, 1 on a tokenfeed::Error.
 //
 // read-audit prints "events N", "torn yes|no" and "actions A,B,..." for an audit log
-// (loader/audit_reader.hpp), or the reader's error on stderr and exits 1.
+// (read_audit_log, include/tokenfeed/audit.hpp), or the reader's error on stderr and exits 1.
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -433,8 +433,9 @@ TEST_CASE("mixture: counts that overflow are config errors naming the keys, neve
   huge.world_size = std::int64_t{1} << 62;
   huge.rank = 0;
   message = error_of([&] { Loader loader(huge); });
-  CHECK_MESSAGE(message.find("'batch_size' x the data-parallel size = 4 x 4611686018427387904 exceed 2^40") != std::string::npos,
-                message);
+  CHECK_MESSAGE(
+      message.find("'batch_size' x the data-parallel size = 4 x 4611686018427387904 exceed 2^40") != std::string::npos,
+      message);
   // A global batch spanning millions of epochs of a source: refused, not walked epoch by epoch.
   Config wide = f.mixture(1, 8);
   wide.world_size = std::int64_t{1} << 36;
@@ -487,5 +488,6 @@ TEST_CASE("mixture: elastic resume, a state saved at 1x8 continues at 2x4 across
   other.rank = 0;
   Loader wrong(other);
   CHECK(error_of([&] { wrong.load_state(state); }, ErrorKind::state)
-            .find("global_batch_size (batch_size x the data-parallel size) is 8 in the state but 6 here") != std::string::npos);
+            .find("global_batch_size (batch_size x the data-parallel size) is 8 in the state but 6 here") !=
+        std::string::npos);
 }

@@ -118,22 +118,30 @@ TEST_CASE(
   });
 }
 
-TEST_CASE("write_padding_run writes pad, weight 0, ignore_index and positions from 0, in every instruction set") {
+TEST_CASE(
+    "write_padding_run writes pad, weight 0, ignore_index and positions from the first one, in every instruction set") {
   for_each_kernel_isa([] {
     for (const std::size_t count :
          {std::size_t{0}, std::size_t{1}, std::size_t{9}, std::size_t{64}, std::size_t{1021}}) {
-      for (int fields_set = 0; fields_set < 8; ++fields_set) {
+      for (int fields_set = 0; fields_set < 16; ++fields_set) {
         const bool y = (fields_set & 1) != 0, w = (fields_set & 2) != 0, contract = (fields_set & 4) != 0;
+        // A row's trailing padding counts from 0; a sequence's context-parallel padding
+        // continues the sequence's positions.
+        const std::int32_t p0 = (fields_set & 8) != 0 ? 37 : 0;
         const std::size_t offset = 5;
         Fields got(count + 8), want(count + 8);
-        write_padding_run(count, got.outputs(offset, y, w, contract), 50256, -100);
+        if (p0 == 0) {
+          write_padding_run(count, got.outputs(offset, y, w, contract), 50256, -100);
+        } else {
+          write_padding_run(count, got.outputs(offset, y, w, contract), 50256, -100, p0);
+        }
         for (std::size_t i = 0; i < count; ++i) {
           want.x[offset + i] = 50256;
           if (y) want.y[offset + i] = 50256;
           if (w) want.weights[offset + i] = 0.0f;
           if (contract) {
             want.labels[offset + i] = -100;
-            want.positions[offset + i] = static_cast<std::int32_t>(i);
+            want.positions[offset + i] = p0 + static_cast<std::int32_t>(i);
           }
         }
         CAPTURE(count);

@@ -21,21 +21,6 @@ using namespace tokenfeed::test;
 
 namespace {
 
-// Episodes with random lengths in [2, max_len]; tokens encode (id, position) as in
-// numbered_episodes; masks are random so that weights and ignored labels are exercised.
-std::vector<TestEpisode> random_episodes(std::size_t count, std::size_t max_len, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<TestEpisode> episodes(count);
-  for (std::size_t id = 0; id < count; ++id) {
-    const std::size_t n = 2 + rng() % (max_len - 1);
-    for (std::size_t p = 0; p < n; ++p) {
-      episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
-      episodes[id].mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
-    }
-  }
-  return episodes;
-}
-
 Config packed_config(const std::filesystem::path& dir, std::int64_t batch, std::int64_t block) {
   Config c = make_config(dir, batch, block);
   c.dataset_mode = DatasetMode::sft_packed;

@@ -131,8 +131,12 @@ TEST_CASE("parallel layout: a data-parallel group's ranks get identical batches,
       CAPTURE(dp);
       REQUIRE(members.size() == 4);
       for (const auto& m : members) CHECK(m == members.front());
-      Config plain = f.config(dp, 2);
+      Config plain = f.config(dp, 2);  // with the same CP padding (sft_packed pads sequences to 2·cp)
       plain.dataset_mode = mode;
+      plain.context_parallel_size = 2;
+      plain.context_parallel_rank = 0;
+      plain.data_parallel_rank = dp;
+      plain.data_parallel_size = 2;
       Loader today(plain);
       CHECK(batches_of(today, 6) == members.front());
     }

@@ -5,9 +5,11 @@
 // the split rule, staging all or nothing, and resuming an interrupted run onto the same bytes.
 #include <doctest/doctest.h>
 #include <zlib.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -365,16 +367,98 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
   t.read.doc_per = DocPer::line;
   CHECK_THROWS_WITH_AS(prepare_text_corpus(t), doctest::Contains("bad.txt:2: invalid_utf8"), Error);
 
+  // A JSON string that is not UTF-8: the parser's detail quotes the line, and the message
+  // stays UTF-8 (Python's exceptions hold str), the byte written as \xc3.
+  write_bytes(dir / "u.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"caf\xc3 au lait\"}\n");
+  PrepareTextOptions u = base_options(dir / "u.jsonl", dir / "out_u");
+  std::string message;
+  try {
+    prepare_text_corpus(u);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("u.jsonl:2: invalid_json") != std::string::npos);
+  CHECK(message.find("\\xc3") != std::string::npos);
+  CHECK(message.find('\xc3') == std::string::npos);
+
   write_bytes(dir / "long.jsonl", "{\"text\": \"" + std::string(200, 'x') + "\"}\n{\"text\": \"y\"}\n");
   PrepareTextOptions l = base_options(dir / "long.jsonl", dir / "out_l");
   l.read.max_document_bytes = 100;
   CHECK_THROWS_WITH_AS(prepare_text_corpus(l), doctest::Contains("long.jsonl:1: document_too_long"), Error);
 }
 
+TEST_CASE("prepare-text: runs of empty lines are counted line by line, across buffers and with CRLF") {
+  test::TempDir dir;
+  // "xy\n" first puts a "\r\n" across the reader's 1 MiB buffers; 70,000 passes a record's run.
+  std::string text = "xy\n";
+  for (int i = 0; i < 600000; ++i) text += "\r\n";
+  text += "z\n" + std::string(70000, '\n') + "w";
+  write_bytes(dir / "c.txt", text);
+  write_bytes(dir / "c.txt.zst", zstd_of(text));
+  for (const std::string name : {"c.txt", "c.txt.zst"}) {
+    CAPTURE(name);
+    PrepareTextOptions o = base_options(dir / name, dir / ("line_" + name));
+    o.read.doc_per = DocPer::line;
+    const PrepareTextSummary s = prepare_text_corpus(o);
+    CHECK(s.train.documents == 3);
+    CHECK(s.train.empty_documents == 670000);
+    const auto tokenizer = make_tokenizer("bytes");
+    const Tokenizer& t = *tokenizer;
+    CHECK(read_token_split(dir / ("line_" + name) / "train", o.shard_tokens) ==
+          std::vector<Ids>{expected_ids(t, "xy"), expected_ids(t, "z"), expected_ids(t, "w")});
+  }
+  // JSONL: empty lines are blank lines, counted; the line numbers after them still right.
+  write_bytes(dir / "b.jsonl", "{\"text\": \"a\"}\n" + std::string(70000, '\n') + "\r\n{\"text\": 5}\n");
+  PrepareTextOptions o = base_options(dir / "b.jsonl", dir / "jsonl");
+  o.on_error = OnBadLine::skip;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.blank_lines == 70001);
+  CHECK(s.train.documents == 1);
+  REQUIRE(s.skipped.count("not_a_string") == 1);
+  CHECK(s.skipped.at("not_a_string").first_line == 70003);
+}
+
+TEST_CASE("prepare-text: progress counts the input of the records written, compressed input too") {
+  // The bytes a decoder took are far ahead of the records read from what it gave: progress
+  // must follow the records, and reach 100% only with the last of them.
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300000; ++i) text += "abc\n";  // 1.2 MB: more than one decoded buffer
+  write_bytes(dir / "c.txt", text);
+  write_bytes(dir / "c.txt.gz", gzip_of(text));
+  write_bytes(dir / "c.txt.zst", zstd_of(text));
+  for (const std::string name : {"c.txt", "c.txt.gz", "c.txt.zst"}) {
+    CAPTURE(name);
+    PrepareTextOptions o = base_options(dir / name, dir / ("out_" + name));
+    o.read.doc_per = DocPer::line;
+    o.batch_bytes = 16384;
+    o.progress_interval_seconds = 0;
+    std::vector<PrepareTextProgress> reports;
+    o.on_progress = [&](const PrepareTextProgress& p) { reports.push_back(p); };
+    prepare_text_corpus(o);
+    REQUIRE(reports.size() > 20);
+    for (const PrepareTextProgress& p : reports) {
+      if (p.done) continue;
+      const double read = static_cast<double>(p.input_bytes_read) / static_cast<double>(p.input_bytes_total);
+      const double written = static_cast<double>(p.documents) / 300000.0;
+      CAPTURE(read);
+      CAPTURE(written);
+      CHECK(std::abs(read - written) < 0.2);
+      if (p.input_bytes_read == p.input_bytes_total) CHECK(p.documents == 300000);
+    }
+  }
+}
+
 TEST_CASE("prepare-text: inputs that are not there, not files, or corrupt are clear errors") {
   test::TempDir dir;
   PrepareTextOptions o = base_options(dir / "none*.jsonl", dir / "out");
-  CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("matches no file"), Error);
+  // A missing input is ErrorKind::io (exit status 3), whether its directory exists or not.
+  for (const fs::path& missing :
+       {dir / "none*.jsonl", dir / "none.jsonl", dir / "no_dir" / "*.jsonl", dir / "no_dir" / "c.jsonl"}) {
+    CAPTURE(missing);
+    o.inputs = {missing.string()};
+    CHECK(test::error_of([&] { prepare_text_corpus(o); }, ErrorKind::io).find("matches no file") != std::string::npos);
+  }
   fs::create_directories(dir / "d.jsonl");
   o.inputs = {(dir / "d.jsonl").string()};
   CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("not a regular file"), Error);
@@ -435,29 +519,45 @@ TEST_CASE("prepare-text: documents as episodes load in sft_packed, every positio
   CHECK(trained > 0);
 }
 
+namespace {
+
+// A corpus of 3,000 documents in `dir`, and the options that prepare it into `dir/out_name`
+// with a val split and shards of `shard_tokens`.
+PrepareTextOptions corpus_with_val(const fs::path& dir, const std::string& out_name, std::uint64_t shard_tokens) {
+  write_bytes(dir / "c.jsonl", jsonl_of(sample_documents(3000)));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / out_name);
+  o.val_split = 0.05;
+  o.shard_tokens = shard_tokens;
+  return o;
+}
+
+// Runs `o` into `out` and stops it at its `reports`-th progress report, as Ctrl-C would: the
+// staging directory is kept for --resume.
+void interrupt_after(PrepareTextOptions o, const fs::path& out, int reports) {
+  std::atomic<bool> stop{false};
+  int seen = 0;
+  o.output_dir = out;
+  o.stop_requested = &stop;
+  o.progress_interval_seconds = 0;
+  o.on_progress = [&](const PrepareTextProgress&) {
+    if (++seen == reports) stop = true;
+  };
+  CHECK_THROWS_AS(prepare_text_corpus(o), PrepareInterrupted);
+}
+
+}  // namespace
+
 TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards and gives the same bytes" *
           doctest::timeout(120)) {
   test::TempDir dir;
-  write_bytes(dir / "c.jsonl", jsonl_of(sample_documents(3000)));
-  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "full");
-  o.val_split = 0.05;
-  o.shard_tokens = 2000;
+  PrepareTextOptions o = corpus_with_val(dir.path(), "full", 2000);
   prepare_text_corpus(o);
   const auto reference = dataset_files(dir / "full");
 
   for (const int stop_after : {3, 20}) {
     CAPTURE(stop_after);
     const fs::path out = dir / ("resumed" + std::to_string(stop_after));
-    std::atomic<bool> stop{false};
-    int reports = 0;
-    PrepareTextOptions run = o;
-    run.output_dir = out;
-    run.stop_requested = &stop;
-    run.progress_interval_seconds = 0;
-    run.on_progress = [&](const PrepareTextProgress&) {
-      if (++reports == stop_after) stop = true;
-    };
-    CHECK_THROWS_AS(prepare_text_corpus(run), PrepareInterrupted);
+    interrupt_after(o, out, stop_after);
     CHECK(!fs::exists(out));
 
     PrepareTextOptions again = o;
@@ -474,13 +574,7 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
   }
 
   SUBCASE("other options start over; without --resume the leftover is removed") {
-    std::atomic<bool> stop{false};
-    PrepareTextOptions run = o;
-    run.output_dir = dir / "other";
-    run.stop_requested = &stop;
-    run.progress_interval_seconds = 0;
-    run.on_progress = [&](const PrepareTextProgress&) { stop = true; };
-    CHECK_THROWS_AS(prepare_text_corpus(run), PrepareInterrupted);
+    interrupt_after(o, dir / "other", 1);
     PrepareTextOptions changed = o;
     changed.output_dir = dir / "other";
     changed.seed = 7;
@@ -488,6 +582,115 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
     const PrepareTextSummary s = prepare_text_corpus(changed);
     CHECK(!s.resumed);
     CHECK(s.removed_stale_dirs.size() == 1);
+  }
+}
+
+namespace {
+
+// The staging directory a run of `out` left behind.
+fs::path staging_dir_of(const fs::path& out) {
+  for (const auto& e : fs::directory_iterator(out.parent_path())) {
+    if (e.path().filename().string().starts_with("." + out.filename().string() + ".tmp-")) return e.path();
+  }
+  FAIL("no staging directory of " << out);
+  return {};
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::vector<std::string> lines;
+  std::ifstream in(p, std::ios::binary);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("prepare-text: a finished shard appends one bounded journal line, and the manifest is written once" *
+          doctest::timeout(120)) {
+  // Rewriting every finished shard into the manifest made a run's time grow with the square
+  // of its shards: here the manifest must stay the same file, and each journal line as long
+  // as the first, however many shards came before.
+  test::TempDir dir;
+  PrepareTextOptions o = corpus_with_val(dir.path(), "out", 500);
+  o.progress_interval_seconds = 0;
+  std::atomic<bool> stop{false};
+  o.stop_requested = &stop;
+  struct stat first {};
+  bool seen = false, manifest_same = true;
+  std::size_t journal_lines = 0;
+  o.on_progress = [&](const PrepareTextProgress&) {
+    const fs::path staging = staging_dir_of(dir / "out");
+    struct stat now {};
+    REQUIRE(::stat((staging / "prepare_text_manifest.json").c_str(), &now) == 0);
+    if (!seen) first = now;
+    seen = true;
+    manifest_same = manifest_same && now.st_ino == first.st_ino && now.st_size == first.st_size &&
+                    now.st_mtim.tv_sec == first.st_mtim.tv_sec && now.st_mtim.tv_nsec == first.st_mtim.tv_nsec;
+    journal_lines = lines_of(staging / "prepare_text_shards.jsonl").size();
+    if (journal_lines >= 300) stop = true;
+  };
+  CHECK_THROWS_AS(prepare_text_corpus(o), PrepareInterrupted);
+  CHECK(manifest_same);
+  REQUIRE(journal_lines >= 300);
+  const std::vector<std::string> lines = lines_of(staging_dir_of(dir / "out") / "prepare_text_shards.jsonl");
+  std::size_t train = 0, val = 0;
+  for (const std::string& line : lines) {
+    CHECK(line.size() <= lines.front().size() + 64);  // its figures' digits may grow, nothing else
+    const nlohmann::json j = nlohmann::json::parse(line);
+    std::size_t& count = j.at("split") == "val" ? val : train;
+    CHECK(j.at("index") == count);
+    ++count;
+  }
+  CHECK(val > 0);
+  CHECK(train + val == lines.size());
+}
+
+TEST_CASE("prepare-text: a journal whose last line was torn by a kill resumes onto the same bytes" *
+          doctest::timeout(120)) {
+  test::TempDir dir;
+  PrepareTextOptions o = corpus_with_val(dir.path(), "full", 2000);
+  prepare_text_corpus(o);
+  const auto reference = dataset_files(dir / "full");
+
+  for (const bool torn : {true, false}) {
+    CAPTURE(torn);
+    const fs::path out = dir / (torn ? "torn" : "whole");
+    interrupt_after(o, out, 20);
+    const fs::path journal = staging_dir_of(out) / "prepare_text_shards.jsonl";
+    const std::vector<std::string> lines = lines_of(journal);
+    REQUIRE(lines.size() >= 3);
+    std::size_t kept = lines.size();
+    if (torn) {
+      // Killed while appending the last line: only its first half reached the file.
+      std::string bytes = read_bytes(journal);
+      bytes.resize(bytes.size() - 1 - lines.back().size() / 2);
+      write_bytes(journal, bytes);
+      kept = lines.size() - 1;
+    }
+    PrepareTextOptions again = o;
+    again.output_dir = out;
+    again.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    CHECK(s.resumed);
+    CHECK(s.shards_reused == kept);
+    CHECK(dataset_files(out) == reference);
+    CHECK(nlohmann::json::parse(read_bytes(out / "dataset_metadata.json"))["content_sha256"] ==
+          nlohmann::json::parse(read_bytes(dir / "full" / "dataset_metadata.json"))["content_sha256"]);
+  }
+
+  SUBCASE("a staging directory of the older manifest (version 1) is not taken over") {
+    interrupt_after(o, dir / "old", 20);
+    const fs::path manifest = staging_dir_of(dir / "old") / "prepare_text_manifest.json";
+    nlohmann::json m = nlohmann::json::parse(read_bytes(manifest));
+    m["manifest_version"] = 1;
+    write_bytes(manifest, m.dump());
+    PrepareTextOptions again = o;
+    again.output_dir = dir / "old";
+    again.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    CHECK(!s.resumed);
+    CHECK(s.removed_stale_dirs.size() == 1);
+    CHECK(dataset_files(dir / "old") == reference);
   }
 }
 

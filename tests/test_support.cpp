@@ -112,6 +112,19 @@ std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<
   return episodes;
 }
 
+std::vector<TestEpisode> random_episodes(std::size_t count, std::size_t max_len, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<TestEpisode> episodes(count);
+  for (std::size_t id = 0; id < count; ++id) {
+    const std::size_t n = 2 + rng() % (max_len - 1);
+    for (std::size_t p = 0; p < n; ++p) {
+      episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
+      episodes[id].mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
+    }
+  }
+  return episodes;
+}
+
 void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -55,6 +55,11 @@ void write_split(const std::filesystem::path& dataset_dir, const std::string& sp
 // so a row can be traced back; lengths cycle through `lengths`; mask = position parity.
 std::vector<TestEpisode> numbered_episodes(std::size_t count, const std::vector<std::size_t>& lengths);
 
+// Episodes with random lengths in [2, max_len] (from `seed`); tokens encode (id, position)
+// as in numbered_episodes; masks are random (a third of the positions 0), so that weights
+// and ignored labels are exercised.
+std::vector<TestEpisode> random_episodes(std::size_t count, std::size_t max_len, std::uint32_t seed);
+
 // Writes a dataset_metadata.json with the given JSON body.
 void write_text(const std::filesystem::path& path, const std::string& text);
 // Writes `bytes` bytes at `data` to `path` (its directories created), replacing it.

@@ -30,15 +30,37 @@ struct DumpOptions {
   std::string save_state;
 };
 
-// sft_packed: tokens, labels, weights, positions, and where each episode landed.
+// The batches' cu_seqlens and cu_seqlens_padded, gathered to be written at the end: each
+// batch's num_sequences + 1 entries after the previous batch's (each batch's start at 0).
+struct Sequences {
+  std::vector<std::int32_t> real, padded;
+  void append(const Batch& b) {
+    real.insert(real.end(), b.cu_seqlens().begin(), b.cu_seqlens().end());
+    padded.insert(padded.end(), b.cu_seqlens_padded().begin(), b.cu_seqlens_padded().end());
+  }
+  void write(const fs::path& out) const {
+    if (real.empty()) return;  // contract_fields=false
+    for (const auto& [name, values] :
+         {std::pair{"cu_seqlens.npy", &real}, std::pair{"cu_seqlens_padded.npy", &padded}}) {
+      NpyWriter w(out / name, "<i4", {values->size()});
+      w.append(std::span<const std::int32_t>(*values));
+      w.finish();
+    }
+  }
+};
+
+// sft_packed: tokens, labels, weights, positions, the sequences, and where each episode
+// landed.
 void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::uint64_t>& grid,
                  std::optional<NpyWriter>& sources) {
   const fs::path out(o.out);
+  const auto whole_cols = static_cast<std::size_t>(loader.config().block_size);
   NpyWriter x(out / "x.npy", "<i8", grid);
   NpyWriter y(out / "y.npy", "<i8", grid);
   NpyWriter weights(out / "weights.npy", "<f4", grid);
   NpyWriter positions(out / "position_ids.npy", "<i4", grid);
   std::vector<std::int64_t> segments;  // (batch, row, column, positions, episode_id) per episode
+  Sequences sequences;
   double efficiency = 0;
   for (long i = 0; i < o.batches; ++i) {
     Batch b = loader.get_batch(o.split);
@@ -46,15 +68,18 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
     y.append(b.labels());
     weights.append(b.token_weights());
     positions.append(b.position_ids());
+    sequences.append(b);
     if (sources) sources->append(b.source_ids());
     for (const PackedSegment& s : b.segments()) {
       segments.insert(segments.end(), {static_cast<std::int64_t>(i), s.row, s.column, s.positions, s.episode});
     }
-    efficiency += static_cast<double>(b.real_positions()) / static_cast<double>(b.rows() * b.cols());
+    // Over the whole rows (with context_parallel_split, cols is this rank's share of them).
+    efficiency += static_cast<double>(b.real_positions()) / static_cast<double>(b.rows() * whole_cols);
   }
   NpyWriter seg(out / "segments.npy", "<i8", {segments.size() / 5, 5});
   seg.append(std::span<const std::int64_t>(segments));
   for (NpyWriter* w : {&x, &y, &weights, &positions, &seg}) w->finish();
+  sequences.write(out);
   if (sources) sources->finish();
   if (!o.save_state.empty()) save_state_file(loader, o.save_state);
   std::printf("wrote %ld packed batches of %s (%llu x %llu, %zu episodes, packing efficiency %.1f%%) to %s\n",
@@ -74,7 +99,9 @@ void dump(const DumpOptions& o) {
   if (ec) throw Error(ErrorKind::io, "cannot create output directory '" + o.out + "': " + ec.message());
   const auto n = static_cast<std::uint64_t>(o.batches);
   const auto rows = static_cast<std::uint64_t>(c.batch_size);
-  const auto cols = static_cast<std::uint64_t>(c.block_size);
+  // With context_parallel_split, rows are this rank's share: block_size / cp.
+  const auto cols = static_cast<std::uint64_t>(c.block_size) /
+                    (c.context_parallel_split ? static_cast<std::uint64_t>(c.context_parallel_size) : 1);
   const bool mask = loader.split_info(o.split).mask;
   const bool stream = c.dataset_mode == DatasetMode::token_stream;
   const bool packed = c.dataset_mode == DatasetMode::sft_packed;
@@ -114,8 +141,10 @@ void dump(const DumpOptions& o) {
     position_ids.emplace(fs::path(o.out) / "position_ids.npy", "<i4", grid);
   }
   NpyWriter ids(fs::path(o.out) / (stream ? "window_ids.npy" : "episode_ids.npy"), "<i8", {n, rows});
+  Sequences sequences;
   for (std::uint64_t i = 0; i < n; ++i) {
     Batch b = i == 0 && first ? std::move(*first) : loader.get_batch(o.split);
+    sequences.append(b);
     x.append(b.x());
     y.append(b.y());
     if (m) m->append(b.mask());
@@ -132,6 +161,7 @@ void dump(const DumpOptions& o) {
     if (*writer) (*writer)->finish();
   }
   ids.finish();
+  sequences.write(o.out);
   if (sources) sources->finish();
   if (!o.save_state.empty()) save_state_file(loader, o.save_state);
   std::printf("wrote %llu batches of %s (%llu x %llu%s) to %s\n", static_cast<unsigned long long>(n), o.split.c_str(),
@@ -148,6 +178,8 @@ void add_dump_command(CLI::App& app) {
       "Write the next N batches as x.npy, y.npy, mask.npy (when on) and episode_ids.npy; token streams write "
       "window_ids.npy, and doc_ids.npy and position_ids.npy when document_aware; sft_packed writes x.npy (tokens), "
       "y.npy (labels), weights.npy, position_ids.npy and segments.npy (batch, row, column, positions, episode_id); "
+      "with the contract fields, cu_seqlens.npy and cu_seqlens_padded.npy (int32: each batch's num_sequences + 1 "
+      "entries after the previous batch's, each batch's from 0); "
       "a mixture also writes source_ids.npy (int32, batches x batch_size), and doc_ids.npy and position_ids.npy when "
       "a source is document_aware");
   cmd->add_option("--config", options->config, "XML config file")->required()->check(CLI::ExistingFile);

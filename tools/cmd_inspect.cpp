@@ -78,11 +78,16 @@ void print_packing(const InspectRequest& r, const PackingFigures& p) {
         percent(p.split->cut, p.split->documents).c_str(), static_cast<ull>(p.split->pieces), static_cast<ull>(padding),
         static_cast<ull>(p.packed_cells), percent(padding, p.packed_cells).c_str());
   }
+  const std::string context_parallel = r.context_parallel_size > 1
+                                           ? ", context_parallel_size=" + std::to_string(r.context_parallel_size) +
+                                                 " (each episode padded to a multiple of " +
+                                                 std::to_string(2 * r.context_parallel_size) + ")"
+                                           : std::string();
   std::printf(
       "  packing      assumed: truncation=%s, epoch_seed=%lld (epoch 0's order), pack_lookahead=%lld, "
-      "episode_min_tokens=%llu; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
+      "episode_min_tokens=%llu%s; every row of the epoch (epoch_drop_last may leave the last rows out of a run)\n",
       to_string(r.truncation), static_cast<long long>(r.seed), static_cast<long long>(r.pack_lookahead),
-      static_cast<ull>(p.episode_min_tokens));
+      static_cast<ull>(p.episode_min_tokens), context_parallel.c_str());
 }
 
 void print_block(const InspectRequest& r, const EpisodeFigures& f) {
@@ -245,8 +250,9 @@ void print_config(const std::vector<SuggestedKey>& keys) {
 void inspect(const InspectOptions& o) {
   const InspectRequest& r = o.request;
   if (o.packing_option_given && !r.packed) {
-    throw Error(ErrorKind::usage, "inspect --pack-lookahead, --truncation and --seed describe the packing that --packed "
-                                  "reports; add --packed --block-size T");
+    throw Error(ErrorKind::usage,
+                "inspect --pack-lookahead, --truncation, --seed and --context-parallel-size describe the packing that "
+                "--packed reports; add --packed --block-size T");
   }
   const DatasetReport report = inspect_dataset(r);
   std::printf("dataset %s%s\n", r.dataset_dir.c_str(), report.metadata_present ? "" : " (no dataset_metadata.json)");
@@ -304,7 +310,13 @@ void add_inspect_command(CLI::App& app) {
   CLI::Option* seed = cmd->add_option("--seed", options->request.seed, "--packed: epoch_seed (epoch 0's order)")
                           ->check(CLI::Range(0L, 4294967295L))
                           ->capture_default_str();
-  cmd->callback([options, truncation_name, lookahead, truncation, seed, dir, config, steps] {
+  CLI::Option* context_parallel =
+      cmd->add_option("--context-parallel-size", options->request.context_parallel_size,
+                      "--packed: context_parallel_size; > 1 pads each episode to a multiple of 2 x it, as such a run "
+                      "does (block size a multiple of it)")
+          ->check(CLI::Range(1L, 1048576L))
+          ->capture_default_str();
+  cmd->callback([options, truncation_name, lookahead, truncation, seed, context_parallel, dir, config, steps] {
     if (config->count() > 0) {
       inspect_mixture(options->config, options->steps);
       return;
@@ -317,7 +329,8 @@ void add_inspect_command(CLI::App& app) {
     request.truncation = parsed.truncation;
     if (options->eos_id >= 0) request.eos_id = options->eos_id;
     if (!options->token_dtype.empty()) request.token_dtype = parse_token_dtype(options->token_dtype);
-    options->packing_option_given = lookahead->count() + truncation->count() + seed->count() > 0;
+    options->packing_option_given =
+        lookahead->count() + truncation->count() + seed->count() + context_parallel->count() > 0;
     inspect(*options);
   });
 }

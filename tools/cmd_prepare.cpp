@@ -80,8 +80,8 @@ tokenizer_config.json with its Jinja chat_template), JSONL or parquet input:
 The conversations are rendered with the model's template and tokenized with its tokenizer;
 the loss mask covers what the template's {% generation %} blocks mark, or else each assistant
 reply and the end-of-turn token(s) after it, found by rendering prefixes of the conversation.
-This runs the tokenfeed Python package (python3 -m tokenfeed.hf_prepare; TOKENFEED_PYTHON
-names another interpreter), which needs `pip install 'tokenfeed[hf]'`; `python3 -m
+This runs the tokenfeed Python package (PYTHON -m tokenfeed.hf_prepare: TOKENFEED_PYTHON,
+else the Python pip installed this command with, else python3 on PATH), which needs `pip install 'tokenfeed[hf]'`; `python3 -m
 tokenfeed.hf_prepare --help` lists its options.
 )help";
 

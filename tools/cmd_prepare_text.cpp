@@ -55,8 +55,8 @@ it finished is kept and the rest redone, giving the same bytes as an uninterrupt
 long as the inputs and options are the same. Without --resume the leftover is removed.
 
 Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
-value), 3 (a file that cannot be read or written, a missing input), 4 (a bad input line,
-corrupt compressed data, or no document for train) or 6 (an internal failure).
+value), 3 (a file that cannot be read or written, an input that matches no file), 4 (a bad
+input line, corrupt compressed data, or no document for train) or 6 (an internal failure).
 
 Examples:
   tokenfeed prepare-text 'corpus/*.jsonl.zst' --tokenizer sentencepiece:tok.model --output-dir data/pt

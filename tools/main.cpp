@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
   } catch (const tokenfeed::Error& e) {
     std::fprintf(stderr, "tokenfeed: error: %s\n", e.what());
     return exit_code(e.kind());
+  } catch (const std::filesystem::filesystem_error& e) {  // a command's own file checks
+    std::fprintf(stderr, "tokenfeed: error: %s\n", tokenfeed::io_error_of(e).what());
+    return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenfeed: error: %s\n", e.what());
     return 1;

@@ -2,7 +2,10 @@
 // prepare-text with --hf-tokenizer or parquet input): the process replaces itself with
 // `PYTHON -c BOOTSTRAP ARGS...`, BOOTSTRAP running tokenfeed.MODULE.main(ARGS) (a missing
 // package is one clear line, status 2), so that the Python run's output, exit status and
-// signals are the command's. PYTHON is $TOKENFEED_PYTHON, else python3 on PATH.
+// signals are the command's. PYTHON is $TOKENFEED_PYTHON, else $TOKENFEED_COMMAND_PYTHON
+// (set by the console script pip installs: its own interpreter, so that a venv's command
+// runs in that venv, activated or not), else python3 on PATH. Each message names the
+// interpreter tried and why it was chosen.
 #pragma once
 
 #include <string>

@@ -9,17 +9,22 @@
 // backslash-escaped and control characters written \n, \r, \t or \xHH.
 //
 // A process killed while writing an event leaves its last line without the newline: that
-// line is returned as torn, never parsed as an event. A complete line that is not an event
-// (a forged or damaged one) is an error naming the file and the line number.
+// line is returned as torn, never parsed as an event, whatever its length. A complete line
+// that is not an event (a forged or damaged one, or one longer than kMaxAuditLineBytes, which
+// no writer makes) is an error naming the file and the line number.
 //
-// `tokenfeed audit LOG` prints a log's summary and its epochs' orders with these functions;
-// Python's read_audit_log returns the same events.
+// AuditLogReader hands the events out one at a time, in memory bounded by the line limit
+// whatever the file's size; read_audit_log collects them all. `tokenfeed audit LOG` prints a
+// log's summary and its epochs' orders from the reader; Python's read_audit_log and
+// iter_audit_log return the same events.
 //
-// Thread-safety: free functions without shared state.
+// Thread-safety: the free functions share no state; an AuditLogReader is one thread's at a
+// time.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,23 +47,52 @@ struct TOKENFEED_API AuditEvent {
   std::optional<std::string_view> field(std::string_view key) const noexcept;
 };
 
-struct AuditLogContents {
-  std::vector<AuditEvent> events;
-  // The text after the last newline, when the file does not end with one: an event cut
-  // short by a kill. nullopt when the file ends cleanly (or is empty).
-  std::optional<std::string> torn_line;
+// The most a complete line may hold; a longer one is an error (no writer makes one). A torn
+// last line may be longer: its first kMaxAuditLineBytes are kept.
+inline constexpr std::size_t kMaxAuditLineBytes = std::size_t{16} << 20;
+
+// The text after a log's last newline, when the file does not end with one: an event cut
+// short by a kill.
+struct AuditTornLine {
+  std::uint64_t line = 0;   // its 1-based line number
+  std::uint64_t bytes = 0;  // its length in the file
+  std::string text;         // its first min(bytes, kMaxAuditLineBytes) bytes
 };
 
-// The most a line may hold; a longer one is an error (no writer makes one).
-inline constexpr std::size_t kMaxAuditLineBytes = std::size_t{16} << 20;
+struct AuditLogContents {
+  std::vector<AuditEvent> events;
+  std::optional<AuditTornLine> torn_line;  // nullopt when the file ends cleanly (or is empty)
+};
+
+// An audit log read one event at a time: memory bounded by kMaxAuditLineBytes whatever the
+// file's size.
+class TOKENFEED_API AuditLogReader {
+ public:
+  // Opens `path`. Throws Error(io) when it cannot be read or is not a regular file.
+  explicit AuditLogReader(const std::filesystem::path& path);
+  ~AuditLogReader();
+  AuditLogReader(const AuditLogReader&) = delete;
+  AuditLogReader& operator=(const AuditLogReader&) = delete;
+
+  // The next event, or nullopt at the end of the file (and from then on). Throws
+  // Error(format) naming the file and the line number for a complete line that is not an
+  // event or is longer than kMaxAuditLineBytes, Error(io) when the file cannot be read.
+  std::optional<AuditEvent> next();
+
+  // Once next() returned nullopt: the torn last line, or nullopt when the file ended cleanly.
+  const std::optional<AuditTornLine>& torn_line() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // One complete line (without its newline) as an event, or nullopt when it is not one.
 // `line` is recorded in the event.
 TOKENFEED_API std::optional<AuditEvent> parse_audit_line(std::string_view text, std::uint64_t line = 0);
 
-// Every event of the audit log `path`, and its torn last line. Throws Error(io) when the
-// file cannot be read (or is not a regular file), Error(format) naming the file and the line
-// number for a complete line that is not an event or a line longer than kMaxAuditLineBytes.
+// Every event of the audit log `path`, and its torn last line (AuditLogReader's, collected:
+// memory grows with the file). Throws as AuditLogReader does.
 TOKENFEED_API AuditLogContents read_audit_log(const std::filesystem::path& path);
 
 // A field's value as the loader writes it on a line: as it is when it holds no separator

@@ -19,6 +19,27 @@
 //                         positions, for variable-length attention: sequence i covers
 //                         [cu_seqlens[i], cu_seqlens[i+1]); a row's trailing padding is a
 //                         sequence of its own (with weight 0), so the last entry is rows*cols
+//   cu_seqlens_padded
+//                 int32   num_sequences() + 1: equal to cu_seqlens, unless sequences are
+//                         padded for context parallelism (below)
+//
+// Context parallelism (Config::context_parallel_size = cp > 1; docs/batch-contract.md,
+// "Context parallelism"), as TransformerEngine's THD format defines the two arrays: in
+// sft_packed and a document-aware token_stream every sequence of a row is padded to a
+// multiple of 2*cp positions (pad in tokens, ignore_index in labels, 0 in token_weights,
+// position_ids continuing the sequence's count). cu_seqlens_padded then holds the
+// cumulative padded lengths, the sequences' offsets over the flattened positions (a row's
+// trailing padding a sequence of its own, as long padded as real), and cu_seqlens the
+// cumulative real lengths: sequence i has cu_seqlens[i+1] - cu_seqlens[i] real positions
+// starting at offset cu_seqlens_padded[i]. max_seqlen() is the longest real sequence.
+// With Config::context_parallel_split, the B x T arrays (tokens, labels, token_weights,
+// position_ids, and x, y, mask, doc_ids) hold only this CP rank's share: each sequence's
+// padded span of n positions cut into 2*cp chunks of n / (2*cp), rank r keeping chunks r
+// and 2*cp-1-r in that order (the whole row being the one sequence in sft_episode and a
+// plain token_stream), so cols() is block_size / cp; position_ids stay the sequence's own
+// (global) positions. The bookkeeping describes the whole rows every CP rank shares:
+// cu_seqlens, cu_seqlens_padded, num_sequences(), max_seqlen(), real_positions() (over
+// rows() * cols() * cp), segments() and the ids.
 //
 // With Config::contract_fields false (not allowed for sft_packed), token_weights and
 // cu_seqlens are empty and num_sequences() and max_seqlen() are 0 in every mode; the mode's
@@ -71,8 +92,9 @@ struct BatchSlot;
 // One episode placed in a packed row (sft_packed), so the packing can be checked.
 struct PackedSegment {
   std::uint32_t row = 0;
-  std::uint32_t column = 0;     // its first input position in the row
-  std::uint32_t positions = 0;  // input positions it occupies: its kept length - 1
+  std::uint32_t column = 0;     // its first input position in the (whole) row
+  std::uint32_t positions = 0;  // input positions it occupies: its kept length - 1 (any
+                                // context-parallel padding follows)
   std::int64_t episode = 0;     // global episode id
 };
 
@@ -117,10 +139,12 @@ class TOKENFEED_API Batch {
   std::span<const float> token_weights() const noexcept;
   std::span<const std::int32_t> position_ids() const noexcept;
   std::span<const std::int32_t> cu_seqlens() const noexcept;
+  std::span<const std::int32_t> cu_seqlens_padded() const noexcept;
   std::size_t num_sequences() const noexcept;
   std::size_t max_seqlen() const noexcept;
   // Input positions holding episode or window tokens; over rows() * cols() it is the
-  // packing efficiency.
+  // packing efficiency (with context_parallel_split, over rows() * cols() * cp: it counts
+  // the whole rows).
   std::size_t real_positions() const noexcept;
   // sft_packed: the episodes in row order; RL: the sequences in row order (episode: the
   // prompt's); empty in the other modes.

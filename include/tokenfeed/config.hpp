@@ -52,6 +52,13 @@ enum class SamplingMode {
   random,  // uniform draws with replacement; global row g is a pure function of (seed, split, g)
 };
 
+// How sft_packed hands a global batch's rows to the data-parallel ranks (Config::balance_ranks).
+enum class RankBalance {
+  none,       // rank r takes the r-th slice of batch_size rows
+  attention,  // every rank batch_size rows, chosen so that the ranks' attention costs
+              // (the sum of each row's squared sequence lengths) are even (docs/packing.md)
+};
+
 // rank / world_size: take the value from the launcher's environment (see Config::rank).
 inline constexpr std::int64_t kFromLauncher = -1;
 
@@ -233,12 +240,26 @@ struct Config {
   std::optional<std::int64_t> context_parallel_rank;
   // every_rank (default) or group_leader: see DataLoading.
   DataLoading data_loading = DataLoading::every_rank;
+  // With context_parallel_size = cp > 1 (docs/batch-contract.md, "Context parallelism"):
+  // true gives this process only its context-parallel rank's share of each row, the
+  // load-balanced split of TransformerEngine's THD attention and Megatron's
+  // get_batch_on_this_cp_rank (each sequence cut into 2·cp chunks, rank r keeping chunks r
+  // and 2·cp - 1 - r), so rows are block_size / cp long; block_size must then be a multiple
+  // of 2·cp, and the context-parallel rank known (derived, or context_parallel_rank).
+  // false (the default): every rank of the group gets the whole rows and splits them
+  // itself. A no-op with cp = 1. Not with data_loading=group_leader (the leader's batches
+  // are its own share).
+  bool context_parallel_split = false;
 
   // sft_episode / sft_packed: how an episode longer than block_size + 1 is cut.
   Truncation truncation = Truncation::right;
   // sft_packed: how many upcoming episodes (in epoch order) the packer may pick from to
   // fill a row's gap. Larger packs tighter and strays further from the epoch order.
   std::int64_t pack_lookahead = 64;
+  // sft_packed, one dataset: none (the default) or attention: see RankBalance. The global
+  // batch's rows are the same either way (its resume state and fingerprint too); only
+  // which rank takes which of them changes. The audit log records each step's assignment.
+  RankBalance balance_ranks = RankBalance::none;
 
   // sft_episode / token_stream: fill the batch contract's labels, token_weights,
   // position_ids and cu_seqlens. false leaves them empty and writes only the mode's own
@@ -287,5 +308,6 @@ TOKENFEED_API const char* to_string(DatasetMode mode) noexcept;
 TOKENFEED_API const char* to_string(SamplingMode mode) noexcept;
 TOKENFEED_API const char* to_string(Truncation truncation) noexcept;
 TOKENFEED_API const char* to_string(DataLoading loading) noexcept;
+TOKENFEED_API const char* to_string(RankBalance balance) noexcept;
 
 }  // namespace tokenfeed

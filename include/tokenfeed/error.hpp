@@ -5,6 +5,7 @@
 // errors naturally (config -> ValueError, io/format -> OSError in Python).
 #pragma once
 
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -32,5 +33,11 @@ class TOKENFEED_API Error : public std::runtime_error {
  private:
   ErrorKind kind_;
 };
+
+// The Error (kind io) for a std::filesystem failure: "cannot access 'PATH': REASON" (the
+// system's reason, such as "Too many levels of symbolic links"). The library's entry
+// points throw this for whatever std::filesystem threw under them; the command and the
+// Python module turn one that reaches them anyway into it.
+TOKENFEED_API Error io_error_of(const std::filesystem::filesystem_error& e);
 
 }  // namespace tokenfeed

@@ -82,10 +82,10 @@ struct ParallelLayout {
   std::int64_t rank = 0;        // the process's global rank
   std::int64_t world_size = 1;  // the processes of the job
   std::int64_t data_parallel_rank = 0, data_parallel_size = 1;
-  std::int64_t tensor_parallel_rank = -1, tensor_parallel_size = 1;    // -1: not derivable
-  std::int64_t context_parallel_rank = -1, context_parallel_size = 1;  // -1: not derivable
+  std::int64_t tensor_parallel_rank = -1, tensor_parallel_size = 1;      // -1: not derivable
+  std::int64_t context_parallel_rank = -1, context_parallel_size = 1;    // -1: not derivable
   std::int64_t pipeline_parallel_rank = -1, pipeline_parallel_size = 1;  // -1: not derivable
-  std::string order = "tp-cp-dp-pp";  // Config::parallel_order
+  std::string order = "tp-cp-dp-pp";                                     // Config::parallel_order
   // The lowest global rank of this data-parallel group (-1 when the layout does not tell it:
   // data-parallel coordinates given directly that the derivation does not give), and
   // whether that is this process.

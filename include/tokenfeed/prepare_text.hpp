@@ -17,12 +17,12 @@
 //                            reason, the inputs, and the shards' content_sha256
 //
 // All or nothing: everything is written into a staging directory renamed to output_dir at
-// the end. Restartable: whenever a shard is finished, the staging
-// directory's prepare_text_manifest.json records where the input and every split stand; a
-// run killed (or interrupted) after hours and started again with `resume` takes over that
-// directory when its inputs and options are the same (the manifest's run key), keeps every
-// finished shard, and goes on from there, giving the same bytes as a run never stopped.
-// Without `resume` a killed run's staging directory is removed, as prepare does.
+// the end. Restartable: the staging directory's prepare_text_manifest.json records the run
+// once, and whenever a shard is finished a line appended to its prepare_text_shards.jsonl
+// records that shard and where the input and every split stand; a run killed (or interrupted) after hours and started
+// again with `resume` takes over that directory when its inputs and options are the same (the manifest's run key),
+// keeps every finished shard, and goes on from there, giving the same bytes as a run never stopped. Without `resume` a
+// killed run's staging directory is removed, as prepare does.
 //
 // Parallel: documents are read in chunks, parsed and tokenized by `workers` threads (the
 // caller's encoder: one call per chunk, in order, which may parallelize inside), and written

@@ -41,6 +41,7 @@ enum Field : std::size_t {
   kTokenWeights,
   kPositionIds,
   kCuSeqlens,
+  kCuSeqlensPadded,
   kEpisodeIds,
   kDocIds,
   kSegments,
@@ -105,6 +106,7 @@ class PyBatch {
   nb::object position_ids() { return grid(kPositionIds, batch().position_ids()); }
   nb::object doc_ids() { return grid(kDocIds, batch().doc_ids()); }
   nb::object cu_seqlens() { return vector(kCuSeqlens, batch().cu_seqlens()); }
+  nb::object cu_seqlens_padded() { return vector(kCuSeqlensPadded, batch().cu_seqlens_padded()); }
   nb::object episode_ids() { return vector(kEpisodeIds, batch().episode_ids()); }
   // RL batches only (empty arrays otherwise).
   nb::object log_probs() { return grid(kLogProbs, batch().log_probs()); }
@@ -159,6 +161,7 @@ class PyBatch {
     if (!b.token_weights().empty()) d["token_weights"] = token_weights();
     if (!b.position_ids().empty()) d["position_ids"] = position_ids();
     if (!b.cu_seqlens().empty()) d["cu_seqlens"] = cu_seqlens();
+    if (!b.cu_seqlens_padded().empty()) d["cu_seqlens_padded"] = cu_seqlens_padded();
     d["episode_ids"] = episode_ids();
     if (!b.doc_ids().empty()) d["doc_ids"] = doc_ids();
     if (!b.segments().empty()) d["segments"] = segments();        // sft_packed, RL
@@ -220,6 +223,9 @@ void bind_batch(nb::module_& m) {
   array_property(cls, "token_weights", &PyBatch::token_weights, "float32");
   array_property(cls, "position_ids", &PyBatch::position_ids, "int32");
   array_property(cls, "cu_seqlens", &PyBatch::cu_seqlens, "int32");
+  array_property(cls, "cu_seqlens_padded", &PyBatch::cu_seqlens_padded, "int32",
+                 "The sequences' offsets with their context-parallel padding (TransformerEngine's THD "
+                 "cu_seqlens_padded; cu_seqlens then holds the real lengths); equal to cu_seqlens without it.");
   array_property(cls, "episode_ids", &PyBatch::episode_ids, "int64");
   array_property(cls, "window_ids", &PyBatch::episode_ids, "int64");
   array_property(cls, "doc_ids", &PyBatch::doc_ids, "int32");

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include <nanobind/nanobind.h>
@@ -42,6 +43,16 @@ PyObject* new_error_class(nb::module_& m, const char* name, const char* doc, nb:
   return cls;
 }
 
+// Raises `type` with `message`, whose bytes that are not UTF-8 become \xNN escapes
+// (backslashreplace): a path or a quoted record is not always UTF-8, and PyErr_SetString
+// would fail on it with a UnicodeDecodeError of its own instead of the error.
+void set_error(PyObject* type, const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (text == nullptr) return;  // the decode's own error (out of memory) stays set
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
 }  // namespace
 
 void bind_errors(nb::module_& m) {
@@ -72,9 +83,11 @@ void bind_errors(nb::module_& m) {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       const std::size_t i = kind_index(e.kind());
-      PyErr_SetString(
+      set_error(
           i < kErrorKinds && g_error_classes[i] ? g_error_classes[i] : g_error_classes[kind_index(ErrorKind::pipeline)],
           e.what());
+    } catch (const std::filesystem::filesystem_error& e) {  // one no entry point turned into tokenfeed's
+      set_error(g_error_classes[kind_index(ErrorKind::io)], tokenfeed::io_error_of(e).what());
     }
   });
 }
@@ -90,7 +103,7 @@ tokenfeed::Error error_from_python(const nb::python_error& e) {
 }
 
 void conversation_error(const std::string& message) {
-  PyErr_SetString(g_conversation_error, message.c_str());
+  set_error(g_conversation_error, message);
   throw nb::python_error();
 }
 

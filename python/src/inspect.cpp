@@ -190,7 +190,7 @@ nb::dict report_dict(const DatasetReport& report) {
 
 // What to inspect: a dataset directory as it is, or the dataset a config names with the
 // run its keys describe (block_size, token_dtype, eos_token_id; sft_packed's truncation,
-// pack_lookahead and epoch_seed).
+// pack_lookahead, epoch_seed and context_parallel_size).
 InspectRequest request_from_python(nb::handle source, bool deep) {
   InspectRequest r;
   r.deep = deep;
@@ -218,6 +218,7 @@ InspectRequest request_from_python(nb::handle source, bool deep) {
     r.truncation = config.truncation;
     r.pack_lookahead = config.pack_lookahead;
     r.seed = config.epoch_seed;
+    r.context_parallel_size = config.context_parallel_size;
   }
   return r;
 }

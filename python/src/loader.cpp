@@ -328,48 +328,11 @@ BatchIterator epoch_iterator(nb::handle self, const std::string& split) {
   return BatchIterator(nb::borrow(self), split, std::nullopt, i.next_epoch);
 }
 
-}  // namespace
-
-void bind_loader(nb::module_& m) {
-  nb::class_<PyLoader>(m, "Loader",
-                       "Loader(config, **overrides): batches of an XML config's dataset (or a mapping of its keys), "
-                       "prepared on background threads.\n\n"
-                       "get_batch(split) returns a Batch whose arrays view the loader's pooled buffers. A batch stays "
-                       "held while it, or any array or tensor made from it without a copy, is alive; holding "
-                       "MAX_HELD_BATCHES (4) batches of a split, the next get_batch raises UsageError. Gradient "
-                       "accumulation reaches that limit: autograd keeps each micro-batch's input tensors until "
-                       "backward(), so over more than 4 micro-batches take batch.to_torch(copy=True).\n\n"
-                       "stats(split) reports `tokenfeed bench`'s figures under its names (stall_fraction: steps whose "
-                       "batch waited > 50 us for data; slow_call_fraction: calls that took > 50 us); reset_stats() "
-                       "after a warm-up, as bench's --warmup.")
-      .def(
-          "__init__",
-          [](PyLoader* self, nb::handle config, const nb::kwargs& overrides) {
-            tokenfeed::Config c = config_from_python(config, overrides);
-            nb::gil_scoped_release release;
-            new (self) PyLoader(std::move(c));
-          },
-          "config"_a, "overrides"_a,
-          nb::sig(("def __init__(self, config: " + config_source_type() + ", **overrides: " + kConfigValueType +
-                   ") -> None")
-                      .c_str()))
-      .def("get_batch", &PyLoader::get_batch, "split"_a = "train",
-           nb::sig("def get_batch(self, split: str = 'train') -> Batch"))
-      .def(
-          "iter",
-          [](nb::handle self, const std::string& split, std::optional<std::uint64_t> steps) {
-            return BatchIterator(nb::borrow(self), split, steps);
-          },
-          "split"_a = "train", "steps"_a = nb::none())
-      .def("epoch", &epoch_iterator, "split"_a = "train",
-           "The batches left in the current epoch of `split` (all of the next one at an epoch boundary); "
-           "len() is their number.")
-      .def(
-          "__iter__", [](nb::handle self) { return BatchIterator(nb::borrow(self), "train", std::nullopt); },
-          "The train split for ever, as iter(\"train\").")
-      .def_prop_ro(
-          "vocab_size", [](PyLoader& l) { return l.vocabulary().vocab_size; },
-          "dataset_metadata.json's vocab_size, or None.")
+// The dataset's vocabulary and the ids the loader settled.
+void bind_vocabulary(nb::class_<PyLoader>& cls) {
+  cls.def_prop_ro(
+         "vocab_size", [](PyLoader& l) { return l.vocabulary().vocab_size; },
+         "dataset_metadata.json's vocab_size, or None.")
       .def_prop_ro(
           "pad_token_id", [](PyLoader& l) { return l.effective_config().pad_token_id; },
           "The id padding rows hold: the config's, else dataset_metadata.json's pad_token_id, else its "
@@ -393,8 +356,12 @@ void bind_loader(nb::module_& m) {
           "document), eot and eos (dataset_metadata.json's, eos the config's first); None for none.")
       .def_prop_ro(
           "special_token_ids", [](PyLoader& l) { return l.vocabulary().special_tokens; },
-          "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.")
-      .def("save_state", &PyLoader::save_state)
+          "The chat template's ids recorded in dataset_metadata.json (SpecialTokenIds), or None.");
+}
+
+// Resume states, mixture weight changes and the bench figures.
+void bind_state_and_stats(nb::class_<PyLoader>& cls) {
+  cls.def("save_state", &PyLoader::save_state)
       .def("load_state", &PyLoader::load_state, "state"_a)
       .def("state_dict", &PyLoader::state_dict, nb::sig("def state_dict(self) -> dict[str, typing.Any]"))
       .def("load_state_dict", &PyLoader::load_state_dict, "state"_a,
@@ -412,9 +379,13 @@ void bind_loader(nb::module_& m) {
            "`tokenfeed bench --json`'s figures under its names (stall_fraction: steps whose batch waited > 50 us for "
            "data; slow_call_fraction: calls that took > 50 us), since the first call or the last reset_stats().")
       .def("reset_stats", &PyLoader::reset_stats, "split"_a = nb::none(),
-           "Starts a new measurement for stats() (every split when None), as bench's --warmup.")
-      .def("info", &PyLoader::info, "split"_a = "train",
-           nb::sig("def info(self, split: str = 'train') -> dict[str, typing.Any]"))
+           "Starts a new measurement for stats() (every split when None), as bench's --warmup.");
+}
+
+// What the splits hold, the effective config and the parallel layout.
+void bind_facts(nb::class_<PyLoader>& cls) {
+  cls.def("info", &PyLoader::info, "split"_a = "train",
+          nb::sig("def info(self, split: str = 'train') -> dict[str, typing.Any]"))
       .def(
           "num_episodes", [](PyLoader& l, const std::string& split) { return l.split_info(split).kept_episodes; },
           "split"_a = "train")
@@ -437,8 +408,12 @@ void bind_loader(nb::module_& m) {
                                   "order, leader_rank and data_leader (its group's lowest rank decodes under "
                                   "data_loading=group_leader), source."))
       .def_prop_ro("source_names", &PyLoader::source_names,
-                   "A mixture's sources in declaration order (what Batch.source_ids indexes); [] otherwise.")
-      .def_prop_ro("splits", &PyLoader::splits)
+                   "A mixture's sources in declaration order (what Batch.source_ids indexes); [] otherwise.");
+}
+
+// Closing, stopping and the context manager.
+void bind_lifetime(nb::class_<PyLoader>& cls) {
+  cls.def_prop_ro("splits", &PyLoader::splits)
       .def_prop_ro("closed", &PyLoader::closed)
       .def("__repr__", &PyLoader::repr)
       .def("stop", &PyLoader::stop)
@@ -450,6 +425,52 @@ void bind_loader(nb::module_& m) {
           "exc"_a.none(), "traceback"_a.none(),
           nb::sig("def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, "
                   "traceback: types.TracebackType | None) -> None"));
+}
+
+}  // namespace
+
+void bind_loader(nb::module_& m) {
+  nb::class_<PyLoader> cls(
+      m, "Loader",
+      "Loader(config, **overrides): batches of an XML config's dataset (or a mapping of its keys), "
+      "prepared on background threads.\n\n"
+      "get_batch(split) returns a Batch whose arrays view the loader's pooled buffers. A batch stays "
+      "held while it, or any array or tensor made from it without a copy, is alive; holding "
+      "MAX_HELD_BATCHES (4) batches of a split, the next get_batch raises UsageError. Gradient "
+      "accumulation reaches that limit: autograd keeps each micro-batch's input tensors until "
+      "backward(), so over more than 4 micro-batches take batch.to_torch(copy=True).\n\n"
+      "stats(split) reports `tokenfeed bench`'s figures under its names (stall_fraction: steps whose "
+      "batch waited > 50 us for data; slow_call_fraction: calls that took > 50 us); reset_stats() "
+      "after a warm-up, as bench's --warmup.");
+  cls.def(
+         "__init__",
+         [](PyLoader* self, nb::handle config, const nb::kwargs& overrides) {
+           tokenfeed::Config c = config_from_python(config, overrides);
+           nb::gil_scoped_release release;
+           new (self) PyLoader(std::move(c));
+         },
+         "config"_a, "overrides"_a,
+         nb::sig(
+             ("def __init__(self, config: " + config_source_type() + ", **overrides: " + kConfigValueType + ") -> None")
+                 .c_str()))
+      .def("get_batch", &PyLoader::get_batch, "split"_a = "train",
+           nb::sig("def get_batch(self, split: str = 'train') -> Batch"))
+      .def(
+          "iter",
+          [](nb::handle self, const std::string& split, std::optional<std::uint64_t> steps) {
+            return BatchIterator(nb::borrow(self), split, steps);
+          },
+          "split"_a = "train", "steps"_a = nb::none())
+      .def("epoch", &epoch_iterator, "split"_a = "train",
+           "The batches left in the current epoch of `split` (all of the next one at an epoch boundary); "
+           "len() is their number.")
+      .def(
+          "__iter__", [](nb::handle self) { return BatchIterator(nb::borrow(self), "train", std::nullopt); },
+          "The train split for ever, as iter(\"train\").");
+  bind_vocabulary(cls);
+  bind_state_and_stats(cls);
+  bind_facts(cls);
+  bind_lifetime(cls);
 
   nb::class_<BatchIterator>(m, "BatchIterator")
       .def(

@@ -92,7 +92,8 @@ class PythonEncoder final : public tokenfeed::DocumentEncoder {
   nb::object encode_;
 };
 
-// A parquet column through a Python iterator of lists (str, or None for null or not a string).
+// A parquet column through a Python iterator of lists (str; bytes for a value that is not
+// UTF-8, which the library reports as invalid_utf8; None for null or not a string).
 class PythonParquetReader final : public tokenfeed::ParquetTextReader {
  public:
   explicit PythonParquetReader(nb::object reader) : reader_(std::move(reader)) {}
@@ -116,6 +117,9 @@ class PythonParquetReader final : public tokenfeed::ParquetTextReader {
             continue;
           }
           rows.emplace_back(std::string(utf8, static_cast<std::size_t>(size)));
+        } else if (PyBytes_Check(v.ptr())) {  // a value that is not UTF-8: the library reports it
+          rows.emplace_back(
+              std::string(PyBytes_AS_STRING(v.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(v.ptr()))));
         } else {
           rows.emplace_back(std::nullopt);
         }

@@ -160,7 +160,8 @@ def _source(name):
 # the parts of tokenfeed.prepare and tokenfeed.prepare_text (hf_prepare and its modules by job).
 EXPORTING_MODULES = ("rl", "text_corpus", "_chat", "_prepare", "_torch", "_writer", "_inspection", "_mixing")
 OTHER_MODULES = ("_values", "_command", "hf_prepare", "_bad_record", "_hf_tokenizer", "_token_pieces",
-                 "_chat_template", "_loss_mask", "_conversation_reader", "_conversation_encoder", "_encode_pool")
+                 "_chat_template", "_loss_mask", "_conversation_reader", "_conversation_encoder", "_encode_pool",
+                 "torch")
 
 
 def _sources(names=EXPORTING_MODULES + OTHER_MODULES):

@@ -63,6 +63,27 @@ def test_invalid_dataset_is_a_format_error(sft_dir, tmp_path):
     assert type(e.value) is tokenfeed.FormatError
 
 
+def test_a_symbolic_link_loop_is_an_io_error_naming_it(sft_dir, tmp_path):
+    """std::filesystem's own exceptions (a RuntimeError) never reach Python: the loader,
+    inspect, the preparations and the writer raise IoError naming the path."""
+    import shutil
+
+    looped = tmp_path / "looped"
+    shutil.copytree(sft_dir, looped)
+    os.symlink("loop", looped / "train" / "loop")
+    match = r"cannot access '.*loop': Too many levels of symbolic links"
+    with pytest.raises(tokenfeed.IoError, match=match):
+        tokenfeed.Loader(base_keys(looped))
+    with pytest.raises(tokenfeed.IoError, match=match):
+        tokenfeed.inspect(looped)
+    os.symlink("out_loop", tmp_path / "out_loop")
+    (tmp_path / "t.jsonl").write_text('{"text": "hello"}\n')
+    with pytest.raises(tokenfeed.IoError, match="out_loop"):
+        tokenfeed.prepare_text(tmp_path / "t.jsonl", tmp_path / "out_loop" / "p")
+    with pytest.raises(tokenfeed.IoError, match="out_loop"):
+        tokenfeed.DatasetWriter(tmp_path / "out_loop" / "train", token_dtype="uint16")
+
+
 def test_usage_errors(sft_dir):
     loader = tokenfeed.Loader(base_keys(sft_dir))
     with pytest.raises(tokenfeed.UsageError):

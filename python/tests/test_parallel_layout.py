@@ -33,6 +33,8 @@ def reference_coordinates(rank, world, sizes, order):
 def batch_digest(batch):
     h = hashlib.sha256()
     for name, a in sorted(batch.arrays().items()):
+        if name == "segments":  # the records' fields, not the padding bytes between them
+            a = np.stack([a["row"], a["column"], a["positions"], a["episode"]], axis=1).astype(np.int64)
         h.update(name.encode() + np.ascontiguousarray(a).tobytes())
     h.update(repr((batch.step, batch.epoch, batch.batch_in_epoch, batch.real_rows, batch.real_positions,
                    batch.num_sequences, batch.max_seqlen)).encode())
@@ -40,9 +42,10 @@ def batch_digest(batch):
 
 
 def keys_for(mode, sft_dir, stream_dir, **extra):
+    extra = dict(dict(batch_size=2), **extra)
     if mode == "token_stream":
-        return base_keys(stream_dir, dataset_mode=mode, batch_size=2, token_dtype="uint16", **extra)
-    return base_keys(sft_dir, dataset_mode=mode, batch_size=2, **extra)
+        return base_keys(stream_dir, dataset_mode=mode, token_dtype="uint16", **extra)
+    return base_keys(sft_dir, dataset_mode=mode, **extra)
 
 
 @pytest.mark.parametrize("order", ["tp-cp-dp-pp", "dp-tp-cp-pp", "tp-dp-pp-cp"])
@@ -85,7 +88,9 @@ def test_groups_get_identical_batches_and_dp_ranks_todays_slices(sft_dir, stream
     for dp, per_rank in digests.items():
         assert len(per_rank) == 4
         assert all(d == per_rank[0] for d in per_rank), f"dp group {dp} differs"
-        plain = tokenfeed.Loader(keys_for(mode, sft_dir, stream_dir, rank=dp, world_size=2))
+        # Today's loader at rank dp of 2, with the same CP padding (sft_packed pads to 2·cp).
+        plain = tokenfeed.Loader(keys_for(mode, sft_dir, stream_dir, rank=dp, world_size=2, context_parallel_size=2,
+                                          context_parallel_rank=0, data_parallel_rank=dp, data_parallel_size=2))
         assert [batch_digest(b) for b in plain.iter("train", steps=steps)] == per_rank[0]
         plain.close()
     assert digests[0][0] != digests[1][0]
@@ -100,9 +105,9 @@ def test_direct_coordinates_win_and_state_moves_across_layouts(sft_dir):
     plain = tokenfeed.Loader(base_keys(sft_dir, rank=1, world_size=2))
     assert [batch_digest(b) for b in direct.iter("train", steps=3)] == \
         [batch_digest(b) for b in plain.iter("train", steps=3)]
-    # A state saved at tp=4 x dp=2 loads at dp=4 with the same global batch (batch_size 1).
+    # A state saved at tp=4 x dp=2 (batch_size 4) loads at dp=4 with the same global batch.
     state = direct.state_dict()
-    wider = tokenfeed.Loader(base_keys(sft_dir, rank=3, world_size=4, batch_size=1))
+    wider = tokenfeed.Loader(base_keys(sft_dir, rank=3, world_size=4, batch_size=2))
     wider.load_state_dict(state)
     assert wider.get_batch().step == 3
 
@@ -171,8 +176,10 @@ def torchrun_layouts(sft_dir, stream_dir, tmp_path_factory):
 
 def single_process(keys, steps, skip=0):
     """Per step, the rows of one loader with the whole global batch (BATCH x 2)."""
-    loader = tokenfeed.Loader(dict(keys, rank=0, world_size=1, tensor_parallel_size=1, context_parallel_size=1,
-                                   batch_size=BATCH * 2, data_loading="every_rank"))
+    # The same CP size (sft_packed pads each sequence to a multiple of 2·cp), one process.
+    loader = tokenfeed.Loader(dict(keys, rank=0, world_size=1, tensor_parallel_size=1, data_parallel_rank=0,
+                                   data_parallel_size=1, context_parallel_rank=0, batch_size=BATCH * 2,
+                                   data_loading="every_rank"))
     out = []
     for b in loader.iter("train", steps=skip + steps):
         if len(b.segments):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,6 +145,59 @@ def test_parquet_gives_the_bytes_jsonl_gives(tmp_path):
     with pytest.raises(tokenfeed.FormatError, match=r"c.parquet:1501: not_a_string"):
         tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def test_a_line_that_is_not_utf8_is_named_or_counted_through_the_hf_path(cli, hf_dir, tmp_path):
+    """The library's message quotes the bad line; its bytes that are not UTF-8 come out as
+    \\xNN, so Python raises the error itself, not a UnicodeDecodeError of the message."""
+    (tmp_path / "c.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "caf\xc3 au lait"}\n{"text": "fine"}\n')
+    with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: invalid_json: .*\\xc3"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "a", hf_tokenizer=hf_dir, val_split=0)
+    s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "a", hf_tokenizer=hf_dir, val_split=0,
+                               on_error="skip")
+    assert s["train"]["documents"] == 2 and s["skipped"]["invalid_json"]["count"] == 1
+    assert s["skipped"]["invalid_json"]["first"].startswith(f"{tmp_path / 'c.jsonl'}:2:")
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(tmp_path / "b"),
+                        "--hf-tokenizer", str(hf_dir)], capture_output=True, text=True, env=env)
+    assert r.returncode == 4 and "c.jsonl:2: invalid_json:" in r.stderr and "codec" not in r.stderr, r.stderr
+
+
+def test_a_parquet_value_that_is_not_utf8_is_named_or_counted(cli, hf_dir, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    values = [b"first", b"second", b"caf\xc3 au lait", b"fourth"]
+    # A string column holding bytes that are not UTF-8 (view does not validate; pyarrow's
+    # reader does not either: only to_pylist does).
+    texts = pa.array(values, pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": texts}), tmp_path / "c.parquet", row_group_size=2)
+    for hf in ({}, {"hf_tokenizer": hf_dir}):
+        with pytest.raises(tokenfeed.FormatError, match=r"c\.parquet:3: invalid_utf8: invalid UTF-8 at byte 3"):
+            tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "a", val_split=0, **hf)
+        s = tokenfeed.prepare_text(tmp_path / "c.parquet", tmp_path / "a", val_split=0, on_error="skip", **hf)
+        assert s["train"]["documents"] == 3 and s["skipped"]["invalid_utf8"]["count"] == 1
+        shutil.rmtree(tmp_path / "a")
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.parquet"), "--output-dir", str(tmp_path / "b"),
+                        "--on-error", "skip", "--val-split", "0"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "invalid_utf8: 1" in r.stdout, r.stderr
+
+
+def test_a_damaged_parquet_file_is_an_error_naming_it(cli, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = documents(400)
+    pq.write_table(pa.table({"text": docs}), tmp_path / "c.parquet", row_group_size=100, use_dictionary=False)
+    data = bytearray((tmp_path / "c.parquet").read_bytes())
+    start = pq.ParquetFile(tmp_path / "c.parquet").metadata.row_group(1).column(0).data_page_offset
+    data[start:start + 16] = b"\xff" * 16  # the second row group's page header
+    (tmp_path / "d.parquet").write_bytes(bytes(data))
+    with pytest.raises(tokenfeed.FormatError, match=r"d\.parquet': row group 1 of column 'text' cannot be read"):
+        tokenfeed.prepare_text(tmp_path / "d.parquet", tmp_path / "a", on_error="skip")
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    r = subprocess.run([cli, "prepare-text", str(tmp_path / "d.parquet"), "--output-dir", str(tmp_path / "b"),
+                        "--on-error", "skip"], capture_output=True, text=True, env=env)
+    assert r.returncode == 4 and "d.parquet': row group 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_the_command_hands_hf_and_parquet_to_the_package(cli, hf_dir, tmp_path):

@@ -73,7 +73,9 @@ from ._tokenfeed import (  # noqa: F401  (re-exports)
     Tokenizer,
     UsageError,
     __version__,
+    AuditLogIterator,
     make_tokenizer,
+    iter_audit_log,
     read_audit_log,
     set_logging,
 )
@@ -95,6 +97,7 @@ from .rl import RLLoader, ScoredGroup  # noqa: F401  (re-exports)
 from .text_corpus import prepare_text  # noqa: F401  (re-export)
 
 __all__ = [
+    "AuditLogIterator",
     "Batch",
     "BatchIterator",
     "ConfigError",
@@ -117,6 +120,7 @@ __all__ = [
     "__version__",
     "collate_sft_batch",
     "inspect",
+    "iter_audit_log",
     "make_tokenizer",
     "pack_sft_ids_and_mask",
     "per_source_mean",

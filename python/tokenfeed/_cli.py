@@ -1,6 +1,9 @@
 """The `tokenfeed` console script that `pip install .` makes: runs the `tokenfeed` command
 built into the package (tokenfeed/_bin/tokenfeed) with the same arguments, in place of
-this process, so its exit status and signals are the command's own."""
+this process, so its exit status and signals are the command's own. The command hands
+--hf-tokenizer and parquet work to Python: to this interpreter, the one pip installed the
+command for (``TOKENFEED_COMMAND_PYTHON``), not to whichever python3 comes first on PATH;
+``TOKENFEED_PYTHON`` still wins."""
 import os
 import sys
 from pathlib import Path
@@ -16,7 +19,10 @@ def main() -> None:
     if not os.access(exe, os.X_OK):
         sys.exit(f"tokenfeed: the command is not in this installation ({exe} is missing); "
                  "reinstall the package with pip install .")
-    os.execv(exe, [str(exe), *sys.argv[1:]])
+    env = dict(os.environ)
+    if sys.executable:
+        env["TOKENFEED_COMMAND_PYTHON"] = sys.executable
+    os.execve(exe, [str(exe), *sys.argv[1:]], env)
 
 
 if __name__ == "__main__":

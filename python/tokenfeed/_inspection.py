@@ -18,8 +18,9 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False) -> Dict[str, Any]
     ``path_or_config``: a dataset directory; or a config (an XML file or a mapping of its
     keys) naming one in ``dataset_dir``, whose ``block_size``, ``token_dtype`` and
     ``eos_token_id`` are used as ``--block-size``, ``--token-dtype`` and ``--eos-id`` are,
-    and with ``dataset_mode=sft_packed`` its ``truncation``, ``pack_lookahead`` and
-    ``epoch_seed`` as ``--packed`` uses them. A mixture is refused (``UsageError``).
+    and with ``dataset_mode=sft_packed`` its ``truncation``, ``pack_lookahead``,
+    ``epoch_seed`` and ``context_parallel_size`` as ``--packed`` uses them. A mixture is
+    refused (``UsageError``).
 
     ``deep=True`` adds the checks the loader does not make, as ``--deep``: token ids against
     ``vocab_size``, mask values (uint8 not 0/1, float32 negative), all-zero masks, and each

@@ -108,12 +108,38 @@ class ParquetColumn:
     def next_batch(self) -> Optional[List[Any]]:
         if self.group >= self.file.metadata.num_row_groups:
             return None
-        values = self.file.read_row_group(self.group, columns=[self.column]).column(0).to_pylist()
+        try:
+            chunks = self.file.read_row_group(self.group, columns=[self.column]).column(0)
+        except Exception as e:  # a damaged page, a bad compression stream, a short file
+            raise FormatError(f"'{self.path}': row group {self.group} of column '{self.column}' cannot be read "
+                              f"({type(e).__name__}: {e})") from e
+        try:
+            values = chunks.to_pylist()
+        except UnicodeDecodeError:
+            values = _texts_or_bytes(chunks)
         self.bytes_read += self._group_bytes(self.group)
         self.group += 1
         if self.skip:
             values, self.skip = values[self.skip:], 0
         return values
+
+
+def _texts_or_bytes(chunks: Any) -> List[Any]:
+    """A string column holding a value that is not UTF-8 (which pyarrow does not check when
+    it reads, but ``to_pylist`` does): each value as str, or as its bytes when it does not
+    decode, which the library reports as ``invalid_utf8`` at its row."""
+    pa = require("pyarrow", "parquet input")
+    binary = pa.large_binary() if pa.types.is_large_string(chunks.type) else pa.binary()
+    out: List[Any] = []
+    for raw in chunks.cast(binary).to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(raw)
+    return out
 
 
 def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, format: str = "tokens",  # noqa: A002

@@ -48,9 +48,8 @@ _ABSENT = -1  # a field code: the batch has no such field; >= 0: its element cou
 class GroupBatch:
     """A batch as every rank of a data-parallel group receives it from its leader: the
     batch's arrays as torch tensors (``tensors``, also by ``batch["tokens"]``; fields that
-    share memory in the loader's batch are one tensor here too) and its bookkeeping. On the
-    leader the tensors view the loader's batch (it stays held while they live), on the
-    others they are the received copies."""
+    share memory in the loader's batch are one tensor here too), views of one buffer that
+    every rank of the group holds alike, and its bookkeeping."""
 
     split: str
     step: int
@@ -100,9 +99,12 @@ def broadcast_batch(loader: Loader, group: Any, split: str = "train", device: An
     group: its leader (``loader.parallel_layout["leader_rank"]``) takes it from its loader
     and broadcasts it; the other ranks receive it and never touch their loaders' pipelines
     (with ``data_loading="group_leader"`` they have none). Every rank of the group must call
-    it once per step. ``device``: where the tensors live and are broadcast from (a CUDA
-    device for NCCL; None keeps them on the CPU, for gloo). The leader's state is every
-    rank's: save ``state_dict()`` on a leader (rank 0 is one)."""
+    it once per step. Two collectives per batch: a small header (the bookkeeping and each
+    field's size), then every field in one buffer, of which the returned tensors are views
+    on every rank (the leader's batch is released at once). ``device``: where the buffer
+    lives and is broadcast from (a CUDA device for NCCL; None keeps it on the CPU, for
+    gloo). The leader's state is every rank's: save ``state_dict()`` on a leader (rank 0 is
+    one)."""
     import torch
     import torch.distributed as dist
 
@@ -111,39 +113,68 @@ def broadcast_batch(loader: Loader, group: Any, split: str = "train", device: An
     if src < 0:
         raise UsageError("broadcast_batch: the loader's layout does not tell its group's leader "
                          "(data_parallel_rank/data_parallel_size given directly for another layout)")
-    header_size = len(_BOOKKEEPING) + len(_FIELDS)
     if layout["data_leader"]:
         batch = loader.get_batch(split)
-        header, arrays = _describe(batch)
+        header, payload = _pack(batch)
+        batch.release()
         header_t = torch.tensor(header, dtype=torch.int64, device=device)
         dist.broadcast(header_t, src=src, group=group)
-        tensors = {}
-        for (name, _), code in zip(_FIELDS, header[len(_BOOKKEEPING):]):
-            if code >= 0:
-                t = torch.from_dlpack(arrays[name]) if name != "segments" else torch.from_numpy(arrays[name])
-                if device is not None:
-                    t = t.to(device)
-                dist.broadcast(t, src=src, group=group)
-                tensors[name] = t
-            elif code <= -2:
-                tensors[name] = tensors[_FIELDS[-(code + 2)][0]]
+        payload_t = torch.from_numpy(payload)
+        if device is not None:
+            payload_t = payload_t.to(device)
     else:
-        header_t = torch.empty(header_size, dtype=torch.int64, device=device)
+        header_t = torch.empty(len(_BOOKKEEPING) + len(_FIELDS), dtype=torch.int64, device=device)
         dist.broadcast(header_t, src=src, group=group)
         header = [int(v) for v in header_t.tolist()]
-        tensors = {}
-        rows, cols = header[3], header[4]
-        for (name, dtype), code in zip(_FIELDS, header[len(_BOOKKEEPING):]):
-            if code >= 0:
-                shape = (rows, cols) if name in _GRID else (code // 4, 4) if name == "segments" else (code,)
-                t = torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device=device)
-                dist.broadcast(t, src=src, group=group)
-                tensors[name] = t
-            elif code <= -2:
-                tensors[name] = tensors[_FIELDS[-(code + 2)][0]]
+        payload_t = torch.empty(_layout(header)[1], dtype=torch.uint8, device=device)
+    dist.broadcast(payload_t, src=src, group=group)
     values = dict(zip(_BOOKKEEPING, header[:len(_BOOKKEEPING)]))
     values["has_mask"] = bool(values["has_mask"])
-    return GroupBatch(split=split, tensors=tensors, **values)
+    return GroupBatch(split=split, tensors=_unpack(header, payload_t), **values)
+
+
+def _shape(name: str, count: int, rows: int, cols: int) -> tuple:
+    return (rows, cols) if name in _GRID else (count // 4, 4) if name == "segments" else (count,)
+
+
+def _layout(header: list) -> tuple:
+    """Each sent field's byte offset in the buffer (8-byte aligned, so that every field can
+    be viewed in place), and the buffer's size."""
+    offsets, at = {}, 0
+    for (name, dtype), code in zip(_FIELDS, header[len(_BOOKKEEPING):]):
+        if code >= 0:
+            offsets[name] = at
+            at += -(-code * np.dtype(dtype).itemsize // 8) * 8
+    return offsets, at
+
+
+def _pack(batch: Any) -> tuple:
+    """The header and the one buffer a leader broadcasts."""
+    header, arrays = _describe(batch)
+    offsets, size = _layout(header)
+    payload = np.zeros(size, dtype=np.uint8)
+    for name, at in offsets.items():
+        a = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
+        payload[at:at + a.size] = a
+    return header, payload
+
+
+def _unpack(header: list, payload: Any) -> dict:
+    """The fields as views of the received buffer; a field that shares another's memory in
+    the loader's batch is that field's tensor."""
+    import torch
+
+    offsets, _ = _layout(header)
+    rows, cols = header[3], header[4]
+    tensors = {}
+    for (name, dtype), code in zip(_FIELDS, header[len(_BOOKKEEPING):]):
+        if code >= 0:
+            dt = np.dtype(dtype)
+            raw = payload[offsets[name]:offsets[name] + code * dt.itemsize]
+            tensors[name] = raw.view(getattr(torch, dt.name)).reshape(_shape(name, code, rows, cols))
+        elif code <= -2:
+            tensors[name] = tensors[_FIELDS[-(code + 2)][0]]
+    return tensors
 
 
 def _describe(batch: Any) -> tuple:

@@ -15,6 +15,7 @@
 #include "io/staging_dir.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
+#include "util/filesystem_errors.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -186,7 +187,9 @@ struct EpisodeDatasetWriter::Impl {
   }
 };
 
-EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWriterOptions options)
+// The constructor, add and finish turn a filesystem error (a symbolic link loop where the
+// split goes) into tokenfeed's.
+EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWriterOptions options) try
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.given_dir = split_dir;
@@ -209,11 +212,13 @@ EpisodeDatasetWriter::EpisodeDatasetWriter(fs::path split_dir, EpisodeDatasetWri
     s.discard();
     throw;
   }
+} catch (const fs::filesystem_error& e) {
+  throw io_error_of(e);
 }
 
 EpisodeDatasetWriter::~EpisodeDatasetWriter() { impl_->discard(); }
 
-void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<const std::uint8_t> mask) {
+void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<const std::uint8_t> mask) try {
   Impl& s = *impl_;
   if (s.state == Impl::State::finished) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add after finish()");
   if (s.state == Impl::State::discarded) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::add after discard()");
@@ -250,9 +255,11 @@ void EpisodeDatasetWriter::add(std::span<const std::uint32_t> tokens, std::span<
   s.shard_tokens_written += tokens.size();
   s.summary.tokens += tokens.size();
   ++s.summary.episodes;
+} catch (const fs::filesystem_error& e) {
+  throw io_error_of(e);
 }
 
-EpisodeDatasetWriterSummary EpisodeDatasetWriter::finish() {
+EpisodeDatasetWriterSummary EpisodeDatasetWriter::finish() try {
   Impl& s = *impl_;
   if (s.state == Impl::State::finished) return s.summary;
   if (s.state == Impl::State::discarded) throw Error(ErrorKind::usage, "EpisodeDatasetWriter::finish after discard()");
@@ -273,6 +280,8 @@ EpisodeDatasetWriterSummary EpisodeDatasetWriter::finish() {
     record_content_checksums(s.split_dir.parent_path(), split, sums);
   }
   return s.summary;
+} catch (const fs::filesystem_error& e) {
+  throw io_error_of(e);
 }
 
 void EpisodeDatasetWriter::discard() noexcept { impl_->discard(); }

@@ -12,6 +12,7 @@
 #include "dataset/token_stream.hpp"
 #include "inspect/split_reports.hpp"
 #include "loader/resolved_options.hpp"
+#include "util/filesystem_errors.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -48,6 +49,27 @@ std::optional<fs::path> first_bin_file(const fs::path& dataset_dir, const std::s
 void check_request(const InspectRequest& r) {
   if (r.packed && r.block_size == 0) {
     throw Error(ErrorKind::usage, "inspect --packed needs --block-size T: packing fills rows of T positions");
+  }
+  if (r.context_parallel_size < 1 || r.context_parallel_size > (std::int64_t{1} << 20)) {
+    throw Error(ErrorKind::usage,
+                "inspect --context-parallel-size must be in [1, 2^20], got " + std::to_string(r.context_parallel_size));
+  }
+  if (r.context_parallel_size > 1 && !r.packed) {
+    throw Error(ErrorKind::usage,
+                "inspect --context-parallel-size describes the packing that --packed reports; add "
+                "--packed --block-size T");
+  }
+  if (r.packed) {
+    // The loader's own rule for the padded rows.
+    Config c;
+    c.dataset_mode = DatasetMode::sft_packed;
+    c.block_size = r.block_size;
+    c.context_parallel_size = r.context_parallel_size;
+    try {
+      check_context_parallel_rows(c);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::usage, std::string("inspect --packed --context-parallel-size: ") + e.what());
+    }
   }
 }
 
@@ -132,10 +154,14 @@ ResolvedOptions assumed_run(const InspectRequest& r, const DatasetMetadata& meta
   c.truncation = r.truncation;
   c.pack_lookahead = r.pack_lookahead;
   c.epoch_seed = r.seed;
+  c.context_parallel_size = r.context_parallel_size;
   return run;
 }
 
-DatasetReport inspect_dataset(const InspectRequest& r) {
+namespace {
+
+// inspect_dataset itself; its caller turns a filesystem error under it into tokenfeed's.
+DatasetReport inspect_dataset_directly(const InspectRequest& r) {
   check_request(r);
   const fs::path root(r.dataset_dir);
   std::error_code ec;
@@ -193,6 +219,12 @@ DatasetReport inspect_dataset(const InspectRequest& r) {
                                                            [](const SplitReport& s) { return s.refusal.has_value(); });
   if (!refused) report.suggested_config = suggest_config(r, run, report);
   return report;
+}
+
+}  // namespace
+
+DatasetReport inspect_dataset(const InspectRequest& r) {
+  return filesystem_errors_as_io([&] { return inspect_dataset_directly(r); });
 }
 
 }  // namespace tokenfeed

@@ -40,6 +40,9 @@ struct InspectRequest {
   std::int64_t pack_lookahead = 64;
   Truncation truncation = Truncation::right;
   std::int64_t seed = 1337;  // epoch_seed
+  // context_parallel_size: > 1 pads each episode to a multiple of 2·cp, as such a run does
+  // (docs/batch-contract.md, "Context parallelism").
+  std::int64_t context_parallel_size = 1;
 };
 
 enum class DatasetLayout { episodes, token_stream };

@@ -3,6 +3,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -35,6 +36,8 @@ struct LineReader::Impl {
 
   std::vector<char> data;  // decoded bytes
   std::size_t pos = 0, end = 0;
+  std::uint64_t decoded = 0;           // bytes put into `data`, all fills
+  mutable std::uint64_t reported = 0;  // the largest raw_bytes_read() given
   bool first_line = true;
 
   ZSTD_DCtx* zstd = nullptr;    // set for zstd input
@@ -87,6 +90,12 @@ struct LineReader::Impl {
   // Refills `data` with decoded bytes; false at the end of the input.
   bool fill() {
     pos = end = 0;
+    const bool any = fill_data();
+    decoded += end;
+    return any;
+  }
+
+  bool fill_data() {
     if (zstd != nullptr) return fill_zstd();
     if (!gzip) {
       if (!read_raw()) return false;
@@ -154,6 +163,7 @@ LineReader::LineReader(std::filesystem::path path, std::size_t max_line_bytes) :
     std::memcpy(d.data.data(), d.raw.data(), d.raw_end);
     d.end = d.raw_end;
     d.raw_pos = d.raw_end;
+    d.decoded = d.end;
   }
 }
 
@@ -226,7 +236,47 @@ bool LineReader::read_rest(std::string& text, std::size_t max_bytes, bool& too_l
   return any;
 }
 
-std::uint64_t LineReader::raw_bytes_read() const noexcept { return impl_->raw_read; }
+std::uint64_t LineReader::skip_empty_lines(std::uint64_t max_lines) {
+  Impl& d = *impl_;
+  std::uint64_t skipped = 0;
+  while (skipped < max_lines) {
+    if (d.pos == d.end && !d.fill()) break;
+    const char* p = d.data.data();
+    std::size_t pos = d.pos;
+    // A '\r' last in the buffer is left for next(): its '\n', if any, is not read yet.
+    while (skipped < max_lines && pos < d.end) {
+      if (p[pos] == '\n') {
+        ++pos;
+      } else if (p[pos] == '\r' && pos + 1 < d.end && p[pos + 1] == '\n') {
+        pos += 2;
+      } else {
+        break;
+      }
+      ++skipped;
+    }
+    const bool more = pos == d.end;  // the run may go on in the next buffer
+    d.pos = pos;
+    if (!more) break;
+  }
+  line_number_ += skipped;
+  return skipped;
+}
+
+std::uint64_t LineReader::raw_bytes_read() const noexcept {
+  const Impl& d = *impl_;
+  const bool plain = !d.gzip && d.zstd == nullptr;
+  // Plain: `data` holds the last raw chunk, so the bytes not yet read as lines are end - pos.
+  const std::uint64_t taken = plain ? d.raw_read : d.raw_read - (d.raw_end - d.raw_pos);
+  const std::uint64_t given = d.decoded - (d.end - d.pos);
+  // given <= decoded, so the estimate never passes `taken`, and equals it once all is given.
+  const std::uint64_t estimate =
+      d.decoded == 0
+          ? 0
+          : static_cast<std::uint64_t>(static_cast<long double>(taken) *
+                                       (static_cast<long double>(given) / static_cast<long double>(d.decoded)));
+  d.reported = std::max(d.reported, estimate);
+  return d.reported;
+}
 std::uint64_t LineReader::file_size() const noexcept { return impl_->size; }
 bool LineReader::is_gzip() const noexcept { return impl_->gzip; }
 bool LineReader::is_zstd() const noexcept { return impl_->zstd != nullptr; }

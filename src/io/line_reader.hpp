@@ -30,8 +30,17 @@ class LineReader {
   // errors and Error(format) on corrupt or truncated gzip data, naming the file.
   bool next(std::string& line, bool& too_long);
 
+  // Consumes the empty lines ("\n" or "\r\n") that follow, at most `max_lines`, without
+  // reading a line that is not empty, and returns how many: a run of empty lines at the cost
+  // of scanning its bytes. Line numbers count them. Throws as next() does.
+  std::uint64_t skip_empty_lines(std::uint64_t max_lines);
+
   std::uint64_t line_number() const noexcept { return line_number_; }  // of the last line read, from 1
-  std::uint64_t raw_bytes_read() const noexcept;                       // bytes of the file consumed so far
+  // Bytes of the file consumed by the lines read so far: exact for a plain file; for gzip
+  // and zstd, the compressed bytes the decoder took, scaled by the share of what it gave
+  // that was read as lines, so that the figure reaches the file's size only with its last
+  // line (decoded data waiting in the buffer is not counted as read). Never decreases.
+  std::uint64_t raw_bytes_read() const noexcept;
   std::uint64_t file_size() const noexcept;                            // 0 when unknown
   bool is_gzip() const noexcept;
   bool is_zstd() const noexcept;

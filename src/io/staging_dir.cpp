@@ -28,14 +28,15 @@ namespace fs = std::filesystem;
 Mutex g_staging_mutex;
 
 // What prepare writes at the top of a dataset directory: the splits, the EpisodeDatasetWriter's
-// staging directories for them while it writes (.train.tmp-PID-RANDOM, ...) and the two JSON
-// files (the metadata's written to a temporary name first). A staging directory holding
+// staging directories for them while it writes (.train.tmp-PID-RANDOM, ...), the JSON files
+// (the metadata's written to a temporary name first) and prepare-text's shard journal. A
+// staging directory holding
 // anything else is not ours to remove.
 bool is_prepare_entry(const std::string& name) {
   return name == "train" || name == "val" || name.starts_with(".train.") || name.starts_with(".val.") ||
          name == "dataset_metadata.json" || name.starts_with(".dataset_metadata.json.tmp-") ||
          name == "tokenizer_state.json" || name == "prepare_text_manifest.json" ||
-         name.starts_with(".prepare_text_manifest.json.tmp");
+         name == "prepare_text_shards.jsonl" || name.starts_with(".prepare_text_manifest.json.tmp");
 }
 
 // What EpisodeDatasetWriter writes into a split's staging directory: shard_NNNNN.

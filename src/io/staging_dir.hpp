@@ -67,7 +67,7 @@ class StagingDir {
 enum class StagingContents {
   dataset,  // `tokenfeed prepare` and `prepare-text`: train/, val/, the dataset writer's staging
             // directories for them (.train.*, .val.*), dataset_metadata.json,
-            // tokenizer_state.json, prepare-text's manifest
+            // tokenizer_state.json, prepare-text's manifest and shard journal
   split,    // EpisodeDatasetWriter: shard directories shard_NNNNN
 };
 

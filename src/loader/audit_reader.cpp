@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "io/regular_file.hpp"
 #include "tokenfeed/error.hpp"
@@ -165,43 +166,92 @@ std::optional<AuditEvent> parse_audit_line(std::string_view text, std::uint64_t 
   }
 }
 
-AuditLogContents read_audit_log(const std::filesystem::path& path) {
-  const int fd = open_regular_file(path, "audit log");
-  AuditLogContents contents;
-  std::string pending;  // the current line, not yet ended by '\n'
+// The file, a buffer of it, and the line being assembled across buffers.
+struct AuditLogReader::Impl {
+  std::filesystem::path path;
+  int fd = -1;
+  std::vector<char> buffer = std::vector<char>(std::size_t{1} << 16);
+  std::string_view unread;          // what remains of the buffer's last read
+  std::string pending;              // the current line so far, at most kMaxAuditLineBytes of it
+  std::uint64_t pending_bytes = 0;  // the current line's length so far, beyond what is kept too
   std::uint64_t line = 1;
-  char buffer[1 << 16];
-  try {
+  bool at_end = false;
+  std::optional<AuditTornLine> torn;
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  // Refills `unread`; false at the end of the file.
+  bool refill() {
     for (;;) {
-      const ssize_t got = ::read(fd, buffer, sizeof buffer);
+      const ssize_t got = ::read(fd, buffer.data(), buffer.size());
       if (got < 0 && errno == EINTR) continue;
       if (got < 0)
         throw Error(ErrorKind::io, "audit log '" + path.string() + "' cannot be read: " + std::strerror(errno));
-      if (got == 0) break;
-      std::string_view chunk(buffer, static_cast<std::size_t>(got));
-      while (!chunk.empty()) {
-        const std::size_t newline = chunk.find('\n');
-        const std::string_view piece = chunk.substr(0, newline);
-        if (pending.size() + piece.size() > kMaxAuditLineBytes) {
-          format_error(path, line,
-                       "is longer than " + std::to_string(kMaxAuditLineBytes) + " bytes: not an audit event");
-        }
-        pending.append(piece);
-        if (newline == std::string_view::npos) break;
-        chunk.remove_prefix(newline + 1);
-        std::optional<AuditEvent> event = parse_audit_line(pending, line);
-        if (!event) format_error(path, line, "is not an audit event: '" + excerpt(pending) + "'");
-        contents.events.push_back(std::move(*event));
-        pending.clear();
-        ++line;
-      }
+      unread = std::string_view(buffer.data(), static_cast<std::size_t>(got));
+      return got > 0;
     }
-  } catch (...) {
-    ::close(fd);
-    throw;
   }
-  ::close(fd);
-  if (!pending.empty()) contents.torn_line = std::move(pending);
+
+  // The next complete line into `pending` (true), or the end of the file (false, `torn` set
+  // when text followed the last newline).
+  bool next_line() {
+    pending.clear();
+    pending_bytes = 0;
+    for (;;) {
+      if (unread.empty() && !refill()) {
+        if (pending_bytes > 0) torn = AuditTornLine{line, pending_bytes, std::move(pending)};
+        return false;
+      }
+      const std::size_t newline = unread.find('\n');
+      const std::string_view piece = unread.substr(0, newline);
+      pending_bytes += piece.size();
+      if (pending.size() < kMaxAuditLineBytes) {
+        pending.append(piece.substr(0, kMaxAuditLineBytes - pending.size()));
+      }
+      if (newline == std::string_view::npos) {
+        unread = {};
+        continue;
+      }
+      unread.remove_prefix(newline + 1);
+      if (pending_bytes > kMaxAuditLineBytes) {
+        format_error(path, line,
+                     "is " + std::to_string(pending_bytes) + " bytes long, more than an audit event's limit of " +
+                         std::to_string(kMaxAuditLineBytes));
+      }
+      return true;
+    }
+  }
+};
+
+AuditLogReader::AuditLogReader(const std::filesystem::path& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->fd = open_regular_file(path, "audit log");
+}
+
+AuditLogReader::~AuditLogReader() = default;
+
+std::optional<AuditEvent> AuditLogReader::next() {
+  Impl& r = *impl_;
+  if (r.at_end) return std::nullopt;
+  if (!r.next_line()) {
+    r.at_end = true;
+    return std::nullopt;
+  }
+  std::optional<AuditEvent> event = parse_audit_line(r.pending, r.line);
+  if (!event) format_error(r.path, r.line, "is not an audit event: '" + excerpt(r.pending) + "'");
+  ++r.line;
+  return event;
+}
+
+const std::optional<AuditTornLine>& AuditLogReader::torn_line() const noexcept { return impl_->torn; }
+
+AuditLogContents read_audit_log(const std::filesystem::path& path) {
+  AuditLogReader reader(path);
+  AuditLogContents contents;
+  while (std::optional<AuditEvent> event = reader.next()) contents.events.push_back(std::move(*event));
+  contents.torn_line = reader.torn_line();
   return contents;
 }
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "util/shortest_text.hpp"
+
 namespace tokenfeed {
 
 std::string epoch_seed_text(std::int64_t epoch_seed, std::uint64_t epoch) {
@@ -49,6 +51,16 @@ void AuditTrail::stage_start(const std::string& split, std::size_t stage, std::u
                              {"step", std::to_string(step)},
                              {"weights", weights},
                              {"rank", rank_}});
+}
+
+void AuditTrail::rows_balanced(const RowsBalanced& r) {
+  log_.write("rows_balanced", {{"split", r.split},
+                               {"step", std::to_string(r.step)},
+                               {"rows", r.rows},
+                               {"cost_max_sliced", std::to_string(r.sliced_max)},
+                               {"cost_max_balanced", std::to_string(r.balanced_max)},
+                               {"cost_mean", shortest_text(r.mean)},
+                               {"rank", rank_}});
 }
 
 void AuditTrail::weights_changed(const std::string& split, std::uint64_t step, const std::string& weights) {

@@ -8,6 +8,8 @@
 //   stage_start      a mixture's stage of weights began
 //   weights_changed  the trainer changed a mixture's weights from a step on (written at the
 //                    call, or when a resume state's changes are applied)
+//   rows_balanced    balance_ranks=attention: the rows of a global batch this rank took, and
+//                    the ranks' attention costs sliced and balanced
 //
 // Thread-safety: as AuditLog (write is thread-safe); the loader writes from its trainer
 // thread only.
@@ -70,6 +72,18 @@ class AuditTrail {
   // The trainer changed a mixture's weights (`weights`: "a=3,b=1", the sources it names) from
   // global step `step` on.
   void weights_changed(const std::string& split, std::uint64_t step, const std::string& weights);
+  // balance_ranks=attention: the trainer took global batch `step`, of which this rank holds
+  // rows `rows` (format_id_list of their indices in the global batch); the largest of the
+  // ranks' attention costs (Σ len² of their rows' sequences) under the plain slicing and
+  // under the balance, and their mean.
+  struct RowsBalanced {
+    std::string split;
+    std::uint64_t step = 0;
+    std::string rows;
+    std::uint64_t sliced_max = 0, balanced_max = 0;
+    double mean = 0;
+  };
+  void rows_balanced(const RowsBalanced& r);
   // A mixture source's epoch of `rows` rows opened (resumed at row `resumed_at_row`).
   void source_epoch_opened(const std::string& split, const std::string& source, std::uint64_t epoch,
                            const std::string& seed, std::uint64_t rows, std::optional<std::uint64_t> resumed_at_row);

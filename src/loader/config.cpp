@@ -241,9 +241,7 @@ const std::vector<KeyHandler>& key_handlers() {
        [](Config& c, std::string_view v) { c.data_parallel_size = parse_optional_rank("data_parallel_size", v); },
        [](const Config& c) { return optional_int_text(c.data_parallel_size); }},
       {"context_parallel_rank",
-       [](Config& c, std::string_view v) {
-         c.context_parallel_rank = parse_optional_rank("context_parallel_rank", v);
-       },
+       [](Config& c, std::string_view v) { c.context_parallel_rank = parse_optional_rank("context_parallel_rank", v); },
        [](const Config& c) { return optional_int_text(c.context_parallel_rank); }},
       {"data_loading",
        [](Config& c, std::string_view v) {
@@ -251,6 +249,9 @@ const std::vector<KeyHandler>& key_handlers() {
              "data_loading", v, {{"every_rank", DataLoading::every_rank}, {"group_leader", DataLoading::group_leader}});
        },
        [](const Config& c) { return std::string(to_string(c.data_loading)); }},
+      {"context_parallel_split",
+       [](Config& c, std::string_view v) { c.context_parallel_split = parse_bool("context_parallel_split", v); },
+       [](const Config& c) { return std::string(c.context_parallel_split ? "true" : "false"); }},
       {"truncation",
        [](Config& c, std::string_view v) {
          c.truncation = parse_enum<Truncation>("truncation", v,
@@ -261,6 +262,12 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(to_string(c.truncation)); }},
       {"pack_lookahead", [](Config& c, std::string_view v) { c.pack_lookahead = parse_int("pack_lookahead", v); },
        [](const Config& c) { return std::to_string(c.pack_lookahead); }},
+      {"balance_ranks",
+       [](Config& c, std::string_view v) {
+         c.balance_ranks = parse_enum<RankBalance>(
+             "balance_ranks", v, {{"none", RankBalance::none}, {"attention", RankBalance::attention}});
+       },
+       [](const Config& c) { return std::string(to_string(c.balance_ranks)); }},
       {"contract_fields", [](Config& c, std::string_view v) { c.contract_fields = parse_bool("contract_fields", v); },
        [](const Config& c) { return std::string(c.contract_fields ? "true" : "false"); }},
       {"document_aware", [](Config& c, std::string_view v) { c.document_aware = parse_bool("document_aware", v); },
@@ -672,6 +679,8 @@ const char* to_string(Truncation truncation) noexcept {
   return "";
 }
 
+const char* to_string(RankBalance balance) noexcept { return balance == RankBalance::attention ? "attention" : "none"; }
+
 const char* to_string(DataLoading loading) noexcept {
   return loading == DataLoading::group_leader ? "group_leader" : "every_rank";
 }
@@ -731,6 +740,12 @@ void validate_mode_keys(const Config& c) {
     config_error(
         "config key 'truncation' is split, which cuts episodes into pieces (sft_episode, sft_packed); "
         "dataset_mode=token_stream reads windows of a token stream, not episodes: remove the key");
+  }
+  if (c.context_parallel_split && c.context_parallel_size > 1 && c.data_loading == DataLoading::group_leader) {
+    config_error(
+        "config key 'context_parallel_split' is true, which gives each context-parallel rank its own share of the "
+        "rows, but data_loading=group_leader hands every rank of a data-parallel group the leader's batches: use "
+        "data_loading=every_rank, or context_parallel_split=false (each rank then splits the whole rows itself)");
   }
   if (!c.contract_fields && c.dataset_mode == DatasetMode::sft_packed) {
     config_error(

@@ -55,6 +55,11 @@ void DatasetSplit::check_forms_a_batch() {
 }
 
 void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
+  if (!slot.global_rows.empty()) {
+    const std::vector<std::uint64_t> rows(slot.global_rows.begin(), slot.global_rows.end());
+    audit.rows_balanced(
+        {name(), slot.step, format_id_list(rows), slot.sliced_cost_max, slot.balanced_cost_max, slot.cost_mean});
+  }
   const std::optional<EpochStep> step = advance(slot);
   if (!step) return;
   if (announced_ != slot.epoch) {

@@ -16,6 +16,7 @@
 #include "loader/single_dataset.hpp"
 #include "loader/split_set.hpp"
 #include "tokenfeed/error.hpp"
+#include "util/filesystem_errors.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -66,7 +67,11 @@ struct Loader::Impl {
   }
 };
 
-Loader::Loader(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+// A filesystem error while opening (a symbolic link loop in a dataset) is tokenfeed's.
+Loader::Loader(Config config) try : impl_(std::make_unique<Impl>(std::move(config))) {
+} catch (const std::filesystem::filesystem_error& e) {
+  throw io_error_of(e);
+}
 
 Loader::~Loader() {
   if (!impl_) return;

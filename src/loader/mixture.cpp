@@ -7,6 +7,7 @@
 #include "loader/mixture_sizes.hpp"
 #include "loader/parallel_layout.hpp"
 #include "loader/resume_state.hpp"
+#include "modes/context_parallel_split.hpp"
 #include "util/checked_math.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -57,11 +58,21 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
     member.epochs = part->epochs();
     members.push_back(member);
   }
-  source_ =
-      std::make_unique<MixtureBatchSource>(std::move(members), schedule, shape,
-                                           MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size),
-                                                                       data_parallel_size(config),
-                                                                       data_parallel_rank(config)});
+  // The sources' rows are whole; with context_parallel_split this rank's share is cut from
+  // them (each sequence's, when the sources pad them for it, else each row's).
+  detail::BatchShape whole = shape;
+  whole.cols = shape.full_cols();
+  whole.context_parallel = 1;
+  source_ = std::make_unique<MixtureBatchSource>(
+      std::move(members), schedule, whole,
+      MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size), data_parallel_size(config),
+                                  data_parallel_rank(config)});
+  if (shape.context_parallel > 1) {
+    const ContextParallelShare share{shape.context_parallel,
+                                     static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
+                                     shape.padded_sequences};
+    share_ = std::make_unique<ContextParallelSplitSource>(*source_, whole, share);
+  }
 }
 
 SplitPosition MixtureSplit::resume_position(const SplitPosition& saved) const {
@@ -187,15 +198,31 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   return c;
 }
 
+// A source's resolved options within mixture `config`: its rows are the mixture's, so
+// they are padded for the mixture's context parallelism (the source has no ranks: its own
+// layout stays at context_parallel_size 1, and it never splits). Throws Error(config) for a
+// block_size that does not suit the padding.
+ResolvedOptions resolve_member(const Config& config, const MixtureSource& source) {
+  ResolvedOptions settled = resolve_options(mixture_member_config(config, source));
+  settled.config.context_parallel_size = config.context_parallel_size;
+  settled.config.context_parallel_split = config.context_parallel_split;  // the rules as the mixture's rows meet them
+  settle_context_parallel_padding(settled);
+  settled.config.context_parallel_split = false;
+  return settled;
+}
+
 void Mixture::open_members() {
   const bool packed = config_.dataset_mode == DatasetMode::sft_packed;
+  std::string padded, whole;  // with cp > 1: the sources whose sequences are padded, and the others
   for (const MixtureSource& source : config_.mixture) {
     const std::string who = "mixture source '" + source.name + "'";
     try {
-      members_.push_back(std::make_unique<SingleDataset>(resolve_options(mixture_member_config(config_, source))));
+      members_.push_back(std::make_unique<SingleDataset>(resolve_member(config_, source)));
     } catch (const Error& e) {
       throw Error(e.kind(), who + ": " + e.what());
     }
+    std::string& kind = pads_sequences_for_context_parallel(members_.back()->config()) ? padded : whole;
+    kind += (kind.empty() ? "'" : ", '") + source.name + "'";
     const DatasetMode mode = members_.back()->config().dataset_mode;
     if (packed != (mode == DatasetMode::sft_packed)) {
       throw Error(ErrorKind::config,
@@ -206,6 +233,16 @@ void Mixture::open_members() {
                                 "not per source"));
     }
     names_.push_back(source.name);
+  }
+  if (config_.context_parallel_size > 1 && !padded.empty() && !whole.empty()) {
+    throw Error(ErrorKind::config,
+                "context_parallel_size=" + std::to_string(config_.context_parallel_size) + ": mixture source(s) " +
+                    padded +
+                    " pad every sequence to a multiple of 2 x context_parallel_size (sft_packed, document-aware "
+                    "token_stream) for THD attention, while " +
+                    whole +
+                    " make rows that are one sequence each (sft_episode, plain token_stream); a batch must be one "
+                    "or the other: mix sources of one kind");
   }
 }
 
@@ -270,9 +307,14 @@ void Mixture::open_split(const std::string& name) {
     any_episode = any_episode || !part.shape().y_is_labels;  // episode rows keep their raw y
     shape.with_document_fields = shape.with_document_fields || part.shape().with_document_fields;
     shape.with_mask = shape.with_mask || part.mask();
+    shape.padded_sequences = shape.padded_sequences || part.shape().padded_sequences;
   }
   shape.rows = static_cast<std::size_t>(config_.batch_size);
   shape.cols = static_cast<std::size_t>(config_.block_size);
+  if (splits_rows_for_context_parallel(config_)) {  // this rank's share of the rows
+    shape.context_parallel = static_cast<std::size_t>(config_.context_parallel_size);
+    shape.cols /= shape.context_parallel;
+  }
   shape.y_is_labels = !any_episode;  // episode rows keep their raw y next to the labels
   shape.contract_fields = true;
   shape.mask_is_weights = true;
@@ -306,7 +348,8 @@ void Mixture::announce_open() {
             " dir=" + c.dataset_dir.string() + ")";
   }
   line += sized_text_;
-  line += " stages=" + std::to_string(schedule_->stages()) + " " + ranks_text(layout_, rank_source_, config_.data_loading) +
+  line += " stages=" + std::to_string(schedule_->stages()) + " " +
+          ranks_text(layout_, rank_source_, config_.data_loading) +
           " decode_threads=" + std::to_string(config_.decode_threads) + " (" + decode_threads_source_ + ")";
   log_line(LogLevel::info, line);
 

@@ -37,7 +37,7 @@ class MixtureSplit final : public LoaderSplit {
   // Stops the pipeline first: its stages read the source destroyed here.
   ~MixtureSplit() override { reset_pipeline(); }
 
-  BatchSource& source() const noexcept override { return *source_; }
+  BatchSource& source() const noexcept override { return share_ ? *share_ : static_cast<BatchSource&>(*source_); }
   Epochs epochs() const noexcept override { return Epochs::none; }
   std::uint64_t batches_in_epoch_at(const SplitPosition&) const override { return 0; }
   SplitPosition resume_position(const SplitPosition& saved) const override;
@@ -58,7 +58,9 @@ class MixtureSplit final : public LoaderSplit {
   const MixtureSchedule* rows_schedule_;  // what the rows follow: the config's with the weight changes
   std::vector<const DatasetSplit*> parts_;
   std::vector<std::int64_t> seeds_;
-  std::unique_ptr<MixtureBatchSource> source_;
+  std::unique_ptr<MixtureBatchSource> source_;  // the whole rows
+  // With context_parallel_split: this rank's share of source_'s rows; null otherwise.
+  std::unique_ptr<BatchSource> share_;
   // Per source, the epoch whose start was last written to the audit log.
   std::vector<std::optional<std::uint64_t>> announced_;
 

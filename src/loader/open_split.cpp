@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "modes/context_parallel_split.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "modes/token_stream_batch_source.hpp"
 #include "tokenfeed/log.hpp"
@@ -21,6 +22,22 @@ std::unique_ptr<DatasetSplit> split_of_layout(const std::string& name, const Con
   }
   return std::make_unique<EqualEpochsSplit>(name, config, std::move(data), std::move(source), shape,
                                             std::move(description));
+}
+
+// With context_parallel_split, `source` (of whole rows) as this rank's share of them:
+// split from whole rows decoded into scratch slots (sft_packed writes its share itself).
+// Each row's sequences are cut one by one when they are padded for it, else the whole row.
+std::unique_ptr<BatchSource> share_of_rows(std::unique_ptr<BatchSource> source, const Config& config, std::size_t rows,
+                                           bool mask) {
+  if (!splits_rows_for_context_parallel(config)) return source;
+  Config whole = config;
+  whole.context_parallel_split = false;
+  detail::BatchShape shape = batch_shape_of(whole, rows, mask);
+  shape.deferred = nullptr;  // the scratch rows are written whole
+  const ContextParallelShare share{static_cast<std::size_t>(config.context_parallel_size),
+                                   static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
+                                   pads_sequences_for_context_parallel(config)};
+  return std::make_unique<ContextParallelSplitSource>(std::move(source), shape, share);
 }
 
 std::unique_ptr<DatasetSplit> open_episode_split(const ResolvedOptions& settled, const std::string& name) {
@@ -66,8 +83,9 @@ std::unique_ptr<DatasetSplit> open_episode_split(const ResolvedOptions& settled,
     split = std::make_unique<PackedEpochsSplit>(name, config, std::move(data), std::move(source), shape,
                                                 std::move(description));
   } else {
-    auto source =
+    std::unique_ptr<BatchSource> source =
         std::make_unique<EpisodeBatchSource>(episodes, *data->orders, *data->windows, settled.episode_options(mask));
+    source = share_of_rows(std::move(source), config, shape.rows, mask);
     split = split_of_layout(name, config, std::move(data), std::move(source), shape, std::move(description));
   }
   split->check_forms_a_batch();
@@ -106,9 +124,11 @@ std::unique_ptr<DatasetSplit> open_stream_split(const ResolvedOptions& settled, 
                 std::to_string(stream.total_tokens()) +
                 " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
   }
-  auto source = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, settled.stream_options());
-  auto split = split_of_layout(name, config, std::move(data), std::move(source),
-                               batch_shape_of(config, static_cast<std::size_t>(config.batch_size), false),
+  const auto rows = static_cast<std::size_t>(config.batch_size);
+  std::unique_ptr<BatchSource> source =
+      std::make_unique<TokenStreamBatchSource>(stream, *data->orders, settled.stream_options());
+  source = share_of_rows(std::move(source), config, rows, false);
+  auto split = split_of_layout(name, config, std::move(data), std::move(source), batch_shape_of(config, rows, false),
                                std::move(description));
   if (no_window.empty()) {
     split->check_forms_a_batch();
@@ -136,9 +156,16 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) 
   // sft_episode's mask equals its token weights, so with both only the weights are written.
   shape.mask_is_weights = packed || (episode && c.contract_fields);
   shape.packed = packed;
+  shape.padded_sequences = c.contract_fields && pads_sequences_for_context_parallel(c);
+  const bool split = splits_rows_for_context_parallel(c);
+  if (split) {
+    shape.context_parallel = static_cast<std::size_t>(c.context_parallel_size);
+    shape.cols /= shape.context_parallel;
+  }
   // sft_episode's y and contract fields are derived from x, the weights and the rows'
-  // lengths, so a trainer that reads only one of the two views does not pay for the other.
-  if (episode && !packed && c.contract_fields) shape.deferred = &episode_deferred_fields();
+  // lengths, so a trainer that reads only one of the two views does not pay for the other
+  // (not from a context-parallel share of the rows, whose x is not contiguous).
+  if (episode && !packed && c.contract_fields && !split) shape.deferred = &episode_deferred_fields();
   shape.pad_token_id = c.pad_token_id.value_or(0);
   shape.ignore_index = c.ignore_index;
   return shape;

@@ -16,7 +16,8 @@
 namespace tokenfeed {
 
 // The shape of the slots a loader with config `c` fills, with `rows` rows, for a split
-// that does (`mask`) or does not return a loss mask.
+// that does (`mask`) or does not return a loss mask; with context_parallel_split, rows of
+// block_size / cp (this rank's share).
 detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask);
 
 // Opens split `name` of `settled`'s dataset (REQUIRES: it exists; settled.config has the

@@ -139,9 +139,12 @@ ParallelLayout resolve_parallel_layout(const Config& c) {
   if (c.context_parallel_rank) out.context_parallel_rank = *c.context_parallel_rank;
   if (c.context_parallel_size == 1) out.context_parallel_rank = 0;
   if (c.data_loading == DataLoading::group_leader && out.leader_rank < 0) {
-    layout_error("data_loading=group_leader needs each group's leader (its lowest global rank), which follows from "
-                 "the layout only when world_size " + std::to_string(c.world_size) + " is a multiple of " +
-                 sizes_text(c) + " and the data-parallel coordinates are those it derives; use data_loading=every_rank with these data-parallel coordinates");
+    layout_error(
+        "data_loading=group_leader needs each group's leader (its lowest global rank), which follows from "
+        "the layout only when world_size " +
+        std::to_string(c.world_size) + " is a multiple of " + sizes_text(c) +
+        " and the data-parallel coordinates are those it derives; use data_loading=every_rank with these data-parallel "
+        "coordinates");
   }
   out.data_leader = out.leader_rank == c.rank;
   return out;
@@ -164,9 +167,9 @@ std::string ranks_text(const ParallelLayout& l, const std::string& rank_source, 
   const bool pure_data_parallel = l.source == "derived" && l.tensor_parallel_size == 1 &&
                                   l.context_parallel_size == 1 && l.pipeline_parallel_size == 1;
   if (!pure_data_parallel) {
-    text += " -> dp " + std::to_string(l.data_parallel_rank) + " of " + std::to_string(l.data_parallel_size) +
-            " (tp " + std::to_string(l.tensor_parallel_size) + ", cp " + std::to_string(l.context_parallel_size) +
-            ", pp " + std::to_string(l.pipeline_parallel_size) + "; " + l.order;
+    text += " -> dp " + std::to_string(l.data_parallel_rank) + " of " + std::to_string(l.data_parallel_size) + " (tp " +
+            std::to_string(l.tensor_parallel_size) + ", cp " + std::to_string(l.context_parallel_size) + ", pp " +
+            std::to_string(l.pipeline_parallel_size) + "; " + l.order;
     if (l.source != "derived") text += "; " + l.source;
     text += ")";
   }

@@ -120,13 +120,79 @@ ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
   return r;
 }
 
+bool pads_sequences_for_context_parallel(const Config& c) noexcept {
+  return c.context_parallel_size > 1 && (c.dataset_mode == DatasetMode::sft_packed ||
+                                         (c.dataset_mode == DatasetMode::token_stream && c.document_aware));
+}
+
+std::size_t context_parallel_multiple(const Config& c) noexcept {
+  return pads_sequences_for_context_parallel(c) ? 2 * static_cast<std::size_t>(c.context_parallel_size) : 1;
+}
+
+void check_context_parallel_rows(const Config& c) {
+  const bool pads = pads_sequences_for_context_parallel(c);
+  if (!pads && !splits_rows_for_context_parallel(c)) return;
+  const std::int64_t multiple = 2 * c.context_parallel_size;
+  if (c.block_size % multiple == 0) return;
+  const std::string why =
+      pads ? std::string("dataset_mode=") + to_string(c.dataset_mode) + (c.document_aware ? " (document_aware)" : "") +
+                 " pads every sequence of a row to a multiple of 2 x context_parallel_size"
+           : std::string("context_parallel_split=true cuts every row into 2 x context_parallel_size chunks");
+  throw Error(ErrorKind::config, "config key 'block_size' is " + std::to_string(c.block_size) + " but " + why +
+                                     " = 2 x " + std::to_string(c.context_parallel_size) + " = " +
+                                     std::to_string(multiple) + ", so block_size must be a multiple of " +
+                                     std::to_string(multiple));
+}
+
+void settle_context_parallel_padding(ResolvedOptions& r) {
+  Config& c = r.config;
+  check_context_parallel_rows(c);
+  if (pads_sequences_for_context_parallel(c) && !r.episode_mode()) {
+    // A document-aware token stream pads its documents for context parallelism: with the
+    // SFT modes' pad id, else the end-of-text id.
+    const std::optional<PadChoice> pad = pad_from_metadata(c, r.metadata);
+    c.pad_token_id = pad ? pad->id : *c.eos_token_id;
+    r.pad_source = pad ? pad->source : "eos_token_id, for the context-parallel padding";
+  }
+}
+
+void check_context_parallel_rank(const Config& c) {
+  if (!splits_rows_for_context_parallel(c) || c.context_parallel_rank) return;
+  throw Error(ErrorKind::config,
+              "context_parallel_split=true gives each context-parallel rank its share of the rows, but this "
+              "process's context-parallel rank is unknown: world_size " +
+                  std::to_string(c.world_size) +
+                  " is not a multiple of the parallel sizes, so the layout does not give it; set "
+                  "context_parallel_rank in the config");
+}
+
+void check_balance_ranks(const Config& c) {
+  if (c.balance_ranks == RankBalance::none) return;
+  const std::string key = std::string("config key 'balance_ranks' is ") + to_string(c.balance_ranks);
+  if (!c.mixture.empty()) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances the rows one sft_packed dataset packs; a mixture's rows "
+                                       "come from its sources by the schedule: remove the key");
+  }
+  if (c.dataset_mode != DatasetMode::sft_packed) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances packed rows across ranks; it applies to "
+                                       "dataset_mode=sft_packed, not " +
+                                       to_string(c.dataset_mode));
+  }
+}
+
 ResolvedOptions resolve_options(Config config) {
   validate_config(config);
   ResolvedOptions r;
   settle_ranks(config, r);
+  check_context_parallel_rank(config);
   settle_decode_threads(config, r);
   r.config = std::move(config);
-  if (r.mixture()) return r;
+  if (r.mixture()) {
+    check_balance_ranks(r.config);
+    return r;
+  }
   Config& c = r.config;
 
   check_dataset_dir(c);
@@ -176,6 +242,8 @@ ResolvedOptions resolve_options(Config config) {
           "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" + metadata_file + "'");
     }
   }
+  settle_context_parallel_padding(r);
+  check_balance_ranks(c);
   if (!r.episode_mode()) {
     if (c.use_loss_mask.value_or(false)) {
       log_line(LogLevel::warning,
@@ -224,7 +292,8 @@ OrderFields ResolvedOptions::order_fields() const {
   OrderFields fields;
   // The order depends on the global batch (batch_size x the data-parallel size), never on
   // its split across ranks nor on the tensor, context and pipeline sizes: a state resumes
-  // at another layout with the same global batch.
+  // at another layout with the same global batch (sft_packed's context-parallel padding
+  // aside, which changes the rows).
   fields["dataset_mode"] = to_string(config.dataset_mode);
   fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
@@ -244,6 +313,11 @@ OrderFields ResolvedOptions::order_fields() const {
     fields["block_size"] = std::to_string(config.block_size);
     fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
     fields["truncation"] = to_string(config.truncation);
+    // Context parallelism pads every episode to a multiple of 2·cp, which changes the
+    // packing; named only then, so that a config without it keeps its fingerprint.
+    if (pads_sequences_for_context_parallel(config)) {
+      fields["context_parallel_padding"] = std::to_string(context_parallel_multiple(config));
+    }
   } else if (episode_mode() && config.truncation == Truncation::split) {
     // Rows are pieces, cut at block_size + 1 (other rules keep one row per episode, so
     // their fingerprints do not name the rule).
@@ -319,6 +393,12 @@ PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& s
   packing.pad_token_id = config.pad_token_id.value_or(0);
   packing.ignore_index = config.ignore_index;
   packing.with_mask = with_mask;
+  packing.sequence_multiple = context_parallel_multiple(config);
+  packing.balance_attention = config.balance_ranks == RankBalance::attention;
+  if (splits_rows_for_context_parallel(config)) {
+    packing.split_ranks = static_cast<std::size_t>(config.context_parallel_size);
+    packing.split_rank = static_cast<std::size_t>(config.context_parallel_rank.value_or(0));
+  }
   return packing;
 }
 
@@ -334,6 +414,8 @@ TokenStreamBatchSource::Options ResolvedOptions::stream_options() const {
   if (config.document_aware) options.eos_token_id = config.eos_token_id;
   options.ignore_index = config.ignore_index;
   options.contract_fields = config.contract_fields;
+  options.sequence_multiple = context_parallel_multiple(config);
+  options.pad_token_id = config.pad_token_id.value_or(0);
   return options;
 }
 

@@ -147,6 +147,34 @@ inline std::uint64_t data_parallel_rank(const Config& config) noexcept {
 // Error(config) when the product exceeds kMaxGlobalBatch.
 std::uint64_t global_batch_size(const Config& config);
 
+// Context parallelism (docs/batch-contract.md, "Context parallelism"). Whether rows of a
+// config whose mode is settled pad each sequence to a multiple of 2·cp: sft_packed and a
+// document-aware token_stream with context_parallel_size = cp > 1.
+bool pads_sequences_for_context_parallel(const Config& config) noexcept;
+// The multiple every sequence of a row is padded to: 2·cp when it pads (above), else 1.
+std::size_t context_parallel_multiple(const Config& config) noexcept;
+// Whether batches hold only this rank's share of each row: context_parallel_split with
+// cp > 1.
+inline bool splits_rows_for_context_parallel(const Config& config) noexcept {
+  return config.context_parallel_split && config.context_parallel_size > 1;
+}
+// The rules of a config whose dataset mode is settled: with cp > 1, block_size must be a
+// multiple of 2·cp when rows pad their sequences or are split. Throws Error(config)
+// naming both numbers.
+void check_context_parallel_rows(const Config& config);
+// The rows' rules above, then what the padding needs of `r` (mode settled): a
+// document-aware token stream's pad id, the SFT modes' rule (pad_from_metadata), else its
+// end-of-text id. Throws as check_context_parallel_rows.
+void settle_context_parallel_padding(ResolvedOptions& r);
+// The rule of a config whose ranks are settled: with the split on, the context-parallel
+// rank must be known (derived from the layout, or context_parallel_rank). Throws
+// Error(config) naming context_parallel_rank.
+void check_context_parallel_rank(const Config& config);
+
+// balance_ranks=attention applies to one sft_packed dataset: Error(config) naming the key
+// for a mixture or another settled mode.
+void check_balance_ranks(const Config& config);
+
 // The pieces of the resolution, for fronts that apply only some of the rules
 // (RLPrompts) or report a refusal instead of throwing it (inspect).
 

@@ -131,10 +131,10 @@ std::string global_batch_fix(const std::string& was, const Config& config) {
   const auto [end, ec] = std::from_chars(was.data(), was.data() + was.size(), global);
   const std::uint64_t world = data_parallel_size(config);
   if (ec == std::errc() && end == was.data() + was.size() && global > 0) {
-    fix += global % world == 0
-               ? " (batch_size=" + std::to_string(global / world) + " at data-parallel size " + std::to_string(world) + ")"
-               : " (" + was + " is not a multiple of the data-parallel size " + std::to_string(world) +
-                     ": run with a data-parallel size that divides it)";
+    fix += global % world == 0 ? " (batch_size=" + std::to_string(global / world) + " at data-parallel size " +
+                                     std::to_string(world) + ")"
+                               : " (" + was + " is not a multiple of the data-parallel size " + std::to_string(world) +
+                                     ": run with a data-parallel size that divides it)";
   }
   return fix;
 }

@@ -73,7 +73,8 @@ void SingleDataset::announce_open() {
         " " + name + "=" + std::to_string(split->data().sampler->kept_size()) + "_" + split->description().unit.plural;
   }
   line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " " +
-          ranks_text(layout_, settled_.rank_source, c.data_loading) + " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
+          ranks_text(layout_, settled_.rank_source, c.data_loading) +
+          " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
   if (!settled_.pad_source.empty())
     line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
   const AuditLog& log = audit_->log();

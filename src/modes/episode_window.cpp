@@ -127,41 +127,68 @@ void EpisodeWindows::prefetch_start(std::uint64_t episode, bool with_mask) const
   if (n > 0) prefetch_next_token_run(source(e, 0, with_mask), n - 1);
 }
 
-void EpisodeWindows::write_targets(const EpisodeData& e, const SftWindow& w, std::size_t count, bool with_mask,
-                                   const NextTokenFields& fields, std::int64_t ignore_index) const noexcept {
+void EpisodeWindows::prefetch_range(const EpisodeData& e, const SftWindow& w, std::size_t first, std::size_t count,
+                                    bool with_mask) const noexcept {
+  if (count == 0) return;
+  // Every cache line of [p, p + bytes).
+  const auto hint = [](const std::byte* p, std::size_t bytes) {
+    constexpr std::uintptr_t kLine = 64;
+    const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
+    for (std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) & ~(kLine - 1); a < end; a += kLine) {
+      __builtin_prefetch(reinterpret_cast<const void*>(a));
+    }
+  };
+  const std::size_t token_bytes = size_of(split_.token_dtype());
+  const std::size_t mask_bytes = with_mask ? size_of(*split_.mask_dtype()) : 0;
+  // Inputs [first, first + count) and their targets: kept positions up to first + count.
+  for_kept_range(w, first, std::min(count + 1, w.size() - first), [&](std::size_t offset, std::size_t n, std::size_t) {
+    hint(e.tokens + offset * token_bytes, n * token_bytes);
+    if (mask_bytes != 0) hint(e.mask + offset * mask_bytes, n * mask_bytes);
+  });
+}
+
+void EpisodeWindows::write_targets(const EpisodeData& e, const SftWindow& w, std::size_t first, std::size_t count,
+                                   bool with_mask, const NextTokenFields& fields,
+                                   std::int64_t ignore_index) const noexcept {
   // Kept position i is head position head_begin + i while i < head, then tail position
   // tail_begin + (i - head); the input at head - 1 is the head's last token and its
   // target the tail's first, which no contiguous run covers.
   const std::size_t head = w.head_end - w.head_begin;
-  if (head == 0) {
-    write_next_token_run(source(e, w.tail_begin, with_mask), count, 0, fields, ignore_index);
-    return;
-  }
-  const std::size_t in_head = std::min(count, head - 1);
-  write_next_token_run(source(e, w.head_begin, with_mask), in_head, 0, fields, ignore_index);
-  if (count <= in_head) return;
-  const auto at = [&fields](std::size_t i) {
+  const std::size_t end = first + count;
+  const auto at = [&fields, first](std::size_t i) {  // the fields from kept position i on
+    const std::size_t d = i - first;
     NextTokenFields f;
-    f.x = fields.x + i;
-    if (fields.y != nullptr) f.y = fields.y + i;
-    if (fields.weights != nullptr) f.weights = fields.weights + i;
-    if (fields.labels != nullptr) f.labels = fields.labels + i;
-    if (fields.positions != nullptr) f.positions = fields.positions + i;
+    f.x = fields.x + d;
+    if (fields.y != nullptr) f.y = fields.y + d;
+    if (fields.weights != nullptr) f.weights = fields.weights + d;
+    if (fields.labels != nullptr) f.labels = fields.labels + d;
+    if (fields.positions != nullptr) f.positions = fields.positions + d;
     return f;
   };
-  // The junction, one position: its input and its target through one-element reads.
-  const std::int64_t input = token_at(e, w.head_end - 1);
-  const std::int64_t target = token_at(e, w.tail_begin);
-  const float weight = with_mask ? mask_at(e, w.tail_begin) : 1.0f;
-  const NextTokenFields j = at(head - 1);
-  *j.x = input;
-  if (j.y != nullptr) *j.y = target;
-  if (j.weights != nullptr) *j.weights = weight;
-  if (j.labels != nullptr) {
-    *j.labels = weight != 0.0f ? target : ignore_index;
-    *j.positions = static_cast<std::int32_t>(head - 1);
+  std::size_t i = first;
+  if (head > 0 && i + 1 < head) {  // inputs whose targets are in the head
+    const std::size_t n = std::min(end, head - 1) - i;
+    write_next_token_run(source(e, w.head_begin + i, with_mask), n, static_cast<std::int32_t>(i), fields, ignore_index);
+    i += n;
   }
-  write_next_token_run(source(e, w.tail_begin, with_mask), count - head, static_cast<std::int32_t>(head), at(head),
+  if (i >= end) return;
+  if (head > 0 && i + 1 == head) {
+    // The junction, one position: its input and its target through one-element reads.
+    const std::int64_t input = token_at(e, w.head_end - 1);
+    const std::int64_t target = token_at(e, w.tail_begin);
+    const float weight = with_mask ? mask_at(e, w.tail_begin) : 1.0f;
+    const NextTokenFields j = at(i);
+    *j.x = input;
+    if (j.y != nullptr) *j.y = target;
+    if (j.weights != nullptr) *j.weights = weight;
+    if (j.labels != nullptr) {
+      *j.labels = weight != 0.0f ? target : ignore_index;
+      *j.positions = static_cast<std::int32_t>(i);
+    }
+    ++i;
+  }
+  if (i >= end) return;
+  write_next_token_run(source(e, w.tail_begin + (i - head), with_mask), end - i, static_cast<std::int32_t>(i), at(i),
                        ignore_index);
 }
 

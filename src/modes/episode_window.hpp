@@ -59,12 +59,24 @@ class EpisodeWindows {
   // when `with_mask` (else 1), labels and positions 0, 1, ... REQUIRES: count < window.size();
   // with_mask needs split.has_mask().
   void write_targets(const EpisodeData& episode, const SftWindow& window, std::size_t count, bool with_mask,
-                     const NextTokenFields& fields, std::int64_t ignore_index) const noexcept;
+                     const NextTokenFields& fields, std::int64_t ignore_index) const noexcept {
+    write_targets(episode, window, 0, count, with_mask, fields, ignore_index);
+  }
+  // The same for kept positions [first, first + count), written from `fields`' first
+  // position on, with positions first, first + 1, ... (a context-parallel rank's chunk of
+  // the sequence). REQUIRES: first + count < window.size().
+  void write_targets(const EpisodeData& episode, const SftWindow& window, std::size_t first, std::size_t count,
+                     bool with_mask, const NextTokenFields& fields, std::int64_t ignore_index) const noexcept;
 
   // Hints the CPU to start loading the episode's tokens (and mask), as a row reads them
   // (the hardware prefetcher follows a stream only after its first misses). Not a
   // page-cache read-ahead (see EpisodeSplit::prefetch_episode).
   void prefetch_start(std::uint64_t episode, bool with_mask) const noexcept;
+  // The same for every line write_targets(episode, window, first, count) reads: a chunk
+  // of a sequence is too short for the hardware prefetcher to follow (a context-parallel
+  // rank's share reads two per sequence).
+  void prefetch_range(const EpisodeData& episode, const SftWindow& window, std::size_t first, std::size_t count,
+                      bool with_mask) const noexcept;
 
   std::size_t S() const noexcept { return S_; }
   Truncation truncation() const noexcept { return truncation_; }

@@ -133,7 +133,10 @@ void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& 
     slot.episode_ids[r] = one.episode_ids[0];
     slot.real_positions += one.real_positions;
     for (std::uint32_t q = 0; q < one.num_sequences; ++q) {
-      slot.add_sequence(static_cast<std::size_t>(one.cu_seqlens[q + 1] - one.cu_seqlens[q]));
+      const auto real = static_cast<std::size_t>(one.cu_seqlens[q + 1] - one.cu_seqlens[q]);
+      slot.add_sequence(real, one.cu_seqlens_padded.empty()
+                                  ? real
+                                  : static_cast<std::size_t>(one.cu_seqlens_padded[q + 1] - one.cu_seqlens_padded[q]));
     }
     if (!slot.segments.empty()) {
       for (std::size_t q = 0; q < one.segment_count; ++q) {

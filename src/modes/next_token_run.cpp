@@ -114,7 +114,8 @@ TOKENFEED_INLINE void next_token_run(const NextTokenSource& source, std::size_t 
 template <bool kY, bool kWeights, bool kContract>
 TOKENFEED_INLINE void pad(std::size_t count, std::int64_t* __restrict x, std::int64_t* __restrict y,
                           float* __restrict weights, std::int64_t* __restrict labels,
-                          std::int32_t* __restrict positions, std::int64_t pad_id, std::int64_t ignore_index) noexcept {
+                          std::int32_t* __restrict positions, std::int64_t pad_id, std::int64_t ignore_index,
+                          std::int32_t first_position) noexcept {
   for (std::size_t i = 0; i < count; ++i) x[i] = pad_id;
   if constexpr (kY) {
     for (std::size_t i = 0; i < count; ++i) y[i] = pad_id;
@@ -124,26 +125,26 @@ TOKENFEED_INLINE void pad(std::size_t count, std::int64_t* __restrict x, std::in
   }
   if constexpr (kContract) {
     for (std::size_t i = 0; i < count; ++i) labels[i] = ignore_index;
-    for (std::size_t i = 0; i < count; ++i) positions[i] = static_cast<std::int32_t>(i);
+    for (std::size_t i = 0; i < count; ++i) positions[i] = first_position + static_cast<std::int32_t>(i);
   }
 }
 
 template <bool kY, bool kWeights>
 TOKENFEED_INLINE void pad_by_contract(std::size_t count, const NextTokenFields& f, std::int64_t pad_id,
-                                      std::int64_t ignore) noexcept {
+                                      std::int64_t ignore, std::int32_t p0) noexcept {
   if (f.labels != nullptr)
-    return pad<kY, kWeights, true>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore);
-  pad<kY, kWeights, false>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore);
+    return pad<kY, kWeights, true>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore, p0);
+  pad<kY, kWeights, false>(count, f.x, f.y, f.weights, f.labels, f.positions, pad_id, ignore, p0);
 }
 
 TOKENFEED_INLINE void padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,
-                                  std::int64_t ignore_index) noexcept {
+                                  std::int64_t ignore_index, std::int32_t p0) noexcept {
   if (count == 0) return;
   const bool y = fields.y != nullptr, w = fields.weights != nullptr;
-  if (y && w) return pad_by_contract<true, true>(count, fields, pad_id, ignore_index);
-  if (y) return pad_by_contract<true, false>(count, fields, pad_id, ignore_index);
-  if (w) return pad_by_contract<false, true>(count, fields, pad_id, ignore_index);
-  pad_by_contract<false, false>(count, fields, pad_id, ignore_index);
+  if (y && w) return pad_by_contract<true, true>(count, fields, pad_id, ignore_index, p0);
+  if (y) return pad_by_contract<true, false>(count, fields, pad_id, ignore_index, p0);
+  if (w) return pad_by_contract<false, true>(count, fields, pad_id, ignore_index, p0);
+  pad_by_contract<false, false>(count, fields, pad_id, ignore_index, p0);
 }
 
 // The kernels compiled for one instruction set: the inline bodies above are inlined into
@@ -154,8 +155,8 @@ TOKENFEED_INLINE void padding_run(std::size_t count, const NextTokenFields& fiel
     next_token_run(source, count, first_position, fields, ignore_index);                                           \
   }                                                                                                                \
   TARGET void padding_run_##NAME(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,            \
-                                 std::int64_t ignore_index) noexcept {                                             \
-    padding_run(count, fields, pad_id, ignore_index);                                                              \
+                                 std::int64_t ignore_index, std::int32_t first_position) noexcept {                \
+    padding_run(count, fields, pad_id, ignore_index, first_position);                                              \
   }
 
 TOKENFEED_ROW_KERNELS(baseline, )
@@ -167,7 +168,7 @@ TOKENFEED_ROW_KERNELS(x86_64_v4, __attribute__((target("arch=x86-64-v4,prefer-ve
 struct Kernels {
   RowKernelIsa isa;
   void (*next)(const NextTokenSource&, std::size_t, std::int32_t, const NextTokenFields&, std::int64_t) noexcept;
-  void (*padding)(std::size_t, const NextTokenFields&, std::int64_t, std::int64_t) noexcept;
+  void (*padding)(std::size_t, const NextTokenFields&, std::int64_t, std::int64_t, std::int32_t) noexcept;
 };
 
 constexpr Kernels kernels_for(RowKernelIsa isa) noexcept {
@@ -251,9 +252,9 @@ void write_next_token_run(const NextTokenSource& source, std::size_t count, std:
   kernels().next(source, count, first_position, fields, ignore_index);
 }
 
-void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id,
-                       std::int64_t ignore_index) noexcept {
-  kernels().padding(count, fields, pad_id, ignore_index);
+void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad_id, std::int64_t ignore_index,
+                       std::int32_t first_position) noexcept {
+  kernels().padding(count, fields, pad_id, ignore_index, first_position);
 }
 
 }  // namespace tokenfeed

@@ -53,10 +53,12 @@ void write_next_token_run(const NextTokenSource& source, std::size_t count, std:
 void prefetch_next_token_run(const NextTokenSource& source, std::size_t count) noexcept;
 
 // Writes a row's padding, positions [0, count) of `fields`, in one pass: x and y `pad`,
-// weight 0, label ignore_index, positions 0, 1, ... (the padding is a sequence of its
-// own). Null fields are not written. REQUIRES: labels and positions both null or both set.
-void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad,
-                       std::int64_t ignore_index) noexcept;
+// weight 0, label ignore_index, positions first_position, first_position + 1, ... (0 for
+// a row's trailing padding, a sequence of its own; a sequence's own count for its
+// context-parallel padding). Null fields are not written. REQUIRES: labels and positions
+// both null or both set.
+void write_padding_run(std::size_t count, const NextTokenFields& fields, std::int64_t pad, std::int64_t ignore_index,
+                       std::int32_t first_position = 0) noexcept;
 
 // The instruction sets the kernels are built for, and which of them runs. Every set
 // writes the same values (tests run each one the CPU has against a reference).

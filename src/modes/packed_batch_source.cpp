@@ -1,8 +1,10 @@
 #include "modes/packed_batch_source.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "modes/episode_batch_source.hpp"
+#include "sampling/rank_balance.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
@@ -23,14 +25,17 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
         follows_[u] = u != pieces_->first_piece(k);
       }
     }
-    return;
+  } else {
+    positions_of_.assign(split.num_episodes(), 0);
+    const EpisodeSampler& order = orders.sampler();
+    for (std::uint64_t i = 0; i < order.size(); ++i) {
+      const std::uint64_t id = order.id_at(i);
+      const std::size_t n = windows.window(id).size();
+      positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+    }
   }
-  positions_of_.assign(split.num_episodes(), 0);
-  const EpisodeSampler& order = orders.sampler();
-  for (std::uint64_t i = 0; i < order.size(); ++i) {
-    const std::uint64_t id = order.id_at(i);
-    const std::size_t n = windows.window(id).size();
-    positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+  if (options_.sequence_multiple > 1) {
+    occupied_ = occupied_padded(positions_of_, static_cast<std::uint32_t>(options_.sequence_multiple));
   }
 }
 
@@ -40,7 +45,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
   return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
-                       options_.lookahead, follows_);
+                       options_.lookahead, follows_, occupied_.empty() ? nullptr : &occupied_);
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
@@ -92,6 +97,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   }
   packed_plan->next_epoch = epoch;
   packed_plan->next_row_in_epoch = row;
+  if (options_.balance_attention && options_.world_size > 1) balance(*packed_plan);
   p.mode_data = std::move(packed_plan);
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
@@ -103,53 +109,174 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   return p;
 }
 
+void PackedBatchSource::balance(PackedPlan& plan) const {
+  const std::uint64_t B = options_.batch_size, W = options_.world_size;
+  // Each row's attention cost, Σ n² over its episodes; fill rows (past the runs) cost 0.
+  std::vector<std::uint64_t> costs(B * W, 0);
+  std::size_t g = 0;
+  for (const PackedPlan::Run& run : plan.runs) {
+    const PackedEpoch& packed = *run.packing;
+    for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row, ++g) {
+      for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k) {
+        const std::uint64_t n = positions_of_[packed.episodes[k]];
+        costs[g] += n * n;
+      }
+    }
+  }
+  std::vector<std::uint32_t> sliced(costs.size());
+  std::iota(sliced.begin(), sliced.end(), 0u);
+  const std::vector<std::uint32_t> balanced = balance_rows(costs, W, B);
+  const auto mine = balanced.begin() + static_cast<std::ptrdiff_t>(options_.rank * B);
+  plan.rows.assign(mine, mine + static_cast<std::ptrdiff_t>(B));
+  plan.sliced_max = rank_costs(costs, sliced, W, B).max;
+  const RankCosts after = rank_costs(costs, balanced, W, B);
+  plan.balanced_max = after.max;
+  plan.mean = after.mean;
+}
+
 void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
   const BatchPlan& plan = batch_plan;
   const PackedPlan& packed_plan = batch_plan.mode_data_as<PackedPlan>();
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
+  const bool context_parallel = options_.sequence_multiple > 1 || options_.split_ranks > 1;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0);  // real rows counted below
   slot.row_in_epoch = packed_plan.row_in_epoch;
   slot.next_epoch = packed_plan.next_epoch;
   slot.next_row_in_epoch = packed_plan.next_row_in_epoch;
-  // This rank's rows are [rank*B, (rank+1)*B) of the global batch's rows.
+  slot.global_rows = packed_plan.rows;
+  slot.sliced_cost_max = packed_plan.sliced_max;
+  slot.balanced_cost_max = packed_plan.balanced_max;
+  slot.cost_mean = packed_plan.mean;
+  // This rank's rows are [rank*B, (rank+1)*B) of the global batch's rows, or those the
+  // balance gave it (in increasing order too).
   std::size_t run = 0;
   std::uint64_t run_start = 0;  // the batch row where packed_plan.runs[run] starts
   for (std::size_t r = 0; r < rows; ++r) {
-    const std::uint64_t batch_row = options_.rank * options_.batch_size + r;
+    const std::uint64_t batch_row =
+        packed_plan.rows.empty() ? options_.rank * options_.batch_size + r : packed_plan.rows[r];
     while (run < packed_plan.runs.size() && batch_row >= run_start + packed_plan.runs[run].rows) {
       run_start += packed_plan.runs[run].rows;
       ++run;
     }
     std::size_t column = 0;
     slot.episode_ids[r] = -1;
+    const PackedEpoch* packed = nullptr;  // null: a fill row
+    std::uint64_t global_row = 0;
     if (run < packed_plan.runs.size()) {
-      const PackedEpoch& packed = *packed_plan.runs[run].packing;
-      const std::uint64_t global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
+      packed = packed_plan.runs[run].packing.get();
+      global_row = packed_plan.runs[run].first_row + (batch_row - run_start);
       ++slot.real_rows;
-      for (std::uint64_t k = packed.row_begin[global_row]; k < packed.row_begin[global_row + 1]; ++k) {
-        const EpisodeWindows::Kept kept = windows_.kept(packed.episodes[k], pieces_);
-        const std::uint64_t episode = kept.episode;
-        const EpisodeData& data = kept.data;
-        const SftWindow& window = kept.window;
-        const std::size_t positions = window.size() - 1;
-        const std::size_t at = r * T + column;
-        if (k == packed.row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
-        NextTokenFields fields;
-        fields.x = slot.x.data() + at;
-        fields.weights = slot.token_weights.data() + at;
-        fields.labels = slot.labels.data() + at;
-        fields.positions = slot.position_ids.data() + at;
-        windows_.write_targets(data, window, positions, options_.with_mask, fields, options_.ignore_index);
-        slot.add_sequence(positions);
-        slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
-                                               static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
-        column += positions;
-      }
+    }
+    if (context_parallel) {
+      slot.real_positions += decode_padded_row(packed, global_row, r, slot);
+      continue;
+    }
+    for (std::uint64_t k = packed != nullptr ? packed->row_begin[global_row] : 0,
+                       end = packed != nullptr ? packed->row_begin[global_row + 1] : 0;
+         k < end; ++k) {
+      const EpisodeWindows::Kept kept = windows_.kept(packed->episodes[k], pieces_);
+      const std::uint64_t episode = kept.episode;
+      const std::size_t positions = kept.window.size() - 1;
+      const std::size_t at = r * T + column;
+      if (k == packed->row_begin[global_row]) slot.episode_ids[r] = static_cast<std::int64_t>(episode);
+      NextTokenFields fields;
+      fields.x = slot.x.data() + at;
+      fields.weights = slot.token_weights.data() + at;
+      fields.labels = slot.labels.data() + at;
+      fields.positions = slot.position_ids.data() + at;
+      windows_.write_targets(kept.data, kept.window, positions, options_.with_mask, fields, options_.ignore_index);
+      slot.add_sequence(positions);
+      slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
+                                             static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
+      column += positions;
     }
     slot.real_positions += column;
     finish_row_padding(slot, r, T, column, options_.pad_token_id, options_.ignore_index);
   }
+}
+
+std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
+                                                 detail::BatchSlot& slot) const {
+  const std::size_t T = options_.block_size;
+  const std::size_t multiple = options_.sequence_multiple;
+  const std::size_t cp = options_.split_ranks;  // 1: the whole rows
+  const std::size_t rank = options_.split_rank;
+  std::size_t column = 0;  // in the whole row, where the next sequence's padded span starts
+  std::size_t real = 0;
+  // A sequence's padded span [column, column + padded) of the whole row: all of it, or this
+  // rank's chunks rank and 2·cp - 1 - rank of padded / (2·cp) positions, side by side from
+  // column / cp of its share of the row.
+  const auto place = [&](const EpisodeWindows::Kept* kept, std::size_t n, std::size_t padded) {
+    const std::size_t at = r * (T / cp) + column / cp;
+    if (cp == 1) return write_sequence_part(kept, n, 0, padded, at, slot);
+    const std::size_t chunk = padded / (2 * cp);
+    write_sequence_part(kept, n, rank * chunk, chunk, at, slot);
+    write_sequence_part(kept, n, (2 * cp - 1 - rank) * chunk, chunk, at + chunk, slot);
+  };
+  const auto padded_of = [multiple](std::size_t positions) { return (positions + multiple - 1) / multiple * multiple; };
+  // A rank's chunks are too short for the hardware prefetcher to follow: the next
+  // episode's are hinted while this one is written.
+  const auto hint_chunks = [&](const EpisodeWindows::Kept& kept) {
+    const std::size_t n = kept.window.size() - 1;
+    const std::size_t chunk = padded_of(n) / (2 * cp);
+    for (const std::size_t c : {rank, 2 * cp - 1 - rank}) {
+      if (c * chunk < n) {
+        windows_.prefetch_range(kept.data, kept.window, c * chunk, std::min(chunk, n - c * chunk), options_.with_mask);
+      }
+    }
+  };
+  const std::uint64_t begin = packed != nullptr ? packed->row_begin[row] : 0;
+  const std::uint64_t end = packed != nullptr ? packed->row_begin[row + 1] : 0;
+  EpisodeWindows::Kept next;
+  if (begin < end) next = windows_.kept(packed->episodes[begin], pieces_);
+  for (std::uint64_t k = begin; k < end; ++k) {
+    const EpisodeWindows::Kept kept = next;
+    if (k + 2 < end) split_.prefetch_record(EpisodeWindows::episode_of(packed->episodes[k + 2], pieces_));
+    if (k + 1 < end) {
+      next = windows_.kept(packed->episodes[k + 1], pieces_);
+      if (cp > 1) hint_chunks(next);
+    }
+    const std::size_t positions = kept.window.size() - 1;
+    const std::size_t padded = padded_of(positions);
+    if (k == begin) slot.episode_ids[r] = static_cast<std::int64_t>(kept.episode);
+    place(&kept, positions, padded);
+    slot.add_sequence(positions, padded);
+    slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
+                                           static_cast<std::uint32_t>(positions),
+                                           static_cast<std::int64_t>(kept.episode)};
+    column += padded;
+    real += positions;
+  }
+  if (column < T) {  // the row's trailing padding: a sequence of its own, a multiple of 2·cp too
+    place(nullptr, 0, T - column);
+    slot.add_sequence(T - column);
+  }
+  return real;
+}
+
+void PackedBatchSource::write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first,
+                                            std::size_t count, std::size_t at, detail::BatchSlot& slot) const noexcept {
+  NextTokenFields fields;
+  fields.x = slot.x.data() + at;
+  fields.weights = slot.token_weights.data() + at;
+  fields.labels = slot.labels.data() + at;
+  fields.positions = slot.position_ids.data() + at;
+  const std::size_t end = first + count;
+  std::size_t i = first;
+  if (kept != nullptr && i < real) {
+    const std::size_t n = std::min(end, real) - i;
+    windows_.write_targets(kept->data, kept->window, i, n, options_.with_mask, fields, options_.ignore_index);
+    i += n;
+  }
+  if (i == end) return;
+  const std::size_t d = i - first;
+  NextTokenFields padding;
+  padding.x = fields.x + d;
+  padding.weights = fields.weights + d;
+  padding.labels = fields.labels + d;
+  padding.positions = fields.positions + d;
+  write_padding_run(end - i, padding, options_.pad_token_id, options_.ignore_index, static_cast<std::int32_t>(i));
 }
 
 }  // namespace tokenfeed

@@ -3,8 +3,9 @@
 // Each epoch's episode order (the same numpy-compatible order as sft_episode) is packed
 // into rows by pack_episodes. The rows of all epochs, epoch after epoch, form one global
 // row stream; a global batch is B*W consecutive rows of it and rank r takes the r-th slice
-// of B rows. So the stream depends on the global batch B*W only, never on its split across
-// ranks, and a state saved at one world size resumes at another with the same B*W.
+// of B rows (with balance_ranks=attention, the B rows balance_rows gives it). So the stream
+// depends on the global batch B*W only, never on its split across ranks, and a state saved
+// at one world size resumes at another with the same B*W.
 //  - epoch_drop_last=true: nothing is dropped. An epoch's last rows, too few for a global
 //    batch, open the next batch, which continues with the next epoch's first rows: every
 //    kept episode is trained once per epoch, whatever its length.
@@ -53,6 +54,12 @@ struct PackedPlan {
   std::vector<Run> runs;
   std::uint64_t row_in_epoch = 0;
   std::uint64_t next_epoch = 0, next_row_in_epoch = 0;
+  // balance_ranks=attention: this rank's rows of the global batch, in increasing order
+  // (balance_rows), and the ranks' attention costs under the plain slicing and balanced.
+  // Empty: rank r's rows are [r * B, (r + 1) * B).
+  std::vector<std::uint32_t> rows;
+  std::uint64_t sliced_max = 0, balanced_max = 0;
+  double mean = 0;
 };
 
 class PackedBatchSource final : public BatchSource {
@@ -67,6 +74,16 @@ class PackedBatchSource final : public BatchSource {
     std::int64_t pad_token_id = 0;
     std::int64_t ignore_index = -100;
     bool with_mask = false;
+    // Context parallelism (docs/batch-contract.md): each episode padded to a multiple of
+    // `sequence_multiple` positions (2·cp; 1: none), counted so by the packer; with
+    // `split_ranks` = cp > 1 (context_parallel_split), only CP rank `split_rank`'s share
+    // of each row is written, straight from the episodes, into rows of block_size / cp.
+    std::size_t sequence_multiple = 1;
+    std::size_t split_ranks = 1;
+    std::size_t split_rank = 0;
+    // balance_ranks=attention: the global batch's rows go to the ranks by balance_rows
+    // over their attention costs (sampling/rank_balance.hpp) instead of in slices.
+    bool balance_attention = false;
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
@@ -99,8 +116,21 @@ class PackedBatchSource final : public BatchSource {
   const DocumentPieces* pieces_;             // truncation=split: the units are its pieces; else null
   std::vector<std::uint32_t> positions_of_;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
   std::vector<bool> follows_;                // per piece: it follows the previous one (split only)
+  std::vector<std::uint32_t> occupied_;      // context parallelism: positions_of_ padded (else empty)
 
   PackedEpoch make_packing(std::uint64_t epoch) const;
+  // balance_attention: sets plan.rows and the costs from the global batch's rows.
+  void balance(PackedPlan& plan) const;
+  // Writes global row `row` of `packed` (null: a fill row) into row `r` of `slot` with
+  // context-parallel padding, and this rank's share of it when splitting; returns its
+  // real positions.
+  std::size_t decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
+                                detail::BatchSlot& slot) const;
+  // Writes positions [first, first + count) of a sequence of `real` positions (its
+  // episode's kept ones; then padding) at `at` of `slot`: a `kept` of null is a row's
+  // trailing padding, whose positions count from 0.
+  void write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first, std::size_t count,
+                           std::size_t at, detail::BatchSlot& slot) const noexcept;
 
   // The epoch being consumed and the next one. Declared after what make_packing reads:
   // its destructor waits for a background make.

@@ -69,8 +69,8 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   }
   const Location loc = locate(static_cast<std::uint64_t>(id));
   slot.episode_ids[r] = loc.window_id;
-  slot.real_positions += T;
   const bool plain = !options_.eos_token_id;
+  if (plain) slot.real_positions += T;
   NextTokenFields fields;
   fields.x = x;
   if (plain && contract) {
@@ -88,7 +88,29 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   }
   std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
   apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
-  if (!contract) return;
+  slot.real_positions += finish_documents(slot, r);
+}
+
+std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, std::size_t r) const {
+  const std::size_t T = options_.block_size;
+  const std::int64_t* y = slot.labels.data() + r * T;
+  float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
+  if (options_.sequence_multiple > 1) {
+    const std::vector<PaddedPiece> pieces = pad_documents(
+        slot.x.data() + r * T, slot.labels.data() + r * T, slot.doc_ids.data() + r * T,
+        slot.position_ids.data() + r * T, T, options_.sequence_multiple, options_.pad_token_id, options_.ignore_index);
+    std::size_t real = 0;
+    for (const PaddedPiece& piece : pieces) {
+      slot.add_sequence(piece.real, piece.padded);
+      real += piece.real;
+    }
+    if (weights != nullptr) {
+      for (std::size_t i = 0; i < T; ++i) weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
+    }
+    return real;
+  }
+  if (!options_.contract_fields) return T;
+  const std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
   std::size_t start = 0;
   for (std::size_t i = 0; i < T; ++i) {
     weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
@@ -97,6 +119,45 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
       start = i + 1;
     }
   }
+  return T;
+}
+
+std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
+                                       std::int32_t* position_ids, std::size_t cols, std::size_t multiple,
+                                       std::int64_t pad_token_id, std::int64_t ignore_index) {
+  // Where each piece starts now, and what it keeps, in order.
+  std::vector<std::size_t> starts;
+  std::vector<PaddedPiece> pieces;
+  std::size_t column = 0;  // where the next piece's padded span starts
+  for (std::size_t start = 0; start < cols && column < cols;) {
+    std::size_t end = start + 1;
+    while (end < cols && doc_ids[end] == doc_ids[start]) ++end;
+    const std::size_t real = std::min(end - start, cols - column);
+    const std::size_t padded = (real + multiple - 1) / multiple * multiple;
+    starts.push_back(start);
+    pieces.push_back({real, padded});
+    column += padded;
+    start = end;
+  }
+  // Moved right from the last piece on: a piece's new place starts at or after its old one
+  // and after the old places of the pieces before it, so nothing is overwritten unread.
+  for (std::size_t k = pieces.size(); k-- > 0;) {
+    column -= pieces[k].padded;
+    const std::size_t from = starts[k], to = column, real = pieces[k].real;
+    std::copy_backward(x + from, x + from + real, x + to + real);
+    std::copy_backward(y + from, y + from + real, y + to + real);
+    std::copy_backward(doc_ids + from, doc_ids + from + real, doc_ids + to + real);
+    std::copy_backward(position_ids + from, position_ids + from + real, position_ids + to + real);
+    const std::int32_t doc = doc_ids[to];
+    const std::int32_t next_position = position_ids[to] + static_cast<std::int32_t>(real);
+    for (std::size_t i = real; i < pieces[k].padded; ++i) {
+      x[to + i] = pad_token_id;
+      y[to + i] = ignore_index;
+      doc_ids[to + i] = doc;
+      position_ids[to + i] = next_position + static_cast<std::int32_t>(i - real);
+    }
+  }
+  return pieces;
 }
 
 void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {

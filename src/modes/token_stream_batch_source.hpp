@@ -38,6 +38,11 @@ class TokenStreamBatchSource final : public SampledRowSource {
     // Fill token_weights and cu_seqlens, and position_ids without the document fields.
     // Must match the pool's shape.
     bool contract_fields = true;
+    // Context parallelism, document-aware only: each document piece of a row padded to a
+    // multiple of `sequence_multiple` positions (2·cp; 1: none) with `pad_token_id`
+    // (pad_documents).
+    std::size_t sequence_multiple = 1;
+    std::int64_t pad_token_id = 0;
   };
 
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
@@ -70,7 +75,25 @@ class TokenStreamBatchSource final : public SampledRowSource {
   // Writes the window at `loc` (block_size inputs and their targets) into `fields`.
   void write_window(const Location& loc, const NextTokenFields& fields) const noexcept;
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
+  // The contract's view of a document-aware row whose fields are written: the weights and
+  // one sequence per document piece; returns the row's real positions.
+  std::size_t finish_documents(detail::BatchSlot& slot, std::size_t r) const;
 };
+
+// Context parallelism's padding of a document-aware row of `cols` positions whose fields
+// are written (x, y, doc_ids, position_ids; apply_document_boundaries): each document
+// piece is moved right to start where the previous one's padded span ends, and padded to
+// a multiple of `multiple` (pad in x, ignore_index in y, the piece's doc id, its positions
+// continuing); the window's tokens that no longer fit in the row are dropped (the piece
+// that reaches the row's end is cut there, and the rest of the window is not used), so
+// the row ends full. Returns each kept piece's (real, padded) lengths, in order.
+// REQUIRES: cols a multiple of `multiple`.
+struct PaddedPiece {
+  std::size_t real = 0, padded = 0;
+};
+std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
+                                       std::int32_t* position_ids, std::size_t cols, std::size_t multiple,
+                                       std::int64_t pad_token_id, std::int64_t ignore_index);
 
 // Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label
 // crosses a document boundary. Exposed for tests.

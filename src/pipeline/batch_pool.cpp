@@ -17,8 +17,11 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   if (shape.contract_fields || shape.y_is_labels) slot->labels.resize(cells);
   if (shape.contract_fields) slot->token_weights.resize(cells);
   if (shape.contract_fields || shape.with_document_fields) slot->position_ids.resize(cells);
-  if (shape.contract_fields) slot->cu_seqlens.resize(shape.rows * (shape.cols + 1) + 1);
-  if (shape.packed) slot->segments.resize(cells);
+  // The sequences and segments are the whole rows' (BatchShape::context_parallel).
+  const std::size_t sequences = shape.rows * (shape.full_cols() + 1) + 1;
+  if (shape.contract_fields) slot->cu_seqlens.resize(sequences);
+  if (shape.contract_fields && shape.padded_sequences) slot->cu_seqlens_padded.resize(sequences);
+  if (shape.packed) slot->segments.resize(shape.rows * shape.full_cols());
   if (shape.rl_fields) {
     slot->log_probs.resize(cells);
     slot->rewards.resize(shape.rows * (shape.cols + 1));
@@ -60,10 +63,11 @@ std::uint64_t BatchPool::bytes_per_slot(const BatchShape& shape) noexcept {
   if (shape.contract_fields || shape.y_is_labels) bytes = add(bytes, mul(cells, sizeof(std::int64_t)));
   if (shape.contract_fields) bytes = add(bytes, mul(cells, sizeof(float)));
   if (shape.contract_fields || shape.with_document_fields) bytes = add(bytes, mul(cells, sizeof(std::int32_t)));
-  if (shape.contract_fields) {
-    bytes = add(bytes, mul(add(mul(shape.rows, add(shape.cols, 1)), 1), sizeof(std::int32_t)));
-  }
-  if (shape.packed) bytes = add(bytes, mul(cells, sizeof(PackedSegment)));
+  const std::uint64_t full_cols = mul(shape.cols, shape.context_parallel);
+  const std::uint64_t sequences = add(mul(shape.rows, add(full_cols, 1)), 1);
+  if (shape.contract_fields) bytes = add(bytes, mul(sequences, sizeof(std::int32_t)));
+  if (shape.contract_fields && shape.padded_sequences) bytes = add(bytes, mul(sequences, sizeof(std::int32_t)));
+  if (shape.packed) bytes = add(bytes, mul(mul(shape.rows, full_cols), sizeof(PackedSegment)));
   if (shape.deferred != nullptr) bytes = add(bytes, mul(shape.rows, sizeof(std::uint32_t) + sizeof(std::int64_t)));
   return bytes;
 }
@@ -210,6 +214,12 @@ std::size_t Batch::max_seqlen() const noexcept {
   if (!slot_) return 0;
   pool_->complete_contract(*slot_);
   return slot_->max_seqlen;
+}
+std::span<const std::int32_t> Batch::cu_seqlens_padded() const noexcept {
+  if (!slot_) return {};
+  if (slot_->cu_seqlens_padded.empty()) return cu_seqlens();  // no context-parallel padding: the same
+  pool_->complete_contract(*slot_);
+  return std::span<const std::int32_t>(slot_->cu_seqlens_padded.data(), slot_->num_sequences + 1);
 }
 std::span<const PackedSegment> Batch::segments() const noexcept {
   return slot_ ? std::span<const PackedSegment>(slot_->segments.data(), slot_->segment_count)

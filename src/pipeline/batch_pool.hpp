@@ -39,6 +39,15 @@ struct BatchShape {
   bool packed = false;                 // sft_packed: segments are recorded
   bool rl_fields = false;              // RL batches: log_probs, rewards and group_ids
   bool with_source_ids = false;        // a mixture: each row's source index is recorded
+  // Context parallelism (docs/batch-contract.md): sequences padded to a multiple of 2·cp
+  // have a cu_seqlens_padded of their own; else it is a view of cu_seqlens (needs the
+  // contract fields).
+  bool padded_sequences = false;
+  // With context_parallel_split, cp: the rows are this rank's share, cols = block_size / cp,
+  // while cu_seqlens, cu_seqlens_padded and segments describe the whole rows of
+  // cols * context_parallel positions. 1 otherwise.
+  std::size_t context_parallel = 1;
+  std::size_t full_cols() const noexcept { return cols * context_parallel; }
   // Set by a mode whose y and contract fields (labels, position_ids, cu_seqlens) follow
   // from its other fields: they are left unwritten while the trainer does not read them
   // (see FieldDemand), and written by this when it does. Null: always written.
@@ -93,7 +102,10 @@ struct BatchSlot {
   std::vector<std::int64_t> labels;
   std::vector<float> token_weights;
   std::vector<std::int32_t> position_ids;
-  std::vector<std::int32_t> cu_seqlens;  // capacity rows * (cols + 1) + 1; num_sequences + 1 used
+  std::vector<std::int32_t> cu_seqlens;  // capacity rows * (full_cols + 1) + 1; num_sequences + 1 used
+  // The sequences' offsets with their context-parallel padding (BatchShape::padded_sequences;
+  // empty otherwise, where they equal cu_seqlens); cu_seqlens then holds the real lengths.
+  std::vector<std::int32_t> cu_seqlens_padded;
   std::uint32_t num_sequences = 0;
   std::uint32_t max_seqlen = 0;
   std::uint64_t real_positions = 0;      // input positions that belong to an episode or window
@@ -105,8 +117,8 @@ struct BatchSlot {
   std::vector<std::int64_t> row_last_target;
   std::atomic<bool> y_deferred{false}, contract_deferred{false};
   const FieldDemand* demand = nullptr;
-  Mutex deferred_mutex;                             // held while a reader completes the deferred fields
-  std::vector<tokenfeed::PackedSegment> segments;   // packed mode; capacity rows * cols, `segment_count` used
+  Mutex deferred_mutex;                            // held while a reader completes the deferred fields
+  std::vector<tokenfeed::PackedSegment> segments;  // packed mode; capacity rows * full_cols, `segment_count` used
   std::size_t segment_count = 0;
   // RL batches only (empty otherwise): log_probs B x T, and per sequence of cu_seqlens its
   // reward and group id (capacity as cu_seqlens; num_sequences used).
@@ -137,12 +149,19 @@ struct BatchSlot {
     num_sequences = 0;
     max_seqlen = 0;
     if (!cu_seqlens.empty()) cu_seqlens[0] = 0;
+    if (!cu_seqlens_padded.empty()) cu_seqlens_padded[0] = 0;
   }
-  void add_sequence(std::size_t length) noexcept {
+  // A sequence of `length` positions, all real (or a row's padding).
+  void add_sequence(std::size_t length) noexcept { add_sequence(length, length); }
+  // A sequence of `real` positions padded to `padded` (context parallelism).
+  void add_sequence(std::size_t real, std::size_t padded) noexcept {
     if (cu_seqlens.empty()) return;
-    cu_seqlens[num_sequences + 1] = cu_seqlens[num_sequences] + static_cast<std::int32_t>(length);
+    cu_seqlens[num_sequences + 1] = cu_seqlens[num_sequences] + static_cast<std::int32_t>(real);
+    if (!cu_seqlens_padded.empty()) {
+      cu_seqlens_padded[num_sequences + 1] = cu_seqlens_padded[num_sequences] + static_cast<std::int32_t>(padded);
+    }
     ++num_sequences;
-    max_seqlen = std::max(max_seqlen, static_cast<std::uint32_t>(length));
+    max_seqlen = std::max(max_seqlen, static_cast<std::uint32_t>(real));
   }
 
   // Bookkeeping written by the decode stage.
@@ -153,6 +172,12 @@ struct BatchSlot {
   std::uint64_t real_rows = 0;
   // Packed mode: the epoch row the batch starts at, and where the next batch starts.
   std::uint64_t row_in_epoch = 0, next_epoch = 0, next_row_in_epoch = 0;
+  // Packed mode with balance_ranks: the rows of the global batch this batch holds, and the
+  // ranks' largest attention cost sliced and balanced, and their mean (for the audit log);
+  // empty and 0 otherwise.
+  std::vector<std::uint32_t> global_rows;
+  std::uint64_t sliced_cost_max = 0, balanced_cost_max = 0;
+  double cost_mean = 0;
   std::exception_ptr error;  // set when the stage that produced this slot failed
   double wait_us = 0;        // set by get_batch
 
@@ -161,7 +186,8 @@ struct BatchSlot {
     return (x.capacity() + y.capacity() + episode_ids.capacity() + labels.capacity() + group_ids.capacity()) *
                sizeof(std::int64_t) +
            (mask.capacity() + token_weights.capacity() + log_probs.capacity() + rewards.capacity()) * sizeof(float) +
-           (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity() + source_ids.capacity()) *
+           (doc_ids.capacity() + position_ids.capacity() + cu_seqlens.capacity() + cu_seqlens_padded.capacity() +
+            source_ids.capacity()) *
                sizeof(std::int32_t) +
            segments.capacity() * sizeof(PackedSegment);
   }

@@ -224,12 +224,11 @@ void CorpusShardWriter::finish_shard() {
   open_tokens_ = open_documents_ = 0;
 }
 
-CorpusSplitState CorpusShardWriter::state() {
+void CorpusShardWriter::sync() {
   if (open_) {
     open_->data.sync();
     open_->index.sync();
   }
-  return CorpusSplitState{finished_, open_tokens_, open_documents_};
 }
 
 void CorpusShardWriter::finish() { finish_shard(); }

@@ -1,6 +1,6 @@
 // CorpusShardWriter: one split of a prepared pretraining corpus (prepare-text), written
 // document by document into shards cut only at document ends, and resumable at any point
-// the caller saved with state().
+// the caller recorded after sync(): the finished shards and the open shard's size.
 //
 // Layouts under the split directory:
 //   tokens    shard_NNNNN.npy       the documents' tokens, 1-D, uint16 or uint32
@@ -69,15 +69,17 @@ class CorpusShardWriter {
     append(ids);
   }
 
-  // The split as it stands, with the open shard's files flushed to disk (fsync), so that a
-  // run killed right after can resume from it.
-  CorpusSplitState state();
+  // Flushes the open shard's files to disk (fsync), so that a run killed right after can
+  // resume from the split as it stands: finished_shards(), open_tokens(), open_documents().
+  void sync();
   // Finishes the open shard, if it holds anything. Then nothing more may be added.
   void finish();
 
   std::uint64_t tokens() const noexcept;     // all shards
   std::uint64_t documents() const noexcept;  // all shards
   const std::vector<CorpusShard>& finished_shards() const noexcept { return finished_; }
+  std::uint64_t open_tokens() const noexcept { return open_tokens_; }
+  std::uint64_t open_documents() const noexcept { return open_documents_; }
 
  private:
   struct OpenFiles;

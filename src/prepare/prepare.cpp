@@ -18,6 +18,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "io/line_reader.hpp"
 #include "util/sha256.hpp"
+#include "util/filesystem_errors.hpp"
 #include "io/staging_dir.hpp"
 #include "prepare/output_dir.hpp"
 #include "prepare/stage_fence.hpp"
@@ -525,7 +526,10 @@ double split_point(const ParsedConversation& conversation, std::uint64_t seed) {
   return static_cast<double>(top >> 11) * 0x1.0p-53;
 }
 
-PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
+namespace {
+
+// prepare_chat_dataset itself; its caller turns a filesystem error under it into tokenfeed's.
+PrepareSummary prepare_chat_dataset_directly(const PrepareOptions& options) {
   const Clock::time_point started = Clock::now();
   check_options(options);
   const TokenizerSetup tokenizer = set_up_tokenizer(options);
@@ -580,6 +584,12 @@ PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
   staging.commit();
   summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return summary;
+}
+
+}  // namespace
+
+PrepareSummary prepare_chat_dataset(const PrepareOptions& options) {
+  return filesystem_errors_as_io([&] { return prepare_chat_dataset_directly(options); });
 }
 
 }  // namespace tokenfeed

@@ -15,12 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "dataset/dataset_metadata.hpp"
+#include "io/json_journal.hpp"
 #include "io/staging_dir.hpp"
 #include "prepare/corpus_shards.hpp"
 #include "prepare/output_dir.hpp"
 #include "prepare/stage_fence.hpp"
 #include "prepare/text_inputs.hpp"
 #include "util/bounded_json.hpp"
+#include "util/filesystem_errors.hpp"
 #include "util/sha256.hpp"
 #include "tokenfeed/log.hpp"
 #include "tokenfeed/tokenizer.hpp"
@@ -34,8 +36,13 @@ namespace fs = std::filesystem;
 using ordered_json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
+// A run's staging directory holds its fixed description (the manifest, written once) and a
+// journal of its finished shards, one line each, appended as each is finished: resuming
+// replays the journal. Version 1 (tokenfeed before the journal) rewrote everything into the
+// manifest after every shard.
 constexpr const char* kManifestName = "prepare_text_manifest.json";
-constexpr int kManifestVersion = 1;
+constexpr const char* kJournalName = "prepare_text_shards.jsonl";
+constexpr int kManifestVersion = 2;
 constexpr std::size_t kMaxRecordsPerChunk = 8192;
 
 // Every reason a record can be skipped for, in the order they are reported.
@@ -231,28 +238,18 @@ CorpusSplitSummary split_counters_from(const nlohmann::json& j) {
   return s;
 }
 
-ordered_json split_state_json(const CorpusSplitState& s) {
-  ordered_json shards = ordered_json::array();
-  for (const CorpusShard& shard : s.finished) {
-    ordered_json sums = ordered_json::object();
-    for (const auto& [file, hex] : shard.sha256) sums[file] = hex;
-    shards.push_back({{"tokens", shard.tokens}, {"documents", shard.documents}, {"sha256", sums}});
-  }
-  return {{"finished", shards}, {"open_tokens", s.open_tokens}, {"open_documents", s.open_documents}};
+ordered_json shard_json(const CorpusShard& shard) {
+  ordered_json sums = ordered_json::object();
+  for (const auto& [file, hex] : shard.sha256) sums[file] = hex;
+  return {{"tokens", shard.tokens}, {"documents", shard.documents}, {"sha256", sums}};
 }
 
-CorpusSplitState split_state_from(const nlohmann::json& j) {
-  CorpusSplitState s;
-  for (const auto& shard : j.at("finished")) {
-    CorpusShard c;
-    c.tokens = shard.at("tokens").get<std::uint64_t>();
-    c.documents = shard.at("documents").get<std::uint64_t>();
-    for (const auto& [file, hex] : shard.at("sha256").items()) c.sha256[file] = hex.get<std::string>();
-    s.finished.push_back(std::move(c));
-  }
-  s.open_tokens = j.at("open_tokens").get<std::uint64_t>();
-  s.open_documents = j.at("open_documents").get<std::uint64_t>();
-  return s;
+CorpusShard shard_from(const nlohmann::json& j) {
+  CorpusShard c;
+  c.tokens = j.at("tokens").get<std::uint64_t>();
+  c.documents = j.at("documents").get<std::uint64_t>();
+  for (const auto& [file, hex] : j.at("sha256").items()) c.sha256[file] = hex.get<std::string>();
+  return c;
 }
 
 // What a resumed run must share with the run it takes over: the inputs as they were (path,
@@ -297,51 +294,69 @@ void write_json_atomically(const fs::path& path, const ordered_json& doc) {
     throw Error(ErrorKind::io, "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
 }
 
-// A leftover staging directory's manifest, when it is one this run can take over.
-std::optional<nlohmann::json> read_manifest(const fs::path& dir, const std::string& key) {
+// Where a killed run stands, replayed from its manifest and journal: every finished shard,
+// and the last journal line (the position, the counters and the open shards then).
+struct ResumePoint {
+  CorpusSplitState train, val;
+  nlohmann::json last;
+  std::uint64_t journal_bytes = 0;  // of its complete lines
+};
+
+// A leftover staging directory's run, when it is one this run can take over: its manifest
+// is this version with this run key, and its journal has at least one complete line (a
+// torn last line is left out). A manifest of another version (an older tokenfeed's, which
+// rewrote every shard into it) is not taken over: the run starts from the beginning.
+std::optional<ResumePoint> read_manifest(const fs::path& dir, const std::string& key) {
   std::ifstream in(dir / kManifestName, std::ios::binary);
   if (!in) return std::nullopt;
   try {
-    nlohmann::json m = parse_bounded_json(in);
+    const nlohmann::json m = parse_bounded_json(in);
     if (m.at("manifest_version").get<int>() != kManifestVersion || m.at("run_key").get<std::string>() != key) {
       return std::nullopt;
     }
-    return m;
+    ResumePoint p;
+    p.journal_bytes = read_json_journal(dir / kJournalName, [&p](const nlohmann::json& line) {
+      CorpusSplitState& split = line.at("split").get<std::string>() == "val" ? p.val : p.train;
+      if (line.at("index").get<std::uint64_t>() != split.finished.size()) {
+        throw Error(ErrorKind::format, "the journal skips a shard");
+      }
+      split.finished.push_back(shard_from(line.at("shard")));
+      p.last = line;
+    });
+    if (p.last.is_null()) return std::nullopt;  // no shard finished yet
+    for (const auto& [name, split] : {std::pair{"train", &p.train}, std::pair{"val", &p.val}}) {
+      split->open_tokens = p.last.at("open").at(name).at("tokens").get<std::uint64_t>();
+      split->open_documents = p.last.at("open").at(name).at("documents").get<std::uint64_t>();
+    }
+    return p;
   } catch (const std::exception&) {
-    return std::nullopt;  // torn or foreign: not resumable
+    return std::nullopt;  // torn, damaged or foreign: not resumable
   }
 }
 
-// The split writers, the counters, and the manifest saved whenever a shard is finished.
+// The split writers, the counters, and the run's manifest: its description written once,
+// and a journal line appended whenever a shard is finished.
 class CorpusSink {
  public:
-  CorpusSink(const fs::path& root, const PrepareTextOptions& o, TokenDtype dtype, std::string key, ordered_json run)
-      : root_(root),
-        train_(root / "train", o.format, dtype, o.shard_tokens),
-        val_(root / "val", o.format, dtype, o.shard_tokens),
-        key_(std::move(key)),
-        run_(std::move(run)) {}
-
-  // Takes up where a manifest left off; returns the input position to read from.
-  InputPosition restore(const nlohmann::json& m) {
-    const auto& c = m.at("counters");
-    counters.train = split_counters_from(c.at("train"));
-    counters.val = split_counters_from(c.at("val"));
-    counters.blank_lines = c.at("blank_lines").get<std::uint64_t>();
-    for (const auto& [reason, s] : c.at("skipped").items()) {
-      counters.skipped[reason] =
-          SkippedLines{s.at("count").get<std::uint64_t>(), s.at("first_line").get<std::uint64_t>(),
-                       s.at("first_detail").get<std::string>()};
+  // A new run (`resume` empty) writes its manifest and starts an empty journal; a resumed one
+  // takes up where `resume` left off, its journal cut back to the complete lines.
+  CorpusSink(const fs::path& root, const PrepareTextOptions& o, TokenDtype dtype, const std::string& key,
+             const ordered_json& run, const std::optional<ResumePoint>& resume)
+      : train_(root / "train", o.format, dtype, o.shard_tokens), val_(root / "val", o.format, dtype, o.shard_tokens) {
+    if (resume) {
+      restore(*resume);
+    } else {
+      fs::remove(root / kJournalName);
+      write_json_atomically(root / kManifestName,
+                            ordered_json{{"manifest_version", kManifestVersion}, {"run_key", key}, {"run", run}});
     }
-    train_.restore(split_state_from(m.at("splits").at("train")));
-    val_.restore(split_state_from(m.at("splits").at("val")));
-    shards_reused = train_.finished_shards().size() + val_.finished_shards().size();
-    position_ = {m.at("position").at("file").get<std::uint32_t>(), m.at("position").at("units").get<std::uint64_t>()};
-    return position_;
+    journal_ = std::make_unique<JsonJournal>(root / kJournalName, resume ? resume->journal_bytes : 0);
   }
 
+  InputPosition position() const noexcept { return position_; }
+
   void add_document(bool val, std::span<const std::uint32_t> ids) {
-    (val ? val_ : train_).add(ids, [this] { save_manifest(); });
+    (val ? val_ : train_).add(ids, [this, val] { journal_shard(val); });
   }
   void done_with(const TextRecord& r) { position_ = {r.file, r.units_after}; }
 
@@ -377,32 +392,54 @@ class CorpusSink {
   std::uint64_t shards_reused = 0;
 
  private:
-  // Saves where the run stands, right after a shard was finished and before the record that
-  // did not fit is counted or written: the position, the counters and both splits agree.
-  void save_manifest() {
-    ordered_json m;
-    m["manifest_version"] = kManifestVersion;
-    m["run_key"] = key_;
-    m["run"] = run_;
-    m["position"] = {{"file", position_.file}, {"units", position_.units}};
+  // Takes up where the journal's last line left off.
+  void restore(const ResumePoint& p) {
+    const auto& c = p.last.at("counters");
+    counters.train = split_counters_from(c.at("train"));
+    counters.val = split_counters_from(c.at("val"));
+    counters.blank_lines = c.at("blank_lines").get<std::uint64_t>();
+    for (const auto& [reason, s] : c.at("skipped").items()) {
+      counters.skipped[reason] =
+          SkippedLines{s.at("count").get<std::uint64_t>(), s.at("first_line").get<std::uint64_t>(),
+                       s.at("first_detail").get<std::string>()};
+    }
+    train_.restore(p.train);
+    val_.restore(p.val);
+    shards_reused = train_.finished_shards().size() + val_.finished_shards().size();
+    const auto& at = p.last.at("position");
+    position_ = {at.at("file").get<std::uint32_t>(), at.at("units").get<std::uint64_t>()};
+  }
+
+  // Appends the shard `val`'s split just finished to the journal, with where the run stands,
+  // right after the shard was finished and before the record that did not fit is counted or
+  // written: the position, the counters and both splits agree. A line's size does not grow
+  // with the run, so neither does the cost of a shard.
+  void journal_shard(bool val) {
+    train_.sync();
+    val_.sync();
+    const CorpusShardWriter& split = val ? val_ : train_;
     ordered_json skipped = ordered_json::object();
     for (const auto& [reason, s] : counters.skipped) {
       skipped[reason] = {{"count", s.count}, {"first_line", s.first_line}, {"first_detail", s.first_detail}};
     }
     // Finished shards are counted when the run ends, from the writers.
-    m["counters"] = {{"train", split_counters_json(counters.train)},
-                     {"val", split_counters_json(counters.val)},
-                     {"blank_lines", counters.blank_lines},
-                     {"skipped", skipped}};
-    m["splits"] = {{"train", split_state_json(train_.state())}, {"val", split_state_json(val_.state())}};
-    write_json_atomically(root_ / kManifestName, m);
+    const ordered_json line = {{"split", val ? "val" : "train"},
+                               {"index", split.finished_shards().size() - 1},
+                               {"shard", shard_json(split.finished_shards().back())},
+                               {"position", {{"file", position_.file}, {"units", position_.units}}},
+                               {"counters",
+                                {{"train", split_counters_json(counters.train)},
+                                 {"val", split_counters_json(counters.val)},
+                                 {"blank_lines", counters.blank_lines},
+                                 {"skipped", skipped}}},
+                               {"open",
+                                {{"train", {{"tokens", train_.open_tokens()}, {"documents", train_.open_documents()}}},
+                                 {"val", {{"tokens", val_.open_tokens()}, {"documents", val_.open_documents()}}}}}};
+    journal_->append(line.dump());
   }
 
- private:
-  fs::path root_;
   CorpusShardWriter train_, val_;
-  std::string key_;
-  ordered_json run_;
+  std::unique_ptr<JsonJournal> journal_;
   InputPosition position_;
 };
 
@@ -470,7 +507,7 @@ class TextCorpusRun {
     if (ec) throw Error(ErrorKind::io, "cannot create '" + out_dir.parent_path().string() + "': " + ec.message());
 
     std::unique_ptr<StagingDir> staging;
-    std::optional<nlohmann::json> manifest;
+    std::optional<ResumePoint> manifest;
     if (o_.resume) {
       staging = StagingDir::adopt_stale(out_dir, [&](const fs::path& dir) {
         manifest = read_manifest(dir, key);
@@ -481,10 +518,9 @@ class TextCorpusRun {
     if (!staging) staging = std::make_unique<StagingDir>(out_dir);
     check_stop(o_);
 
-    CorpusSink sink(staging->path(), o_, dtype, key, run);
-    InputPosition from;
+    CorpusSink sink(staging->path(), o_, dtype, key, run, manifest);
+    const InputPosition from = sink.position();
     if (manifest) {
-      from = sink.restore(*manifest);
       summary_.resumed = true;
       summary_.shards_reused = sink.shards_reused;
       log_line(LogLevel::info, "[tokenfeed] prepare-text: resuming '" + out_dir.string() + "' with " +
@@ -511,6 +547,7 @@ class TextCorpusRun {
     }
     if (summary_.val.documents == 0) fs::remove_all(staging->path() / "val", ec);
     fs::remove(staging->path() / kManifestName, ec);
+    fs::remove(staging->path() / kJournalName, ec);
 
     summary_.input_files = inputs.size();
     summary_.input_bytes = total_bytes_;
@@ -633,10 +670,10 @@ class TextCorpusRun {
       const bool val = c.val[i] != 0;
       switch (r.kind) {
         case TextRecord::Kind::blank:
-          ++counters.blank_lines;
+          counters.blank_lines += r.repeat;
           break;
         case TextRecord::Kind::empty:
-          ++counters.split(val).empty_documents;
+          counters.split(val).empty_documents += r.repeat;
           break;
         case TextRecord::Kind::bad:
           count_bad(counters, r, val, names[r.file] + ":" + std::to_string(r.line));
@@ -691,7 +728,7 @@ class TextCorpusRun {
           input_done = true;
           break;
         }
-        bytes += r.text.size() + 1;
+        bytes += r.text.size() + r.repeat;  // a run of empty lines: its line ends
         c->records.push_back(std::move(r));
       }
       c->bytes_read_after = reader.bytes_read();
@@ -761,6 +798,8 @@ class TextCorpusRun {
 
 }  // namespace
 
-PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options) { return TextCorpusRun(options).run(); }
+PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options) {
+  return filesystem_errors_as_io([&] { return TextCorpusRun(options).run(); });
+}
 
 }  // namespace tokenfeed

@@ -64,14 +64,46 @@ std::size_t valid_utf8_prefix(std::string_view s) {
   return n;
 }
 
+// The directory glob(3) could not read, and why: its error callback takes no user data.
+struct GlobFailure {
+  std::string path;
+  int error = 0;
+};
+thread_local GlobFailure t_glob_failure;
+
+int note_glob_failure(const char* path, int error) {
+  if (t_glob_failure.error == 0) t_glob_failure = {path, error};
+  return 0;  // GLOB_ERR stops the expansion
+}
+
 bool is_blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
 
-void make_bad(TextRecord& r, std::string_view reason, std::string detail) {
+// `s` with each byte that is not part of valid UTF-8 written as \xNN: a detail quotes the
+// record (the JSON parser's "last read: ..."), and the message must stay text for a terminal
+// and for Python, whose exceptions hold str.
+std::string printable_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    const std::size_t valid = valid_utf8_prefix(s);
+    out.append(s.substr(0, valid));
+    if (valid == s.size()) break;
+    static constexpr char kHex[] = "0123456789abcdef";
+    const auto byte = static_cast<unsigned char>(s[valid]);
+    out += "\\x";
+    out += kHex[byte >> 4];
+    out += kHex[byte & 0xF];
+    s.remove_prefix(valid + 1);
+  }
+  return out;
+}
+
+void make_bad(TextRecord& r, std::string_view reason, const std::string& detail) {
   r.kind = TextRecord::Kind::bad;
   r.reason = reason;
-  r.detail = std::move(detail);
+  r.detail = printable_utf8(detail);
 }
 
 }  // namespace
@@ -123,14 +155,21 @@ std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& pa
   std::vector<std::string> paths;
   for (const std::string& pattern : patterns) {
     glob_t matches{};
-    const int rc = ::glob(pattern.c_str(), GLOB_NOSORT | GLOB_ERR, nullptr, &matches);
-    if (rc == GLOB_NOMATCH || (rc == 0 && matches.gl_pathc == 0)) {
+    t_glob_failure = {};
+    const int rc = ::glob(pattern.c_str(), GLOB_NOSORT | GLOB_ERR, note_glob_failure, &matches);
+    // One rule, whether the pattern's directory exists or not: a missing input is a file
+    // that cannot be read (ErrorKind::io, the command's exit status 3).
+    if (rc == GLOB_NOMATCH || (rc == 0 && matches.gl_pathc == 0) ||
+        (rc == GLOB_ABORTED && (t_glob_failure.error == ENOENT || t_glob_failure.error == ENOTDIR))) {
       ::globfree(&matches);
-      throw Error(ErrorKind::config, "input '" + pattern + "' matches no file");
+      throw Error(ErrorKind::io, "input '" + pattern + "' matches no file");
     }
     if (rc != 0) {
       ::globfree(&matches);
-      throw Error(ErrorKind::io, "cannot expand input '" + pattern + "' (a directory could not be read)");
+      throw Error(
+          ErrorKind::io,
+          "cannot expand input '" + pattern + "': directory '" + t_glob_failure.path + "' cannot be read" +
+              (t_glob_failure.error != 0 ? ": " + std::string(std::strerror(t_glob_failure.error)) : std::string()));
     }
     for (std::size_t i = 0; i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
     ::globfree(&matches);
@@ -234,12 +273,22 @@ struct TextFileReader::Impl {
     make_bad(r, kTextReasonTooLong, "longer than " + std::to_string(options.max_document_bytes) + " bytes");
   }
 
+  // A record for an empty line and the empty lines that follow it.
+  void empty_run(TextRecord& r, TextRecord::Kind kind) {
+    const std::uint64_t more = lines->skip_empty_lines(kMaxEmptyLineRun - 1);
+    units += more;
+    r.kind = kind;
+    r.repeat = 1 + more;
+  }
+
   bool next_jsonl(TextRecord& r) {
     start(r);
     bool long_line = false;
     if (!next_line(long_line)) return false;
     if (long_line) {
       too_long(r);
+    } else if (line.empty()) {
+      empty_run(r, TextRecord::Kind::blank);
     } else {
       r.kind = TextRecord::Kind::json_line;
       r.text = std::move(line);
@@ -254,6 +303,8 @@ struct TextFileReader::Impl {
     if (!next_line(long_line)) return false;
     if (long_line) {
       too_long(r);
+    } else if (line.empty()) {
+      empty_run(r, TextRecord::Kind::empty);
     } else {
       r.text = std::move(line);
       line = std::string();
@@ -268,6 +319,7 @@ struct TextFileReader::Impl {
       start(r);
       if (!next_line(long_line)) return false;
       if (long_line || !line.empty()) break;
+      units += lines->skip_empty_lines(std::numeric_limits<std::uint64_t>::max());
     }
     bool bad = false;
     for (;;) {

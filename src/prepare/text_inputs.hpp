@@ -47,7 +47,14 @@ struct TextRecord {
   std::uint32_t file = 0;         // index into the input files
   std::uint64_t line = 0;         // first line (or row) of the record in its file, from 1
   std::uint64_t units_after = 0;  // units of the file consumed through this record
+  // empty and blank: the consecutive empty lines the record stands for (a run of them is
+  // read as one record, so that it costs what reading its bytes costs); 1 otherwise.
+  std::uint64_t repeat = 1;
 };
+
+// The most empty lines one record stands for: a run of a billion still gives records often
+// enough for the progress line and a resumable position to move.
+inline constexpr std::uint64_t kMaxEmptyLineRun = std::uint64_t{1} << 16;
 
 // Reasons a record is bad, as counted in the summary.
 inline constexpr std::string_view kTextReasonInvalidJson = "invalid_json";    // not JSON (or not UTF-8 JSON)

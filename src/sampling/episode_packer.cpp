@@ -5,7 +5,10 @@
 namespace tokenfeed {
 
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead, const std::vector<bool>& follows) {
+                          std::size_t lookahead, const std::vector<bool>& follows,
+                          const std::vector<std::uint32_t>* occupied_of) {
+  const std::vector<std::uint32_t>& occupies = occupied_of != nullptr ? *occupied_of : positions_of;
+  const auto occupied = [&occupies](std::uint64_t id) { return occupies[id]; };
   PackedEpoch packed;
   packed.episodes.reserve(static_cast<std::size_t>(order.size()));
   packed.row_begin.push_back(0);
@@ -21,7 +24,7 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
   refill();
   while (!pending.empty()) {
     // The oldest unplaced episode opens the row.
-    std::uint32_t free = capacity - positions_of[pending.front()];
+    std::uint32_t free = capacity - occupied(pending.front());
     packed.positions += positions_of[pending.front()];
     packed.episodes.push_back(pending.front());
     pending.erase(pending.begin());
@@ -32,11 +35,11 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
         // A piece whose predecessor is unplaced waits for it; the predecessor, older and
         // adjacent in `order`, is then right before it in the window.
         if (!follows.empty() && i > 0 && follows[pending[i]] && pending[i - 1] == pending[i] - 1) continue;
-        const std::uint32_t p = positions_of[pending[i]];
-        if (p <= free && (best == pending.size() || p > positions_of[pending[best]])) best = i;
+        const std::uint32_t p = occupied(pending[i]);
+        if (p <= free && (best == pending.size() || p > occupied(pending[best]))) best = i;
       }
       if (best == pending.size()) break;
-      free -= positions_of[pending[best]];
+      free -= occupied(pending[best]);
       packed.positions += positions_of[pending[best]];
       packed.episodes.push_back(pending[best]);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(best));
@@ -45,6 +48,12 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
     packed.row_begin.push_back(packed.episodes.size());
   }
   return packed;
+}
+
+std::vector<std::uint32_t> occupied_padded(const std::vector<std::uint32_t>& positions_of, std::uint32_t multiple) {
+  std::vector<std::uint32_t> out(positions_of.size());
+  for (std::size_t id = 0; id < out.size(); ++id) out[id] = (positions_of[id] + multiple - 1) / multiple * multiple;
+  return out;
 }
 
 }  // namespace tokenfeed

@@ -54,15 +54,25 @@ namespace tokenfeed {
 struct PackedEpoch {
   std::vector<std::uint64_t> episodes;   // global episode ids, row after row
   std::vector<std::uint64_t> row_begin;  // rows() + 1 offsets into `episodes`
-  std::uint64_t positions = 0;           // input positions used by all rows together
+  std::uint64_t positions = 0;           // input positions the episodes hold, all rows together
+                                         // (their padding to `multiple` not counted)
   std::uint64_t rows() const noexcept { return row_begin.empty() ? 0 : row_begin.size() - 1; }
 };
 
-// `positions_of[id]` is the number of input positions episode `id` occupies (its kept
-// length - 1), in [1, capacity]. `follows` is empty, or says per id whether it is a piece
-// that follows id - 1 (above). REQUIRES: every id in `order` indexes positions_of (and
-// follows, when not empty); lookahead >= 1.
+// `positions_of[id]` is the number of input positions episode `id` holds (its kept
+// length - 1), in [1, capacity]. `occupied_of`, when not null, is what each occupies in a
+// row instead (context parallelism pads every sequence to a multiple of 2·cp positions:
+// occupied_padded), and the packer fits those lengths everywhere above; PackedEpoch's
+// positions still counts positions_of. `follows` is empty, or says per id whether it is a
+// piece that follows id - 1 (above). REQUIRES: every id in `order` indexes positions_of
+// (and occupied_of, follows, when given); lookahead >= 1; occupied_of[id] in
+// [positions_of[id], capacity].
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
-                          std::size_t lookahead, const std::vector<bool>& follows = {});
+                          std::size_t lookahead, const std::vector<bool>& follows = {},
+                          const std::vector<std::uint32_t>* occupied_of = nullptr);
+
+// positions_of, each rounded up to a multiple of `multiple` (>= 1): the lengths
+// pack_episodes fits with context-parallel padding.
+std::vector<std::uint32_t> occupied_padded(const std::vector<std::uint32_t>& positions_of, std::uint32_t multiple);
 
 }  // namespace tokenfeed
