@@ -532,8 +532,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(log, "a") as f:
         f.write("2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_complete | split=\"tra")
     r = run("audit", log)
-    check(r.returncode == 0 and "  torn       line 7 was cut short (the process was killed while writing it): "
-          "2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_complete | split=\"tra" in r.stdout,
+    check(r.returncode == 0 and "  torn       line 7 was cut short (the process was killed while writing it), 79 "
+          "bytes: 2026-01-01T00:00:00.000Z | TRAINING | INFO | action=epoch_complete | split=\"tra" in r.stdout,
           f"audit reports a torn last line: {r.returncode} {r.stdout}")
     with open(log) as f:
         lines = f.readlines()
