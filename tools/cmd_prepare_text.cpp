@@ -74,6 +74,7 @@ struct PrepareTextArgs {
   std::string on_error = "fail";
   std::string hf_tokenizer;
   std::string tokenizer_impl = "auto";  // --hf-tokenizer's encoder: native, tokenizers or auto
+  double verify_sample = 0.001;         // of the native run's documents, encoded by the package too
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
 };
@@ -92,6 +93,8 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--doc-per", a.doc_per);
   if (!a.hf_tokenizer.empty()) {
     add("--hf-tokenizer", a.hf_tokenizer);
+    add("--tokenizer-impl", a.tokenizer_impl);
+    add("--verify-sample", exact_double(a.verify_sample));
   } else {
     add("--tokenizer", o.tokenizer);
   }
@@ -119,7 +122,10 @@ bool has_parquet(const PrepareTextArgs& args) {
 
 // --hf-tokenizer with the native byte-level BPE (hf-bpe:) when --tokenizer-impl allows and the
 // native encoder supports the file (auto tells why it does not, then runs the tokenizers
-// package); the Python program otherwise, as for parquet input.
+// package); the Python program otherwise, as for parquet input. A native run with
+// --verify-sample is the Python program's too when its interpreter has the tokenizers package
+// (the verifier; the encoding is still the library's, on its threads), else this command's
+// without verification, said on stderr.
 bool needs_python(PrepareTextArgs& args) {
   if (args.hf_tokenizer.empty()) return has_parquet(args);
   if (args.tokenizer_impl == "tokenizers") return true;
@@ -127,6 +133,12 @@ bool needs_python(PrepareTextArgs& args) {
   std::string refusal = hf_bpe_unsupported(file);
   if (refusal.empty() && has_parquet(args)) refusal = "parquet input is read by the Python package";
   if (refusal.empty()) {
+    args.tokenizer_impl = "native";
+    if (args.verify_sample > 0) {
+      const std::string why_not = python_cannot_import("tokenizers, tokenfeed._tokenfeed");
+      if (why_not.empty()) return true;
+      std::fprintf(stderr, "tokenfeed prepare-text: --verify-sample: %s; no document is verified\n", why_not.c_str());
+    }
     args.options.tokenizer = "hf-bpe:" + file;
     args.hf_tokenizer.clear();
     return false;
@@ -136,6 +148,7 @@ bool needs_python(PrepareTextArgs& args) {
                "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
                "package\n",
                refusal.c_str());
+  args.tokenizer_impl = "tokenizers";
   return true;
 }
 
@@ -244,6 +257,12 @@ void add_prepare_text_command(CLI::App& app) {
                   "--hf-tokenizer's encoder: native (tokenfeed's byte-level BPE, the same ids), tokenizers (the "
                   "Python package), or auto (native when it supports the tokenizer.json)")
       ->check(CLI::IsMember({"auto", "native", "tokenizers"}))
+      ->capture_default_str();
+  cmd->add_option("--verify-sample", args->verify_sample,
+                  "With the native encoder and the tokenizers package installed: the fraction of documents (by "
+                  "content hash) the package encodes too; the first difference stops the run naming the document "
+                  "(0: none)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   auto* eos = cmd->add_option("--eos-token", args->eos_token,
                               "The end-of-text token appended to each document (default: the tokenizer's own)");

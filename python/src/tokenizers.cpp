@@ -84,6 +84,11 @@ void bind_tokenizers(nb::module_& m) {
       "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260), 'sentencepiece:MODEL' or "
       "'hf-bpe:TOKENIZER_JSON' (a Hugging Face byte-level BPE encoded natively, with the tokenizers "
       "package's ids; a file using a feature it cannot reproduce raises ConfigError naming it).");
+  m.def(
+      "_hf_bpe_unsupported",
+      [](const std::string& tokenizer_json) { return tokenfeed::hf_bpe_unsupported(tokenizer_json); },
+      "tokenizer_json"_a,
+      "Why the native hf-bpe: tokenizer cannot encode this tokenizer.json exactly ('' when it can).");
 }
 
 }  // namespace tokenfeed_python
