@@ -195,7 +195,7 @@ struct PrepareTextSummary {
   TokenDtype token_dtype = TokenDtype::uint16;
   std::uint64_t vocab_size = 0;
   std::optional<std::uint32_t> eos_id, bos_id;
-  std::uint64_t shards_reused = 0;  // finished shards kept from a resumed run
+  std::uint64_t shards_reused = 0;       // finished shards kept from a resumed run
   std::uint64_t verified_documents = 0;  // encoded again by verify_encoder, the same ids (this run's)
   bool resumed = false;
   double seconds = 0;
