@@ -38,10 +38,22 @@ MAY_INCLUDE = {
     "sampling": {"util"},
     "pipeline": {"util", "io"},
     "modes": {"util", "io", "dataset", "sampling", "pipeline"},
-    "loader": {"util", "io", "dataset", "sampling", "modes", "pipeline", "chat", "tokenizer"},
+    # The XML configuration and its key table; the launch facts its checks name.
+    "config": {"util", "io", "sampling", "launch"},
+    # Where the process stands on its node: launcher ranks, CPU share, memory bound, layout.
+    "launch": {"util", "pipeline"},
+    # The audit log: writer, the loader's records, reader.
+    "audit": {"util", "io"},
+    # One dataset's splits as the loader opens them: settled options, fingerprint, the split
+    # set, each split per sampling layout, the resume state, weight changes.
+    "splits": {"util", "io", "dataset", "sampling", "modes", "pipeline", "launch", "audit"},
+    # A mixture: a split set over single datasets' splits.
+    "mixture": {"util", "io", "dataset", "sampling", "modes", "pipeline", "launch", "splits"},
+    # The facade: the public Loader over one dataset's or a mixture's split set.
+    "loader": {"util", "io", "launch", "splits", "mixture"},
     # RL batches: prompts read like a dataset split (resolving the config as the loader
     # does), scored groups packed into pooled batches.
-    "rl": {"util", "io", "dataset", "sampling", "modes", "pipeline", "loader"},
+    "rl": {"util", "io", "dataset", "sampling", "modes", "pipeline", "splits"},
     "tokenizer": {"util", "io"},
     "chat": {"util", "io", "tokenizer"},
     "prepare": {"util", "io", "dataset", "tokenizer", "chat"},
@@ -50,14 +62,14 @@ MAY_INCLUDE = {
     # Dataset inspection (`tokenfeed inspect`, Python's tokenfeed.inspect()): a front beside
     # the loader that reports each refusal instead of stopping at the first, through the
     # rules' own functions; its percentiles are measure/'s. Nothing of the core includes it.
-    "inspect": {"util", "io", "dataset", "sampling", "modes", "loader", "measure"},
+    "inspect": {"util", "io", "dataset", "sampling", "modes", "launch", "splits", "mixture", "measure"},
 }
 
 # Folders whose code starts no thread, waits on none and uses neither TBB nor the ring: it
 # may be thread-safe (a mutex, an atomic: <mutex>, <shared_mutex>, <atomic>), but
 # concurrency is the pipeline's business. The headers that start or wait on threads, in
 # the standard library, POSIX, C11, OpenMP, oneTBB and Boost:
-NO_THREADS = {"util", "io", "dataset", "sampling", "tokenizer", "chat"}
+NO_THREADS = {"util", "io", "dataset", "sampling", "tokenizer", "chat", "config", "audit"}
 THREAD_HEADERS = re.compile(
     r"^(thread|condition_variable|future|stop_token|semaphore|latch|barrier|execution|"
     r"pthread\.h|threads\.h|omp\.h|"
@@ -99,7 +111,7 @@ USER_INTERNAL = {
     # Rules the core holds, bound instead of rewritten in Python: the staging protocol, the
     # output check and dtype rule, the config parser's integer check.
     "python/src/output_dir.cpp": {"io/staging_dir.hpp", "prepare/output_dir.hpp"},
-    "python/src/mixture.cpp": {"loader/config_values.hpp"},
+    "python/src/mixture.cpp": {"config/config_values.hpp"},
 }
 
 # A public header includes only the standard library (C++20's headers, by name) and other

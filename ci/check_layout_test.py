@@ -123,7 +123,7 @@ PLANTS = [
      lambda r: write(r / "tools/planted.cpp", '#include "pipeline/batch_pool.hpp"\n'),
      "tools/planted.cpp", "user-internal"),
     ("an internal header in perf/ that USER_INTERNAL does not list",
-     lambda r: write(r / "perf/planted.cpp", '#include "loader/audit_log.hpp"\n'),
+     lambda r: write(r / "perf/planted.cpp", '#include "audit/audit_log.hpp"\n'),
      "perf/planted.cpp", "user-internal"),
     ("an internal header in python/src/ that USER_INTERNAL does not list",
      lambda r: write(r / "python/src/planted.cpp", '#include "pipeline/split_pipeline.hpp"\n'),

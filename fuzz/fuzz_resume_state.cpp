@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "loader/resume_state.hpp"
+#include "splits/resume_state.hpp"
 #include "tokenfeed/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

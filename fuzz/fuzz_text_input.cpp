@@ -40,8 +40,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     while (reader.next(record)) {
       if (record.units_after < last) std::abort();  // positions only move forward
       last = record.units_after;
-      parse_text_record(record, options.text_field);
+      parse_text_record(record, options);
       if (record.kind == TextRecord::Kind::text && record.text.empty()) std::abort();  // "" is an empty document
+      if (record.kind == TextRecord::Kind::text && record.text.size() > options.max_document_bytes) std::abort();
       if (record.kind == TextRecord::Kind::bad && record.reason.empty()) std::abort();
     }
   } catch (const Error&) {

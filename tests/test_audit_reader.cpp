@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/audit_log.hpp"
+#include "audit/audit_log.hpp"
 #include "tokenfeed/audit.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/loader.hpp"

@@ -1,6 +1,6 @@
 // The CPUs a process may really use (affinity, cgroup quota, the job's ranks on the node)
 // and the defaults taken from them: decode_threads and the memory budget.
-#include "loader/cpu_share.hpp"
+#include "launch/cpu_share.hpp"
 
 #include <doctest/doctest.h>
 
@@ -8,8 +8,8 @@
 
 #include <mutex>
 
-#include "loader/launcher_ranks.hpp"
-#include "loader/resolved_options.hpp"
+#include "launch/launcher_ranks.hpp"
+#include "splits/resolved_options.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/loader.hpp"

@@ -11,11 +11,11 @@
 
 #include <sys/stat.h>
 
-#include "loader/audit_log.hpp"
+#include "audit/audit_log.hpp"
 #include "pipeline/batch_pool.hpp"
 #include "chat/conversation_jsonl.hpp"
 #include "dataset/dataset_metadata.hpp"
-#include "loader/resume_state.hpp"
+#include "splits/resume_state.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

@@ -387,6 +387,50 @@ TEST_CASE("prepare-text: bad lines fail naming file and line, or are skipped and
   CHECK_THROWS_WITH_AS(prepare_text_corpus(l), doctest::Contains("long.jsonl:1: document_too_long"), Error);
 }
 
+TEST_CASE("prepare-text: --max-document-bytes bounds the text as decoded, and a JSONL line at 6 x + 1 MiB") {
+  test::TempDir dir;
+  const auto tokenizer = make_tokenizer("bytes");
+  std::string escaped;  // 100 bytes of text in 600 bytes of JSON
+  for (int i = 0; i < 100; ++i) escaped += "\\u0041";
+  const std::string big_field((std::size_t{1} << 20) + 1000, 'm');
+  const std::vector<std::string> lines = {
+      "{\"text\": \"" + std::string(100, 'x') + "\", \"id\": 1}",            // 1: exactly the limit
+      "{\"text\": \"" + std::string(101, 'x') + "\"}",                       // 2: one byte over
+      "{\"text\": \"" + escaped + "\"}",                                     // 3: decoded to 100 bytes
+      "{\"meta\": \"" + big_field.substr(0, 1000) + "\", \"text\": \"y\"}",  // 4: other fields count little
+      "{\"meta\": \"" + big_field + "\", \"text\": \"z\"}",                  // 5: over 6 x 100 + 1 MiB
+  };
+  std::string jsonl;
+  for (const std::string& line : lines) jsonl += line + "\n";
+  write_bytes(dir / "c.jsonl", jsonl);
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "out");
+  o.read.max_document_bytes = 100;
+  o.on_error = OnBadLine::skip;
+  const PrepareTextSummary s = prepare_text_corpus(o);
+  CHECK(s.train.documents == 3);
+  REQUIRE(s.skipped.count("document_too_long") == 1);
+  CHECK(s.skipped.at("document_too_long").count == 2);
+  CHECK(s.skipped.at("document_too_long").first_line == 2);
+  CHECK(s.skipped.at("document_too_long").first_detail.find("the text is 101 bytes, longer than 100") !=
+        std::string::npos);
+  CHECK(read_token_split(dir / "out" / "train", o.shard_tokens) ==
+        std::vector<Ids>{expected_ids(*tokenizer, std::string(100, 'x')),
+                         expected_ids(*tokenizer, std::string(100, 'A')), expected_ids(*tokenizer, "y")});
+
+  // Under --on-error fail the raw line's limit is named with its file and line.
+  write_bytes(dir / "d.jsonl", lines[0] + "\n" + lines[4] + "\n");
+  PrepareTextOptions f = base_options(dir / "d.jsonl", dir / "out_f");
+  f.read.max_document_bytes = 100;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(f),
+                       doctest::Contains("d.jsonl:2: document_too_long: the line is longer than 1049176 bytes"), Error);
+  // Plain text keeps measuring the line itself.
+  write_bytes(dir / "p.txt", std::string(100, 'p') + "\n" + std::string(101, 'q') + "\n");
+  PrepareTextOptions t = base_options(dir / "p.txt", dir / "out_t");
+  t.read.doc_per = DocPer::line;
+  t.read.max_document_bytes = 100;
+  CHECK_THROWS_WITH_AS(prepare_text_corpus(t), doctest::Contains("p.txt:2: document_too_long"), Error);
+}
+
 TEST_CASE("prepare-text: runs of empty lines are counted line by line, across buffers and with CRLF") {
   test::TempDir dir;
   // "xy\n" first puts a "\r\n" across the reader's 1 MiB buffers; 70,000 passes a record's run.
@@ -657,6 +701,54 @@ TEST_CASE("prepare-text: an interrupted run resumed keeps its finished shards an
     const PrepareTextSummary s = prepare_text_corpus(changed);
     CHECK(!s.resumed);
     CHECK(s.removed_stale_dirs.size() == 1);
+  }
+}
+
+TEST_CASE("prepare-text: resume_check content tells an input rewritten in place, stat takes it by size and time" *
+          doctest::timeout(120)) {
+  test::TempDir dir;
+  PrepareTextOptions o = corpus_with_val(dir.path(), "full", 2000);
+  const fs::path input = dir / "c.jsonl";
+  // The same bytes but one: a JSONL input rewritten in place, its size and time put back.
+  const auto rewrite_in_place = [&] {
+    const auto mtime = fs::last_write_time(input);
+    std::string bytes = read_bytes(input);
+    const std::size_t at = bytes.find("the");  // ASCII: the line stays valid UTF-8
+    REQUIRE(at != std::string::npos);
+    bytes[at + 2] = 'y';
+    write_bytes(input, bytes);
+    fs::last_write_time(input, mtime);
+  };
+
+  for (const ResumeCheck check : {ResumeCheck::stat, ResumeCheck::content}) {
+    CAPTURE(to_string(check));
+    write_bytes(input, jsonl_of(sample_documents(3000)));
+    o.resume_check = check;
+    const fs::path out = dir / (std::string("resumed_") + to_string(check));
+    interrupt_after(o, out, 3);
+    rewrite_in_place();
+    PrepareTextOptions again = o;
+    again.output_dir = out;
+    again.resume = true;
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    // stat cannot tell: it takes the run over; content starts from the beginning.
+    CHECK(s.resumed == (check == ResumeCheck::stat));
+  }
+
+  SUBCASE("content resumes an unchanged input, and the option is part of the run's key") {
+    o.resume_check = ResumeCheck::content;
+    interrupt_after(o, dir / "same", 3);
+    PrepareTextOptions again = o;
+    again.output_dir = dir / "same";
+    again.resume = true;
+    PrepareTextOptions other = again;
+    other.output_dir = dir / "other";
+    interrupt_after(o, dir / "other", 3);
+    other.resume_check = ResumeCheck::stat;
+    CHECK_FALSE(prepare_text_corpus(other).resumed);
+    const PrepareTextSummary s = prepare_text_corpus(again);
+    CHECK(s.resumed);
+    CHECK(s.shards_reused > 0);
   }
 }
 

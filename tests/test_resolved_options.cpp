@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "loader/resolved_options.hpp"
+#include "splits/resolved_options.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/loader.hpp"
 

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "tokenfeed/audit.hpp"
-#include "loader/weight_changes.hpp"
+#include "splits/weight_changes.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"

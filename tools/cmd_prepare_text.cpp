@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -52,7 +53,10 @@ Shards hold at most --shard-tokens tokens and are cut only at document ends.
 The run is staged in a hidden directory beside DIR and renamed at the end. A run that is
 killed or interrupted (SIGINT, SIGTERM, SIGHUP) can be continued with --resume: every shard
 it finished is kept and the rest redone, giving the same bytes as an uninterrupted run, as
-long as the inputs and options are the same. Without --resume the leftover is removed.
+long as the inputs and options are the same. The inputs are known by path, size and
+modification time; --resume-check content adds their bytes' SHA-256 (for inputs rewritten
+in place; give it to the first run and its resumes alike). Without --resume the leftover is
+removed.
 
 Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
 value), 3 (a file that cannot be read or written, an input that matches no file), 4 (a bad
@@ -72,9 +76,8 @@ struct PrepareTextArgs {
   bool no_eos = false;
   std::string token_dtype = "auto";
   std::string on_error = "fail";
-  std::string hf_tokenizer;
-  std::string tokenizer_impl = "auto";  // --hf-tokenizer's encoder: native, tokenizers or auto
-  double verify_sample = 0.001;         // of the native run's documents, encoded by the package too
+  std::string resume_check = "stat";
+  std::string hf_tokenizer;  // with options.tokenizer_impl and options.verify_fraction
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
 };
@@ -93,8 +96,8 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--doc-per", a.doc_per);
   if (!a.hf_tokenizer.empty()) {
     add("--hf-tokenizer", a.hf_tokenizer);
-    add("--tokenizer-impl", a.tokenizer_impl);
-    add("--verify-sample", exact_double(a.verify_sample));
+    add("--tokenizer-impl", o.tokenizer_impl);
+    add("--verify-sample", exact_double(o.verify_fraction));
   } else {
     add("--tokenizer", o.tokenizer);
   }
@@ -110,6 +113,7 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--workers", std::to_string(o.workers));
   add("--progress-seconds", exact_double(a.progress_seconds));
   if (o.resume) argv.emplace_back("--resume");
+  add("--resume-check", a.resume_check);
   return argv;
 }
 
@@ -128,13 +132,15 @@ bool has_parquet(const PrepareTextArgs& args) {
 // without verification, said on stderr.
 bool needs_python(PrepareTextArgs& args) {
   if (args.hf_tokenizer.empty()) return has_parquet(args);
-  if (args.tokenizer_impl == "tokenizers") return true;
+  if (args.options.tokenizer_impl == "tokenizers") return true;
   const std::string file = (std::filesystem::path(args.hf_tokenizer) / "tokenizer.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return true;  // the Python program says what DIR lacks
   std::string refusal = hf_bpe_unsupported(file);
   if (refusal.empty() && has_parquet(args)) refusal = "parquet input is read by the Python package";
   if (refusal.empty()) {
-    args.tokenizer_impl = "native";
-    if (args.verify_sample > 0) {
+    args.options.tokenizer_impl = "native";
+    if (args.options.verify_fraction > 0) {
       const std::string why_not = python_cannot_import("tokenizers, tokenfeed._tokenfeed");
       if (why_not.empty()) return true;
       std::fprintf(stderr, "tokenfeed prepare-text: --verify-sample: %s; no document is verified\n", why_not.c_str());
@@ -143,12 +149,12 @@ bool needs_python(PrepareTextArgs& args) {
     args.hf_tokenizer.clear();
     return false;
   }
-  if (args.tokenizer_impl == "native") throw Error(ErrorKind::config, "--tokenizer-impl native: " + refusal);
+  if (args.options.tokenizer_impl == "native") throw Error(ErrorKind::config, "--tokenizer-impl native: " + refusal);
   std::fprintf(stderr,
                "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
                "package\n",
                refusal.c_str());
-  args.tokenizer_impl = "tokenizers";
+  args.options.tokenizer_impl = "tokenizers";
   return true;
 }
 
@@ -191,6 +197,7 @@ void run_prepare_text(PrepareTextArgs& args) {
   o.read.doc_per = parse_doc_per(args.doc_per);
   o.token_dtype = args.token_dtype == "auto" ? std::nullopt : parse_token_dtype(args.token_dtype);
   o.on_error = args.on_error == "skip" ? OnBadLine::skip : OnBadLine::fail;
+  o.resume_check = args.resume_check == "content" ? ResumeCheck::content : ResumeCheck::stat;
   if (!args.eos_token.empty()) o.eos_token = args.eos_token;
   o.append_eos = !args.no_eos;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
@@ -253,12 +260,12 @@ void add_prepare_text_command(CLI::App& app) {
   cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
                   "A local Hugging Face tokenizer directory (tokenizer.json): runs the Python package")
       ->excludes(tokenizer);
-  cmd->add_option("--tokenizer-impl", args->tokenizer_impl,
+  cmd->add_option("--tokenizer-impl", o.tokenizer_impl,
                   "--hf-tokenizer's encoder: native (tokenfeed's byte-level BPE, the same ids), tokenizers (the "
                   "Python package), or auto (native when it supports the tokenizer.json)")
       ->check(CLI::IsMember({"auto", "native", "tokenizers"}))
       ->capture_default_str();
-  cmd->add_option("--verify-sample", args->verify_sample,
+  cmd->add_option("--verify-sample", o.verify_fraction,
                   "With the native encoder and the tokenizers package installed: the fraction of documents (by "
                   "content hash) the package encodes too; the first difference stops the run naming the document "
                   "(0: none)")
@@ -283,13 +290,18 @@ void add_prepare_text_command(CLI::App& app) {
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   cmd->add_option("--max-document-bytes", o.read.max_document_bytes,
-                  "A longer line or document is a bad line (document_too_long)")
+                  "A longer document (a JSONL text as decoded) is a bad line (document_too_long)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--workers", o.workers, "Threads that parse and tokenize (0: all cores)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue a killed run into the same DIR, keeping its finished shards");
+  cmd->add_option("--resume-check", args->resume_check,
+                  "What tells a resume the inputs are unchanged: stat (path, size, mtime) or content (also "
+                  "their SHA-256, every input read once more at the start)")
+      ->check(CLI::IsMember({"stat", "content"}))
+      ->capture_default_str();
   cmd->add_option("--progress-seconds", args->progress_seconds,
                   "When stderr is not a terminal: a progress line every this many seconds")
       ->check(CLI::NonNegativeNumber)

@@ -97,13 +97,19 @@ using ParquetOpener = std::function<std::unique_ptr<ParquetTextReader>(
 struct TextReadOptions {
   std::string text_field = "text";
   DocPer doc_per = DocPer::file;
-  std::size_t max_document_bytes = std::size_t{64} << 20;  // a longer line or document is bad
-  ParquetOpener open_parquet;                              // required for parquet input
+  // A document whose text (for JSONL, decoded from its JSON string) is longer is a bad line
+  // (document_too_long); a JSONL line is read up to 6 x this + 1 MiB, a plain-text line up
+  // to this, and a longer one is document_too_long without being held in memory.
+  std::size_t max_document_bytes = std::size_t{64} << 20;
+  ParquetOpener open_parquet;  // required for parquet input
 };
 
 // The output's layout: token-stream shards with document offsets, or episodes.
 enum class CorpusFormat : std::uint8_t { tokens, episodes };
 TOKENFEED_API const char* to_string(CorpusFormat format) noexcept;
+
+enum class ResumeCheck : std::uint8_t { stat, content };
+TOKENFEED_API const char* to_string(ResumeCheck check) noexcept;
 
 // Turns texts into ids: a tokenizer the caller brings (the Python package's Hugging Face one).
 class TOKENFEED_API DocumentEncoder {
@@ -154,9 +160,16 @@ struct PrepareTextOptions {
   // bytes and the seed (the split rule's digest, other bytes of it: prepare_text.hpp), so the
   // same documents for the same input. The run stops with Error(format) naming the document's
   // file and line at the first document whose ids differ. 0 or no encoder: nothing verified.
-  // Not with `encoder` (Error(config)).
+  // Not with `encoder` (Error(config)). The default is the commands' --verify-sample.
   std::shared_ptr<DocumentEncoder> verify_encoder;
-  double verify_fraction = 0;  // in [0, 1]
+  double verify_fraction = 0.001;  // in [0, 1]
+  // Which encoder a Hugging Face tokenizer directory (the commands' --hf-tokenizer, Python's
+  // hf_tokenizer) runs with: "native" (the built-in hf-bpe: tokenizer; refused, the feature
+  // named, for a file it cannot reproduce exactly), "tokenizers" (the package, as `encoder`)
+  // or "auto" (native when it supports the file). Those doors settle it into `tokenizer` or
+  // `encoder` before the run; it is here so that they share one default. Checked, not read,
+  // by the run.
+  std::string tokenizer_impl = "auto";
   // Built-in tokenizer: the end-of-text token (nullopt: the model's own; bytes: its eot).
   std::optional<std::string> eos_token;
   bool append_eos = true;
@@ -170,6 +183,11 @@ struct PrepareTextOptions {
   std::size_t batch_bytes = std::size_t{1} << 20;  // text per chunk
   int workers = 0;                                 // 0: all cores; at most the cores
   bool resume = false;
+  // What tells a resumed run that its inputs are the interrupted run's: their path, size and
+  // modification time (stat), or also their bytes' SHA-256 (content: every input read once
+  // more at the start, for inputs rewritten in place without a change of size or time).
+  // One of the options a resume must share with the run it takes over.
+  ResumeCheck resume_check = ResumeCheck::stat;
 
   std::function<void(const PrepareTextProgress&)> on_progress;  // from one thread at a time
   double progress_interval_seconds = 0.5;

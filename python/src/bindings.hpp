@@ -142,7 +142,8 @@ void bind_audit(nanobind::module_& m);
 // The rules of a preparation's output directory: its staging directory, the check that it
 // is absent or empty, the token dtype (output_dir.cpp).
 void bind_output_dir(nanobind::module_& m);
-// _prepare_text: the library's prepare-text with Python's encoder and parquet reader (prepare_text.cpp).
+// _prepare_text: the library's prepare-text with Python's encoder and parquet reader, and the
+// prepare commands' defaults (_prepare_defaults, _prepare_text_defaults) (prepare_text.cpp).
 void bind_prepare_text(nanobind::module_& m);
 // _inspect: the library's dataset inspection as a dict (inspect.cpp).
 void bind_inspect(nanobind::module_& m);

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "loader/config_values.hpp"
+#include "config/config_values.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace nb = nanobind;

@@ -24,6 +24,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "tokenfeed/prepare.hpp"
 #include "tokenfeed/prepare_text.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -234,7 +235,66 @@ void set_encoder(tokenfeed::PrepareTextOptions& o, nb::object encoder, nb::objec
 
 }  // namespace
 
+// Python's parquet reader and progress callback, when given, as the run's hooks (each takes
+// the GIL).
+void set_python_callbacks(tokenfeed::PrepareTextOptions& o, nb::object open_parquet, nb::object on_progress,
+                          double progress_seconds) {
+  if (!open_parquet.is_none()) {
+    o.read.open_parquet = [open_parquet](const std::filesystem::path& path, const std::string& column,
+                                         std::uint64_t first_row) -> std::unique_ptr<tokenfeed::ParquetTextReader> {
+      nb::gil_scoped_acquire gil;
+      try {
+        return std::make_unique<PythonParquetReader>(open_parquet(path.string(), column, first_row));
+      } catch (nb::python_error& e) {
+        throw error_from_python(e);
+      }
+    };
+  }
+  if (!on_progress.is_none()) {
+    o.on_progress = [on_progress](const tokenfeed::PrepareTextProgress& p) {
+      nb::gil_scoped_acquire gil;
+      try {
+        on_progress(tokenfeed::format_text_progress(p, true), tokenfeed::format_text_progress(p, false), p.done);
+      } catch (nb::python_error& e) {
+        throw error_from_python(e);
+      }
+    };
+    o.progress_interval_seconds = progress_seconds;
+  }
+}
+
+// The defaults of the prepare commands' options, from the library's option structs: the one
+// definition the CLI and Python's tokenfeed.prepare / prepare_text both take.
+nb::dict prepare_defaults() {
+  const tokenfeed::PrepareOptions o;
+  nb::dict d;
+  d["val_split"] = o.val_split;
+  d["seed"] = o.seed;
+  d["shard_tokens"] = o.shard_tokens;
+  d["max_line_bytes"] = o.max_line_bytes;
+  d["workers"] = o.threads;
+  return d;
+}
+
+nb::dict prepare_text_defaults() {
+  const tokenfeed::PrepareTextOptions o;
+  nb::dict d;
+  d["val_split"] = o.val_split;
+  d["seed"] = o.seed;
+  d["shard_tokens"] = o.shard_tokens;
+  d["max_document_bytes"] = o.read.max_document_bytes;
+  d["workers"] = o.workers;
+  d["resume_check"] = tokenfeed::to_string(o.resume_check);
+  d["tokenizer_impl"] = o.tokenizer_impl;
+  d["verify_sample"] = o.verify_fraction;
+  return d;
+}
+
 void bind_prepare_text(nb::module_& m) {
+  m.def("_prepare_defaults", &prepare_defaults,
+        "The defaults of tokenfeed prepare's options (tokenfeed::PrepareOptions), as a dict.");
+  m.def("_prepare_text_defaults", &prepare_text_defaults,
+        "The defaults of tokenfeed prepare-text's options (tokenfeed::PrepareTextOptions), as a dict.");
   m.def(
       "_prepare_text",
       [](const std::vector<std::string>& inputs, const std::string& output_dir, const std::string& format,
@@ -242,8 +302,8 @@ void bind_prepare_text(nb::module_& m) {
          nb::object encoder_identity, std::optional<std::string> eos_token, bool append_eos, bool prepend_bos,
          double val_split, std::uint64_t seed, std::uint64_t shard_tokens, const std::string& token_dtype,
          const std::string& on_error, std::uint64_t max_document_bytes, int workers, bool resume,
-         nb::object open_parquet, nb::object on_progress, double progress_seconds, nb::object verify_encoder,
-         double verify_fraction) {
+         const std::string& resume_check, nb::object open_parquet, nb::object on_progress, double progress_seconds,
+         nb::object verify_encoder, double verify_fraction) {
         tokenfeed::PrepareTextOptions o;
         o.inputs = inputs;
         o.output_dir = output_dir;
@@ -271,29 +331,11 @@ void bind_prepare_text(nb::module_& m) {
         o.resume = resume;
         if (!verify_encoder.is_none()) o.verify_encoder = std::make_shared<PythonEncoder>(verify_encoder);
         o.verify_fraction = verify_fraction;
-        if (!open_parquet.is_none()) {
-          o.read.open_parquet = [open_parquet](
-                                    const std::filesystem::path& path, const std::string& column,
-                                    std::uint64_t first_row) -> std::unique_ptr<tokenfeed::ParquetTextReader> {
-            nb::gil_scoped_acquire gil;
-            try {
-              return std::make_unique<PythonParquetReader>(open_parquet(path.string(), column, first_row));
-            } catch (nb::python_error& e) {
-              throw error_from_python(e);
-            }
-          };
+        if (resume_check != "stat" && resume_check != "content") {
+          throw Error(ErrorKind::config, "resume_check must be 'stat' or 'content', not '" + resume_check + "'");
         }
-        if (!on_progress.is_none()) {
-          o.on_progress = [on_progress](const tokenfeed::PrepareTextProgress& p) {
-            nb::gil_scoped_acquire gil;
-            try {
-              on_progress(tokenfeed::format_text_progress(p, true), tokenfeed::format_text_progress(p, false), p.done);
-            } catch (nb::python_error& e) {
-              throw error_from_python(e);
-            }
-          };
-          o.progress_interval_seconds = progress_seconds;
-        }
+        o.resume_check = resume_check == "content" ? tokenfeed::ResumeCheck::content : tokenfeed::ResumeCheck::stat;
+        set_python_callbacks(o, open_parquet, on_progress, progress_seconds);
         const tokenfeed::PrepareTextSummary s = run_interruptibly(o);
         // The callbacks hold Python objects: release them with the GIL held.
         o.read.open_parquet = nullptr;
@@ -304,8 +346,8 @@ void bind_prepare_text(nb::module_& m) {
       nb::arg("tokenizer"), nb::arg("encoder").none(), nb::arg("encoder_identity").none(), nb::arg("eos_token").none(),
       nb::arg("append_eos"), nb::arg("prepend_bos"), nb::arg("val_split"), nb::arg("seed"), nb::arg("shard_tokens"),
       nb::arg("token_dtype"), nb::arg("on_error"), nb::arg("max_document_bytes"), nb::arg("workers"), nb::arg("resume"),
-      nb::arg("open_parquet").none(), nb::arg("on_progress").none(), nb::arg("progress_seconds"),
-      nb::arg("verify_encoder").none(), nb::arg("verify_fraction"),
+      nb::arg("resume_check"), nb::arg("open_parquet").none(), nb::arg("on_progress").none(),
+      nb::arg("progress_seconds"), nb::arg("verify_encoder").none(), nb::arg("verify_fraction"),
       "prepare-text's library run (use tokenfeed.prepare_text). Returns the summary as a dict.");
 }
 

@@ -124,6 +124,44 @@ def test_the_cli_synopsis_lists_every_command_and_option(cli):
         assert not missing, f"tokenfeed {command}: docs/cli.md's synopsis lacks {missing}"
 
 
+def test_the_prepare_commands_defaults_are_one_definition(cli):
+    """A default has one definition whichever door the data comes in by: `tokenfeed prepare`
+    and `prepare-text` (their --help), tokenfeed.prepare / prepare_text (their signatures, and
+    the argument parsers the CLI hands Hugging Face work to), and docs/cli.md's synopsis
+    where it shows a value, all give the library's (tokenfeed::PrepareOptions,
+    PrepareTextOptions)."""
+    import inspect
+
+    import tokenfeed
+    from tokenfeed import _tokenfeed as core
+    from tokenfeed import hf_prepare, text_corpus
+
+    synopsis = code_block(section(page("cli.md"), "Synopsis"), "")
+    cases = [("prepare", core._prepare_defaults(), [tokenfeed.prepare, hf_prepare.prepare],
+              hf_prepare.argument_parser().parse_args(["--input", "x", "--output-dir", "y", "--hf-tokenizer", "z"])),
+             ("prepare-text", core._prepare_text_defaults(), [tokenfeed.prepare_text],
+              text_corpus.argument_parser().parse_args(["x", "--output-dir", "y"]))]
+    assert cases[0][1]["val_split"] == 0.1 and cases[1][1]["val_split"] == 0.0005  # the library's, as documented
+    assert cases[1][1]["tokenizer_impl"] == "auto" and cases[1][1]["verify_sample"] == 0.001  # issue 41's options
+    for command, defaults, functions, parsed in cases:
+        help_text = subprocess.run([cli, command, "--help"], capture_output=True, text=True, timeout=60).stdout
+        # Every line of the synopsis that belongs to this command (its own and its continuations).
+        block = "".join(re.findall(rf"^tokenfeed {command} .*?(?=^tokenfeed |\Z)", synopsis, re.M | re.S))
+        assert block, command
+        for key, value in defaults.items():
+            option = "--" + key.replace("_", "-")
+            for function in functions:
+                assert inspect.signature(function).parameters[key].default == value, (function, key)
+            assert getattr(parsed, key) == value, (command, "argument parser", key)
+            m = re.search(rf"^  {option} [^=\n]*=(\S+)", help_text, re.M)
+            if m:
+                assert type(value)(m.group(1)) == value, (command, option, m.group(1))
+            else:  # prepare's --workers needs --hf-tokenizer, and CLI11 shows no default for it
+                assert (command, key) == ("prepare", "workers"), (command, option)
+            for shown in re.findall(rf"\[{option} ([0-9][0-9.]*)\]", block):
+                assert type(value)(shown) == value, (command, option, shown)
+
+
 def test_the_batch_contract_names_fields_one_way():
     """The contract says once how each language spells a field (C++ methods, Python
     properties); a name with parentheses would be wrong for Python."""

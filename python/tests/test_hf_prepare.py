@@ -190,7 +190,7 @@ def test_trained_tokens_are_exactly_the_replies_and_their_end_of_turn(style, tok
     hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, template)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
     out = tmp_path / "ds"
-    summary = tokenfeed.prepare(src, out, hf_tokenizer=hf_dir, workers=1)
+    summary = tokenfeed.prepare(src, out, hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     assert summary["splits"]["train"]["episodes"] == len(conversations)
     tok = tokenizers.Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     episodes = read_episodes(out / "train", np.uint16)
@@ -230,14 +230,14 @@ def test_weight_zero_turns_are_not_trained(tokenizer_json, tmp_path):
     src = write_jsonl(tmp_path / "c.jsonl", [conversation])
     tok = tokenizers.Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     for d, name in ((hf_dir, "a"), (gen_dir, "b")):
-        tokenfeed.prepare(src, tmp_path / name, hf_tokenizer=d, workers=1)
+        tokenfeed.prepare(src, tmp_path / name, hf_tokenizer=d, workers=1, val_split=0.0)
         [(ids, mask)] = read_episodes(tmp_path / name / "train", np.uint16)
         assert trained_runs(tok, ids, mask) == ["Good answer.<|im_end|>"]
         assert "Bad answer." in tok.decode(ids.tolist())
     # A conversation with nothing to train is a bad record.
     write_jsonl(src, [{"messages": conversation["messages"][:2]}])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:1: empty_mask"):
-        tokenfeed.prepare(src, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)
+        tokenfeed.prepare(src, tmp_path / "c", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
 
 
 def assert_same_as_transformers(conversations, dataset, reference_dir):
@@ -260,7 +260,7 @@ def test_generation_template_matches_transformers(tokenizer_json, tmp_path):
     hf_dir = tokenizer_dir(tmp_path / "tok", tokenizer_json, GENERATION)
     conversations = make_conversations(random.Random(3), 30)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
-    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1)
+    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     for _, mask in assert_same_as_transformers(conversations, tmp_path / "ds", hf_dir):
         assert mask.any()
 
@@ -273,7 +273,7 @@ def test_prefix_mask_matches_transformers_on_the_same_template_with_generation_b
     marked = tokenizer_dir(tmp_path / "marked", tokenizer_json, GENERATION)
     conversations = make_conversations(random.Random(4), 20)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
-    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=plain, workers=1)
+    tokenfeed.prepare(src, tmp_path / "ds", hf_tokenizer=plain, workers=1, val_split=0.0)
     assert_same_as_transformers(conversations, tmp_path / "ds", marked)
 
 
@@ -303,7 +303,7 @@ def test_ascii_conversations_match_transformers_without_the_tokenizers_offsets(t
     conversations = ascii_conversations(random.Random(15), 40)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
     for hf_dir, name in ((marked, "g"), (plain, "p")):
-        tokenfeed.prepare(src, tmp_path / name, hf_tokenizer=hf_dir, workers=1)
+        tokenfeed.prepare(src, tmp_path / name, hf_tokenizer=hf_dir, workers=1, val_split=0.0)
         assert_same_as_transformers(conversations, tmp_path / name, marked)
 
 
@@ -417,8 +417,8 @@ def test_parquet_and_jsonl_give_the_same_dataset(tokenizer_json, tmp_path):
     # Another messages column name.
     pq.write_table(pa.Table.from_pylist([{"conv": c["messages"]} for c in conversations]), tmp_path / "c.parquet")
     with pytest.raises(tokenfeed.FormatError, match="no column 'messages'"):
-        tokenfeed.prepare(tmp_path / "c.parquet", tmp_path / "c1", hf_tokenizer=hf_dir)
-    s = tokenfeed.prepare(tmp_path / "c.parquet", tmp_path / "c2", hf_tokenizer=hf_dir, messages_field="conv")
+        tokenfeed.prepare(tmp_path / "c.parquet", tmp_path / "c1", hf_tokenizer=hf_dir, val_split=0.0)
+    s = tokenfeed.prepare(tmp_path / "c.parquet", tmp_path / "c2", hf_tokenizer=hf_dir, messages_field="conv", val_split=0.0)
     assert s["conversations"] == len(conversations)
 
 
@@ -427,7 +427,7 @@ def test_the_loader_reads_it_and_the_mask_aligns(tokenizer_json, tmp_path):
     conversations = make_conversations(random.Random(6), 50)
     src = write_jsonl(tmp_path / "chats.jsonl", conversations)
     out = tmp_path / "ds"
-    tokenfeed.prepare(src, out, hf_tokenizer=hf_dir, workers=2, chunk_records=8)
+    tokenfeed.prepare(src, out, hf_tokenizer=hf_dir, workers=2, chunk_records=8, val_split=0.0)
     episodes = read_episodes(out / "train", np.uint16)
     by_ids = {ids.tobytes(): mask for ids, mask in episodes}
     eot = json.loads((out / "dataset_metadata.json").read_text())["eot_token_id"]
@@ -460,7 +460,7 @@ def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
     good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
     src = write_jsonl(tmp_path / "c.jsonl", [good])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:1: inconsistent_template: .*not a prefix"):
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     assert not (tmp_path / "o").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
     ok = tokenizer_dir(tmp_path / "ok", tokenizer_json, CHATML)
@@ -468,9 +468,9 @@ def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
              json.dumps({"msgs": []}), "", json.dumps(good)]
     src.write_text("\n".join(lines) + "\n")
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: invalid_json"):
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, workers=2)
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, workers=2, val_split=0.0)
     assert not (tmp_path / "o").exists()
-    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1)
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1, val_split=0.0)
     assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 1 and s["skipped"]["no_assistant"] == 1
     assert s["skipped"]["bad_messages"] == 1
     assert s["first_skipped"]["no_assistant"].endswith("c.jsonl:3: the conversation has no assistant message")
@@ -484,31 +484,31 @@ def test_bad_conversations_name_the_record(tokenizer_json, tmp_path):
                            + CHATML)
     write_jsonl(src, [good, {"messages": [{"role": "system", "content": "s"}] + good["messages"]}])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: template_error: .*first must be user"):
-        tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=strict, workers=1)
+        tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=strict, workers=1, val_split=0.0)
 
 
 def test_tokenizer_directory_errors(tokenizer_json, tmp_path):
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "a"},
                                                           {"role": "assistant", "content": "b"}]}])
     with pytest.raises(tokenfeed.ConfigError, match="Hub name.*downloads nothing"):
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer="meta-llama/Llama-3.1-8B-Instruct")
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer="meta-llama/Llama-3.1-8B-Instruct", val_split=0.0)
     with pytest.raises(tokenfeed.IoError, match="has no tokenizer_config.json"):
         os.makedirs(tmp_path / "partial")
         (tmp_path / "partial" / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=tmp_path / "partial")
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=tmp_path / "partial", val_split=0.0)
     no_template = tokenizer_dir(tmp_path / "nt", tokenizer_json, None)
     with pytest.raises(tokenfeed.FormatError, match="no chat_template"):
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template)
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template, val_split=0.0)
     # chat_template.jinja beside the config, as newer transformers save it.
     (no_template / "chat_template.jinja").write_text(CHATML)
-    tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template)
+    tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template, val_split=0.0)
     bad = tokenizer_dir(tmp_path / "bad", tokenizer_json, "{% for m in messages %}{{ m.content }")
     with pytest.raises(tokenfeed.FormatError, match="does not parse"):
-        tokenfeed.prepare(src, tmp_path / "o2", hf_tokenizer=bad)
+        tokenfeed.prepare(src, tmp_path / "o2", hf_tokenizer=bad, val_split=0.0)
     with pytest.raises(tokenfeed.ConfigError, match="not empty"):
-        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template)
+        tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=no_template, val_split=0.0)
     with pytest.raises(tokenfeed.UsageError, match="hf_tokenizer"):
-        tokenfeed.prepare(src, tmp_path / "o3")
+        tokenfeed.prepare(src, tmp_path / "o3", val_split=0.0)
 
 
 def test_large_vocabulary_is_written_as_uint32(tmp_path):
@@ -524,12 +524,12 @@ def test_large_vocabulary_is_written_as_uint32(tmp_path):
     (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "w1 w2"},
                                                            {"role": "assistant", "content": "w69999 w3"}]}])
-    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=d, workers=1)
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=d, workers=1, val_split=0.0)
     assert s["token_dtype"] == "uint32" and s["vocab_size"] == 70003
     [(ids, mask)] = read_episodes(tmp_path / "o" / "train", np.uint32)
     assert 69999 in ids[mask > 0].tolist()
     with pytest.raises(tokenfeed.ConfigError, match="uint16 cannot hold"):
-        tokenfeed.prepare(src, tmp_path / "o2", hf_tokenizer=d, token_dtype="uint16")
+        tokenfeed.prepare(src, tmp_path / "o2", hf_tokenizer=d, token_dtype="uint16", val_split=0.0)
 
 
 def test_missing_extra_says_what_to_install(tmp_path):
@@ -637,15 +637,15 @@ def test_gzip_jsonl_gives_the_same_dataset(tokenizer_json, tmp_path):
     plain = write_jsonl(tmp_path / "c.jsonl", make_conversations(random.Random(11), 20))
     packed = tmp_path / "c.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    a = tokenfeed.prepare(plain, tmp_path / "a", hf_tokenizer=hf_dir, workers=1)
-    b = tokenfeed.prepare(packed, tmp_path / "b", hf_tokenizer=hf_dir, workers=1)
+    a = tokenfeed.prepare(plain, tmp_path / "a", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
+    b = tokenfeed.prepare(packed, tmp_path / "b", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     assert a["source"]["format"] == "jsonl" and b["source"]["format"] == "jsonl.gz"
     for f in ("tokens.bin", "mask.bin", "episodes.idx"):
         assert (tmp_path / "a" / "train" / "shard_00000" / f).read_bytes() == \
             (tmp_path / "b" / "train" / "shard_00000" / f).read_bytes()
     packed.write_bytes(gzip.compress(plain.read_bytes())[:-20])  # truncated
     with pytest.raises(tokenfeed.FormatError, match="c.jsonl.gz"):
-        tokenfeed.prepare(packed, tmp_path / "c", hf_tokenizer=hf_dir, workers=1)
+        tokenfeed.prepare(packed, tmp_path / "c", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
 
 
 def test_template_helpers_strftime_now_and_loop_controls(tokenizer_json, tmp_path):
@@ -666,7 +666,7 @@ def test_template_helpers_strftime_now_and_loop_controls(tokenizer_json, tmp_pat
                                  {"role": "assistant", "content": "Sure thing."}]}
     src = write_jsonl(tmp_path / "c.jsonl", [conversation])
     before = datetime.datetime.now().strftime("%d %b %Y")
-    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     [(ids, mask)] = read_episodes(tmp_path / "o" / "train", np.uint16)
     tok = tokenizers.Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     text = tok.decode(ids.tolist(), skip_special_tokens=False)
@@ -678,7 +678,7 @@ def test_template_helpers_strftime_now_and_loop_controls(tokenizer_json, tmp_pat
     write_jsonl(src, [{"messages": conversation["messages"][:3] + [{"role": "user", "content": "STOP"},
                                                                     {"role": "assistant", "content": "Dropped."}]}])
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:1: inconsistent_template: .*assistant message 4"):
-        tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=hf_dir, workers=1)
+        tokenfeed.prepare(src, tmp_path / "p", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
 
 
 def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
@@ -699,7 +699,7 @@ def test_leftovers_of_killed_runs_are_removed(tokenizer_json, tmp_path):
     (foreign / "precious.txt").parent.mkdir()
     (foreign / "precious.txt").write_text("not ours")
     try:
-        s = tokenfeed.prepare(src, tmp_path / "out", hf_tokenizer=hf_dir, workers=1)
+        s = tokenfeed.prepare(src, tmp_path / "out", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     finally:
         os.close(fd)
     assert s["removed_stale_dirs"] == [str(dead)]
@@ -727,7 +727,7 @@ def test_trimmed_offsets_match_transformers(tmp_path):
             if m["role"] == "assistant":
                 m["content"] = " " + m["content"] + "\n\n  " + sentence(rng) + "\n"
     src = write_jsonl(tmp_path / "c.jsonl", conversations)
-    tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1)
+    tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=hf_dir, workers=1, val_split=0.0)
     assert_same_as_transformers(conversations, tmp_path / "o", hf_dir)
 
 
@@ -773,7 +773,7 @@ def test_deeply_nested_json_and_lone_surrogates_are_bad_records(tokenizer_json, 
     surrogate = json.dumps(good).replace("Hello.", "Hel\\ud800lo.")
     src = tmp_path / "c.jsonl"
     src.write_text("\n".join([json.dumps(good), deep, surrogate, json.dumps(good)]) + "\n")
-    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1)
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1, val_split=0.0)
     assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 2, s
     assert "c.jsonl:2: nested too deeply" in s["first_skipped"]["invalid_json"]
     for line, needle in ((2, "nested too deeply"), (3, r"lone surrogate \(\\ud800\)")):
@@ -781,7 +781,7 @@ def test_deeply_nested_json_and_lone_surrogates_are_bad_records(tokenizer_json, 
         lines[line - 1] = deep if line == 2 else surrogate
         src.write_text("\n".join(lines) + "\n")
         with pytest.raises(tokenfeed.FormatError, match=rf"c\.jsonl:{line}: invalid_json: .*{needle}"):
-            tokenfeed.prepare(src, tmp_path / f"f{line}", hf_tokenizer=ok, workers=1)
+            tokenfeed.prepare(src, tmp_path / f"f{line}", hf_tokenizer=ok, workers=1, val_split=0.0)
 
 
 def test_a_line_past_max_line_bytes_is_a_bad_record_read_in_bounded_pieces(tokenizer_json, tmp_path):
@@ -790,12 +790,12 @@ def test_a_line_past_max_line_bytes_is_a_bad_record_read_in_bounded_pieces(token
     long = {"messages": [{"role": "user", "content": "x" * 5000}, {"role": "assistant", "content": "Hello."}]}
     src = write_jsonl(tmp_path / "c.jsonl", [good, long, good])
     size = len(json.dumps(long))
-    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1, max_line_bytes=1000)
+    s = tokenfeed.prepare(src, tmp_path / "o", hf_tokenizer=ok, on_error="skip", workers=1, max_line_bytes=1000, val_split=0.0)
     assert s["conversations"] == 2 and s["skipped"]["invalid_json"] == 1, s
     assert s["first_skipped"]["invalid_json"].endswith(f"c.jsonl:2: the line is {size} bytes, longer than the "
                                                        "limit of 1000 (max_line_bytes)")
     with pytest.raises(tokenfeed.FormatError, match=r"c\.jsonl:2: invalid_json: the line is \d+ bytes"):
-        tokenfeed.prepare(src, tmp_path / "f", hf_tokenizer=ok, workers=1, max_line_bytes=1000)
+        tokenfeed.prepare(src, tmp_path / "f", hf_tokenizer=ok, workers=1, max_line_bytes=1000, val_split=0.0)
     # The default limit takes it, and the input's hash covers every byte either way.
     assert tokenfeed.prepare(src, tmp_path / "d", hf_tokenizer=ok, workers=1)["conversations"] == 3
 

@@ -97,7 +97,7 @@ def test_ids_equal_the_tokenizers_own_for_every_worker_count(hf_dir, tmp_path):
     for workers in (1, 2, 4):
         out = tmp_path / f"out{workers}"
         run_prepare_text(tmp_path / "c.jsonl", "--output-dir", out, "--hf-tokenizer", hf_dir, "--workers", workers,
-                         "--val-split", "0", "--shard-tokens", 20000)
+                         "--val-split", "0", "--shard-tokens", 20000, "--tokenizer-impl", "tokenizers")
         assert read_token_split(out / "train") == want
         files = dataset_files(out)
         assert reference is None or files == reference
@@ -110,20 +110,22 @@ def test_ids_equal_the_tokenizers_own_for_every_worker_count(hf_dir, tmp_path):
     assert meta["tokenizer"]["sha256"] == hashlib.sha256((hf_dir / "tokenizer.json").read_bytes()).hexdigest()
 
 
-def test_bos_and_a_named_eos(hf_dir, tmp_path):
+@pytest.mark.parametrize("impl", ["tokenizers", "native"])
+def test_bos_and_a_named_eos(hf_dir, tmp_path, impl):
     from tokenizers import Tokenizer
     write_jsonl(tmp_path / "c.jsonl", ["one doc", "two docs"])
     tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, bos=True,
-                               eos_token="<s>", val_split=0.0)
+                               eos_token="<s>", val_split=0.0, tokenizer_impl=impl)
     bos = eos = tok.token_to_id("<s>")
     assert s["bos_token_id"] == bos
     assert read_token_split(tmp_path / "out" / "train") == [
         [bos] + tok.encode(t, add_special_tokens=False).ids + [eos] for t in ("one doc", "two docs")]
-    with pytest.raises(tokenfeed.ConfigError, match="not a token"):
-        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=hf_dir, eos_token="<nope>")
+    with pytest.raises(tokenfeed.ConfigError, match="not a (single )?token"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=hf_dir, eos_token="<nope>",
+                               tokenizer_impl=impl)
     with pytest.raises(tokenfeed.IoError, match="no tokenizer.json"):
-        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=tmp_path)
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=tmp_path, tokenizer_impl=impl)
     assert not (tmp_path / "out2").exists()
 
 
@@ -353,3 +355,26 @@ def test_a_verify_difference_stops_the_run_naming_the_document(hf_dir, tmp_path,
     s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, tokenizer_impl="native",
                                verify_sample=0, val_split=0)
     assert s["verified_documents"] == 0 and s["tokenizer"].startswith("hf-bpe:")
+
+
+def test_one_long_document_costs_its_text_and_its_ids(cli, tmp_path):
+    """A 24 MB document through the byte tokenizer (24 M tokens into a uint16 shard) peaks at
+    about its text plus its ids (5 x its bytes, docs/pretraining.md), not at the copies the
+    writer used to make (315 MB of RSS here before the bound; 128 MB after), and its shard
+    holds exactly its bytes and the end-of-text id."""
+    rng = random.Random(3)
+    text = "".join(rng.choice("abcdefgh ") for _ in range(1 << 16)) * 366  # 23.99 MB, ASCII
+    doc = tmp_path / "doc.txt"
+    doc.write_text(text)
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe, cli, "prepare-text", str(doc), "--output-dir",
+                             str(tmp_path / "out"), "--max-document-bytes", str(32 << 20), "--val-split", "0",
+                             "--workers", "2"], capture_output=True, text=True, timeout=300)
+    first, rest = result.stdout.split("\n", 1)
+    code, peak_kib = map(int, first.split())
+    assert code == 0, rest
+    shard = np.load(tmp_path / "out" / "train" / "shard_00000.npy")
+    assert shard.dtype == np.uint16 and len(shard) == len(text) + 1
+    assert np.array_equal(shard[:-1], np.frombuffer(text.encode(), dtype=np.uint8))
+    assert peak_kib * 1024 < 6.5 * len(text), peak_kib

@@ -8,13 +8,14 @@ import hashlib
 import os
 from typing import Any, Iterator, List, Tuple
 
+from . import _tokenfeed as _core
 from ._hf_tokenizer import require, sha256_file
 from ._tokenfeed import FormatError, IoError
 
 # The longest JSONL line read, in bytes (prepare's max_line_bytes, --max-line-bytes): a
 # longer one is read in bounded pieces and is an invalid_json record (skipped and counted
 # under --on-error skip), so that one huge line cannot take the memory of the run.
-MAX_LINE_BYTES = 64 << 20
+MAX_LINE_BYTES = _core._prepare_defaults()["max_line_bytes"]  # tokenfeed::PrepareOptions' default
 
 
 class _LineTooLong:

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from . import _tokenfeed as _core
 from ._tokenfeed import UsageError
 from ._values import _Path
 
 
+# The library's defaults (tokenfeed::PrepareOptions), as `tokenfeed prepare` has them.
+_DEFAULTS = _core._prepare_defaults()
+
+
 def prepare(input: _Path, output_dir: _Path, *,  # noqa: A002
-            hf_tokenizer: Optional[_Path] = None, val_split: float = 0.0, seed: int = 0,
-            shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
-            messages_field: str = "messages", workers: int = 0, progress: bool = False,
-            chunk_records: int = 256, max_line_bytes: int = 64 << 20) -> Dict[str, Any]:
+            hf_tokenizer: Optional[_Path] = None, val_split: float = _DEFAULTS["val_split"],
+            seed: int = _DEFAULTS["seed"], shard_tokens: int = _DEFAULTS["shard_tokens"], token_dtype: str = "auto",
+            on_error: str = "fail", messages_field: str = "messages", workers: int = _DEFAULTS["workers"],
+            progress: bool = False, chunk_records: int = 256,
+            max_line_bytes: int = _DEFAULTS["max_line_bytes"]) -> Dict[str, Any]:
     """Prepares an SFT dataset (train/, val/, dataset_metadata.json) from a JSONL or parquet
     file of conversations with ``hf_tokenizer``, a local Hugging Face tokenizer directory
     (tokenizer.json, tokenizer_config.json with its chat_template), the assistant-only loss

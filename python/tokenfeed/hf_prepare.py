@@ -64,7 +64,8 @@ from ._writer import DatasetWriter, write_dataset_metadata
 
 # What this module offered before it was split by job, importable from it as before.
 __all__ = ["BadRecord", "ChatTemplate", "ChunkResult", "ConversationEncoder", "EXTRA_HINT", "HfTokenizer",
-           "MAX_LINE_BYTES", "MAX_RENDERED_CHARS", "MAX_RENDER_SECONDS", "MIN_JINJA2", "REASONS", "main", "prepare",
+           "MAX_LINE_BYTES", "MAX_RENDERED_CHARS", "MAX_RENDER_SECONDS", "MIN_JINJA2", "REASONS", "argument_parser", "main",
+           "prepare",
            "remove_stale_staging_dirs", "token_mask"]
 
 _Path = Union[str, "os.PathLike[str]"]
@@ -203,10 +204,15 @@ def _write_metadata(staging_dir: str, hf: HfTokenizer, dtype: str, eot_id: Optio
         f.write("\n")
 
 
+# The defaults of `tokenfeed prepare`'s options, the library's (tokenfeed::PrepareOptions): the
+# same dataset whichever door the data comes in by.
+_DEFAULTS = _core._prepare_defaults()
+
+
 def prepare(input: _Path, output_dir: _Path, *,  # noqa: A002
-            hf_tokenizer: _Path, val_split: float = 0.0, seed: int = 0,
-            shard_tokens: int = 0, token_dtype: str = "auto", on_error: str = "fail",
-            messages_field: str = "messages", workers: int = 0, progress: bool = False,
+            hf_tokenizer: _Path, val_split: float = _DEFAULTS["val_split"], seed: int = _DEFAULTS["seed"],
+            shard_tokens: int = _DEFAULTS["shard_tokens"], token_dtype: str = "auto", on_error: str = "fail",
+            messages_field: str = "messages", workers: int = _DEFAULTS["workers"], progress: bool = False,
             chunk_records: int = 256, max_line_bytes: int = MAX_LINE_BYTES) -> Dict[str, Any]:
     """Prepares ``output_dir`` (train/, val/, dataset_metadata.json, tokenizer_state.json)
     from ``input`` with the tokenizer directory ``hf_tokenizer`` (see the module's doc).
@@ -289,10 +295,8 @@ def _print_summary(s: Dict[str, Any], input_path: str) -> None:
 
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tokenfeed prepare --hf-tokenizer``: exit status 0, or 2 (a bad option, value or
-    tokenizer directory, a missing package), 3 (a file that cannot be read or written), 4 (a bad
-    conversation under --on-error fail, or none for train), 6 (anything else)."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The options ``tokenfeed prepare --hf-tokenizer`` hands over, with the library's defaults."""
     parser = argparse.ArgumentParser(
         prog="tokenfeed prepare --hf-tokenizer",
         description="Prepare an SFT dataset with a Hugging Face tokenizer directory and its chat template.")
@@ -301,15 +305,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--hf-tokenizer", required=True,
                         help="local directory with tokenizer.json and tokenizer_config.json (chat_template)")
     parser.add_argument("--messages-field", default="messages", help="the field holding the messages")
-    parser.add_argument("--val-split", type=float, default=0.1, help="fraction of conversations in val (default 0.1)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shard-tokens", type=int, default=0)
+    parser.add_argument("--val-split", type=float, default=_DEFAULTS["val_split"],
+                        help=f"fraction of conversations in val (default {_DEFAULTS['val_split']})")
+    parser.add_argument("--seed", type=int, default=_DEFAULTS["seed"])
+    parser.add_argument("--shard-tokens", type=int, default=_DEFAULTS["shard_tokens"],
+                        help=f"most tokens per shard (default {_DEFAULTS['shard_tokens']}; 0: one shard per split)")
     parser.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
     parser.add_argument("--on-error", choices=("fail", "skip"), default="fail")
-    parser.add_argument("--workers", type=int, default=0, help="processes (0: one per core)")
+    parser.add_argument("--workers", type=int, default=_DEFAULTS["workers"], help="processes (0: one per core)")
     parser.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES,
                         help="the longest JSONL line read (default 64 MiB); a longer one is invalid_json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``tokenfeed prepare --hf-tokenizer``: exit status 0, or 2 (a bad option, value or
+    tokenizer directory, a missing package), 3 (a file that cannot be read or written), 4 (a bad
+    conversation under --on-error fail, or none for train), 6 (anything else)."""
+    args = argument_parser().parse_args(argv)
 
     def run() -> Dict[str, Any]:
         return prepare(args.input, args.output_dir, hf_tokenizer=args.hf_tokenizer, val_split=args.val_split,

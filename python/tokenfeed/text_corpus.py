@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _tokenfeed as _core
 from ._command import clear_progress, run_command
-from ._hf_tokenizer import TokenizerDir, require, sha256_file, token_text
+from ._hf_tokenizer import TokenizerDir, require, sha256_file, token_text, tokenizer_files
 from ._tokenfeed import ConfigError, FormatError
 
 _Path = Union[str, "os.PathLike[str]"]
@@ -145,15 +145,20 @@ def _texts_or_bytes(chunks: Any) -> List[Any]:
     return out
 
 
+# The defaults of `tokenfeed prepare-text`'s options, the library's (tokenfeed::PrepareTextOptions).
+_DEFAULTS = _core._prepare_text_defaults()
+
+
 def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, format: str = "tokens",  # noqa: A002
                  text_field: str = "text", doc_per: str = "file", tokenizer: str = "bytes",
                  hf_tokenizer: Optional[_Path] = None, eos_token: Optional[str] = None, eos: bool = True,
-                 bos: bool = False, val_split: float = 0.0005, seed: int = 0, shard_tokens: int = 1 << 28,
-                 token_dtype: str = "auto", on_error: str = "fail", max_document_bytes: int = 64 << 20,
-                 workers: int = 0, resume: bool = False,
+                 bos: bool = False, val_split: float = _DEFAULTS["val_split"], seed: int = _DEFAULTS["seed"],
+                 shard_tokens: int = _DEFAULTS["shard_tokens"], token_dtype: str = "auto", on_error: str = "fail",
+                 max_document_bytes: int = _DEFAULTS["max_document_bytes"], workers: int = _DEFAULTS["workers"],
+                 resume: bool = False, resume_check: str = _DEFAULTS["resume_check"],
                  progress: Optional[Callable[[str, str, bool], None]] = None,
-                 progress_seconds: float = 5.0, tokenizer_impl: str = "tokenizers",
-                 verify_sample: float = 0.001) -> Dict[str, Any]:
+                 progress_seconds: float = 5.0, tokenizer_impl: str = _DEFAULTS["tokenizer_impl"],
+                 verify_sample: float = _DEFAULTS["verify_sample"]) -> Dict[str, Any]:
     """Prepares a pretraining dataset from raw text; the options are the command's
     (``tokenfeed prepare-text --help``). ``inputs``: paths or globs. ``format``: "tokens"
     (token-stream shards with document offsets) or "episodes" (one episode per document, for
@@ -162,20 +167,20 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
     tokenize (0: all cores; with ``hf_tokenizer``, the ``tokenizers`` thread pool, which is
     sized once per process: set it before the first parallel encode). ``progress(bar, line,
     done)`` is called every ``progress_seconds``. Returns the summary as a dict. Ctrl-C stops
-    the run and keeps its finished shards for ``resume=True``. ``tokenizer_impl``: with
-    ``hf_tokenizer``, "tokenizers" (the package, the default here), "native" (tokenfeed's
-    byte-level BPE, ``hf-bpe:DIR/tokenizer.json``; ConfigError naming the feature it cannot
-    reproduce) or "auto" (native when it can). ``verify_sample``: when the native encoder runs
-    and the ``tokenizers`` package is installed, that fraction of the documents (by content
-    hash) is encoded by the package too, and the first difference stops the run naming the
-    document's file and line; 0 verifies none."""
+    the run and keeps its finished shards for ``resume=True``; ``resume_check="content"``
+    also tells the inputs by their bytes' SHA-256 (give it to the first run and its resumes).
+    ``tokenizer_impl``: with ``hf_tokenizer``, "auto" (the default, as the command's: native
+    when it can), "native" (tokenfeed's byte-level BPE, ``hf-bpe:DIR/tokenizer.json``;
+    ConfigError naming the feature it cannot reproduce) or "tokenizers" (the package).
+    ``verify_sample``: when the native encoder runs and the ``tokenizers`` package is
+    installed, that fraction of the documents (by content hash) is encoded by the package too,
+    and the first difference stops the run naming the document's file and line; 0 verifies
+    none."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths = [os.fspath(p) for p in inputs]
     if tokenizer_impl not in ("auto", "native", "tokenizers"):
         raise ConfigError(f"tokenizer_impl must be 'auto', 'native' or 'tokenizers', not {tokenizer_impl!r}")
-    if not 0.0 <= verify_sample <= 1.0:
-        raise ConfigError(f"--verify-sample must be in [0, 1], got {verify_sample}")
     encoder: Optional[HfTextEncoder] = None
     verifier: Optional[HfTextEncoder] = None
     native = _native_tokenizer(hf_tokenizer, tokenizer_impl)
@@ -191,7 +196,7 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
         paths, os.fspath(output_dir), format, text_field, doc_per, tokenizer,
         encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
         eos_token if encoder is None else None, eos, bos, float(val_split), int(seed), int(shard_tokens),
-        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), ParquetColumn,
+        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), resume_check, ParquetColumn,
         progress, float(progress_seconds), verifier.encode if verifier is not None else None, float(verify_sample))
     summary["tokenizer"] = f"huggingface {hf_tokenizer}" if encoder is not None else tokenizer
     return summary
@@ -202,7 +207,7 @@ def _native_tokenizer(hf_tokenizer: Optional[_Path], impl: str) -> Optional[str]
     file; None for the tokenizers package (auto says why on stderr; native raises ConfigError)."""
     if hf_tokenizer is None or impl == "tokenizers":
         return None
-    tokenizer_json = os.path.join(os.fspath(hf_tokenizer), "tokenizer.json")
+    tokenizer_json, _ = tokenizer_files(os.fspath(hf_tokenizer), config_required=False)
     refusal = _core._hf_bpe_unsupported(tokenizer_json)
     if not refusal:
         return f"hf-bpe:{tokenizer_json}"
@@ -259,11 +264,8 @@ def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str)
     print("\n".join(lines), flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
-    bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
-    bad line under --on-error fail, corrupt input, or no document for train), 6 (anything
-    else); ended by the signal that stopped it."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The options ``tokenfeed prepare-text`` hands over, with the library's defaults."""
     p = argparse.ArgumentParser(prog="tokenfeed prepare-text",
                                 description="Turn raw text into a pretraining dataset (see tokenfeed prepare-text "
                                             "--help)")
@@ -279,18 +281,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     eos.add_argument("--eos-token")
     eos.add_argument("--no-eos", action="store_true")
     p.add_argument("--bos", action="store_true")
-    p.add_argument("--val-split", type=float, default=0.0005)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard-tokens", type=int, default=1 << 28)
+    p.add_argument("--val-split", type=float, default=_DEFAULTS["val_split"])
+    p.add_argument("--seed", type=int, default=_DEFAULTS["seed"])
+    p.add_argument("--shard-tokens", type=int, default=_DEFAULTS["shard_tokens"])
     p.add_argument("--token-dtype", choices=("auto", "uint16", "uint32"), default="auto")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail")
-    p.add_argument("--max-document-bytes", type=int, default=64 << 20)
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--max-document-bytes", type=int, default=_DEFAULTS["max_document_bytes"])
+    p.add_argument("--workers", type=int, default=_DEFAULTS["workers"])
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume-check", choices=("stat", "content"), default=_DEFAULTS["resume_check"])
     p.add_argument("--progress-seconds", type=float, default=5.0)
-    p.add_argument("--tokenizer-impl", choices=("auto", "native", "tokenizers"), default="tokenizers")
-    p.add_argument("--verify-sample", type=float, default=0.001)
-    args = p.parse_args(argv)
+    p.add_argument("--tokenizer-impl", choices=("auto", "native", "tokenizers"), default=_DEFAULTS["tokenizer_impl"])
+    p.add_argument("--verify-sample", type=float, default=_DEFAULTS["verify_sample"])
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``tokenfeed prepare-text`` for --hf-tokenizer and parquet input: exit status 0, or 2 (a
+    bad option or value, a missing package), 3 (a file that cannot be read or written), 4 (a
+    bad line under --on-error fail, corrupt input, or no document for train), 6 (anything
+    else); ended by the signal that stopped it."""
+    args = argument_parser().parse_args(argv)
     tty = sys.stderr.isatty()
 
     def show(bar: str, line: str, done: bool) -> None:
@@ -306,8 +317,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             eos_token=args.eos_token, eos=not args.no_eos, bos=args.bos, val_split=args.val_split,
                             seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
                             on_error=args.on_error, max_document_bytes=args.max_document_bytes,
-                            workers=args.workers, resume=args.resume, progress=show,
-                            progress_seconds=0.5 if tty else args.progress_seconds,
+                            workers=args.workers, resume=args.resume, resume_check=args.resume_check,
+                            progress=show, progress_seconds=0.5 if tty else args.progress_seconds,
                             tokenizer_impl=args.tokenizer_impl, verify_sample=args.verify_sample)
 
     status, summary = run_command(run, lambda name: f"prepare-text interrupted by {name}; '{args.output_dir}' was "

@@ -11,7 +11,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/token_stream.hpp"
 #include "inspect/split_reports.hpp"
-#include "loader/resolved_options.hpp"
+#include "splits/resolved_options.hpp"
 #include "util/filesystem_errors.hpp"
 
 namespace tokenfeed {

@@ -3,9 +3,9 @@
 #include <memory>
 #include <utility>
 
-#include "loader/mixture.hpp"
-#include "loader/open_split.hpp"
-#include "loader/resolved_options.hpp"
+#include "mixture/mixture.hpp"
+#include "splits/open_split.hpp"
+#include "splits/resolved_options.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace tokenfeed {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "loader/mixture_sizes.hpp"
+#include "mixture/mixture_sizes.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {

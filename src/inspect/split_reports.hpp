@@ -15,7 +15,7 @@
 #include "dataset/dataset_metadata.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "inspect/inspect_report.hpp"
-#include "loader/resolved_options.hpp"
+#include "splits/resolved_options.hpp"
 #include "measure/nearest_rank.hpp"
 #include "util/id_list.hpp"
 

@@ -8,13 +8,13 @@
 #include <mutex>
 #include <optional>
 
-#include "loader/loader_split.hpp"
-#include "loader/mixture.hpp"
-#include "loader/parallel_layout.hpp"
-#include "loader/resolved_options.hpp"
-#include "loader/resume_state.hpp"
-#include "loader/single_dataset.hpp"
-#include "loader/split_set.hpp"
+#include "splits/loader_split.hpp"
+#include "mixture/mixture.hpp"
+#include "launch/parallel_layout.hpp"
+#include "splits/resolved_options.hpp"
+#include "splits/resume_state.hpp"
+#include "splits/single_dataset.hpp"
+#include "splits/split_set.hpp"
 #include "tokenfeed/error.hpp"
 #include "util/filesystem_errors.hpp"
 

@@ -1,5 +1,7 @@
 #include "prepare/corpus_shards.hpp"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -185,21 +187,29 @@ void CorpusShardWriter::restore(const CorpusSplitState& state) {
   if (state.open_tokens > 0) open_shard(true, state.open_tokens, state.open_documents);
 }
 
-void CorpusShardWriter::append(std::span<const std::uint32_t> ids) {
+void CorpusShardWriter::append(std::span<const std::span<const std::uint32_t>> pieces, std::uint64_t tokens) {
   if (!open_) open_shard(false, 0, 0);
   if (format_ == CorpusFormat::tokens) {
     open_->index.write(&open_tokens_, sizeof open_tokens_);
   } else {
-    const std::uint64_t record[2] = {open_tokens_, ids.size()};
+    const std::uint64_t record[2] = {open_tokens_, tokens};
     open_->index.write(record, sizeof record);
   }
-  if (dtype_ == TokenDtype::uint16) {
-    narrow_.assign(ids.begin(), ids.end());
-    open_->data.write(narrow_.data(), narrow_.size() * sizeof(std::uint16_t));
-  } else {
-    open_->data.write(ids.data(), ids.size_bytes());
+  // uint16 ids are narrowed this many at a time: the copy stays small whatever the document.
+  constexpr std::size_t kNarrowRun = std::size_t{1} << 16;
+  for (std::span<const std::uint32_t> piece : pieces) {
+    if (dtype_ != TokenDtype::uint16) {
+      open_->data.write(piece.data(), piece.size_bytes());
+      continue;
+    }
+    while (!piece.empty()) {
+      const std::span<const std::uint32_t> run = piece.first(std::min(piece.size(), kNarrowRun));
+      narrow_.assign(run.begin(), run.end());
+      open_->data.write(narrow_.data(), narrow_.size() * sizeof(std::uint16_t));
+      piece = piece.subspan(run.size());
+    }
   }
-  open_tokens_ += ids.size();
+  open_tokens_ += tokens;
   ++open_documents_;
 }
 

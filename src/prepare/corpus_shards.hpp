@@ -56,17 +56,21 @@ class CorpusShardWriter {
   // REQUIRES: nothing added yet.
   void restore(const CorpusSplitState& state);
 
-  // Appends a document (its ids, end-of-text included). When the open shard cannot take it
-  // without passing shard_tokens, the shard is finished first and shard_finished() called
-  // (the moment to save state()), then the document starts the next shard. Throws Error(io)
-  // on write errors. REQUIRES: ids not empty, each id fits the dtype.
+  // Appends a document: the concatenation of `pieces` (a begin-of-text id, the text's ids,
+  // an end-of-text id), written piece by piece, so that a long document is never copied
+  // whole. When the open shard cannot take it without passing shard_tokens, the shard is
+  // finished first and shard_finished() called (the moment to sync() and record where the
+  // split stands), then the document starts the next shard. Throws Error(io) on write
+  // errors. REQUIRES: the pieces not all empty, each id fits the dtype.
   template <typename ShardFinished>
-  void add(std::span<const std::uint32_t> ids, ShardFinished&& shard_finished) {
-    if (open_tokens_ > 0 && open_tokens_ + ids.size() > shard_tokens_) {
+  void add(std::span<const std::span<const std::uint32_t>> pieces, ShardFinished&& shard_finished) {
+    std::uint64_t tokens = 0;
+    for (const auto& piece : pieces) tokens += piece.size();
+    if (open_tokens_ > 0 && open_tokens_ + tokens > shard_tokens_) {
       finish_shard();
       shard_finished();
     }
-    append(ids);
+    append(pieces, tokens);
   }
 
   // Flushes the open shard's files to disk (fsync), so that a run killed right after can
@@ -84,7 +88,7 @@ class CorpusShardWriter {
  private:
   struct OpenFiles;
   void open_shard(bool resume, std::uint64_t tokens, std::uint64_t documents);
-  void append(std::span<const std::uint32_t> ids);
+  void append(std::span<const std::span<const std::uint32_t>> pieces, std::uint64_t tokens);
   void finish_shard();
   std::filesystem::path shard_file(std::uint64_t index, bool index_file) const;
   std::uint64_t file_bytes(std::uint64_t tokens, std::uint64_t documents, bool index_file) const;
@@ -96,7 +100,7 @@ class CorpusShardWriter {
   std::vector<CorpusShard> finished_;
   std::uint64_t open_tokens_ = 0, open_documents_ = 0;
   std::unique_ptr<OpenFiles> open_;
-  std::vector<std::uint16_t> narrow_;
+  std::vector<std::uint16_t> narrow_;  // a piece's ids as uint16, a bounded run at a time
 };
 
 }  // namespace tokenfeed

@@ -1,5 +1,6 @@
 #include "prepare/prepare_text.hpp"
 
+#include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
@@ -136,6 +137,10 @@ void check_options(const PrepareTextOptions& o) {
     std::snprintf(value, sizeof value, "%g", o.verify_fraction);
     throw Error(ErrorKind::config, std::string("--verify-sample must be in [0, 1], got ") + value);
   }
+  if (o.tokenizer_impl != "auto" && o.tokenizer_impl != "native" && o.tokenizer_impl != "tokenizers") {
+    throw Error(ErrorKind::config,
+                "--tokenizer-impl must be auto, native or tokenizers, not '" + o.tokenizer_impl + "'");
+  }
   if (o.verify_encoder && o.encoder) {
     throw Error(ErrorKind::config, "a verify encoder checks the built-in tokenizer, not the caller's encoder");
   }
@@ -261,13 +266,28 @@ CorpusShard shard_from(const nlohmann::json& j) {
   return c;
 }
 
+// Each input's SHA-256 (hex), read on up to `workers` threads (0: all cores), a file each.
+std::vector<std::string> input_digests(const std::vector<TextInputFile>& inputs, int workers) {
+  std::vector<std::string> digests(inputs.size());
+  const int cores = tbb::info::default_concurrency();
+  tbb::task_arena arena(workers > 0 ? std::min(workers, cores) : cores);
+  arena.execute([&] {
+    tbb::parallel_for(std::size_t{0}, inputs.size(),
+                      [&](std::size_t i) { digests[i] = sha256_file_hex(inputs[i].path); });
+  });
+  return digests;
+}
+
 // What a resumed run must share with the run it takes over: the inputs as they were (path,
-// size, modification time) and every option that changes the output.
+// size, modification time, and with ResumeCheck::content their bytes' SHA-256: `digests`)
+// and every option that changes the output.
 ordered_json run_description(const PrepareTextOptions& o, const std::vector<TextInputFile>& inputs,
-                             const ResolvedTokenizer& t, TokenDtype dtype) {
+                             const std::vector<std::string>& digests, const ResolvedTokenizer& t, TokenDtype dtype) {
   ordered_json files = ordered_json::array();
-  for (const TextInputFile& f : inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TextInputFile& f = inputs[i];
     files.push_back({{"path", recorded_path(f.path)}, {"bytes", f.bytes}, {"mtime_ns", f.mtime_ns}});
+    if (!digests.empty()) files.back()["sha256"] = digests[i];
   }
   return {{"inputs", files},
           {"format", to_string(o.format)},
@@ -364,8 +384,9 @@ class CorpusSink {
 
   InputPosition position() const noexcept { return position_; }
 
-  void add_document(bool val, std::span<const std::uint32_t> ids) {
-    (val ? val_ : train_).add(ids, [this, val] { journal_shard(val); });
+  // The document `pieces` make, in order (begin-of-text, the text's ids, end-of-text).
+  void add_document(bool val, std::span<const std::span<const std::uint32_t>> pieces) {
+    (val ? val_ : train_).add(pieces, [this, val] { journal_shard(val); });
   }
   void done_with(const TextRecord& r) { position_ = {r.file, r.units_after}; }
 
@@ -454,6 +475,8 @@ class CorpusSink {
 
 }  // namespace
 
+const char* to_string(ResumeCheck check) noexcept { return check == ResumeCheck::content ? "content" : "stat"; }
+
 TextDraws text_draws(std::string_view text, std::uint64_t seed) {
   Sha256 sha;
   static constexpr char kDomain[] = "tokenfeed-text-split-v1";
@@ -510,7 +533,10 @@ class TextCorpusRun {
     const std::vector<TextInputFile> inputs = expand_text_inputs(o_.inputs);
     tokenizer_ = resolve_tokenizer(o_);
     const TokenDtype dtype = choose_token_dtype(o_.token_dtype, tokenizer_.vocab_size);
-    const ordered_json run = run_description(o_, inputs, tokenizer_, dtype);
+    const std::vector<std::string> digests =
+        o_.resume_check == ResumeCheck::content ? input_digests(inputs, o_.workers) : std::vector<std::string>();
+    check_stop(o_);
+    const ordered_json run = run_description(o_, inputs, digests, tokenizer_, dtype);
     const std::string key = run_key(run);
     for (const TextInputFile& f : inputs) total_bytes_ += f.bytes;
 
@@ -633,7 +659,7 @@ class TextCorpusRun {
     c.verify.assign(c.records.size(), 0);
     for (std::size_t i = 0; i < c.records.size(); ++i) {
       TextRecord& r = c.records[i];
-      parse_text_record(r, o_.read.text_field);
+      parse_text_record(r, o_.read);
       if (r.kind == TextRecord::Kind::blank) continue;
       const TextDraws draws = text_draws(r.text, o_.seed);
       c.val[i] = draws.split < o_.val_split ? 1 : 0;
@@ -641,6 +667,9 @@ class TextCorpusRun {
       if (r.kind != TextRecord::Kind::text || !tokenizer_.builtin) continue;
       try {
         tokenizer_.builtin->encode(r.text, c.ids[i]);
+        // Only the ids are written: a long text is not held twice, unless the verifier still
+        // has to encode it (verify_chunk releases it then).
+        if (c.verify[i] == 0 || !verifying()) std::string().swap(r.text);
       } catch (const Error& e) {
         r.kind = TextRecord::Kind::bad;
         r.reason = kTextReasonTokenizer;
@@ -674,7 +703,10 @@ class TextCorpusRun {
   void encode_chunk(RecordChunk& c) const {
     std::vector<std::size_t> at;
     std::vector<std::vector<std::uint32_t>> ids = encode_records(*o_.encoder, "the encoder", c, false, at);
-    for (std::size_t k = 0; k < at.size(); ++k) c.ids[at[k]] = std::move(ids[k]);
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      c.ids[at[k]] = std::move(ids[k]);
+      std::string().swap(c.records[at[k]].text);  // only the ids are written from here
+    }
   }
 
   // The verify sample of a chunk encoded again by the verifier, and compared. Serial, in order.
@@ -697,6 +729,7 @@ class TextCorpusRun {
                                          std::to_string(ours.size()) + " against " + std::to_string(theirs.size()) +
                                          " ids): the run is stopped, nothing is written");
     }
+    for (const std::size_t i : at) std::string().swap(c.records[i].text);  // only the ids are written from here
     summary_.verified_documents += at.size();
   }
 
@@ -713,7 +746,6 @@ class TextCorpusRun {
   // Writes one chunk's records in order. Serial.
   void write_chunk(RecordChunk& c, CorpusSink& sink, const std::vector<std::string>& names) {
     Counters& counters = sink.counters;
-    std::vector<std::uint32_t> doc;
     for (std::size_t i = 0; i < c.records.size(); ++i) {
       const TextRecord& r = c.records[i];
       const bool val = c.val[i] != 0;
@@ -737,20 +769,25 @@ class TextCorpusRun {
                                                  std::to_string(tokenizer_.vocab_size));
             }
           }
-          doc.clear();
-          if (tokenizer_.bos) doc.push_back(*tokenizer_.bos);
-          doc.insert(doc.end(), ids.begin(), ids.end());
-          if (tokenizer_.eos) doc.push_back(*tokenizer_.eos);
-          if (doc.empty()) {  // a text the tokenizer gives no ids for, with nothing around it
+          // The ids are written where they are, between the special ids: a long document is
+          // never copied whole.
+          const std::span<const std::uint32_t> bos =
+              tokenizer_.bos ? std::span<const std::uint32_t>(&*tokenizer_.bos, 1) : std::span<const std::uint32_t>();
+          const std::span<const std::uint32_t> eos =
+              tokenizer_.eos ? std::span<const std::uint32_t>(&*tokenizer_.eos, 1) : std::span<const std::uint32_t>();
+          const std::uint64_t tokens = bos.size() + ids.size() + eos.size();
+          if (tokens == 0) {  // a text the tokenizer gives no ids for, with nothing around it
             ++counters.split(val).empty_documents;
             break;
           }
-          sink.add_document(val, doc);
+          const std::span<const std::uint32_t> pieces[] = {bos, ids, eos};
+          sink.add_document(val, pieces);
+          c.ids[i] = {};  // released now rather than with the chunk
           CorpusSplitSummary& s = counters.split(val);
           ++s.documents;
-          s.tokens += doc.size();
+          s.tokens += tokens;
           ++documents_;
-          tokens_ += doc.size();
+          tokens_ += tokens;
           break;
         }
       }

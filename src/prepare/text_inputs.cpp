@@ -200,7 +200,14 @@ std::vector<TextInputFile> expand_text_inputs(const std::vector<std::string>& pa
   return inputs;
 }
 
-void parse_text_record(TextRecord& r, const std::string& field) {
+std::size_t max_jsonl_line_bytes(std::size_t max_document_bytes) noexcept {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  if (max_document_bytes > (kMax - kJsonOtherFieldsBytes) / kJsonEscapeFactor) return kMax;
+  return max_document_bytes * kJsonEscapeFactor + kJsonOtherFieldsBytes;
+}
+
+void parse_text_record(TextRecord& r, const TextReadOptions& options) {
+  const std::string& field = options.text_field;
   if (r.kind == TextRecord::Kind::text) {
     if (r.text.empty()) {
       r.kind = TextRecord::Kind::empty;
@@ -239,7 +246,14 @@ void parse_text_record(TextRecord& r, const std::string& field) {
     return;
   }
   // nlohmann checks the UTF-8 of strings, and refuses unpaired surrogate escapes.
-  r.text = std::move(it->get_ref<std::string&>());
+  std::string& text = it->get_ref<std::string&>();
+  if (text.size() > options.max_document_bytes) {
+    make_bad(r, kTextReasonTooLong,
+             "the text is " + std::to_string(text.size()) + " bytes, longer than " +
+                 std::to_string(options.max_document_bytes));
+    return;
+  }
+  r.text = std::move(text);
   r.kind = r.text.empty() ? TextRecord::Kind::empty : TextRecord::Kind::text;
 }
 
@@ -286,7 +300,9 @@ struct TextFileReader::Impl {
     bool long_line = false;
     if (!next_line(long_line)) return false;
     if (long_line) {
-      too_long(r);
+      make_bad(r, kTextReasonTooLong,
+               "the line is longer than " + std::to_string(max_jsonl_line_bytes(options.max_document_bytes)) +
+                   " bytes (6 x the document limit + 1 MiB)");
     } else if (line.empty()) {
       empty_run(r, TextRecord::Kind::blank);
     } else {
@@ -383,7 +399,9 @@ TextFileReader::TextFileReader(const TextInputFile& input, std::uint32_t index, 
     d.units = skip_units;
     return;
   }
-  d.lines = std::make_unique<LineReader>(input.path, options.max_document_bytes);
+  d.lines = std::make_unique<LineReader>(input.path, input.format == TextInputFormat::jsonl
+                                                         ? max_jsonl_line_bytes(options.max_document_bytes)
+                                                         : options.max_document_bytes);
   if (input.format == TextInputFormat::text && options.doc_per == DocPer::file) {
     if (skip_units > 0) {
       d.whole_file_done = true;

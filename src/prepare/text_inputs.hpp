@@ -65,9 +65,17 @@ inline constexpr std::string_view kTextReasonInvalidUtf8 = "invalid_utf8";    //
 inline constexpr std::string_view kTextReasonTooLong = "document_too_long";   // over max_document_bytes
 inline constexpr std::string_view kTextReasonTokenizer = "tokenizer_error";   // the tokenizer refused it
 
-// Turns a json_line record into a text, empty or bad one, and checks a text record's UTF-8.
-// Cheap enough for the parallel stage; keeps only `field` of the object.
-void parse_text_record(TextRecord& record, const std::string& field);
+// The longest JSONL line read (a longer one is document_too_long, never held in memory): a
+// text of max_document_bytes written with JSON escapes takes at most 6 bytes a byte
+// ("\u0001"), and the object's other fields get 1 MiB. Saturates at SIZE_MAX.
+inline constexpr std::size_t kJsonEscapeFactor = 6;
+inline constexpr std::size_t kJsonOtherFieldsBytes = std::size_t{1} << 20;
+std::size_t max_jsonl_line_bytes(std::size_t max_document_bytes) noexcept;
+
+// Turns a json_line record into a text, empty or bad one (a decoded text over
+// options.max_document_bytes is document_too_long), and checks a text record's UTF-8.
+// Cheap enough for the parallel stage; keeps only options.text_field of the object.
+void parse_text_record(TextRecord& record, const TextReadOptions& options);
 
 // Reads the records of one input file, from a given unit on.
 class TextFileReader {

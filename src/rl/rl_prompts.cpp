@@ -1,6 +1,6 @@
 // RLPrompts (include/tokenfeed/rl.hpp): the prompts of an episode-indexed dataset in the
 // loader's epoch order, one per pull index, through the same EpisodeSampler; its config is
-// settled by resolve_prompt_options (loader/resolved_options.hpp) with the loader's rules.
+// settled by resolve_prompt_options (splits/resolved_options.hpp) with the loader's rules.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -11,8 +11,8 @@
 #include "dataset/content_fingerprint.hpp"
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
-#include "loader/fingerprint.hpp"
-#include "loader/resolved_options.hpp"
+#include "splits/fingerprint.hpp"
+#include "splits/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
 #include "sampling/episode_sampler.hpp"
 #include "tokenfeed/error.hpp"

@@ -1,0 +1,131 @@
+// Mixture: a Loader over several datasets (Config::mixture). Each source is a
+// SingleDataset opened on its own keys with batch_size 1 and world_size 1, so that its
+// batch k is its row k (no pipeline, ranks, audit log or threads of its own); the
+// MixtureSchedule chooses the source of each global row, and each split is a MixtureSplit
+// reading its rows through the sources' splits.
+//
+// A mixture's position is its step alone (batch k is a function of k, as in random mode);
+// its sources' epochs are followed for the audit log (epoch_start, epoch_complete per
+// source) and source_epoch_after.
+//
+// Thread-safety: as SplitSet.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "splits/dataset_split.hpp"
+#include "splits/single_dataset.hpp"
+#include "splits/split_set.hpp"
+#include "modes/mixture_batch_source.hpp"
+#include "sampling/mixture_schedule.hpp"
+
+namespace tokenfeed {
+
+// One split of a mixture: its rows are its sources' rows, chosen by the schedule.
+class MixtureSplit final : public LoaderSplit {
+ public:
+  // REQUIRES: config, schedule and every part outlive the split; parts[i] is source i's
+  // split of this name, seeds[i] its epoch_seed.
+  MixtureSplit(std::string name, const Config& config, const MixtureSchedule& schedule,
+               std::vector<const DatasetSplit*> parts, std::vector<std::int64_t> seeds,
+               const detail::BatchShape& shape);
+  // Stops the pipeline first: its stages read the source destroyed here.
+  ~MixtureSplit() override { reset_pipeline(); }
+
+  BatchSource& source() const noexcept override { return share_ ? *share_ : static_cast<BatchSource&>(*source_); }
+  Epochs epochs() const noexcept override { return Epochs::none; }
+  std::uint64_t batches_in_epoch_at(const SplitPosition&) const override { return 0; }
+  SplitPosition resume_position(const SplitPosition& saved) const override;
+  // The sources' totals; a mixture has no epochs of its own.
+  SplitInfo info() const override;
+  // The epoch source `source` is in after the first `steps` batches; nullopt when it has no
+  // epochs. REQUIRES: source < the number of sources.
+  std::optional<std::uint64_t> source_epoch_after(std::size_t source, std::uint64_t steps) const;
+  // Reads its rows by `schedule` from now on (weight changes: mixture_steering.cpp): stops
+  // and drops the pipeline, which restarts at the consumed step on the next take and makes
+  // again, identically, the batches it had made ahead (steps before the change's are
+  // unchanged). `schedule` must outlive the split or the next call.
+  void use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) TF_REQUIRES(gate.mutex);
+
+ private:
+  const Config& config_;
+  const MixtureSchedule& schedule_;       // the config's: its stages are what stage_start names
+  const MixtureSchedule* rows_schedule_;  // what the rows follow: the config's with the weight changes
+  std::vector<const DatasetSplit*> parts_;
+  std::vector<std::int64_t> seeds_;
+  std::unique_ptr<MixtureBatchSource> source_;  // the whole rows
+  // With context_parallel_split: this rank's share of source_'s rows; null otherwise.
+  std::unique_ptr<BatchSource> share_;
+  // Per source, the epoch whose start was last written to the audit log.
+  std::vector<std::optional<std::uint64_t>> announced_;
+
+  void consumed(const detail::BatchSlot& slot, AuditTrail& audit) override;
+  void forget_announced() override;
+  // Writes stage_start when `step` opens a stage.
+  void announce_stage(std::uint64_t step, AuditTrail& audit) const;
+  // Source i's epochs that its rows [before, after) open or close.
+  void follow_source_epochs(std::size_t i, std::uint64_t before, std::uint64_t after, AuditTrail& audit);
+};
+
+// Source `source`'s config inside mixture `config`: its keys over the mixture's, at one row
+// per batch, with no ranks, audit log or threads of its own (the mixture's pipeline reads it).
+Config mixture_member_config(const Config& config, const MixtureSource& source);
+
+class Mixture final : public SplitSet {
+ public:
+  // REQUIRES: `config` validated with its ranks and decode_threads settled (resolve_options;
+  // `decode_threads_source` says where the threads came from, for the open line). Opens
+  // every source; throws Error naming the source that fails.
+  // `layout` and `rank_source`: the process in the parallel layout and where its rank came
+  // from, as resolve_options settled them (for the open line).
+  Mixture(Config config, std::string decode_threads_source, ParallelLayout layout, std::string rank_source);
+
+  const Config& config() const noexcept override { return config_; }
+  const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
+  std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
+                                                  std::uint64_t steps) const override;
+
+  // Weight changes from the trainer (mixture_steering.cpp; the rule in weight_changes.hpp).
+  // They apply to the train split; other splits keep the config's stages.
+  std::uint64_t earliest_weight_step() const override;
+  void set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step,
+                           PipelineGate& gate) override;
+  const std::vector<WeightChange>& weight_changes() const noexcept override { return changes_; }
+  std::optional<PreparedWeights> adopt_state_changes(const std::vector<WeightChange>& state_changes) const override;
+  void commit_weights(PreparedWeights prepared, PipelineGate& gate) override;
+
+  static constexpr const char* kFingerprintFormula = "tokenfeed-mixture-v2";
+
+ private:
+  Config config_;
+  std::string decode_threads_source_;
+  std::string rank_source_;
+  DatasetMetadata no_metadata_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<SingleDataset>> members_;
+  std::unique_ptr<MixtureSchedule> schedule_;
+  std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
+  std::string sized_text_;  // for the open line
+  // Weight changes, in call order, and the train split's schedule with them (null: none).
+  std::vector<WeightChange> changes_;
+  std::shared_ptr<const MixtureSchedule> train_schedule_;
+
+  // The schedule, order fields and fingerprint with `changes` (the whole history). Throws
+  // Error(config) for a history whose weights leave a stage all zero, or too long a period.
+  PreparedWeights prepare_weights(std::vector<WeightChange> changes) const;
+
+  void open_members();
+  // Weights "auto": computed from the sources' train splits and written into config_.
+  void weigh_by_sizes();
+  void make_schedule();
+  void open_split(const std::string& name);
+  void make_fingerprint();
+  void announce_open();
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,198 @@
+#include "splits/dataset_split.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "splits/resolved_options.hpp"
+#include "splits/resume_state.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+DatasetSplit::DatasetSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
+                           const detail::BatchShape& shape, Description description)
+    : LoaderSplit(std::move(name), shape, config),
+      config_(config),
+      data_(std::move(data)),
+      description_(std::move(description)) {}
+
+SplitInfo DatasetSplit::info() const {
+  SplitInfo info = description_.figures;
+  // Packed epochs differ in length: the figure is that of the epoch the next batch is in.
+  info.batches_per_epoch = batches_in_epoch_at(next_);
+  info.next_epoch = next_.epoch;
+  info.next_batch_in_epoch = next_.batch_in_epoch;
+  return info;
+}
+
+SplitPosition DatasetSplit::resume_position(const SplitPosition& saved) const {
+  check_saved(saved);
+  if (!unusable().empty()) {
+    if (saved.step != 0) {
+      throw Error(ErrorKind::state, "invalid resume state: splits." + name() + ".step=" + std::to_string(saved.step) +
+                                        " but " + unusable());
+    }
+    return SplitPosition{};
+  }
+  return resolve(saved);
+}
+
+void DatasetSplit::refuse_batches(const std::string& why, ErrorKind kind) {
+  if (name() == "train") throw Error(kind, why);
+  log_line(LogLevel::warning, "[tokenfeed] warning: " + why + "; get_batch(\"" + name() + "\") will fail");
+  set_unusable(why, kind);
+}
+
+void DatasetSplit::check_forms_a_batch() {
+  const std::string what = short_of_a_batch();
+  if (what.empty()) return;
+  refuse_batches(
+      "split '" + name() + "' of '" + config_.dataset_dir.string() + "' has " + what +
+          ", fewer than one global batch (batch_size x world_size = " + std::to_string(global_batch_size(config_)) +
+          ") with epoch_drop_last=true; set epoch_drop_last=false (or " + name() +
+          ".epoch_drop_last) or a smaller batch_size",
+      ErrorKind::config);
+}
+
+void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
+  if (!slot.global_rows.empty()) {
+    const std::vector<std::uint64_t> rows(slot.global_rows.begin(), slot.global_rows.end());
+    audit.rows_balanced(
+        {name(), slot.step, format_id_list(rows), slot.sliced_cost_max, slot.balanced_cost_max, slot.cost_mean});
+  }
+  const std::optional<EpochStep> step = advance(slot);
+  if (!step) return;
+  if (announced_ != slot.epoch) {
+    announced_ = slot.epoch;
+    announce_epoch(slot, step->batches, audit);
+  }
+  const std::uint64_t units = data_->sampler->size();
+  for (std::uint64_t epoch = slot.epoch; step->last && epoch < next_.epoch; ++epoch) {
+    audit.epoch_complete(description_.unit, name(), epoch, epoch_seed_text(config_.epoch_seed, epoch),
+                         source_->samples_in_epoch(epoch), units);
+  }
+}
+
+void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {
+  const EpisodeSampler& sampler = *data_->sampler;
+  const bool resumed = slot.batch_in_epoch != 0;
+  log_line(LogLevel::debug, "[tokenfeed] split=" + name() + " epoch=" + std::to_string(slot.epoch) +
+                                (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
+                                " " + description_.unit.plural + "=" + std::to_string(sampler.size()) + " batches=" +
+                                std::to_string(batches) + " shuffle=" + bool_text(config_.shuffle_for(name())) +
+                                " drop_last=" + bool_text(config_.drop_last_for(name())) + description_.epoch_detail);
+  const auto order = data_->orders->get(slot.epoch);
+  std::vector<std::uint64_t> first;
+  for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) {
+    // With truncation=split the order holds piece numbers: their episodes' ids.
+    first.push_back(EpisodeWindows::episode_of((*order)[i], sampler.pieces()));
+  }
+  audit.epoch_opened(description_.unit,
+                     AuditTrail::EpochOpened{name(), slot.epoch, epoch_seed_text(config_.epoch_seed, slot.epoch),
+                                             config_.shuffle_for(name()), sampler.size(), batches,
+                                             format_id_list(first), slot.batch_in_epoch});
+}
+
+// ---- RandomSplit: batch k is a function of k ----
+
+RandomSplit::RandomSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
+                         std::unique_ptr<BatchSource> source, const detail::BatchShape& shape, Description description)
+    : DatasetSplit(std::move(name), config, std::move(data), shape, std::move(description)) {
+  source_ = std::move(source);
+}
+
+std::optional<DatasetSplit::EpochStep> RandomSplit::advance(const detail::BatchSlot& /*slot*/) {
+  next_.batch_in_epoch = next_.step;
+  return std::nullopt;
+}
+
+SplitPosition RandomSplit::resolve(const SplitPosition& saved) const {
+  return check_follows_from_step(name(), saved, SplitPosition{saved.step, 0, saved.step, 0});
+}
+
+// ---- EqualEpochsSplit: every epoch has batches_in_epoch(0) batches ----
+
+EqualEpochsSplit::EqualEpochsSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
+                                   std::unique_ptr<BatchSource> source, const detail::BatchShape& shape,
+                                   Description description)
+    : DatasetSplit(std::move(name), config, std::move(data), shape, std::move(description)) {
+  source_ = std::move(source);
+}
+
+std::uint64_t EqualEpochsSplit::batches_in_epoch_at(const SplitPosition& at) const {
+  return source_->batches_in_epoch(at.epoch);
+}
+
+std::optional<DatasetSplit::EpochStep> EqualEpochsSplit::advance(const detail::BatchSlot& slot) {
+  const std::uint64_t batches = source_->batches_in_epoch(slot.epoch);
+  const bool last = slot.batch_in_epoch + 1 >= batches;
+  next_.epoch = last ? slot.epoch + 1 : slot.epoch;
+  next_.batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  return EpochStep{batches, last};
+}
+
+SplitPosition EqualEpochsSplit::resolve(const SplitPosition& saved) const {
+  const std::uint64_t per_epoch = source_->batches_in_epoch(0);
+  const SplitPosition resolved{saved.step, saved.step / per_epoch, saved.step % per_epoch, 0};
+  check_epoch_seed(name(), config_, resolved.epoch);
+  return check_follows_from_step(name(), saved, resolved);
+}
+
+std::string EqualEpochsSplit::short_of_a_batch() const {
+  if (source_->batches_in_epoch(0) > 0) return {};
+  const EpisodeSampler& sampler = *data_->sampler;
+  if (sampler.pieces() != nullptr) {
+    return std::to_string(sampler.kept_size()) + " kept episodes in " + std::to_string(sampler.size()) +
+           " pieces (truncation=split)";
+  }
+  return std::to_string(sampler.size()) + description().sampled_as;
+}
+
+// ---- PackedEpochsSplit: epochs of varying length, entered mid-batch ----
+
+PackedEpochsSplit::PackedEpochsSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
+                                     std::unique_ptr<PackedBatchSource> source, const detail::BatchShape& shape,
+                                     Description description)
+    : DatasetSplit(std::move(name), config, std::move(data), shape, std::move(description)), packed_(*source) {
+  source_ = std::move(source);
+}
+
+std::uint64_t PackedEpochsSplit::batches_in_epoch_at(const SplitPosition& at) const {
+  return packed_.batches_in_epoch_at(at);
+}
+
+std::optional<DatasetSplit::EpochStep> PackedEpochsSplit::advance(const detail::BatchSlot& slot) {
+  // The batch says where the next one starts; it may have completed its epoch (and, on a
+  // split of few rows, more than one).
+  const std::uint64_t batches =
+      packed_.batches_in_epoch_at(SplitPosition{slot.step, slot.epoch, slot.batch_in_epoch, slot.row_in_epoch});
+  const bool last = slot.next_epoch != slot.epoch;
+  next_.epoch = slot.next_epoch;
+  next_.row_in_epoch = slot.next_row_in_epoch;
+  next_.batch_in_epoch = last ? 0 : slot.batch_in_epoch + 1;
+  return EpochStep{batches, last};
+}
+
+void PackedEpochsSplit::check_saved(const SplitPosition& saved) const { check_packed_reachable(name(), saved); }
+
+SplitPosition PackedEpochsSplit::resolve(const SplitPosition& saved) const {
+  const std::uint64_t rows = packed_.packing(saved.epoch)->rows();
+  if (saved.row_in_epoch >= rows) {
+    throw Error(ErrorKind::state, "invalid resume state: splits." + name() +
+                                      ".row_in_epoch=" + std::to_string(saved.row_in_epoch) + " but epoch " +
+                                      std::to_string(saved.epoch) + " packs into " + std::to_string(rows) + " rows");
+  }
+  check_epoch_seed(name(), config_, saved.epoch);
+  return saved;
+}
+
+std::string PackedEpochsSplit::short_of_a_batch() const {
+  // Packed batches continue into the next epoch, so they always form; a split whose epoch
+  // does not fill one global batch would repeat episodes within a batch.
+  const std::uint64_t rows = packed_.packing(0)->rows();
+  if (!config_.epoch_drop_last || rows >= global_batch_size(config_)) return {};
+  return std::to_string(data_->sampler->kept_size()) + " kept episodes that pack into " + std::to_string(rows) +
+         " rows";
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,81 @@
+#include "splits/loader_split.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "launch/memory_budget.hpp"
+
+namespace tokenfeed {
+
+LoaderSplit::LoaderSplit(std::string name, const detail::BatchShape& shape, const Config& config)
+    : name_(std::move(name)), shape_(shape) {
+  stats_.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
+  stats_.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
+}
+
+LoaderSplit::~LoaderSplit() = default;
+
+void LoaderSplit::set_unusable(std::string why, ErrorKind kind) {
+  unusable_ = std::move(why);
+  unusable_kind_ = kind;
+}
+
+void LoaderSplit::restore(const SplitPosition& at, PipelineGate& gate) {
+  restart_pipeline(gate);  // restarted at the restored step on the next take
+  next_ = at;
+  forget_announced();
+}
+
+void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {
+  pipeline_.reset();  // stops and waits
+  pool_.reset();      // batches still held keep their own reference
+}
+
+void LoaderSplit::stop_pipeline(PipelineGate& /*gate*/) {
+  if (pipeline_) pipeline_->stop();
+}
+
+void LoaderSplit::start_pipeline(const Config& config, PipelineGate& gate) {
+  const auto max_held = static_cast<std::size_t>(config.max_held_batches);
+  source().seek(next_);
+  const auto threads = static_cast<std::size_t>(config.decode_threads);
+  const SplitPipeline::Depths depth = pool_depths(config, shape_);
+  pool_ = std::make_shared<detail::BatchPool>(depth.initial + max_held, shape_, name_, depth.max + max_held);
+  pipeline_ = std::make_unique<SplitPipeline>(
+      source(), pool_, SplitPipeline::Options{depth.initial, threads, next_.step, depth.max, gate.trainer_may_spin});
+}
+
+std::optional<Batch> LoaderSplit::take(const Config& config, PipelineGate& gate, AuditTrail& audit,
+                                       std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!unusable_.empty()) throw Error(unusable_kind_, unusable_);
+  const auto max_held = static_cast<std::size_t>(config.max_held_batches);
+  if (pool_ && pool_->held() >= max_held) {
+    throw Error(ErrorKind::usage, "get_batch(\"" + name_ + "\"): the trainer already holds " +
+                                      std::to_string(max_held) +
+                                      " batches of this split (max_held_batches); release one (Batch::release or "
+                                      "destroy it) first, or raise max_held_batches");
+  }
+  if (!pipeline_) {
+    MutexLock lock(gate.mutex);
+    if (gate.stopped.load(std::memory_order_acquire)) {
+      throw Error(ErrorKind::usage, "get_batch(\"" + name_ + "\") after the loader was stopped");
+    }
+    start_pipeline(config, gate);
+  }
+  double waited_us = 0;
+  detail::BatchSlot* slot = pipeline_->pop(waited_us, deadline);
+  if (slot == nullptr) return std::nullopt;  // the deadline passed
+  slot->wait_us = waited_us;
+  Batch batch = pool_->make_batch(slot);
+
+  stats_.prefetch_depth = pipeline_->prefetch_depth();  // auto depth may have grown (and logged it)
+  ++stats_.batches;
+  if (waited_us > 0) ++stats_.waits;
+  stats_.total_wait_us += waited_us;
+  stats_.max_wait_us = std::max(stats_.max_wait_us, waited_us);
+  next_.step = slot->step + 1;
+  consumed(*slot, audit);
+  return batch;
+}
+
+}  // namespace tokenfeed

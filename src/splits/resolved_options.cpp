@@ -1,0 +1,422 @@
+#include "splits/resolved_options.hpp"
+
+#include "launch/cpu_share.hpp"
+
+#include <algorithm>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "dataset/token_stream.hpp"
+#include "audit/audit_trail.hpp"
+#include "launch/launcher_ranks.hpp"
+#include "launch/parallel_layout.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// dataset_mode for an absent key: what train/ holds.
+DatasetMode detect_mode(const fs::path& dataset_dir) {
+  if (const auto layout = detect_split_layout(dataset_dir, "train")) return *layout;
+  throw Error(ErrorKind::io, "cannot detect dataset_mode in '" + dataset_dir.string() +
+                                 "': train/ is not an episode-indexed split (episodes.idx) and there is no "
+                                 "token stream (train.bin, or *.bin / *.npy files in train/)");
+}
+
+}  // namespace
+
+void check_dataset_dir(const Config& config) {
+  std::error_code ec;
+  if (!fs::is_directory(config.dataset_dir, ec)) {
+    throw Error(ErrorKind::io,
+                "dataset_dir '" + config.dataset_dir.string() + "' does not exist or is not a directory");
+  }
+}
+
+std::optional<DatasetMode> detect_split_layout(const fs::path& dataset_dir, const std::string& split) {
+  if (EpisodeSplit::looks_like_episode_split(dataset_dir / split)) return DatasetMode::sft_episode;
+  if (TokenStreamSplit::has_split(dataset_dir, split)) return DatasetMode::token_stream;
+  return std::nullopt;
+}
+
+std::optional<PadChoice> pad_from_metadata(const Config& config, const DatasetMetadata& metadata) {
+  if (config.pad_token_id) return PadChoice{*config.pad_token_id, "config"};
+  if (metadata.pad_token_id) return PadChoice{*metadata.pad_token_id, "metadata pad_token_id"};
+  if (metadata.eot_token_id) return PadChoice{*metadata.eot_token_id, "metadata eot_token_id"};
+  if (metadata.eos_token_id) return PadChoice{*metadata.eos_token_id, "metadata eos_token_id"};
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> end_of_text_id(std::optional<std::int64_t> given, const DatasetMetadata& metadata) {
+  if (given) return given;
+  return metadata.eos_token_id ? metadata.eos_token_id : metadata.eot_token_id;
+}
+
+namespace {
+
+// rank and world_size from the launcher when they are not numbers; then the parallel
+// layout, whose data-parallel coordinates the config holds from here on.
+void settle_ranks(Config& config, ResolvedOptions& r) {
+  const LauncherRanks ranks = resolve_ranks(config);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  r.rank_source = ranks.source;
+  r.layout = resolve_parallel_layout(config);
+  config.data_parallel_rank = r.layout.data_parallel_rank;
+  config.data_parallel_size = r.layout.data_parallel_size;
+  if (r.layout.context_parallel_rank >= 0) config.context_parallel_rank = r.layout.context_parallel_rank;
+  global_batch_size(config);
+}
+
+}  // namespace
+
+void settle_decode_threads(Config& config, ResolvedOptions& r) {
+  // The local ranks are read even when nothing below uses them, so that a bad variable is
+  // an error at open, not a silently undivided memory budget.
+  const LocalRanks local_ranks = resolve_local_ranks();
+  // This process's share of the CPUs it may use; one of them is the trainer's.
+  const DecodeThreadsDefault threads = default_decode_threads(read_cpu_budget(local_ranks));
+  if (config.decode_threads == 0) {
+    config.decode_threads = threads.threads;
+    r.decode_threads_source = threads.source;
+  } else {
+    r.decode_threads_source = "config";
+  }
+  r.trainer_may_spin = threads.share > config.decode_threads;
+}
+
+std::uint64_t global_batch_size(const Config& config) {
+  const auto batch = static_cast<std::uint64_t>(config.batch_size);
+  const std::uint64_t world = data_parallel_size(config);
+  if (world > kMaxGlobalBatch || batch * world > kMaxGlobalBatch) {  // batch <= 2^24: no wrap
+    throw Error(ErrorKind::config, "config key 'batch_size' x the data-parallel size = " + std::to_string(batch) +
+                                       " x " + std::to_string(world) +
+                                       " exceed 2^40 rows per step (the loader's row "
+                                       "counter must hold the rows of every step of a run); lower world_size");
+  }
+  return batch * world;
+}
+
+ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
+  if (config.batch_size <= 0) config.batch_size = 1;
+  if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
+  validate_config(config);
+  check_dataset_dir(config);
+  ResolvedOptions r;
+  settle_ranks(config, r);
+  r.metadata = read_dataset_metadata(config.dataset_dir);
+  r.config = std::move(config);
+  Config& c = r.config;
+  c.token_dtype = settle_dtype(c.token_dtype, r.metadata.token_dtype, config_key("token_dtype"), r.metadata_file());
+  if (const std::optional<PadChoice> pad = pad_from_metadata(c, r.metadata)) {
+    c.pad_token_id = pad->id;
+    r.pad_source = pad->source;
+  }
+  if (!c.batch_sampling_mode) c.batch_sampling_mode = SamplingMode::epoch;
+  return r;
+}
+
+bool pads_sequences_for_context_parallel(const Config& c) noexcept {
+  return c.context_parallel_size > 1 && (c.dataset_mode == DatasetMode::sft_packed ||
+                                         (c.dataset_mode == DatasetMode::token_stream && c.document_aware));
+}
+
+std::size_t context_parallel_multiple(const Config& c) noexcept {
+  return pads_sequences_for_context_parallel(c) ? 2 * static_cast<std::size_t>(c.context_parallel_size) : 1;
+}
+
+void check_context_parallel_rows(const Config& c) {
+  const bool pads = pads_sequences_for_context_parallel(c);
+  if (!pads && !splits_rows_for_context_parallel(c)) return;
+  const std::int64_t multiple = 2 * c.context_parallel_size;
+  if (c.block_size % multiple == 0) return;
+  const std::string why =
+      pads ? std::string("dataset_mode=") + to_string(c.dataset_mode) + (c.document_aware ? " (document_aware)" : "") +
+                 " pads every sequence of a row to a multiple of 2 x context_parallel_size"
+           : std::string("context_parallel_split=true cuts every row into 2 x context_parallel_size chunks");
+  throw Error(ErrorKind::config, "config key 'block_size' is " + std::to_string(c.block_size) + " but " + why +
+                                     " = 2 x " + std::to_string(c.context_parallel_size) + " = " +
+                                     std::to_string(multiple) + ", so block_size must be a multiple of " +
+                                     std::to_string(multiple));
+}
+
+void settle_context_parallel_padding(ResolvedOptions& r) {
+  Config& c = r.config;
+  check_context_parallel_rows(c);
+  if (pads_sequences_for_context_parallel(c) && !r.episode_mode()) {
+    // A document-aware token stream pads its documents for context parallelism: with the
+    // SFT modes' pad id, else the end-of-text id.
+    const std::optional<PadChoice> pad = pad_from_metadata(c, r.metadata);
+    c.pad_token_id = pad ? pad->id : *c.eos_token_id;
+    r.pad_source = pad ? pad->source : "eos_token_id, for the context-parallel padding";
+  }
+}
+
+void check_context_parallel_rank(const Config& c) {
+  if (!splits_rows_for_context_parallel(c) || c.context_parallel_rank) return;
+  throw Error(ErrorKind::config,
+              "context_parallel_split=true gives each context-parallel rank its share of the rows, but this "
+              "process's context-parallel rank is unknown: world_size " +
+                  std::to_string(c.world_size) +
+                  " is not a multiple of the parallel sizes, so the layout does not give it; set "
+                  "context_parallel_rank in the config");
+}
+
+void check_balance_ranks(const Config& c) {
+  if (c.balance_ranks == RankBalance::none) return;
+  const std::string key = std::string("config key 'balance_ranks' is ") + to_string(c.balance_ranks);
+  if (!c.mixture.empty()) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances the rows one sft_packed dataset packs; a mixture's rows "
+                                       "come from its sources by the schedule: remove the key");
+  }
+  if (c.dataset_mode != DatasetMode::sft_packed) {
+    throw Error(ErrorKind::config, key +
+                                       ", which balances packed rows across ranks; it applies to "
+                                       "dataset_mode=sft_packed, not " +
+                                       to_string(c.dataset_mode));
+  }
+}
+
+ResolvedOptions resolve_options(Config config) {
+  validate_config(config);
+  ResolvedOptions r;
+  settle_ranks(config, r);
+  check_context_parallel_rank(config);
+  settle_decode_threads(config, r);
+  r.config = std::move(config);
+  if (r.mixture()) {
+    check_balance_ranks(r.config);
+    return r;
+  }
+  Config& c = r.config;
+
+  check_dataset_dir(c);
+  r.metadata = read_dataset_metadata(c.dataset_dir);
+  const DatasetMetadata& metadata = r.metadata;
+
+  if (c.dataset_mode == DatasetMode::auto_detect) c.dataset_mode = detect_mode(c.dataset_dir);
+  if (c.truncation == Truncation::split && c.dataset_mode == DatasetMode::token_stream) {
+    throw Error(ErrorKind::config, "config key 'truncation' is split, which cuts episodes into pieces, but '" +
+                                       c.dataset_dir.string() +
+                                       "' holds a token stream (dataset_mode=token_stream, detected): remove the key");
+  }
+  if (!c.batch_sampling_mode) c.batch_sampling_mode = r.episode_mode() ? SamplingMode::epoch : SamplingMode::random;
+  if (r.packed_mode() && *c.batch_sampling_mode != SamplingMode::epoch) {
+    throw Error(ErrorKind::config,
+                "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "
+                "batch_sampling_mode=epoch, not random");
+  }
+  // The dataset's own record of its dtypes comes first; a config that names another one is
+  // describing some other dataset, so the disagreement is an error rather than a silent
+  // reinterpretation of the bytes.
+  const std::string metadata_file = r.metadata_file();
+  const auto token_dtype = settle_dtype(c.token_dtype, metadata.token_dtype, config_key("token_dtype"), metadata_file);
+  const auto mask_dtype = settle_dtype(c.mask_dtype, metadata.mask_dtype, config_key("mask_dtype"), metadata_file);
+  c.token_dtype = token_dtype;  // else inferred per split when they open
+  c.mask_dtype = mask_dtype;
+  if (r.episode_mode()) {
+    const std::optional<PadChoice> pad = pad_from_metadata(c, metadata);
+    if (!pad) {
+      throw Error(ErrorKind::config,
+                  "config key 'pad_token_id' is not set and '" + metadata_file +
+                      "' gives none of pad_token_id, eot_token_id, eos_token_id; set pad_token_id in the config");
+    }
+    c.pad_token_id = pad->id;
+    r.pad_source = pad->source;
+  }
+  if (c.document_aware) {
+    if (r.episode_mode()) {
+      throw Error(ErrorKind::config,
+                  std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
+                      to_string(c.dataset_mode));
+    }
+    c.eos_token_id = end_of_text_id(c.eos_token_id, metadata);
+    if (!c.eos_token_id) {
+      throw Error(
+          ErrorKind::config,
+          "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" + metadata_file + "'");
+    }
+  }
+  settle_context_parallel_padding(r);
+  check_balance_ranks(c);
+  if (!r.episode_mode()) {
+    if (c.use_loss_mask.value_or(false)) {
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask applies to episode datasets; token_stream "
+               "batches have no mask");
+    }
+    c.use_loss_mask = false;
+  }
+  if (r.episode_mode()) {
+    std::error_code ec;
+    const fs::path train_dir = c.dataset_dir / "train";
+    if (!fs::exists(train_dir, ec))
+      throw Error(ErrorKind::io, "split directory '" + train_dir.string() + "' does not exist");
+  }
+  return r;
+}
+
+void settle_use_loss_mask(Config& config, const std::string& with, const std::string& without) {
+  if (!config.use_loss_mask) {  // auto
+    if (!with.empty() && !without.empty()) {
+      throw Error(ErrorKind::config, "use_loss_mask=auto: split " + with + " of '" + config.dataset_dir.string() +
+                                         "' has mask.bin but split " + without +
+                                         " has none; set use_loss_mask to true or false in the config");
+    }
+    config.use_loss_mask = !with.empty();
+    if (with.empty()) {
+      log_line(LogLevel::warning,
+               "[tokenfeed] warning: use_loss_mask=auto and the dataset has no mask.bin; "
+               "every position is trained on");
+    }
+    return;
+  }
+  if (*config.use_loss_mask && !without.empty()) {
+    log_line(LogLevel::warning, "[tokenfeed] warning: use_loss_mask=true but the dataset has no mask.bin (split " +
+                                    without + "); returning x and y only");
+  }
+  if (!*config.use_loss_mask && !with.empty()) {
+    log_line(LogLevel::info,
+             "[tokenfeed] use_loss_mask=false set in the config: every position is trained on, "
+             "although the dataset has mask.bin (split " +
+                 with + ")");
+  }
+}
+
+OrderFields ResolvedOptions::order_fields() const {
+  OrderFields fields;
+  // The order depends on the global batch (batch_size x the data-parallel size), never on
+  // its split across ranks nor on the tensor, context and pipeline sizes: a state resumes
+  // at another layout with the same global batch (sft_packed's context-parallel padding
+  // aside, which changes the rows).
+  fields["dataset_mode"] = to_string(config.dataset_mode);
+  fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
+  fields["global_batch_size"] = std::to_string(global_batch_size(config));
+  fields["epoch_seed"] = std::to_string(config.epoch_seed);
+  fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
+  fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
+  if (episode_mode()) fields["episode_min_tokens"] = std::to_string(config.episode_min_tokens);
+  // Per-split overrides, only when given: a config without them keeps its fingerprint.
+  for (const auto& [name, overrides] :
+       {std::pair{"train", config.train_overrides}, std::pair{"val", config.val_overrides}}) {
+    if (!overrides.epoch_shuffle && !overrides.epoch_drop_last) continue;
+    fields[std::string(name) + ".epoch_shuffle"] = bool_text(config.shuffle_for(name));
+    fields[std::string(name) + ".epoch_drop_last"] = bool_text(config.drop_last_for(name));
+  }
+  if (packed_mode()) {
+    // Rows depend on how episodes are cut and on the row length.
+    fields["block_size"] = std::to_string(config.block_size);
+    fields["pack_lookahead"] = std::to_string(config.pack_lookahead);
+    fields["truncation"] = to_string(config.truncation);
+    // Context parallelism pads every episode to a multiple of 2·cp, which changes the
+    // packing; named only then, so that a config without it keeps its fingerprint.
+    if (pads_sequences_for_context_parallel(config)) {
+      fields["context_parallel_padding"] = std::to_string(context_parallel_multiple(config));
+    }
+  } else if (episode_mode() && config.truncation == Truncation::split) {
+    // Rows are pieces, cut at block_size + 1 (other rules keep one row per episode, so
+    // their fingerprints do not name the rule).
+    fields["block_size"] = std::to_string(config.block_size);
+    fields["truncation"] = to_string(config.truncation);
+  } else if (!episode_mode()) {
+    fields["block_size"] = std::to_string(config.block_size);  // windows are carved at block_size + 1
+  }
+  return fields;
+}
+
+EpisodeSplitOptions ResolvedOptions::episode_split_options() const {
+  EpisodeSplitOptions options;
+  options.token_dtype = config.token_dtype;
+  options.mask_dtype = config.mask_dtype;
+  options.want_mask = config.use_loss_mask.value_or(true);  // auto maps the masks that exist
+  return options;
+}
+
+std::unique_ptr<EpisodeWindows> ResolvedOptions::episode_windows(const EpisodeSplit& split) const {
+  return std::make_unique<EpisodeWindows>(split, static_cast<std::size_t>(config.block_size) + 1, config.truncation,
+                                          metadata.special_tokens);
+}
+
+EpisodeSampler::Settings ResolvedOptions::sampler_settings(const std::string& split) const {
+  EpisodeSampler::Settings settings;
+  settings.mode = *config.batch_sampling_mode;
+  settings.shuffle = config.shuffle_for(split);
+  settings.drop_last = config.drop_last_for(split);
+  settings.seed = static_cast<std::uint32_t>(config.epoch_seed);
+  settings.batch_size = static_cast<std::uint64_t>(config.batch_size);
+  settings.world_size = data_parallel_size(config);
+  settings.rank = data_parallel_rank(config);
+  settings.split = split;
+  return settings;
+}
+
+std::unique_ptr<EpisodeSampler> ResolvedOptions::episode_sampler(const EpisodeSplit& split, IdList kept,
+                                                                 EpisodeSampler::Settings settings) const {
+  if (config.truncation != Truncation::split)
+    return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
+  const EpisodeSpans spans = split.spans();
+  auto pieces =
+      std::make_shared<const DocumentPieces>(std::move(kept), static_cast<std::uint64_t>(config.block_size) + 1,
+                                             [&spans](std::uint64_t id) { return spans[id].length; });
+  return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
+}
+
+EpisodeSampler::Settings ResolvedOptions::packed_order_settings(const std::string& split) const {
+  EpisodeSampler::Settings order = sampler_settings(split);
+  order.batch_size = 1;
+  order.world_size = 1;
+  order.rank = 0;
+  order.drop_last = false;
+  return order;
+}
+
+EpisodeSampler::Settings ResolvedOptions::prompt_order_settings() const {
+  EpisodeSampler::Settings order = sampler_settings("train");
+  order.batch_size = 1;
+  order.drop_last = true;
+  return order;
+}
+
+PackedBatchSource::Options ResolvedOptions::packing_options(const std::string& split, bool with_mask) const {
+  PackedBatchSource::Options packing;
+  packing.block_size = static_cast<std::size_t>(config.block_size);
+  packing.batch_size = static_cast<std::uint64_t>(config.batch_size);
+  packing.world_size = data_parallel_size(config);
+  packing.rank = data_parallel_rank(config);
+  packing.drop_last = config.drop_last_for(split);
+  packing.lookahead = static_cast<std::size_t>(config.pack_lookahead);
+  packing.pad_token_id = config.pad_token_id.value_or(0);
+  packing.ignore_index = config.ignore_index;
+  packing.with_mask = with_mask;
+  packing.sequence_multiple = context_parallel_multiple(config);
+  packing.balance_attention = config.balance_ranks == RankBalance::attention;
+  if (splits_rows_for_context_parallel(config)) {
+    packing.split_ranks = static_cast<std::size_t>(config.context_parallel_size);
+    packing.split_rank = static_cast<std::size_t>(config.context_parallel_rank.value_or(0));
+  }
+  return packing;
+}
+
+EpisodeBatchSource::Options ResolvedOptions::episode_options(bool with_mask) const {
+  return EpisodeBatchSource::Options{config.pad_token_id.value_or(0), static_cast<std::size_t>(config.block_size),
+                                     with_mask, config.ignore_index, config.contract_fields};
+}
+
+TokenStreamBatchSource::Options ResolvedOptions::stream_options() const {
+  TokenStreamBatchSource::Options options;
+  options.block_size = static_cast<std::size_t>(config.block_size);
+  options.mode = *config.batch_sampling_mode;
+  if (config.document_aware) options.eos_token_id = config.eos_token_id;
+  options.ignore_index = config.ignore_index;
+  options.contract_fields = config.contract_fields;
+  options.sequence_multiple = context_parallel_multiple(config);
+  options.pad_token_id = config.pad_token_id.value_or(0);
+  return options;
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,85 @@
+#include "splits/single_dataset.hpp"
+
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "dataset/content_fingerprint.hpp"
+#include "launch/memory_budget.hpp"
+#include "splits/open_split.hpp"
+#include "launch/parallel_layout.hpp"
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where split `name` of `dataset_dir` keeps its data: its directory, else (a token stream's
+// flat layout) NAME.bin.
+fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
+  std::error_code ec;
+  if (fs::is_directory(dataset_dir / name, ec)) return dataset_dir / name;
+  return dataset_dir / (name + ".bin");
+}
+
+}  // namespace
+
+SingleDataset::SingleDataset(ResolvedOptions settled) : settled_(std::move(settled)) {
+  layout_ = settled_.layout;
+  open_splits();
+  make_fingerprint();
+  std::vector<std::pair<std::string, detail::BatchShape>> shapes;
+  for (const auto& [name, split] : own_) shapes.emplace_back(name, split->shape());
+  check_memory_bound(config(), shapes);
+  announce_open();
+}
+
+void SingleDataset::open_splits() {
+  own_ = open_dataset_splits(settled_);
+  for (const auto& [name, split] : own_) splits_.emplace(name, split.get());
+}
+
+void SingleDataset::make_fingerprint() {
+  const Config& c = config();
+  OrderFields& fields = order_fields_;
+  fields = settled_.order_fields();
+  for (const auto& [name, split] : own_) {
+    fields["data." + name] = hex64(split->data().fingerprint);  // layout, lengths, dtype
+    // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).
+    fields["content." + name] = hex64(content_fingerprint(split_data_path(c.dataset_dir, name)));
+  }
+  fingerprint_ = fingerprint_of("tokenfeed-order-v2", fields);
+}
+
+void SingleDataset::announce_open() {
+  const Config& c = config();
+  audit_ = std::make_unique<AuditTrail>(c);
+  AuditLog::Fields figures;
+  for (const auto& [name, split] : own_) {
+    if (split->data().episodes) {
+      figures.emplace_back("num_" + name + "_episodes", std::to_string(split->data().episodes->num_episodes()));
+    }
+    const SampledUnit& unit = split->description().unit;
+    figures.emplace_back(unit.kept + name + "_" + unit.plural, std::to_string(split->data().sampler->kept_size()));
+  }
+  audit_->dataset_load(c, fingerprint_, std::move(figures));
+
+  // The one line at open (the per-split details and epoch boundaries are debug lines).
+  std::string line = "[tokenfeed] opened '" + c.dataset_dir.string() + "' mode=" + to_string(c.dataset_mode) +
+                     " sampling=" + to_string(*c.batch_sampling_mode);
+  for (const auto& [name, split] : own_) {
+    line +=
+        " " + name + "=" + std::to_string(split->data().sampler->kept_size()) + "_" + split->description().unit.plural;
+  }
+  line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " " +
+          ranks_text(layout_, settled_.rank_source, c.data_loading) +
+          " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";
+  if (!settled_.pad_source.empty())
+    line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
+  const AuditLog& log = audit_->log();
+  line += " audit_log=" + (log.enabled() ? log.path().string() : std::string("off"));
+  log_line(LogLevel::info, line);
+}
+
+}  // namespace tokenfeed
