@@ -104,6 +104,22 @@ TEST_CASE("hf-bpe: ignore_merges takes a whole piece from the vocabulary") {
   CHECK(load(tmp, spec)->encode("abc") == Ids{400});
 }
 
+TEST_CASE("hf-bpe: a Split with a String pattern splits at that text, not at a regex") {
+  test::TempDir tmp;
+  json spec = base_spec();
+  const auto split = [&](json pattern, const char* behavior) {
+    spec["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         json::array({json{{"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", false}},
+                      json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+    return load(tmp, spec);
+  };
+  CHECK(split({{"String", "l"}}, "Isolated")->encode("hello") == Ids{256, 'l', 'l', 'o'});
+  CHECK(split({{"String", "."}}, "Removed")->encode("a.b.c") == bytes_of("abc"));  // only the dots
+  CHECK(split({{"Regex", "."}}, "Removed")->encode("a.b.c") == Ids{});             // every character
+}
+
 TEST_CASE("hf-bpe: added tokens are split out of the text and decode to their content") {
   test::TempDir tmp;
   json spec = base_spec();

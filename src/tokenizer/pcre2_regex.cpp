@@ -53,7 +53,8 @@ Pcre2Regex::Pcre2Regex(std::string_view pattern, bool literal, const std::string
     : code_(std::make_unique<Code>()) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2_LITERAL refuses PCRE2_UCP (a compile error): a literal has no classes to widen.
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   code_->code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (code_->code == nullptr) {
