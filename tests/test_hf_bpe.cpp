@@ -187,6 +187,9 @@ TEST_CASE("hf-bpe: a feature the native encoder cannot reproduce is refused, nam
   spec = base_spec();
   spec["model"]["merges"].push_back(json::array({"q", "z"}));
   refused(spec, "not in the vocabulary");
+  spec = base_spec();
+  spec["added_tokens"][0]["id"] = 4000000000U;  // the tables would hold 4 G ids
+  refused(spec, "token id 4000000000");
   CHECK_THROWS_AS(hf_bpe_unsupported(tmp.path() / "missing.json"), Error);  // io: not a refusal
   std::ofstream(tmp.path() / "tokenizer.json") << base_spec().dump();
   CHECK(hf_bpe_unsupported(tmp.path()).empty());  // a directory holding tokenizer.json

@@ -197,6 +197,21 @@ void read_added_tokens(const json& list, const std::string& what, HfBpeSpec& spe
   }
 }
 
+// The encoder's tables are indexed by id: an id far beyond the number of tokens the file
+// lists (a vocabulary with a hole of millions) would cost their memory for nothing.
+void check_id_range(const HfBpeSpec& spec, const std::string& what) {
+  const std::uint64_t listed = spec.vocab.size() + spec.added_tokens.size();
+  const std::uint64_t bound = listed + kMaxIdGap;
+  const auto check = [&](std::uint32_t id) {
+    if (id >= bound) {
+      unsupported(what, "token id " + std::to_string(id) + " (more than " + std::to_string(kMaxIdGap) + " beyond the " +
+                            std::to_string(listed) + " tokens listed)");
+    }
+  };
+  for (const auto& [token, id] : spec.vocab) check(id);
+  for (const HfAddedToken& t : spec.added_tokens) check(t.id);
+}
+
 }  // namespace
 
 HfBpeSpec read_hf_bpe_spec(std::string_view json_text, const std::string& what) {
@@ -221,6 +236,7 @@ HfBpeSpec read_hf_bpe_spec(std::string_view json_text, const std::string& what) 
   if (!root.contains("model")) malformed(what, "model", "present");
   read_model(root["model"], what, spec);
   read_added_tokens(root.value("added_tokens", json()), what, spec);
+  check_id_range(spec, what);
   return spec;
 }
 

@@ -8,7 +8,8 @@
 // behavior, invert) ending with ByteLevel; normalizer none, NFC or a Sequence of NFC; added
 // tokens with every flag; no truncation or padding; post-processor none, ByteLevel,
 // TemplateProcessing or a Sequence of those (none changes the ids of
-// encode(add_special_tokens=False)); decoder ByteLevel or none.
+// encode(add_special_tokens=False)); decoder ByteLevel or none; ids within kMaxIdGap of the
+// number of tokens listed.
 //
 // Thread-safety: plain values.
 #pragma once
@@ -49,6 +50,10 @@ struct HfBpeSpec {
 // GPT-2's pre-tokenizer pattern, which ByteLevel(use_regex=true) applies.
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Ids may leave gaps, but no id may lie more than this beyond the number of tokens the file
+// lists (the vocabulary's and the added tokens'): such a file is refused as unsupported.
+inline constexpr std::uint64_t kMaxIdGap = std::uint64_t{1} << 20;
 
 // Reads the JSON text of a tokenizer.json. Throws Error(format) naming `what` for invalid JSON
 // or a malformed member, and Error(config) "... is not supported by the native encoder"
