@@ -96,21 +96,23 @@ const char* to_string(SpecialTokenSource source) noexcept {
 
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec, const SpecialTokenStrings& strings) {
   if (spec == "bytes") return make_bytes_tokenizer(strings);
-  constexpr std::string_view kSentencePiece = "sentencepiece:";
-  if (spec.starts_with(kSentencePiece)) {
-    const std::string_view model = spec.substr(kSentencePiece.size());
-    if (model.empty()) {
-      throw Error(ErrorKind::config, "tokenizer 'sentencepiece:' needs a model file: sentencepiece:PATH/TO/MODEL");
-    }
-    return make_sentencepiece_tokenizer(std::filesystem::path(model), strings);
-  }
-  constexpr std::string_view kHfBpe = "hf-bpe:";
-  if (spec.starts_with(kHfBpe)) {
-    const std::string_view file = spec.substr(kHfBpe.size());
+  // The tokenizers read from a file: "PREFIX:PATH".
+  struct FileTokenizer {
+    std::string_view prefix;
+    std::string_view needs;  // what the error says a PATH is
+    std::unique_ptr<Tokenizer> (*make)(const std::filesystem::path&, const SpecialTokenStrings&);
+  };
+  static constexpr FileTokenizer kFileTokenizers[] = {
+      {"sentencepiece:", "a model file: sentencepiece:PATH/TO/MODEL", &make_sentencepiece_tokenizer},
+      {"hf-bpe:", "a tokenizer.json: hf-bpe:PATH/TO/tokenizer.json", &make_hf_bpe_tokenizer},
+  };
+  for (const FileTokenizer& t : kFileTokenizers) {
+    if (!spec.starts_with(t.prefix)) continue;
+    const std::string_view file = spec.substr(t.prefix.size());
     if (file.empty()) {
-      throw Error(ErrorKind::config, "tokenizer 'hf-bpe:' needs a tokenizer.json: hf-bpe:PATH/TO/tokenizer.json");
+      throw Error(ErrorKind::config, "tokenizer '" + std::string(t.prefix) + "' needs " + std::string(t.needs));
     }
-    return make_hf_bpe_tokenizer(std::filesystem::path(file), strings);
+    return t.make(std::filesystem::path(file), strings);
   }
   throw Error(ErrorKind::config, "unknown tokenizer '" + std::string(spec) +
                                      "' (expected 'bytes', 'sentencepiece:MODEL' or 'hf-bpe:TOKENIZER_JSON')");
