@@ -117,6 +117,24 @@ def qwen2(path: Path) -> Path:
     return _split_family(path, QWEN2_PATTERN, nfc=True, ignore_merges=False, special=["<|endoftext|>"])
 
 
+def split_behaviors(path: Path) -> Path:
+    """Not a model family: a Sequence of Splits with String and Regex patterns, inverted and
+    not, in each behavior, before ByteLevel with its own regex (what hf_bpe_spec.hpp lists
+    beyond the families' files)."""
+    from tokenizers import Regex, pre_tokenizers
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=True),
+        pre_tokenizers.Split(Regex(r"\p{N}"), behavior="contiguous"),
+        pre_tokenizers.Split("'", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"[\r\n]+"), behavior="removed"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok = _train(pre, None, ["<|endoftext|>"], 1000)
+    _added_tokens(tok)
+    tok.save(str(path))
+    return path
+
+
 FAMILIES: Dict[str, Callable[[Path], Path]] = {
     "gpt2": gpt2, "gpt2_prefix_space": gpt2_prefix_space, "llama3": llama3, "qwen2_nfc": qwen2,
+    "split_behaviors": split_behaviors,
 }

@@ -67,8 +67,11 @@ def random_text(rng, added):
         r = rng.random()
         if r < 0.08:
             out.append(rng.choice(added))
+        elif r < 0.14:  # a contraction, each letter in either case
+            out.append("".join(c.upper() if rng.random() < 0.5 else c
+                               for c in rng.choice(["'s", "'t", "'re", "'ve", "'m", "'ll", "'d"])))
         elif r < 0.2:
-            out.append(rng.choice(["'s", "'LL", "'Ve", " ", "  ", "\r\n", "\n", "123", "4567"]))
+            out.append(rng.choice([" ", "  ", "\t", "\r\n", "\n", "\u0085", "\u1680", "\ufeff", "123", "4567"]))
         else:
             lo, hi = rng.choice(ranges)
             out.append(chr(rng.randint(lo, hi)))
