@@ -54,7 +54,7 @@ class TokenfeedConan(ConanFile):
     def requirements(self):
         # The ranges admit ConanCenter's current versions and Debian bookworm's
         # (oneTBB 2021.8, pugixml 1.13, Boost 1.74, nlohmann_json 3.11.2,
-        # SentencePiece 0.1.97, zlib 1.2.13, zstd 1.5.4, OpenSSL 3.0). None of them appears in
+        # SentencePiece 0.1.97, zlib 1.2.13, zstd 1.5.4, OpenSSL 3.0, PCRE2 10.42, utf8proc 2.8). None of them appears in
         # tokenfeed's public headers, so none is a transitive header dependency.
         self.requires("onetbb/[>=2021.8.0 <2023]")
         self.requires("pugixml/[>=1.13 <2]")
@@ -64,6 +64,8 @@ class TokenfeedConan(ConanFile):
         self.requires("zlib/[>=1.2.11 <2]")
         self.requires("zstd/[>=1.4 <2]")  # .zst input of prepare-text
         self.requires("openssl/[>=3.0.0 <4]")  # libcrypto's SHA-256 (the EVP interface of 3.x)
+        self.requires("pcre2/[>=10.40 <11]")  # the native BPE's pre-tokenizer patterns (binary properties: 10.40)
+        self.requires("utf8proc/[>=2.6 <3]")  # NFC for the native BPE
 
     def build_requirements(self):
         self.test_requires("doctest/[>=2.4.9 <3]")
@@ -91,6 +93,12 @@ class TokenfeedConan(ConanFile):
         sentencepiece = self.dependencies["sentencepiece"].ref.name
         deps.set_property(sentencepiece, "cmake_file_name", "SentencePiece")
         deps.set_property(sentencepiece, "cmake_target_name", "SentencePiece::SentencePiece")
+        # The same for PCRE2 (its 8-bit library) and utf8proc (cmake/FindPCRE2.cmake,
+        # cmake/Findutf8proc.cmake).
+        for dep, file_name, target in (("pcre2", "PCRE2", "PCRE2::PCRE2"), ("utf8proc", "utf8proc", "utf8proc::utf8proc")):
+            name = self.dependencies[dep].ref.name
+            deps.set_property(name, "cmake_file_name", file_name)
+            deps.set_property(name, "cmake_target_name", target)
         deps.generate()
 
     def build(self):

@@ -14,7 +14,8 @@ cd "$(dirname "$0")"
 
 PACKAGES=(cmake g++ ninja-build ccache pkg-config python3 python3-venv python3-dev
           libtbb-dev libpugixml-dev libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece zlib1g-dev libzstd-dev libssl-dev)
+          libsentencepiece-dev sentencepiece zlib1g-dev libzstd-dev libssl-dev
+          libpcre2-dev libutf8proc-dev)
 JOBS=${JOBS:-2}
 
 # install_deps [PACKAGE...]: installs what is missing of PACKAGES and the packages named.

@@ -181,10 +181,20 @@ for lib in "${hide[@]}"; do
 done
 
 # hiding "LIB..." CMD...: runs CMD in a private mount namespace with /dev/null bind-mounted
-# over each LIB (a space-separated list); the mounts end with the namespace.
+# over each LIB (a space-separated list); the mounts end with the namespace. `mount` loads
+# libraries of its own (Debian's util-linux: libpcre2-8, through libselinux): one of those is
+# hidden last, since no mount runs after it; two cannot be (status 97, saying so).
 hiding() {
-  HIDDEN=$1 unshare -m --propagation private -- bash -c \
-    'set -e; for f in $HIDDEN; do mount --bind /dev/null "$f"; done; exec "$@"' hiding "${@:2}"
+  HIDDEN=$1 unshare -m --propagation private -- bash -c '
+    set -e
+    own=$(ldd "$(command -v mount)" | awk "/=>/ {print \$3}" | xargs -r readlink -f)
+    last=()
+    for f in $HIDDEN; do
+      if printf "%s\n" $own | grep -qxF "$f"; then last+=("$f"); else mount --bind /dev/null "$f"; fi
+    done
+    if [ ${#last[@]} -gt 1 ]; then echo "hiding: mount itself loads ${last[*]}: only one can be hidden" >&2; exit 97; fi
+    for f in "${last[@]}"; do mount --bind /dev/null "$f"; done
+    exec "$@"' hiding "${@:2}"
 }
 in_namespace() { hiding "${hidden[*]}" "$@"; }
 control_exe=$work/unrepaired/tokenfeed/_bin/tokenfeed

@@ -7,7 +7,8 @@
 #   bin/tokenfeed                            the command, when TOKENFEED_BUILD_TOOLS is on
 #   lib/cmake/tokenfeed/                     tokenfeedConfig.cmake, its version file, the
 #                                            exported targets (tokenfeed::tokenfeed) and
-#                                            FindSentencePiece.cmake for find_dependency
+#                                            FindSentencePiece.cmake, FindPCRE2.cmake and
+#                                            Findutf8proc.cmake for find_dependency
 #   lib/pkgconfig/tokenfeed.pc               pkg-config
 #
 # Included at the end of the top-level CMakeLists.txt, after every target exists.
@@ -117,13 +118,18 @@ configure_package_config_file(
 set(_tokenfeed_package_files
   ${PROJECT_BINARY_DIR}/tokenfeedConfig.cmake
   ${PROJECT_BINARY_DIR}/tokenfeedConfigVersion.cmake)
-if("SentencePiece" IN_LIST TOKENFEED_DEPENDENCY_PACKAGES)
-  # SentencePiece has no CMake package of its own (Debian ships only pkg-config): the
-  # config finds it with the module the build used, installed beside it.
-  list(APPEND _tokenfeed_package_files ${PROJECT_SOURCE_DIR}/cmake/FindSentencePiece.cmake)
-  configure_file(${PROJECT_SOURCE_DIR}/cmake/FindSentencePiece.cmake
-    ${PROJECT_BINARY_DIR}/FindSentencePiece.cmake COPYONLY)
-endif()
+# SentencePiece, PCRE2 and utf8proc have no CMake package of their own (Debian ships only
+# pkg-config): the config finds each with the module the build used, installed beside it.
+# Their shared body, TokenfeedFindLibrary.cmake, goes with them.
+foreach(_package IN ITEMS SentencePiece PCRE2 utf8proc)
+  if(_package IN_LIST TOKENFEED_DEPENDENCY_PACKAGES)
+    foreach(_module IN ITEMS Find${_package} TokenfeedFindLibrary)
+      list(APPEND _tokenfeed_package_files ${PROJECT_SOURCE_DIR}/cmake/${_module}.cmake)
+      configure_file(${PROJECT_SOURCE_DIR}/cmake/${_module}.cmake ${PROJECT_BINARY_DIR}/${_module}.cmake COPYONLY)
+    endforeach()
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES _tokenfeed_package_files)
 install(FILES ${_tokenfeed_package_files}
   DESTINATION ${TOKENFEED_INSTALL_CMAKEDIR}
   COMPONENT tokenfeed_development)
@@ -150,7 +156,8 @@ else()
 endif()
 # What a static tokenfeed needs at link time (pkg-config --static); a shared one resolves
 # these itself. The pkg-config names of the CMake packages found above.
-set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib zstd=libzstd OpenSSL=libcrypto)
+set(_tokenfeed_pc_names TBB=tbb pugixml=pugixml SentencePiece=sentencepiece ZLIB=zlib zstd=libzstd OpenSSL=libcrypto
+  PCRE2=libpcre2-8 utf8proc=libutf8proc)
 set(TOKENFEED_PC_REQUIRES_PRIVATE "")
 set(TOKENFEED_PC_LIBS_PRIVATE "")
 foreach(_package IN LISTS TOKENFEED_DEPENDENCY_PACKAGES)

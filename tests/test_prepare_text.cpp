@@ -2,7 +2,7 @@
 // plain text by file, line or blank line, gzip and zstd), the token shards and their document
 // offsets read back and compared with the tokenizer's own ids, the episode format, output
 // identical for any worker count and for any input format of the same documents, bad input,
-// the split rule, staging all or nothing, and resuming an interrupted run onto the same bytes.
+// the split rule and the verify sample, staging all or nothing, and resuming an interrupted run onto the same bytes.
 #include <doctest/doctest.h>
 #include <zlib.h>
 #include <sys/stat.h>
@@ -534,6 +534,81 @@ TEST_CASE("prepare-text: the split rule is a pure function of the document and t
   std::uint64_t top = 0;
   for (int i = 0; i < 8; ++i) top = (top << 8) | d[static_cast<std::size_t>(i)];
   CHECK(u == static_cast<double>(top >> 11) * 0x1.0p-53);
+}
+
+// The verify sample's encoder in the tests: the bytes tokenizer's ids, with one id changed in
+// every document that contains `plant` (a tokenizer that reads that text differently).
+class BytesVerifier final : public DocumentEncoder {
+ public:
+  explicit BytesVerifier(std::string plant = {}) : plant_(std::move(plant)) {}
+  void encode(std::span<const std::string_view> texts, std::vector<std::vector<std::uint32_t>>& ids) override {
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      tokenizer_->encode(texts[i], ids[i]);
+      if (!plant_.empty() && texts[i].find(plant_) != std::string_view::npos) ids[i][1] ^= 1;
+      ++texts_;
+    }
+  }
+  std::uint64_t texts() const { return texts_; }
+
+ private:
+  std::unique_ptr<Tokenizer> tokenizer_ = make_bytes_tokenizer();
+  std::string plant_;
+  std::uint64_t texts_ = 0;
+};
+
+TEST_CASE("prepare-text: the verify sample is chosen by content hash, and a difference names the document") {
+  test::TempDir dir;
+  std::vector<std::string> docs = sample_documents(400);
+  docs[6] = "a planted document";  // line 7
+  write_bytes(dir / "c.jsonl", jsonl_of(docs));
+  PrepareTextOptions o = base_options(dir / "c.jsonl", dir / "plain");
+  const PrepareTextSummary plain = prepare_text_corpus(o);
+  CHECK(plain.verified_documents == 0);
+
+  SUBCASE("every document, the same ids: verified and written as without the verifier") {
+    auto verifier = std::make_shared<BytesVerifier>();
+    o.output_dir = dir / "verified";
+    o.verify_encoder = verifier;
+    o.verify_fraction = 1.0;
+    const PrepareTextSummary s = prepare_text_corpus(o);
+    CHECK(s.verified_documents == docs.size());
+    CHECK(verifier->texts() == docs.size());
+    CHECK(read_bytes(dir / "verified" / "train" / "shard_00000.npy") ==
+          read_bytes(dir / "plain" / "train" / "shard_00000.npy"));
+  }
+  SUBCASE("a fraction: the documents whose hash draw is below it, the same ones every run") {
+    std::uint64_t expected = 0;
+    for (const std::string& d : docs) expected += text_draws(d, o.seed).verify < 0.25 ? 1 : 0;
+    CHECK(expected > 50);
+    CHECK(expected < 150);
+    o.verify_encoder = std::make_shared<BytesVerifier>();
+    o.verify_fraction = 0.25;
+    for (const char* out : {"a", "b"}) {
+      o.output_dir = dir / out;
+      CHECK(prepare_text_corpus(o).verified_documents == expected);
+    }
+  }
+  SUBCASE("a difference in a sampled document stops the run naming its file and line; nothing is written") {
+    o.output_dir = dir / "planted";
+    o.verify_encoder = std::make_shared<BytesVerifier>("planted");
+    o.verify_fraction = 1.0;
+    CHECK_THROWS_WITH_AS(prepare_text_corpus(o),
+                         doctest::Contains("c.jsonl:7: tokenizer 'bytes' and the verifier disagree at token 1 (id "),
+                         Error);
+    CHECK(!fs::exists(dir / "planted"));
+    // Outside the sample, the same difference goes unseen (which is why the sample is a sample).
+    o.verify_fraction = text_draws(docs[6], o.seed).verify;  // strictly below: not drawn
+    CHECK(prepare_text_corpus(o).verified_documents > 0);
+  }
+  SUBCASE("bad values") {
+    o.output_dir = dir / "bad";
+    o.verify_fraction = 1.5;
+    CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("--verify-sample must be in [0, 1]"), Error);
+    o.verify_fraction = 0.5;
+    o.verify_encoder = std::make_shared<BytesVerifier>();
+    o.encoder = std::make_shared<BytesVerifier>();
+    CHECK_THROWS_WITH_AS(prepare_text_corpus(o), doctest::Contains("not the caller's encoder"), Error);
+  }
 }
 
 TEST_CASE("prepare-text: documents as episodes load in sft_packed, every position trained") {

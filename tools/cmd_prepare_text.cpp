@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "stop_signals.hpp"
 #include "val_split_option.hpp"
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/tokenizer.hpp"
 
 namespace tokenfeed::cli {
 namespace {
@@ -75,7 +77,7 @@ struct PrepareTextArgs {
   std::string token_dtype = "auto";
   std::string on_error = "fail";
   std::string resume_check = "stat";
-  std::string hf_tokenizer;
+  std::string hf_tokenizer;  // with options.tokenizer_impl and options.verify_fraction
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
 };
@@ -94,6 +96,8 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--doc-per", a.doc_per);
   if (!a.hf_tokenizer.empty()) {
     add("--hf-tokenizer", a.hf_tokenizer);
+    add("--tokenizer-impl", o.tokenizer_impl);
+    add("--verify-sample", exact_double(o.verify_fraction));
   } else {
     add("--tokenizer", o.tokenizer);
   }
@@ -113,12 +117,45 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   return argv;
 }
 
-bool needs_python(const PrepareTextArgs& args) {
-  if (!args.hf_tokenizer.empty()) return true;
+bool has_parquet(const PrepareTextArgs& args) {
   for (const TextInputFile& f : expand_text_inputs(args.inputs)) {
     if (f.format == TextInputFormat::parquet) return true;
   }
   return false;
+}
+
+// --hf-tokenizer with the native byte-level BPE (hf-bpe:) when --tokenizer-impl allows and the
+// native encoder supports the file (auto tells why it does not, then runs the tokenizers
+// package); the Python program otherwise, as for parquet input. A native run with
+// --verify-sample is the Python program's too when its interpreter has the tokenizers package
+// (the verifier; the encoding is still the library's, on its threads), else this command's
+// without verification, said on stderr.
+bool needs_python(PrepareTextArgs& args) {
+  if (args.hf_tokenizer.empty()) return has_parquet(args);
+  if (args.options.tokenizer_impl == "tokenizers") return true;
+  const std::string file = (std::filesystem::path(args.hf_tokenizer) / "tokenizer.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return true;  // the Python program says what DIR lacks
+  std::string refusal = hf_bpe_unsupported(file);
+  if (refusal.empty() && has_parquet(args)) refusal = "parquet input is read by the Python package";
+  if (refusal.empty()) {
+    args.options.tokenizer_impl = "native";
+    if (args.options.verify_fraction > 0) {
+      const std::string why_not = python_cannot_import("tokenizers, tokenfeed._tokenfeed");
+      if (why_not.empty()) return true;
+      std::fprintf(stderr, "tokenfeed prepare-text: --verify-sample: %s; no document is verified\n", why_not.c_str());
+    }
+    args.options.tokenizer = "hf-bpe:" + file;
+    args.hf_tokenizer.clear();
+    return false;
+  }
+  if (args.options.tokenizer_impl == "native") throw Error(ErrorKind::config, "--tokenizer-impl native: " + refusal);
+  std::fprintf(stderr,
+               "tokenfeed prepare-text: the native encoder is not used (%s); encoding with the tokenizers "
+               "package\n",
+               refusal.c_str());
+  args.options.tokenizer_impl = "tokenizers";
+  return true;
 }
 
 void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
@@ -223,6 +260,17 @@ void add_prepare_text_command(CLI::App& app) {
   cmd->add_option("--hf-tokenizer", args->hf_tokenizer,
                   "A local Hugging Face tokenizer directory (tokenizer.json): runs the Python package")
       ->excludes(tokenizer);
+  cmd->add_option("--tokenizer-impl", o.tokenizer_impl,
+                  "--hf-tokenizer's encoder: native (tokenfeed's byte-level BPE, the same ids), tokenizers (the "
+                  "Python package), or auto (native when it supports the tokenizer.json)")
+      ->check(CLI::IsMember({"auto", "native", "tokenizers"}))
+      ->capture_default_str();
+  cmd->add_option("--verify-sample", o.verify_fraction,
+                  "With the native encoder and the tokenizers package installed: the fraction of documents (by "
+                  "content hash) the package encodes too; the first difference stops the run naming the document "
+                  "(0: none)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   auto* eos = cmd->add_option("--eos-token", args->eos_token,
                               "The end-of-text token appended to each document (default: the tokenizer's own)");
   cmd->add_flag("--no-eos", args->no_eos, "Append no end-of-text id")->excludes(eos);

@@ -1,5 +1,8 @@
 #include "python_program.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,21 +15,57 @@
 
 namespace tokenfeed::cli {
 
-void exec_python_program(const std::string& module, const std::vector<std::string>& args, const std::string& what) {
+namespace {
+
+// Which interpreter, and why it was chosen (for the messages).
+struct ChosenPython {
+  std::string python = "python3";
+  std::string chosen = "python3 on PATH";
+};
+
+ChosenPython chosen_python() {
   const auto set = [](const char* name) {
     const char* value = std::getenv(name);
     return value != nullptr && *value != '\0' ? value : nullptr;
   };
-  // Which interpreter, and why it was chosen (for the messages).
-  std::string python = "python3";
-  std::string chosen = "python3 on PATH";
+  ChosenPython c;
   if (const char* v = set("TOKENFEED_PYTHON")) {
-    python = v;
-    chosen = "TOKENFEED_PYTHON";
-  } else if (const char* c = set("TOKENFEED_COMMAND_PYTHON")) {
-    python = c;
-    chosen = "the Python this command was installed with";
+    c.python = v;
+    c.chosen = "TOKENFEED_PYTHON";
+  } else if (const char* p = set("TOKENFEED_COMMAND_PYTHON")) {
+    c.python = p;
+    c.chosen = "the Python this command was installed with";
   }
+  return c;
+}
+
+}  // namespace
+
+std::string python_cannot_import(const std::string& modules) {
+  const ChosenPython c = chosen_python();
+  std::string python = c.python;
+  std::string flag = "-c";
+  std::string code = "import " + modules;
+  char* argv[] = {python.data(), flag.data(), code.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int err = ::posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return "'" + python + "' (" + c.chosen + ") cannot be started: " + std::strerror(err);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  return "'" + python + "' (" + c.chosen + ") cannot import " + modules;
+}
+
+void exec_python_program(const std::string& module, const std::vector<std::string>& args, const std::string& what) {
+  const ChosenPython c = chosen_python();
+  const std::string& python = c.python;
+  const std::string& chosen = c.chosen;
   const std::string bootstrap =
       "import sys\n"
       "try:\n"

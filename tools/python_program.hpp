@@ -18,6 +18,10 @@ namespace tokenfeed::cli {
 [[noreturn]] void exec_python_program(const std::string& module, const std::vector<std::string>& args,
                                       const std::string& what);
 
+// "" when the interpreter exec_python_program would run can import `modules` (e.g.
+// "tokenizers, tokenfeed"), else why not (naming the interpreter). Runs it once, output hidden.
+std::string python_cannot_import(const std::string& modules);
+
 // A double as the Python program reads it back exactly (%.17g).
 std::string exact_double(double v);
 

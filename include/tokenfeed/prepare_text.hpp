@@ -155,6 +155,21 @@ struct PrepareTextOptions {
   std::string tokenizer = "bytes";
   std::shared_ptr<DocumentEncoder> encoder;
   EncoderIdentity encoder_identity;
+  // With a built-in tokenizer: a second encoder (the `tokenizers` package, for hf-bpe:) that
+  // encodes the fraction verify_fraction of the documents again, chosen by a hash of their
+  // bytes and the seed (the split rule's digest, other bytes of it: prepare_text.hpp), so the
+  // same documents for the same input. The run stops with Error(format) naming the document's
+  // file and line at the first document whose ids differ. 0 or no encoder: nothing verified.
+  // Not with `encoder` (Error(config)). The default is the commands' --verify-sample.
+  std::shared_ptr<DocumentEncoder> verify_encoder;
+  double verify_fraction = 0.001;  // in [0, 1]
+  // Which encoder a Hugging Face tokenizer directory (the commands' --hf-tokenizer, Python's
+  // hf_tokenizer) runs with: "native" (the built-in hf-bpe: tokenizer; refused, the feature
+  // named, for a file it cannot reproduce exactly), "tokenizers" (the package, as `encoder`)
+  // or "auto" (native when it supports the file). Those doors settle it into `tokenizer` or
+  // `encoder` before the run; it is here so that they share one default. Checked, not read,
+  // by the run.
+  std::string tokenizer_impl = "auto";
   // Built-in tokenizer: the end-of-text token (nullopt: the model's own; bytes: its eot).
   std::optional<std::string> eos_token;
   bool append_eos = true;
@@ -198,7 +213,8 @@ struct PrepareTextSummary {
   TokenDtype token_dtype = TokenDtype::uint16;
   std::uint64_t vocab_size = 0;
   std::optional<std::uint32_t> eos_id, bos_id;
-  std::uint64_t shards_reused = 0;  // finished shards kept from a resumed run
+  std::uint64_t shards_reused = 0;       // finished shards kept from a resumed run
+  std::uint64_t verified_documents = 0;  // encoded again by verify_encoder, the same ids (this run's)
   bool resumed = false;
   double seconds = 0;
   std::vector<std::filesystem::path> removed_stale_dirs;

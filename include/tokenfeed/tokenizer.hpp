@@ -1,6 +1,6 @@
 // Tokenizer: text <-> token ids, with the chat template's special tokens as single ids.
 //
-// Two kinds are built in (make_tokenizer):
+// Three kinds are built in (make_tokenizer):
 //   "bytes"                the UTF-8 bytes of the text as ids 0..255; the special tokens are
 //                          appended after them (256 system, 257 user, 258 assistant, 259 tool,
 //                          260 eot with the default order); needs no model file.
@@ -8,6 +8,16 @@
 //                          piece (user-defined or control symbol) takes that piece's id; the
 //                          others are appended after the model's vocabulary, in the order
 //                          system, user, assistant, tool, eot.
+//   "hf-bpe:TOKENIZER_JSON" a Hugging Face byte-level BPE tokenizer.json (or a directory
+//                          holding one), encoded natively with the ids of the `tokenizers`
+//                          package's encode(text, add_special_tokens=False): its added tokens
+//                          are matched in the text as that package matches them. A special
+//                          token whose string is an added token's takes its id; the others are
+//                          appended after the file's ids. The model's end and beginning of
+//                          sequence are tokenizer_config.json's eos_token and bos_token when
+//                          that file is beside it. A file using a feature the native
+//                          encoder cannot reproduce exactly is refused, the feature named
+//                          (src/tokenizer/hf_bpe_spec.hpp lists what is supported).
 //
 // encode() never returns an appended special id (text cannot produce one). A SentencePiece
 // model that defines a special token as a user-defined symbol does turn that literal string
@@ -61,7 +71,7 @@ struct SpecialTokenInfo {
 
 // What a tokenizer is, for recording beside a dataset (tokenizer_state.json).
 struct TokenizerDescription {
-  std::string kind;                              // "bytes" | "sentencepiece"
+  std::string kind;                              // "bytes" | "sentencepiece" | "hf-bpe"
   std::filesystem::path model_path;              // empty for bytes
   std::string model_sha256;                      // hex; empty for bytes
   std::uint32_t base_vocab_size = 0;             // ids before any appended special token
@@ -93,8 +103,8 @@ class TOKENFEED_API Tokenizer {
   // piece of the model; nullopt when the vocabulary has no such token.
   std::optional<std::uint32_t> token_id(std::string_view token) const;
   // The end- and beginning-of-sequence ids the model itself defines (SentencePiece's eos and
-  // bos pieces), nullopt when it defines none (the default). bytes: the end is the eot id,
-  // no beginning.
+  // bos pieces; hf-bpe: tokenizer_config.json's eos_token and bos_token), nullopt when it
+  // defines none (the default). bytes: the end is the eot id, no beginning.
   virtual std::optional<std::uint32_t> model_eos_id() const noexcept;
   virtual std::optional<std::uint32_t> model_bos_id() const noexcept;
 
@@ -126,7 +136,19 @@ TOKENFEED_API std::unique_ptr<Tokenizer> make_bytes_tokenizer(const SpecialToken
 TOKENFEED_API std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::filesystem::path& model,
                                                                       const SpecialTokenStrings& strings = {});
 
-// From a `--tokenizer` value: "bytes" or "sentencepiece:MODEL". Throws Error(config) for
+// The "hf-bpe:TOKENIZER_JSON" tokenizer: `tokenizer_json` is the file or a directory holding
+// tokenizer.json. Throws Error(io) when it cannot be read, Error(format) when it is not a
+// valid tokenizer.json or the text to encode is not valid UTF-8, Error(config) naming the
+// feature when the native encoder does not support the file, or special strings are equal
+// or empty.
+TOKENFEED_API std::unique_ptr<Tokenizer> make_hf_bpe_tokenizer(const std::filesystem::path& tokenizer_json,
+                                                               const SpecialTokenStrings& strings = {});
+
+// Why the native encoder refuses `tokenizer_json` (the feature named), empty when it supports
+// it. Throws the io and format errors of make_hf_bpe_tokenizer.
+TOKENFEED_API std::string hf_bpe_unsupported(const std::filesystem::path& tokenizer_json);
+
+// From a `--tokenizer` value: "bytes", "sentencepiece:MODEL" or "hf-bpe:TOKENIZER_JSON". Throws Error(config) for
 // anything else, plus the errors of the factories above.
 TOKENFEED_API std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec, const SpecialTokenStrings& strings = {});
 

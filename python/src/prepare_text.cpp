@@ -1,7 +1,7 @@
 // _prepare_text: prepare-text (src/prepare/prepare_text.hpp) driven from Python, with the
-// `tokenizers` package's encoder and pyarrow's parquet reader as callbacks, so that reading,
-// splitting, sharding, staging and resuming are the library's own, written once for the
-// command and the package.
+// `tokenizers` package's encoder (or, beside the native hf-bpe: tokenizer, its verifier) and
+// pyarrow's parquet reader as callbacks, so that reading, splitting, sharding, staging and
+// resuming are the library's own, written once for the command and the package.
 //
 // The run goes on a thread of its own while the calling thread, without the GIL, waits for
 // it and checks for signals every 50 ms: Ctrl-C stops the run within a chunk (its staging
@@ -171,6 +171,7 @@ nb::dict summary_dict(const tokenfeed::PrepareTextSummary& s) {
   d["bos_token_id"] = s.bos_id ? nb::cast(*s.bos_id) : nb::none();
   d["shards_reused"] = s.shards_reused;
   d["resumed"] = s.resumed;
+  d["verified_documents"] = s.verified_documents;
   d["seconds"] = s.seconds;
   nb::list removed;
   for (const auto& p : s.removed_stale_dirs) removed.append(p.string());
@@ -217,6 +218,19 @@ tokenfeed::PrepareTextSummary run_interruptibly(tokenfeed::PrepareTextOptions& o
   if (interrupted) throw nb::python_error();
   if (failure) std::rethrow_exception(failure);
   return summary;
+}
+
+// The caller's encoder (Python's encode) and its identity (HfTextEncoder.identity()'s dict).
+void set_encoder(tokenfeed::PrepareTextOptions& o, nb::object encoder, nb::object identity) {
+  o.encoder = std::make_shared<PythonEncoder>(std::move(encoder));
+  tokenfeed::EncoderIdentity& id = o.encoder_identity;
+  id.kind = nb::cast<std::string>(identity["kind"]);
+  id.model_path = nb::cast<std::string>(identity["model"]);
+  id.model_sha256 = nb::cast<std::string>(identity["sha256"]);
+  id.version = nb::cast<std::string>(identity["version"]);
+  id.vocab_size = nb::cast<std::uint64_t>(identity["vocab_size"]);
+  id.eos_id = nb::cast<std::optional<std::uint32_t>>(identity["eos_token_id"]);
+  id.bos_id = nb::cast<std::optional<std::uint32_t>>(identity["bos_token_id"]);
 }
 
 }  // namespace
@@ -271,6 +285,8 @@ nb::dict prepare_text_defaults() {
   d["max_document_bytes"] = o.read.max_document_bytes;
   d["workers"] = o.workers;
   d["resume_check"] = tokenfeed::to_string(o.resume_check);
+  d["tokenizer_impl"] = o.tokenizer_impl;
+  d["verify_sample"] = o.verify_fraction;
   return d;
 }
 
@@ -286,7 +302,8 @@ void bind_prepare_text(nb::module_& m) {
          nb::object encoder_identity, std::optional<std::string> eos_token, bool append_eos, bool prepend_bos,
          double val_split, std::uint64_t seed, std::uint64_t shard_tokens, const std::string& token_dtype,
          const std::string& on_error, std::uint64_t max_document_bytes, int workers, bool resume,
-         const std::string& resume_check, nb::object open_parquet, nb::object on_progress, double progress_seconds) {
+         const std::string& resume_check, nb::object open_parquet, nb::object on_progress, double progress_seconds,
+         nb::object verify_encoder, double verify_fraction) {
         tokenfeed::PrepareTextOptions o;
         o.inputs = inputs;
         o.output_dir = output_dir;
@@ -298,17 +315,7 @@ void bind_prepare_text(nb::module_& m) {
         o.read.doc_per = tokenfeed::parse_doc_per(doc_per);
         o.read.max_document_bytes = static_cast<std::size_t>(max_document_bytes);
         o.tokenizer = tokenizer;
-        if (!encoder.is_none()) {
-          o.encoder = std::make_shared<PythonEncoder>(encoder);
-          tokenfeed::EncoderIdentity& id = o.encoder_identity;
-          id.kind = nb::cast<std::string>(encoder_identity["kind"]);
-          id.model_path = nb::cast<std::string>(encoder_identity["model"]);
-          id.model_sha256 = nb::cast<std::string>(encoder_identity["sha256"]);
-          id.version = nb::cast<std::string>(encoder_identity["version"]);
-          id.vocab_size = nb::cast<std::uint64_t>(encoder_identity["vocab_size"]);
-          id.eos_id = nb::cast<std::optional<std::uint32_t>>(encoder_identity["eos_token_id"]);
-          id.bos_id = nb::cast<std::optional<std::uint32_t>>(encoder_identity["bos_token_id"]);
-        }
+        if (!encoder.is_none()) set_encoder(o, encoder, encoder_identity);
         o.eos_token = std::move(eos_token);
         o.append_eos = append_eos;
         o.prepend_bos = prepend_bos;
@@ -322,6 +329,8 @@ void bind_prepare_text(nb::module_& m) {
         o.on_error = on_error == "skip" ? tokenfeed::OnBadLine::skip : tokenfeed::OnBadLine::fail;
         o.workers = workers;
         o.resume = resume;
+        if (!verify_encoder.is_none()) o.verify_encoder = std::make_shared<PythonEncoder>(verify_encoder);
+        o.verify_fraction = verify_fraction;
         if (resume_check != "stat" && resume_check != "content") {
           throw Error(ErrorKind::config, "resume_check must be 'stat' or 'content', not '" + resume_check + "'");
         }
@@ -338,7 +347,7 @@ void bind_prepare_text(nb::module_& m) {
       nb::arg("append_eos"), nb::arg("prepend_bos"), nb::arg("val_split"), nb::arg("seed"), nb::arg("shard_tokens"),
       nb::arg("token_dtype"), nb::arg("on_error"), nb::arg("max_document_bytes"), nb::arg("workers"), nb::arg("resume"),
       nb::arg("resume_check"), nb::arg("open_parquet").none(), nb::arg("on_progress").none(),
-      nb::arg("progress_seconds"),
+      nb::arg("progress_seconds"), nb::arg("verify_encoder").none(), nb::arg("verify_fraction"),
       "prepare-text's library run (use tokenfeed.prepare_text). Returns the summary as a dict.");
 }
 

@@ -1,5 +1,6 @@
 // The chat template's special ids (SpecialTokenIds) and the built-in tokenizers (bytes,
-// SentencePiece) behind tokenfeed.make_tokenizer.
+// SentencePiece, the native byte-level BPE of a Hugging Face tokenizer.json) behind
+// tokenfeed.make_tokenizer.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -80,7 +81,14 @@ void bind_tokenizers(nb::module_& m) {
       .def_prop_ro("kind", [](const tokenfeed::Tokenizer& t) { return t.describe().kind; });
   m.def(
       "make_tokenizer", [](const std::string& spec) { return tokenfeed::make_tokenizer(spec); }, "spec"_a,
-      "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260) or 'sentencepiece:MODEL'.");
+      "A built-in tokenizer: 'bytes' (UTF-8 bytes, special ids 256..260), 'sentencepiece:MODEL' or "
+      "'hf-bpe:TOKENIZER_JSON' (a Hugging Face byte-level BPE encoded natively, with the tokenizers "
+      "package's ids; a file using a feature it cannot reproduce raises ConfigError naming it).");
+  m.def(
+      "_hf_bpe_unsupported",
+      [](const std::string& tokenizer_json) { return tokenfeed::hf_bpe_unsupported(tokenizer_json); },
+      "tokenizer_json"_a,
+      "Why the native hf-bpe: tokenizer cannot encode this tokenizer.json exactly ('' when it can).");
 }
 
 }  // namespace tokenfeed_python

@@ -142,6 +142,7 @@ def test_the_prepare_commands_defaults_are_one_definition(cli):
              ("prepare-text", core._prepare_text_defaults(), [tokenfeed.prepare_text],
               text_corpus.argument_parser().parse_args(["x", "--output-dir", "y"]))]
     assert cases[0][1]["val_split"] == 0.1 and cases[1][1]["val_split"] == 0.0005  # the library's, as documented
+    assert cases[1][1]["tokenizer_impl"] == "auto" and cases[1][1]["verify_sample"] == 0.001  # issue 41's options
     for command, defaults, functions, parsed in cases:
         help_text = subprocess.run([cli, command, "--help"], capture_output=True, text=True, timeout=60).stdout
         # Every line of the synopsis that belongs to this command (its own and its continuations).

@@ -97,7 +97,7 @@ def test_ids_equal_the_tokenizers_own_for_every_worker_count(hf_dir, tmp_path):
     for workers in (1, 2, 4):
         out = tmp_path / f"out{workers}"
         run_prepare_text(tmp_path / "c.jsonl", "--output-dir", out, "--hf-tokenizer", hf_dir, "--workers", workers,
-                         "--val-split", "0", "--shard-tokens", 20000)
+                         "--val-split", "0", "--shard-tokens", 20000, "--tokenizer-impl", "tokenizers")
         assert read_token_split(out / "train") == want
         files = dataset_files(out)
         assert reference is None or files == reference
@@ -110,20 +110,22 @@ def test_ids_equal_the_tokenizers_own_for_every_worker_count(hf_dir, tmp_path):
     assert meta["tokenizer"]["sha256"] == hashlib.sha256((hf_dir / "tokenizer.json").read_bytes()).hexdigest()
 
 
-def test_bos_and_a_named_eos(hf_dir, tmp_path):
+@pytest.mark.parametrize("impl", ["tokenizers", "native"])
+def test_bos_and_a_named_eos(hf_dir, tmp_path, impl):
     from tokenizers import Tokenizer
     write_jsonl(tmp_path / "c.jsonl", ["one doc", "two docs"])
     tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, bos=True,
-                               eos_token="<s>", val_split=0.0)
+                               eos_token="<s>", val_split=0.0, tokenizer_impl=impl)
     bos = eos = tok.token_to_id("<s>")
     assert s["bos_token_id"] == bos
     assert read_token_split(tmp_path / "out" / "train") == [
         [bos] + tok.encode(t, add_special_tokens=False).ids + [eos] for t in ("one doc", "two docs")]
-    with pytest.raises(tokenfeed.ConfigError, match="not a token"):
-        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=hf_dir, eos_token="<nope>")
+    with pytest.raises(tokenfeed.ConfigError, match="not a (single )?token"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=hf_dir, eos_token="<nope>",
+                               tokenizer_impl=impl)
     with pytest.raises(tokenfeed.IoError, match="no tokenizer.json"):
-        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=tmp_path)
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=tmp_path, tokenizer_impl=impl)
     assert not (tmp_path / "out2").exists()
 
 
@@ -301,6 +303,58 @@ def test_inspect_deep_verifies_a_prepared_corpus(cli, tmp_path):
     r = subprocess.run([cli, "inspect", str(tmp_path / "out"), "--deep"], capture_output=True, text=True)
     assert r.returncode != 0
     assert "train/shard_00001.npy differs" in r.stdout
+
+
+def test_a_native_run_verifies_a_sample_with_the_tokenizers_package(cli, hf_dir, tmp_path):
+    """--verify-sample 1: every document of the native run is encoded by the package too (the
+    same ids, and the same bytes as the package's own run); 0: the command's own C++ run."""
+    docs = documents(400, seed=3)
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    env = dict(os.environ, TOKENFEED_PYTHON=sys.executable)
+    nonempty = sum(1 for d in docs if d)
+
+    def prepare(out, *options):
+        r = subprocess.run([cli, "prepare-text", str(tmp_path / "c.jsonl"), "--output-dir", str(tmp_path / out),
+                            "--hf-tokenizer", str(hf_dir), "--val-split", "0", *options],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        return r
+
+    r = prepare("verified", "--verify-sample", "1")
+    assert f"verified   {nonempty} documents encoded by the tokenizers package too" in r.stdout, r.stdout
+    assert f"hf-bpe:{hf_dir / 'tokenizer.json'}" in r.stdout, r.stdout
+    r = prepare("unverified", "--verify-sample", "0")
+    assert "  verified " not in r.stdout and "hf-bpe:" in r.stdout, r.stdout
+    prepare("package", "--tokenizer-impl", "tokenizers")
+    shard = Path("train") / "shard_00000.npy"
+    for out in ("verified", "unverified"):
+        assert (tmp_path / out / shard).read_bytes() == (tmp_path / "package" / shard).read_bytes(), out
+
+
+def test_a_verify_difference_stops_the_run_naming_the_document(hf_dir, tmp_path, monkeypatch):
+    """A verifier that reads one document differently (one id changed: a planted difference)
+    stops the native run at that document's file and line; nothing is written."""
+    from tokenfeed import text_corpus
+    docs = documents(300, seed=4)
+    docs[9] = "a planted document"  # line 10
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    encode = text_corpus.HfTextEncoder.encode
+
+    def planted(self, texts):
+        ids = encode(self, texts)
+        return [[i ^ 1 if k == 0 and "planted" in t else i for k, i in enumerate(x)] for t, x in zip(texts, ids)]
+
+    monkeypatch.setattr(text_corpus.HfTextEncoder, "encode", planted)
+    with pytest.raises(tokenfeed.FormatError,
+                       match=r"c\.jsonl:10: tokenizer 'hf-bpe:.*tokenizer\.json' and the verifier disagree at "
+                             r"token 0 \(id \d+ against id \d+; \d+ against \d+ ids\)"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, tokenizer_impl="native",
+                               verify_sample=1.0, val_split=0)
+    assert not (tmp_path / "out").exists()
+    # The package's own run has no verifier; the native run with verify_sample=0 sees nothing.
+    s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=hf_dir, tokenizer_impl="native",
+                               verify_sample=0, val_split=0)
+    assert s["verified_documents"] == 0 and s["tokenizer"].startswith("hf-bpe:")
 
 
 def test_one_long_document_costs_its_text_and_its_ids(cli, tmp_path):

@@ -59,16 +59,10 @@ class TokenizerDir:
 
     def __init__(self, directory: Union[str, "os.PathLike[str]"], config_required: bool) -> None:
         self.directory = os.fspath(directory)
-        if not os.path.isdir(self.directory):
-            raise ConfigError(f"--hf-tokenizer '{self.directory}' is not a local directory{_hub_hint(self.directory)}")
+        _check_directory(self.directory)
         tokenizers = require("tokenizers", "--hf-tokenizer")
         self.tokenizers_version = f"tokenizers {tokenizers.__version__}"
-        self.tokenizer_json = os.path.join(self.directory, "tokenizer.json")
-        self.config_json = os.path.join(self.directory, "tokenizer_config.json")
-        for path in (self.tokenizer_json, self.config_json) if config_required else (self.tokenizer_json,):
-            if not os.path.isfile(path):
-                raise IoError(f"--hf-tokenizer '{self.directory}' has no {os.path.basename(path)} "
-                              "(a Hugging Face fast tokenizer directory has tokenizer.json and tokenizer_config.json)")
+        self.tokenizer_json, self.config_json = tokenizer_files(self.directory, config_required)
         try:
             self.tokenizer = tokenizers.Tokenizer.from_file(self.tokenizer_json)
         except Exception as e:  # the Rust side raises a plain Exception for a malformed file
@@ -84,6 +78,26 @@ class TokenizerDir:
                 raise FormatError(f"'{self.config_json}' is not valid JSON: {e}") from e
             if not isinstance(self.config, dict):
                 raise FormatError(f"'{self.config_json}' must hold a JSON object")
+
+
+def tokenizer_files(directory: str, config_required: bool) -> Tuple[str, str]:
+    """The paths of ``directory``'s tokenizer.json and tokenizer_config.json; ConfigError when
+    it is not a local directory, IoError when it lacks tokenizer.json (or, when
+    ``config_required``, tokenizer_config.json). Needs no package: the native encoder's run
+    (text_corpus) checks a directory by it too."""
+    _check_directory(directory)
+    tokenizer_json = os.path.join(directory, "tokenizer.json")
+    config_json = os.path.join(directory, "tokenizer_config.json")
+    for path in (tokenizer_json, config_json) if config_required else (tokenizer_json,):
+        if not os.path.isfile(path):
+            raise IoError(f"--hf-tokenizer '{directory}' has no {os.path.basename(path)} "
+                          "(a Hugging Face fast tokenizer directory has tokenizer.json and tokenizer_config.json)")
+    return tokenizer_json, config_json
+
+
+def _check_directory(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise ConfigError(f"--hf-tokenizer '{directory}' is not a local directory{_hub_hint(directory)}")
 
 
 def _hub_hint(directory: str) -> str:

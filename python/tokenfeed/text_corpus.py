@@ -14,6 +14,9 @@ parquet input); this module brings what only Python has:
   (in batches, ``encode_batch``, on ``--workers`` threads); ``tokenizer_config.json``, when
   present, names the end-of-text and BOS tokens (``eos_token``, ``bos_token``).
 - parquet input through pyarrow, one row group at a time.
+- ``--tokenizer-impl native|auto``: the library's own byte-level BPE (``hf-bpe:``) encodes,
+  and the ``tokenizers`` package verifies a sample of the documents (``--verify-sample``);
+  the command runs this module for that when the package is importable.
 
 Both are in the ``[hf]`` extra: ``pip install 'tokenfeed[hf]'``.
 """
@@ -26,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _tokenfeed as _core
 from ._command import clear_progress, run_command
-from ._hf_tokenizer import TokenizerDir, require, sha256_file, token_text
+from ._hf_tokenizer import TokenizerDir, require, sha256_file, token_text, tokenizer_files
 from ._tokenfeed import ConfigError, FormatError
 
 _Path = Union[str, "os.PathLike[str]"]
@@ -154,7 +157,8 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
                  max_document_bytes: int = _DEFAULTS["max_document_bytes"], workers: int = _DEFAULTS["workers"],
                  resume: bool = False, resume_check: str = _DEFAULTS["resume_check"],
                  progress: Optional[Callable[[str, str, bool], None]] = None,
-                 progress_seconds: float = 5.0) -> Dict[str, Any]:
+                 progress_seconds: float = 5.0, tokenizer_impl: str = _DEFAULTS["tokenizer_impl"],
+                 verify_sample: float = _DEFAULTS["verify_sample"]) -> Dict[str, Any]:
     """Prepares a pretraining dataset from raw text; the options are the command's
     (``tokenfeed prepare-text --help``). ``inputs``: paths or globs. ``format``: "tokens"
     (token-stream shards with document offsets) or "episodes" (one episode per document, for
@@ -164,23 +168,72 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
     sized once per process: set it before the first parallel encode). ``progress(bar, line,
     done)`` is called every ``progress_seconds``. Returns the summary as a dict. Ctrl-C stops
     the run and keeps its finished shards for ``resume=True``; ``resume_check="content"``
-    also tells the inputs by their bytes' SHA-256 (give it to the first run and its resumes)."""
+    also tells the inputs by their bytes' SHA-256 (give it to the first run and its resumes).
+    ``tokenizer_impl``: with ``hf_tokenizer``, "auto" (the default, as the command's: native
+    when it can), "native" (tokenfeed's byte-level BPE, ``hf-bpe:DIR/tokenizer.json``;
+    ConfigError naming the feature it cannot reproduce) or "tokenizers" (the package).
+    ``verify_sample``: when the native encoder runs and the ``tokenizers`` package is
+    installed, that fraction of the documents (by content hash) is encoded by the package too,
+    and the first difference stops the run naming the document's file and line; 0 verifies
+    none."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths = [os.fspath(p) for p in inputs]
+    if tokenizer_impl not in ("auto", "native", "tokenizers"):
+        raise ConfigError(f"tokenizer_impl must be 'auto', 'native' or 'tokenizers', not {tokenizer_impl!r}")
     encoder: Optional[HfTextEncoder] = None
+    verifier: Optional[HfTextEncoder] = None
+    native = _native_tokenizer(hf_tokenizer, tokenizer_impl)
+    if native is not None:
+        tokenizer, hf_tokenizer = native, None
+        verifier = _verifier(native[len("hf-bpe:"):], verify_sample, workers)
     if hf_tokenizer is not None:
         if workers > 0:
             os.environ["RAYON_RS_NUM_CPUS"] = str(workers)  # the tokenizers thread pool, when it starts
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
         encoder = HfTextEncoder(hf_tokenizer, eos_token, eos, bos)
-    return _core._prepare_text(
+    summary: Dict[str, Any] = _core._prepare_text(
         paths, os.fspath(output_dir), format, text_field, doc_per, tokenizer,
         encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
         eos_token if encoder is None else None, eos, bos, float(val_split), int(seed), int(shard_tokens),
-        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), resume_check,
-        ParquetColumn,
-        progress, float(progress_seconds))
+        token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), resume_check, ParquetColumn,
+        progress, float(progress_seconds), verifier.encode if verifier is not None else None, float(verify_sample))
+    summary["tokenizer"] = f"huggingface {hf_tokenizer}" if encoder is not None else tokenizer
+    return summary
+
+
+def _native_tokenizer(hf_tokenizer: Optional[_Path], impl: str) -> Optional[str]:
+    """``hf-bpe:DIR/tokenizer.json`` when ``impl`` allows the native encoder and it supports the
+    file; None for the tokenizers package (auto says why on stderr; native raises ConfigError)."""
+    if hf_tokenizer is None or impl == "tokenizers":
+        return None
+    tokenizer_json, _ = tokenizer_files(os.fspath(hf_tokenizer), config_required=False)
+    refusal = _core._hf_bpe_unsupported(tokenizer_json)
+    if not refusal:
+        return f"hf-bpe:{tokenizer_json}"
+    if impl == "native":
+        raise ConfigError(f"--tokenizer-impl native: {refusal}")
+    sys.stderr.write(f"tokenfeed prepare-text: the native encoder is not used ({refusal}); encoding with the "
+                     "tokenizers package\n")
+    return None
+
+
+def _verifier(tokenizer_json: str, fraction: float, workers: int) -> Optional[HfTextEncoder]:
+    """The tokenizers package's encoder of the native run's tokenizer.json, to verify a sample
+    with: None when the fraction is 0, or (said on stderr) when the package is not installed."""
+    if fraction == 0:
+        return None
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        sys.stderr.write(f"tokenfeed prepare-text: --verify-sample {fraction:g}: the tokenizers package is not "
+                         f"installed in {sys.executable}; no document is verified\n")
+        return None
+    if workers > 0:
+        os.environ["RAYON_RS_NUM_CPUS"] = str(workers)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    # eos and bos are the native run's; the verifier only encodes texts.
+    return HfTextEncoder(os.path.dirname(tokenizer_json) or ".", None, False, False)
 
 
 def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str) -> None:
@@ -204,6 +257,9 @@ def _print_summary(s: Dict[str, Any], output_dir: str, fmt: str, tokenizer: str)
                  f"eos {'none' if eos is None else eos}, bos {'none' if bos is None else bos}")
     tokens = s["train"]["tokens"] + s["val"]["tokens"]
     rate = tokens / s["seconds"] if s["seconds"] > 0 else 0.0
+    if s["verified_documents"]:
+        lines.append(f"  verified   {plural(s['verified_documents'], 'document')} encoded by the tokenizers package "
+                     "too, the same ids")
     lines.append(f"  time       {s['seconds']:.2f} s ({rate / 1e6:.2f} Mtokens/s)")
     print("\n".join(lines), flush=True)
 
@@ -235,6 +291,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--resume-check", choices=("stat", "content"), default=_DEFAULTS["resume_check"])
     p.add_argument("--progress-seconds", type=float, default=5.0)
+    p.add_argument("--tokenizer-impl", choices=("auto", "native", "tokenizers"), default=_DEFAULTS["tokenizer_impl"])
+    p.add_argument("--verify-sample", type=float, default=_DEFAULTS["verify_sample"])
     return p
 
 
@@ -260,8 +318,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             seed=args.seed, shard_tokens=args.shard_tokens, token_dtype=args.token_dtype,
                             on_error=args.on_error, max_document_bytes=args.max_document_bytes,
                             workers=args.workers, resume=args.resume, resume_check=args.resume_check,
-                            progress=show,
-                            progress_seconds=0.5 if tty else args.progress_seconds)
+                            progress=show, progress_seconds=0.5 if tty else args.progress_seconds,
+                            tokenizer_impl=args.tokenizer_impl, verify_sample=args.verify_sample)
 
     status, summary = run_command(run, lambda name: f"prepare-text interrupted by {name}; '{args.output_dir}' was "
                                                     "not written. Its finished shards are kept: run the same command "
@@ -269,8 +327,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if status != 0:
         return status
     clear_progress()
-    _print_summary(summary, args.output_dir, args.format,
-                   f"huggingface {args.hf_tokenizer}" if args.hf_tokenizer else args.tokenizer)
+    _print_summary(summary, args.output_dir, args.format, summary["tokenizer"])
     return 0
 
 

@@ -132,6 +132,18 @@ void check_options(const PrepareTextOptions& o) {
   }
   if (o.workers < 0) throw Error(ErrorKind::config, "--workers must be 0 (all cores) or positive");
   if (o.read.text_field.empty()) throw Error(ErrorKind::config, "--text-field must not be empty");
+  if (!(o.verify_fraction >= 0.0 && o.verify_fraction <= 1.0)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", o.verify_fraction);
+    throw Error(ErrorKind::config, std::string("--verify-sample must be in [0, 1], got ") + value);
+  }
+  if (o.tokenizer_impl != "auto" && o.tokenizer_impl != "native" && o.tokenizer_impl != "tokenizers") {
+    throw Error(ErrorKind::config,
+                "--tokenizer-impl must be auto, native or tokenizers, not '" + o.tokenizer_impl + "'");
+  }
+  if (o.verify_encoder && o.encoder) {
+    throw Error(ErrorKind::config, "a verify encoder checks the built-in tokenizer, not the caller's encoder");
+  }
 }
 
 void check_stop(const PrepareTextOptions& o) {
@@ -144,6 +156,7 @@ struct RecordChunk {
   std::vector<TextRecord> records;
   std::vector<std::vector<std::uint32_t>> ids;  // per record (documents only)
   std::vector<std::uint8_t> val;                // per record
+  std::vector<std::uint8_t> verify;             // per record: in the verify sample
   std::uint64_t bytes_read_after = 0;           // input bytes consumed through this chunk
 };
 
@@ -464,7 +477,7 @@ class CorpusSink {
 
 const char* to_string(ResumeCheck check) noexcept { return check == ResumeCheck::content ? "content" : "stat"; }
 
-double text_split_point(std::string_view text, std::uint64_t seed) {
+TextDraws text_draws(std::string_view text, std::uint64_t seed) {
   Sha256 sha;
   static constexpr char kDomain[] = "tokenfeed-text-split-v1";
   sha.update(kDomain, sizeof kDomain);  // includes the terminating 0 byte
@@ -473,10 +486,15 @@ double text_split_point(std::string_view text, std::uint64_t seed) {
   sha.update(seed_bytes, sizeof seed_bytes);
   sha.update(text);
   const Sha256::Digest digest = sha.finish();
-  std::uint64_t top = 0;
-  for (int i = 0; i < 8; ++i) top = (top << 8) | digest[static_cast<std::size_t>(i)];
-  return static_cast<double>(top >> 11) * 0x1.0p-53;
+  const auto draw = [&digest](std::size_t from) {
+    std::uint64_t top = 0;
+    for (std::size_t i = from; i < from + 8; ++i) top = (top << 8) | digest[i];
+    return static_cast<double>(top >> 11) * 0x1.0p-53;
+  };
+  return {draw(0), draw(8)};
 }
+
+double text_split_point(std::string_view text, std::uint64_t seed) { return text_draws(text, seed).split; }
 
 std::string format_text_progress(const PrepareTextProgress& p, bool terminal) {
   const double s = std::max(p.seconds, 1e-9);
@@ -638,15 +656,20 @@ class TextCorpusRun {
   void parse_chunk(RecordChunk& c) const {
     c.ids.resize(c.records.size());
     c.val.assign(c.records.size(), 0);
+    c.verify.assign(c.records.size(), 0);
     for (std::size_t i = 0; i < c.records.size(); ++i) {
       TextRecord& r = c.records[i];
       parse_text_record(r, o_.read);
       if (r.kind == TextRecord::Kind::blank) continue;
-      c.val[i] = text_split_point(r.text, o_.seed) < o_.val_split ? 1 : 0;
+      const TextDraws draws = text_draws(r.text, o_.seed);
+      c.val[i] = draws.split < o_.val_split ? 1 : 0;
+      c.verify[i] = draws.verify < o_.verify_fraction ? 1 : 0;
       if (r.kind != TextRecord::Kind::text || !tokenizer_.builtin) continue;
       try {
         tokenizer_.builtin->encode(r.text, c.ids[i]);
-        std::string().swap(r.text);  // only the ids are written: a long text is not held twice
+        // Only the ids are written: a long text is not held twice, unless the verifier still
+        // has to encode it (verify_chunk releases it then).
+        if (c.verify[i] == 0 || !verifying()) std::string().swap(r.text);
       } catch (const Error& e) {
         r.kind = TextRecord::Kind::bad;
         r.reason = kTextReasonTokenizer;
@@ -655,26 +678,59 @@ class TextCorpusRun {
     }
   }
 
-  // The caller's encoder over a chunk's documents. Serial, in order.
-  void encode_chunk(RecordChunk& c) const {
+  // `encoder`'s ids of a chunk's documents (only those in the verify sample when `sample`),
+  // with their records' indexes in `at`. Serial, in order.
+  static std::vector<std::vector<std::uint32_t>> encode_records(DocumentEncoder& encoder, const char* who,
+                                                                const RecordChunk& c, bool sample,
+                                                                std::vector<std::size_t>& at) {
     std::vector<std::string_view> texts;
-    std::vector<std::size_t> at;
     for (std::size_t i = 0; i < c.records.size(); ++i) {
-      if (c.records[i].kind != TextRecord::Kind::text) continue;
+      if (c.records[i].kind != TextRecord::Kind::text || (sample && c.verify[i] == 0)) continue;
       texts.push_back(c.records[i].text);
       at.push_back(i);
     }
-    if (texts.empty()) return;
     std::vector<std::vector<std::uint32_t>> ids(texts.size());
-    o_.encoder->encode(texts, ids);
+    if (texts.empty()) return ids;
+    encoder.encode(texts, ids);
     if (ids.size() != texts.size()) {
-      throw Error(ErrorKind::pipeline, "the encoder returned " + std::to_string(ids.size()) + " id lists for " +
+      throw Error(ErrorKind::pipeline, std::string(who) + " returned " + std::to_string(ids.size()) + " id lists for " +
                                            std::to_string(texts.size()) + " texts");
     }
+    return ids;
+  }
+
+  // The caller's encoder over a chunk's documents. Serial, in order.
+  void encode_chunk(RecordChunk& c) const {
+    std::vector<std::size_t> at;
+    std::vector<std::vector<std::uint32_t>> ids = encode_records(*o_.encoder, "the encoder", c, false, at);
     for (std::size_t k = 0; k < at.size(); ++k) {
       c.ids[at[k]] = std::move(ids[k]);
       std::string().swap(c.records[at[k]].text);  // only the ids are written from here
     }
+  }
+
+  // The verify sample of a chunk encoded again by the verifier, and compared. Serial, in order.
+  void verify_chunk(RecordChunk& c, const std::vector<std::string>& names) {
+    std::vector<std::size_t> at;
+    const std::vector<std::vector<std::uint32_t>> ids = encode_records(*o_.verify_encoder, "the verifier", c, true, at);
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      const std::vector<std::uint32_t>& ours = c.ids[at[k]];
+      const std::vector<std::uint32_t>& theirs = ids[k];
+      if (ours == theirs) continue;
+      const auto [a, b] = std::mismatch(ours.begin(), ours.end(), theirs.begin(), theirs.end());
+      const auto position = static_cast<std::size_t>(a - ours.begin());
+      const auto id_at = [](const std::vector<std::uint32_t>& v, std::vector<std::uint32_t>::const_iterator it) {
+        return it == v.end() ? std::string("the end") : "id " + std::to_string(*it);
+      };
+      const TextRecord& r = c.records[at[k]];
+      throw Error(ErrorKind::format, names[r.file] + ":" + std::to_string(r.line) + ": tokenizer '" + o_.tokenizer +
+                                         "' and the verifier disagree at token " + std::to_string(position) + " (" +
+                                         id_at(ours, a) + " against " + id_at(theirs, b) + "; " +
+                                         std::to_string(ours.size()) + " against " + std::to_string(theirs.size()) +
+                                         " ids): the run is stopped, nothing is written");
+    }
+    for (const std::size_t i : at) std::string().swap(c.records[i].text);  // only the ids are written from here
+    summary_.verified_documents += at.size();
   }
 
   void count_bad(Counters& counters, const TextRecord& r, bool val, const std::string& where) const {
@@ -739,11 +795,18 @@ class TextCorpusRun {
     }
   }
 
+  // Between parse and write, serial and in order: the caller's encoder, or the verifier.
+  void encode_or_verify_chunk(RecordChunk& c, const std::vector<std::string>& names) {
+    if (o_.encoder) {
+      encode_chunk(c);
+    } else {
+      verify_chunk(c, names);
+    }
+  }
+
   void write_all(CorpusReader& reader, CorpusSink& sink, const std::vector<TextInputFile>& inputs) {
     std::vector<std::string> names;
-    names.reserve(inputs.size());
     for (const TextInputFile& f : inputs) names.push_back(f.path.string());
-
     bool input_done = false;
     ChunkPool pool;
     Clock::time_point last_report = Clock::now();
@@ -774,10 +837,10 @@ class TextCorpusRun {
       parse_chunk(*c);
       return c;
     };
-    const auto encode = [&](RecordChunk* c) {
+    const auto encode_or_verify = [&](RecordChunk* c) {
       const StageFence fence;
       check_stop(o_);
-      encode_chunk(*c);
+      encode_or_verify_chunk(*c, names);
       return c;
     };
     const auto write = [&](RecordChunk* c) {
@@ -802,10 +865,11 @@ class TextCorpusRun {
     publish_to_stages();
     try {
       arena.execute([&] {
-        if (o_.encoder) {
+        if (o_.encoder || verifying()) {
           tbb::parallel_pipeline(
               live,
-              head & tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::serial_in_order, encode) & tail);
+              head & tbb::make_filter<RecordChunk*, RecordChunk*>(tbb::filter_mode::serial_in_order, encode_or_verify) &
+                  tail);
         } else {
           tbb::parallel_pipeline(live, head & tail);
         }
@@ -817,6 +881,8 @@ class TextCorpusRun {
     acquire_from_stages();
     if (!input_done) throw Error(ErrorKind::pipeline, "prepare-text: the input was not read to its end");
   }
+
+  bool verifying() const { return o_.verify_encoder != nullptr && o_.verify_fraction > 0; }
 
   const PrepareTextOptions& o_;
   Clock::time_point started_;

@@ -69,22 +69,53 @@ void check_special_token_strings(const SpecialTokenStrings& strings, std::string
   }
 }
 
+ResolvedSpecials resolve_specials(const SpecialTokenStrings& strings, std::uint32_t base,
+                                  const std::function<std::optional<std::uint32_t>(const std::string&)>& model_id) {
+  ResolvedSpecials r;
+  std::uint32_t next = base;
+  const auto resolve = [&](const std::string& text, SpecialTokenSource& source) -> std::uint32_t {
+    if (const std::optional<std::uint32_t> id = model_id(text)) {
+      source = SpecialTokenSource::model;
+      return *id;
+    }
+    source = SpecialTokenSource::appended;
+    return next++;
+  };
+  r.ids.system = resolve(strings.system, r.sources[0]);
+  r.ids.user = resolve(strings.user, r.sources[1]);
+  r.ids.assistant = resolve(strings.assistant, r.sources[2]);
+  r.ids.tool = resolve(strings.tool, r.sources[3]);
+  r.ids.eot = resolve(strings.eot, r.sources[4]);
+  r.vocab_size = next;
+  return r;
+}
+
 const char* to_string(SpecialTokenSource source) noexcept {
   return source == SpecialTokenSource::model ? "model" : "appended";
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec, const SpecialTokenStrings& strings) {
   if (spec == "bytes") return make_bytes_tokenizer(strings);
-  constexpr std::string_view kSentencePiece = "sentencepiece:";
-  if (spec.starts_with(kSentencePiece)) {
-    const std::string_view model = spec.substr(kSentencePiece.size());
-    if (model.empty()) {
-      throw Error(ErrorKind::config, "tokenizer 'sentencepiece:' needs a model file: sentencepiece:PATH/TO/MODEL");
+  // The tokenizers read from a file: "PREFIX:PATH".
+  struct FileTokenizer {
+    std::string_view prefix;
+    std::string_view needs;  // what the error says a PATH is
+    std::unique_ptr<Tokenizer> (*make)(const std::filesystem::path&, const SpecialTokenStrings&);
+  };
+  static constexpr FileTokenizer kFileTokenizers[] = {
+      {"sentencepiece:", "a model file: sentencepiece:PATH/TO/MODEL", &make_sentencepiece_tokenizer},
+      {"hf-bpe:", "a tokenizer.json: hf-bpe:PATH/TO/tokenizer.json", &make_hf_bpe_tokenizer},
+  };
+  for (const FileTokenizer& t : kFileTokenizers) {
+    if (!spec.starts_with(t.prefix)) continue;
+    const std::string_view file = spec.substr(t.prefix.size());
+    if (file.empty()) {
+      throw Error(ErrorKind::config, "tokenizer '" + std::string(t.prefix) + "' needs " + std::string(t.needs));
     }
-    return make_sentencepiece_tokenizer(std::filesystem::path(model), strings);
+    return t.make(std::filesystem::path(file), strings);
   }
-  throw Error(ErrorKind::config,
-              "unknown tokenizer '" + std::string(spec) + "' (expected 'bytes' or 'sentencepiece:MODEL')");
+  throw Error(ErrorKind::config, "unknown tokenizer '" + std::string(spec) +
+                                     "' (expected 'bytes', 'sentencepiece:MODEL' or 'hf-bpe:TOKENIZER_JSON')");
 }
 
 }  // namespace tokenfeed

@@ -21,12 +21,6 @@ namespace {
 // Models hold up to a few million pieces; this is far above any real one.
 constexpr std::size_t kMaxModelBytes = std::size_t{1} << 30;
 
-struct ResolvedSpecials {
-  SpecialTokenIds ids;
-  std::array<SpecialTokenSource, 5> sources{};
-  std::uint32_t vocab_size = 0;
-};
-
 // The piece types read from the model file, checked against what the API says of each id, so
 // that a model the reader misunderstands is refused rather than misread.
 std::vector<SentencePieceType> checked_piece_types(const sentencepiece::SentencePieceProcessor& sp,
@@ -54,29 +48,19 @@ std::vector<SentencePieceType> checked_piece_types(const sentencepiece::Sentence
 // same text does not qualify: it is what that text encodes to wherever it occurs, so taking it
 // would make the text a turn marker in any content. Unknown, byte and unused pieces do not
 // qualify either.
-ResolvedSpecials resolve_specials(const sentencepiece::SentencePieceProcessor& sp,
-                                  const std::vector<SentencePieceType>& types, const SpecialTokenStrings& strings) {
-  ResolvedSpecials r;
-  const auto base = static_cast<std::uint32_t>(sp.GetPieceSize());
-  std::uint32_t next = base;
-  const auto resolve = [&](const std::string& text, SpecialTokenSource& source) -> std::uint32_t {
-    const int id = sp.PieceToId(text);
-    const auto type = id >= 0 ? types[static_cast<std::size_t>(id)] : SentencePieceType::unknown;
-    if (id >= 0 && sp.IdToPiece(id) == text &&
-        (type == SentencePieceType::control || type == SentencePieceType::user_defined)) {
-      source = SpecialTokenSource::model;
-      return static_cast<std::uint32_t>(id);
-    }
-    source = SpecialTokenSource::appended;
-    return next++;
-  };
-  r.ids.system = resolve(strings.system, r.sources[0]);
-  r.ids.user = resolve(strings.user, r.sources[1]);
-  r.ids.assistant = resolve(strings.assistant, r.sources[2]);
-  r.ids.tool = resolve(strings.tool, r.sources[3]);
-  r.ids.eot = resolve(strings.eot, r.sources[4]);
-  r.vocab_size = next;
-  return r;
+ResolvedSpecials model_specials(const sentencepiece::SentencePieceProcessor& sp,
+                                const std::vector<SentencePieceType>& types, const SpecialTokenStrings& strings) {
+  return resolve_specials(strings, static_cast<std::uint32_t>(sp.GetPieceSize()),
+                          [&](const std::string& text) -> std::optional<std::uint32_t> {
+                            const int id = sp.PieceToId(text);
+                            const auto type =
+                                id >= 0 ? types[static_cast<std::size_t>(id)] : SentencePieceType::unknown;
+                            if (id >= 0 && sp.IdToPiece(id) == text &&
+                                (type == SentencePieceType::control || type == SentencePieceType::user_defined)) {
+                              return static_cast<std::uint32_t>(id);
+                            }
+                            return std::nullopt;
+                          });
 }
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -187,7 +171,7 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::filesystem::p
     }
     const std::vector<SentencePieceType> types =
         checked_piece_types(*sp, bytes, "SentencePiece model '" + model.string() + "'");
-    const ResolvedSpecials specials = resolve_specials(*sp, types, strings);
+    const ResolvedSpecials specials = model_specials(*sp, types, strings);
     Sha256 sha;
     sha.update(bytes);
     return std::unique_ptr<Tokenizer>(
