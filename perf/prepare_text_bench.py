@@ -11,7 +11,11 @@ reused; a byte-level BPE of --vocab ids (tokenizers) and a SentencePiece BPE mod
 afresh; its wall-clock time, CPU time and peak RSS are recorded, and the variants run
 interleaved, the order turning each round, so that a busy machine weighs on all of them:
 
-  tokenfeed_hf     tokenfeed.prepare_text(--hf-tokenizer): read, split, tokenize, write
+  tokenfeed_hf     tokenfeed.prepare_text(--hf-tokenizer): read, split, tokenize with the
+                   tokenizers package, write (--tokenizer-impl tokenizers when the installed
+                   package has the option, whose default, auto, is the native encoder)
+  tokenfeed_native tokenfeed prepare-text --hf-tokenizer --tokenizer-impl native
+                   --verify-sample 0 (the command, the native byte-level BPE, no Python)
   encode_batch     the texts already in memory (read before the clock starts), encoded with
                    Tokenizer.encode_batch_fast (encode_batch before tokenizers 0.21) in
                    batches of 1,024, on the same thread pool size; "ids" also takes each
@@ -24,7 +28,10 @@ interleaved, the order turning each round, so that a busy machine weighs on all 
   spm_encode       SentencePiece's own encode over the texts in memory, with the library the
                    command links (perf/bench_spm_encode, --workers threads); spm_encode_pypi:
                    the sentencepiece package's encode(num_threads=--workers), a newer release
-  tokenfeed_rss    peak RSS of tokenfeed_hf on the corpus and on a quarter of it
+  tokenfeed_rss    peak RSS of tokenfeed_hf and tokenfeed_native on the corpus and on a
+                   quarter of it (the *_quarter variants)
+
+--variants NAME,... runs only those (the full summary and --md need all of them).
 
 Ratios are medians over the rounds. Needs tokenizers, sentencepiece (pip) and spm_train
 (Debian's sentencepiece).
@@ -220,6 +227,7 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--md", default=None, help="also write the results as markdown (perf/RESULTS_prepare_text.md)")
     p.add_argument("--render", default=None, help="only write --md from the JSON an earlier run wrote with --out")
+    p.add_argument("--variants", default=None, help="comma-separated subset of the variants to run")
     p.add_argument("--child", default=None)
     p.add_argument("--corpus"), p.add_argument("--hf"), p.add_argument("--spm"), p.add_argument("--scratch")
     args = p.parse_args()
@@ -250,7 +258,7 @@ def main():
         print("training the BPE tokenizer ...", flush=True)
         train_hf(corpus, hf, args.vocab)
     spm_prefix = cache / "spm_bpe_8000"
-    if not Path(str(spm_prefix) + ".model").exists():
+    if not Path(str(spm_prefix) + ".model").exists() and (not args.variants or "spm" in args.variants):
         print("training the SentencePiece model ...", flush=True)
         train_spm(corpus, spm_prefix, 8000)
     spm_model = str(spm_prefix) + ".model"
@@ -259,11 +267,24 @@ def main():
     me = [sys.executable, os.path.abspath(__file__), "--corpus", corpus, "--hf", hf, "--spm", spm_model,
           "--scratch", scratch, "--workers", args.workers]
 
+    # A tokenfeed package from before the native encoder has no --tokenizer-impl and always runs
+    # the tokenizers package; a newer one needs it said, its default (auto) being native.
+    import importlib.util
+    spec = importlib.util.find_spec("tokenfeed.text_corpus")
+    package_impl = ["--tokenizer-impl", "tokenizers"] if "--tokenizer-impl" in Path(spec.origin).read_text() else []
+
     def tokenfeed_hf(source):
         out = scratch / "tf_hf"
         shutil.rmtree(out, ignore_errors=True)
         return [sys.executable, "-m", "tokenfeed.text_corpus", source, "--output-dir", out, "--hf-tokenizer", hf,
-                "--workers", args.workers, "--val-split", "0.0005", "--progress-seconds", "1000"]
+                "--workers", args.workers, "--val-split", "0.0005", "--progress-seconds", "1000", *package_impl]
+
+    def tokenfeed_native(source):
+        out = scratch / "tf_native"
+        shutil.rmtree(out, ignore_errors=True)
+        return [args.cli, "prepare-text", source, "--output-dir", out, "--hf-tokenizer", hf, "--tokenizer-impl",
+                "native", "--verify-sample", "0", "--workers", args.workers, "--val-split", "0.0005",
+                "--progress-seconds", "1000"]
 
     def tokenfeed_spm():
         out = scratch / "tf_spm"
@@ -280,7 +301,11 @@ def main():
         "spm_encode": lambda: [args.spm_bench, corpus, spm_model, args.workers],
         "spm_encode_pypi": lambda: me + ["--child", "spm_encode_pypi"],
         "tokenfeed_hf_quarter": lambda: tokenfeed_hf(quarter),
+        "tokenfeed_native": lambda: tokenfeed_native(corpus),
+        "tokenfeed_native_quarter": lambda: tokenfeed_native(quarter),
     }
+    if args.variants:
+        variants = {name: variants[name] for name in args.variants.split(",")}
     results = {name: [] for name in variants}
     names = list(variants)
     for round_ in range(args.repeats):
@@ -300,6 +325,22 @@ def main():
     med = {name: statistics.median(r["seconds"] for r in rs) for name, rs in results.items()}
     rss = {name: max(r["rss_mib"] for r in rs) for name, rs in results.items()}
     mb = corpus.stat().st_size / 1e6
+    if args.variants:  # a subset: medians, peak RSS, and the native encoder's ratios to what ran
+        summary = {"corpus_mb": round(mb, 1), "workers": args.workers, "repeats": args.repeats,
+                   "median_seconds": {k: round(v, 3) for k, v in med.items()},
+                   "peak_rss_mib": {k: round(v, 1) for k, v in rss.items()},
+                   "mb_per_s": {k: round(mb / v, 2) for k, v in med.items() if "quarter" not in k}}
+        if "tokenfeed_native" in med:
+            summary["tokenfeed_native_vs"] = {k: round(med[k] / med["tokenfeed_native"], 3) for k in med
+                                              if k != "tokenfeed_native" and "quarter" not in k}
+            summary["tokenfeed_native_vs_rounds"] = {
+                k: [round(b["seconds"] / a["seconds"], 2) for a, b in zip(results["tokenfeed_native"], rs)]
+                for k, rs in results.items() if k != "tokenfeed_native" and "quarter" not in k}
+        summary["runs"] = results
+        print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))
+        if args.out:
+            Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+        return 0
     summary = {
         "corpus_mb": round(mb, 1), "workers": args.workers, "repeats": args.repeats, "vocab": args.vocab,
         "median_seconds": {k: round(v, 3) for k, v in med.items()},
