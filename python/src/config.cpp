@@ -38,7 +38,7 @@ std::string value_text(std::string_view key, nb::handle value) {
   if (PyFloat_Check(v) && nb::cast<bool>(value.attr("is_integer")())) {
     return nb::cast<std::string>(nb::str(nb::int_(value)));
   }
-  if (PyList_Check(v) || PyTuple_Check(v)) {  // a list key (fields): its names, comma-separated
+  if (key == "fields" && (PyList_Check(v) || PyTuple_Check(v))) {  // a list key: its names, comma-separated
     std::string text;
     for (nb::handle item : value) {
       if (!PyUnicode_Check(item.ptr())) {
