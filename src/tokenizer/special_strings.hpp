@@ -1,4 +1,4 @@
-// Validation shared by the tokenizers' constructors.
+// Validation and errors shared by the tokenizers.
 #pragma once
 
 #include <array>
@@ -14,6 +14,10 @@ namespace tokenfeed {
 
 // Throws Error(config) naming `what` when a special token string is empty or two are equal.
 void check_special_token_strings(const SpecialTokenStrings& strings, std::string_view what);
+
+// A decode's id that is neither a token of the tokenizer `what` nor a special token: throws
+// Error(format) naming it and the vocabulary size.
+[[noreturn]] void throw_undecodable_id(std::string_view what, std::uint32_t id, std::uint32_t vocab_size);
 
 struct ResolvedSpecials {
   SpecialTokenIds ids;

@@ -56,8 +56,7 @@ class BytesTokenizer final : public Tokenizer {
       } else if (const std::string* special = special_string(id)) {
         text += *special;
       } else {
-        throw Error(ErrorKind::format, "bytes tokenizer: cannot decode id " + std::to_string(id) +
-                                           " (the vocabulary size is " + std::to_string(vocab_size()) + ")");
+        throw_undecodable_id("bytes tokenizer", id, vocab_size());
       }
     }
     return text;

@@ -69,6 +69,11 @@ void check_special_token_strings(const SpecialTokenStrings& strings, std::string
   }
 }
 
+void throw_undecodable_id(std::string_view what, std::uint32_t id, std::uint32_t vocab_size) {
+  throw Error(ErrorKind::format, std::string(what) + ": cannot decode id " + std::to_string(id) +
+                                     " (the vocabulary size is " + std::to_string(vocab_size) + ")");
+}
+
 ResolvedSpecials resolve_specials(const SpecialTokenStrings& strings, std::uint32_t base,
                                   const std::function<std::optional<std::uint32_t>(const std::string&)>& model_id) {
   ResolvedSpecials r;

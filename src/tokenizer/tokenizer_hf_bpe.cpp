@@ -245,8 +245,7 @@ class HfBpeTokenizer final : public Tokenizer {
       } else if (const std::string* special = special_string(id)) {
         text += *special;
       } else {
-        throw Error(ErrorKind::format, "hf-bpe tokenizer: cannot decode id " + std::to_string(id) +
-                                           " (the vocabulary size is " + std::to_string(vocab_size()) + ")");
+        throw_undecodable_id("hf-bpe tokenizer", id, vocab_size());
       }
     }
     return text;

@@ -128,8 +128,7 @@ class SentencePieceTokenizer final : public Tokenizer {
       } else if (id < base_vocab_size_) {
         run.push_back(static_cast<int>(id));
       } else {
-        throw Error(ErrorKind::format, "sentencepiece tokenizer: cannot decode id " + std::to_string(id) +
-                                           " (the vocabulary size is " + std::to_string(vocab_size()) + ")");
+        throw_undecodable_id("sentencepiece tokenizer", id, vocab_size());
       }
     }
     flush();
