@@ -85,6 +85,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "tokenfeed/export.hpp"
@@ -114,6 +115,16 @@ inline constexpr std::array<std::string_view, 8> kBatchFieldNames = {
 using BatchFields = std::uint32_t;
 inline constexpr BatchFields kEveryBatchField = (1U << kBatchFieldNames.size()) - 1;
 constexpr BatchFields batch_field_bit(BatchField field) noexcept { return 1U << static_cast<unsigned>(field); }
+// The names of the fields in `fields`, in BatchField order, comma-separated ("x,y,mask").
+inline std::string batch_field_list(BatchFields fields) {
+  std::string text;
+  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
+    if ((fields & batch_field_bit(static_cast<BatchField>(i))) == 0) continue;
+    if (!text.empty()) text += ',';
+    text += kBatchFieldNames[i];
+  }
+  return text;
+}
 // The field of that name, or nullopt.
 constexpr std::optional<BatchField> batch_field_named(std::string_view name) noexcept {
   for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {

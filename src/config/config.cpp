@@ -79,15 +79,9 @@ bool parse_bool(std::string_view key, std::string_view text) {
   config_error("config key '" + std::string(key) + "': expected true or false, got '" + std::string(t) + "'");
 }
 
+// The key's text: empty for every field (the default), else the names.
 std::string fields_text(BatchFields fields) {
-  if (fields == kEveryBatchField) return {};
-  std::string text;
-  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
-    if ((fields & batch_field_bit(static_cast<BatchField>(i))) == 0) continue;
-    if (!text.empty()) text += ',';
-    text += kBatchFieldNames[i];
-  }
-  return text;
+  return fields == kEveryBatchField ? std::string() : batch_field_list(fields);
 }
 
 // "x, y,mask": a comma-separated list of BatchField names, each once; empty: every field.
@@ -793,7 +787,7 @@ void validate_mode_keys(const Config& c) {
                                         batch_field_bit(BatchField::position_ids) |
                                         batch_field_bit(BatchField::cu_seqlens);
   if (!c.contract_fields && c.fields != kEveryBatchField && (c.fields & kContractOnly) != 0) {
-    config_error("config key 'fields' names contract fields (" + fields_text(c.fields & kContractOnly) +
+    config_error("config key 'fields' names contract fields (" + batch_field_list(c.fields & kContractOnly) +
                  ") but contract_fields is false, which leaves them empty: drop them from 'fields', or set "
                  "contract_fields=true");
   }

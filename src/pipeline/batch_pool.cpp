@@ -148,11 +148,7 @@ bool Batch::has_field(BatchField field) const noexcept { return slot_ != nullptr
 bool Batch::readable(BatchField field) const {
   if (slot_ == nullptr) return false;
   if (pool_->shape().chose(field)) return true;
-  std::string chosen;
-  for (std::size_t i = 0; i < kBatchFieldNames.size(); ++i) {
-    if (!pool_->shape().chose(static_cast<BatchField>(i))) continue;
-    chosen += (chosen.empty() ? "" : ",") + std::string(kBatchFieldNames[i]);
-  }
+  const std::string chosen = batch_field_list(pool_->shape().fields);
   const std::string name(kBatchFieldNames[static_cast<std::size_t>(field)]);
   throw Error(ErrorKind::usage, "batch field '" + name + "' of split '" + pool_->split() +
                                     "' was not chosen: config key 'fields' is '" + chosen + "'; add " + name +
