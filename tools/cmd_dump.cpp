@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "every_field_config.hpp"
 #include "tokenfeed/npy_writer.hpp"
 #include "tokenfeed/state_file.hpp"
 #include "tokenfeed/config.hpp"
@@ -90,10 +91,7 @@ void dump_packed(Loader& loader, const DumpOptions& o, const std::vector<std::ui
 }
 
 void dump(const DumpOptions& o) {
-  Config config = load_config_file(o.config);
-  // Every field is read here: the config's `fields` is a trainer's choice.
-  config.fields = kEveryBatchField;
-  Loader loader(std::move(config));
+  Loader loader(config_reading_every_field(o.config));
   if (!o.load_state.empty()) load_state_file(loader, o.load_state);
   const Config& c = loader.config();
   if (!loader.has_split(o.split)) loader.split_info(o.split);  // throws the standard error

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "every_field_config.hpp"
 #include "inspect/mixture_sizes_report.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
@@ -92,9 +93,7 @@ void inspect_mixture(const std::string& config_file, long steps) {
                                       std::to_string(kMaxInspectSteps) +
                                       "] (inspect reads every batch of the steps it describes)");
   }
-  Config config = load_config_file(config_file);
-  // Every field is read here: the config's `fields` is a trainer's choice.
-  config.fields = kEveryBatchField;
+  Config config = config_reading_every_field(config_file);
   if (config.mixture.empty()) {
     throw Error(ErrorKind::usage, "inspect --config '" + config_file +
                                       "': the config has no <mixture>; inspect a single dataset by its directory");

@@ -3,12 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <span>
-#include <utility>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "every_field_config.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/loader.hpp"
 
@@ -42,10 +42,7 @@ struct RunOptions {
 void run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto open_start = Clock::now();
-  Config config = load_config_file(o.config);
-  // Every field is read here: the config's `fields` is a trainer's choice.
-  config.fields = kEveryBatchField;
-  Loader loader(std::move(config));
+  Loader loader(config_reading_every_field(o.config));
   const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - open_start).count();
   const Config& c = loader.config();
   const SplitInfo info = loader.split_info(o.split);

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "every_field_config.hpp"
 #include "tokenfeed/chat_format.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
@@ -171,9 +172,7 @@ void show(ShowOptions o) {
   set_log_handler([](LogLevel level, std::string_view line) {
     if (level >= LogLevel::warning) std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
-  Config config = load_config_file(o.config);
-  // Every field is read here: the config's `fields` is a trainer's choice.
-  config.fields = kEveryBatchField;
+  Config config = config_reading_every_field(o.config);
   config.audit_log_dir.clear();  // looking at batches is not a training run
   Loader loader(std::move(config));
   const Config& c = loader.config();
