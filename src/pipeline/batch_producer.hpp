@@ -128,8 +128,10 @@ class BatchProducer {
   // Returns whether the trainer decoded any run itself.
   bool help(Decrement runs);
 
-  // Batches per run, and whether one decode thread (the admitter thread) decodes.
+  // Batches per run, the decode threads, and whether one decode thread (the admitter
+  // thread) decodes.
   std::size_t run() const noexcept { return run_; }
+  std::size_t threads() const noexcept { return options_.threads; }
   bool lone_decoder() const noexcept { return lone_decoder_; }
   // The depth in effect (batches admitted ahead of the trainer), and auto depth's state.
   std::size_t depth() const noexcept { return depth_.load(std::memory_order_acquire); }

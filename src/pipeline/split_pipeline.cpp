@@ -71,7 +71,6 @@ SplitPipeline::Depths SplitPipeline::plan_depths(std::int64_t configured, std::i
 // trainer's thread.
 struct SplitPipeline::Impl {
   TrainerWaiter waiter;
-  const std::size_t threads;  // decode threads
 
   // Whether pop() spins before it sleeps: the process's CPU share (Options::trainer_may_spin)
   // and the hardware both have a thread for the trainer beside the decoders (see kMinSpin).
@@ -138,8 +137,7 @@ struct SplitPipeline::Impl {
   BatchProducer producer;
 
   Impl(BatchSource& source, std::shared_ptr<detail::BatchPool> pool, const Options& options)
-      : threads(options.threads),
-        spin(options.trainer_may_spin && static_cast<std::size_t>(tbb::info::default_concurrency()) > options.threads),
+      : spin(options.trainer_may_spin && static_cast<std::size_t>(tbb::info::default_concurrency()) > options.threads),
         producer(source, std::move(pool), options, waiter, [this] { return admitter_look(); }) {}
 
   void read_decode_mean() noexcept {
@@ -164,7 +162,7 @@ struct SplitPipeline::Impl {
   // How long pop() spins before it sleeps, when it may (see kMinSpin and SpinRecord).
   Clock::duration spin_budget() const noexcept {
     const double run_us = 2.0 * static_cast<double>(producer.run()) * mean_decode_us() /
-                          static_cast<double>(std::max<std::size_t>(threads, 1));
+                          static_cast<double>(std::max<std::size_t>(producer.threads(), 1));
     const auto us = std::chrono::microseconds(static_cast<std::int64_t>(run_us));
     return std::clamp<Clock::duration>(us, kMinSpin, kMaxSpin);
   }
