@@ -129,6 +129,30 @@ def test_bos_and_a_named_eos(hf_dir, tmp_path, impl):
     assert not (tmp_path / "out2").exists()
 
 
+def test_auto_encodes_with_the_package_when_the_native_encoder_refuses_the_file(hf_dir, tmp_path, capfd):
+    """A tokenizer.json with a feature outside the native encoder's list: the default (auto)
+    says why on stderr and the tokenizers package encodes, as the summary says; native is an
+    error naming the feature."""
+    from tokenizers import Tokenizer
+    odd = tmp_path / "odd"
+    shutil.copytree(hf_dir, odd)
+    spec = json.loads((odd / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"]["byte_fallback"] = True
+    (odd / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    docs = ["one doc", "two docs here"]
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    s = tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out", hf_tokenizer=odd, val_split=0.0)
+    assert s["tokenizer"] == f"huggingface {odd}"
+    err = capfd.readouterr().err
+    assert "the native encoder is not used" in err and "byte_fallback" in err, err
+    tok = Tokenizer.from_file(str(odd / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    assert read_token_split(tmp_path / "out" / "train") == [tok.encode(t, add_special_tokens=False).ids + [eos]
+                                                             for t in docs]
+    with pytest.raises(tokenfeed.ConfigError, match="--tokenizer-impl native: .*byte_fallback"):
+        tokenfeed.prepare_text(tmp_path / "c.jsonl", tmp_path / "out2", hf_tokenizer=odd, tokenizer_impl="native")
+
+
 def test_parquet_gives_the_bytes_jsonl_gives(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
