@@ -4,8 +4,13 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "splits/mode_builder.hpp"
+#include "splits/packed_mode.hpp"
 #include "splits/resolved_options.hpp"
+#include "splits/stream_mode.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/loader.hpp"
 
@@ -38,17 +43,17 @@ TEST_CASE("resolved options: the defaults and the metadata settle every optional
   CHECK(r.rank_source == "config");
   CHECK(!r.config.use_loss_mask);  // auto: settled when the splits open
 
-  // The per-split builders follow the settled config.
-  const EpisodeSampler::Settings s = r.sampler_settings("train");
+  // The mode builders follow the settled config.
+  const EpisodeSampler::Settings s = sampler_settings(r.config, "train");
   CHECK(s.batch_size == 2);
   CHECK(s.world_size == 2);
   CHECK(s.rank == 1);
   CHECK(s.seed == 1337);
-  const EpisodeSampler::Settings order = r.packed_order_settings("train");
+  const EpisodeSampler::Settings order = PackedModeBuilder::order_settings(r.config, "train");
   CHECK(order.batch_size == 1);
   CHECK(order.world_size == 1);
   CHECK(!order.drop_last);
-  CHECK(r.episode_options(true).pad_token_id == 7);
+  CHECK(EpisodeModeBuilder::source_options(r.config, true).pad_token_id == 7);
 
   // What the loader opens is what resolve_options settled.
   const Loader loader(c);
@@ -92,11 +97,62 @@ TEST_CASE("resolved options: a token stream settles random sampling, no mask, an
   CHECK(*r.config.batch_sampling_mode == SamplingMode::random);
   CHECK(r.config.use_loss_mask == false);
   CHECK(*r.config.eos_token_id == 4);  // eos before eot
-  CHECK(*r.stream_options().eos_token_id == 4);
+  CHECK(*StreamModeBuilder::source_options(r.config).eos_token_id == 4);
   CHECK(end_of_text_id(9, r.metadata) == 9);  // a given id wins
 
   CHECK(detect_split_layout(dir.path(), "train") == DatasetMode::token_stream);
   CHECK(!detect_split_layout(dir.path(), "val"));
+}
+
+TEST_CASE(
+    "mode builders: each mode opens its sampling layout, names its own fingerprint fields, and hands a mixture "
+    "rows by id only where it may gather them") {
+  TempDir dir;
+  write_split(dir.path(), "train", numbered_episodes(8, {5, 9}));
+  Config c = make_config(dir.path(), 2, 16);
+  const auto opened = [&c]() {
+    ResolvedOptions r = resolve_options(c);
+    OpenedSplits splits = open_dataset_splits(r);
+    return std::pair{std::move(splits), order_fields(r.config)};
+  };
+
+  c.dataset_mode = DatasetMode::sft_episode;
+  auto [episode, episode_fields] = opened();
+  CHECK(episode.at("train")->epochs() == Epochs::equal);
+  CHECK(episode.at("train")->sampled_rows() == &episode.at("train")->source());
+  CHECK(episode_fields.count("episode_min_tokens") == 1);
+  CHECK(episode_fields.count("block_size") == 0);  // one row per episode: the length is not the order's
+
+  c.batch_sampling_mode = SamplingMode::random;
+  CHECK(opened().first.at("train")->epochs() == Epochs::none);
+  c.batch_sampling_mode.reset();
+
+  c.dataset_mode = DatasetMode::sft_packed;
+  auto [packed, packed_fields] = opened();
+  CHECK(packed.at("train")->epochs() == Epochs::varying);
+  CHECK(packed.at("train")->sampled_rows() == nullptr);  // rows are packed, not sampled by id
+  CHECK(packed_fields.at("pack_lookahead") == std::to_string(c.pack_lookahead));
+  CHECK(packed_fields.at("block_size") == "16");
+
+  // This rank's context-parallel share of each row is cut from whole rows: not by id.
+  c.dataset_mode = DatasetMode::sft_episode;
+  c.world_size = 2;
+  c.context_parallel_size = 2;
+  c.context_parallel_split = true;
+  CHECK(opened().first.at("train")->sampled_rows() == nullptr);
+
+  TempDir stream_dir;
+  const std::vector<std::uint16_t> tokens(200, 3);
+  test::write_raw(stream_dir / "train.bin", tokens.data(), tokens.size() * sizeof(std::uint16_t));
+  Config s = make_config(stream_dir.path(), 2, 16);
+  s.token_dtype = TokenDtype::uint16;
+  ResolvedOptions r = resolve_options(s);
+  const OpenedSplits stream = open_dataset_splits(r);
+  CHECK(stream.at("train")->sampled_rows() == &stream.at("train")->source());
+  CHECK(stream.count("val") == 0);
+  const OrderFields stream_fields = order_fields(r.config);
+  CHECK(stream_fields.at("block_size") == "16");
+  CHECK(stream_fields.count("episode_min_tokens") == 0);
 }
 
 TEST_CASE("resolved options: pad_from_metadata and settle_dtype apply the precedence the fronts share") {

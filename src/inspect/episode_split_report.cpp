@@ -11,6 +11,7 @@
 #include "dataset/content_checksum.hpp"
 #include "dataset/mask_values.hpp"
 #include "inspect/split_reports.hpp"
+#include "splits/episode_modes.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -142,7 +143,7 @@ SplitReport inspect_episode_split(const InspectRequest& r, const ResolvedOptions
   report.dir = dir.string();
   std::optional<EpisodeSplit> opened;
   try {
-    opened.emplace(EpisodeSplit::open(dir, run.episode_split_options()));
+    opened.emplace(EpisodeSplit::open(dir, EpisodeModes::split_options(run.config)));
   } catch (const Error& e) {
     report.verdict = std::string("INVALID: ") + e.what();
     report.refusal = Refusal{e.kind(), e.what()};

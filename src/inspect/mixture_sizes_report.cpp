@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "mixture/mixture.hpp"
-#include "splits/open_split.hpp"
+#include "splits/mode_builder.hpp"
 #include "splits/resolved_options.hpp"
 #include "tokenfeed/error.hpp"
 

@@ -9,6 +9,7 @@
 #include "modes/episode_window.hpp"
 #include "modes/packed_batch_source.hpp"
 #include "sampling/episode_sampler.hpp"
+#include "splits/packed_mode.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -50,10 +51,11 @@ TruncationCost truncation_cost(const EpisodeSplit& split, const IdList& kept, st
 PackingFigures packing(const InspectRequest& r, const ResolvedOptions& run, const std::string& name,
                        const EpisodeSplit& split, const IdList& kept) {
   const auto T = static_cast<std::uint64_t>(r.block_size);
-  const std::unique_ptr<EpisodeWindows> windows = run.episode_windows(split);
-  const std::unique_ptr<EpisodeSampler> sampler = run.episode_sampler(split, kept, run.packed_order_settings(name));
+  const std::unique_ptr<EpisodeWindows> windows = EpisodeModes::windows(run, split);
+  const std::unique_ptr<EpisodeSampler> sampler =
+      EpisodeModes::sampler(run.config, split, kept, PackedModeBuilder::order_settings(run.config, name));
   const EpochOrders orders(*sampler);
-  const PackedBatchSource source(split, *windows, orders, run.packing_options(name, false));
+  const PackedBatchSource source(split, *windows, orders, PackedModeBuilder::packing_options(run.config, name, false));
   const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
   PackingFigures f;
   f.packed_rows = packed->rows();

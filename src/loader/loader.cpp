@@ -21,16 +21,32 @@
 namespace tokenfeed {
 namespace {
 
+// What a Loader reads: the split set, and the same object as a Mixture when it is one
+// (what only a mixture does: its sources' epochs, the trainer's weight changes).
+struct OpenedSet {
+  std::unique_ptr<SplitSet> data;
+  Mixture* mixture = nullptr;  // data, when it is a mixture
+};
+
 // The split set `config` describes: a mixture, or one dataset settled by resolve_options;
 // what its pipelines need of the settled options goes to `gate`.
-std::unique_ptr<SplitSet> open_split_set(Config config, PipelineGate& gate) {
+OpenedSet open_split_set(Config config, PipelineGate& gate) {
   ResolvedOptions settled = resolve_options(std::move(config));
   gate.trainer_may_spin = settled.trainer_may_spin;
   if (settled.mixture()) {
-    return std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source),
-                                     std::move(settled.layout), std::move(settled.rank_source));
+    auto mixture = std::make_unique<Mixture>(std::move(settled.config), std::move(settled.decode_threads_source),
+                                             std::move(settled.layout), std::move(settled.rank_source));
+    Mixture* const typed = mixture.get();
+    return OpenedSet{std::move(mixture), typed};
   }
-  return std::make_unique<SingleDataset>(std::move(settled));
+  return OpenedSet{std::make_unique<SingleDataset>(std::move(settled)), nullptr};
+}
+
+// A weight call on a loader of one dataset.
+[[noreturn]] void not_a_mixture(const std::string& call) {
+  throw Error(ErrorKind::config, call +
+                                     ": the loader reads one dataset; weights are set for a mixture's sources "
+                                     "(<mixture> in the config)");
 }
 
 // data_loading=group_leader: a rank that is not its group's leader holds no pipeline; it
@@ -54,10 +70,15 @@ DatasetVocabulary vocabulary_of(const DatasetMetadata& m) {
 }  // namespace
 
 struct Loader::Impl {
-  PipelineGate gate;  // a pipeline's start against a concurrent stop(); before `data`, which sets it
+  PipelineGate gate;  // a pipeline's start against a concurrent stop(); opening sets it
   std::unique_ptr<SplitSet> data;
+  Mixture* mixture = nullptr;  // data, when it is a mixture; null for one dataset
 
-  explicit Impl(Config c) : data(open_split_set(std::move(c), gate)) {}
+  explicit Impl(Config c) {
+    OpenedSet opened = open_split_set(std::move(c), gate);
+    data = std::move(opened.data);
+    mixture = opened.mixture;
+  }
   const Config& config() const noexcept { return data->config(); }
 
   void stop_pipelines() {
@@ -98,7 +119,7 @@ std::string Loader::save_state() const {
   state.fingerprint = impl_->data->fingerprint();
   state.order = impl_->data->order_fields();
   for (const auto& [name, split] : impl_->data->splits()) state.splits[name] = split->next_position();
-  state.weight_changes = impl_->data->weight_changes();
+  if (impl_->mixture != nullptr) state.weight_changes = impl_->mixture->weight_changes();
   return serialize_resume_state(state);
 }
 
@@ -106,7 +127,11 @@ void Loader::load_state(std::string_view text) {
   SplitSet& data = *impl_->data;
   const ResumeState state = parse_resume_state(text);
   // A loader without weight changes takes the state's: checked with them, committed last.
-  std::optional<PreparedWeights> adopted = data.adopt_state_changes(state.weight_changes);
+  // A single dataset's state has no changes; one that has them is a mixture's, which the
+  // fingerprint check refuses.
+  Mixture* const mixture = impl_->mixture;
+  std::optional<PreparedWeights> adopted =
+      mixture != nullptr ? mixture->adopt_state_changes(state.weight_changes) : std::nullopt;
   check_state_matches(state, adopted ? adopted->fingerprint : data.fingerprint(),
                       adopted ? adopted->order : data.order_fields(), data.config());
   // Where each split resumes, all checked before any split moves: a refused state leaves
@@ -120,7 +145,7 @@ void Loader::load_state(std::string_view text) {
     check_resume_step(name, saved, data.config());
     positions[name] = it->second->resume_position(saved);
   }
-  if (adopted) data.commit_weights(std::move(*adopted), impl_->gate);
+  if (adopted) mixture->commit_weights(std::move(*adopted), impl_->gate);
   MutexLock lock(impl_->gate.mutex);
   for (const auto& [name, split] : data.splits()) {
     const auto it = positions.find(name);
@@ -170,13 +195,20 @@ std::vector<std::string> Loader::source_names() const {
 
 std::optional<std::uint64_t> Loader::source_epoch_after(std::string_view split, std::size_t source,
                                                         std::uint64_t steps) const {
-  return impl_->data->source_epoch_after(split, source, steps);
+  if (impl_->mixture == nullptr) {
+    throw Error(ErrorKind::usage, "source_epoch_after: the loader reads one dataset, not a mixture");
+  }
+  return impl_->mixture->source_epoch_after(split, source, steps);
 }
 
 void Loader::set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step) {
-  impl_->data->set_mixture_weights(weights, at_step, impl_->gate);
+  if (impl_->mixture == nullptr) not_a_mixture("set_mixture_weights");
+  impl_->mixture->set_mixture_weights(weights, at_step, impl_->gate);
 }
 
-std::uint64_t Loader::earliest_weight_step() const { return impl_->data->earliest_weight_step(); }
+std::uint64_t Loader::earliest_weight_step() const {
+  if (impl_->mixture == nullptr) not_a_mixture("earliest_weight_step");
+  return impl_->mixture->earliest_weight_step();
+}
 
 }  // namespace tokenfeed

@@ -21,7 +21,7 @@ namespace {
 constexpr std::uint64_t kMaxEpochsPerStep = std::uint64_t{1} << 16;
 
 void check_epochs_per_step(const LoaderSplit& part, const std::string& source, std::uint64_t rows_per_step) {
-  if (part.epochs() == LoaderSplit::Epochs::none) return;
+  if (part.epochs() == Epochs::none) return;
   const std::uint64_t rows = part.source().batches_in_epoch(0);
   if (rows == 0 || rows_per_step / rows <= kMaxEpochsPerStep) return;
   throw Error(ErrorKind::config, "mixture source '" + source + "': one step of batch_size x world_size = " +
@@ -54,6 +54,7 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
   for (const DatasetSplit* part : parts_) {
     MixtureBatchSource::Member member;
     member.source = &part->source();
+    member.sampled = part->sampled_rows();
     member.shape = part->shape();  // its own one-row shape: the source runs at batch_size 1
     member.epochs = part->epochs();
     members.push_back(member);

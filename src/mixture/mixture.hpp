@@ -21,6 +21,7 @@
 #include "splits/dataset_split.hpp"
 #include "splits/single_dataset.hpp"
 #include "splits/split_set.hpp"
+#include "splits/weight_changes.hpp"
 #include "modes/mixture_batch_source.hpp"
 #include "sampling/mixture_schedule.hpp"
 
@@ -87,17 +88,25 @@ class Mixture final : public SplitSet {
 
   const Config& config() const noexcept override { return config_; }
   const DatasetMetadata& metadata() const noexcept override { return no_metadata_; }
+  // The epoch source `source` is in after `steps` batches of `split` (nullopt without
+  // epochs). Throws Error(usage) for a bad index or split.
   std::optional<std::uint64_t> source_epoch_after(std::string_view split, std::size_t source,
-                                                  std::uint64_t steps) const override;
+                                                  std::uint64_t steps) const;
 
   // Weight changes from the trainer (mixture_steering.cpp; the rule in weight_changes.hpp).
   // They apply to the train split; other splits keep the config's stages.
-  std::uint64_t earliest_weight_step() const override;
+  std::uint64_t earliest_weight_step() const;
   void set_mixture_weights(const std::map<std::string, std::string>& weights, std::uint64_t at_step,
-                           PipelineGate& gate) override;
-  const std::vector<WeightChange>& weight_changes() const noexcept override { return changes_; }
-  std::optional<PreparedWeights> adopt_state_changes(const std::vector<WeightChange>& state_changes) const override;
-  void commit_weights(PreparedWeights prepared, PipelineGate& gate) override;
+                           PipelineGate& gate);
+  const std::vector<WeightChange>& weight_changes() const noexcept { return changes_; }
+  // load_state: what to commit so that this loader has a state's change history. nullopt
+  // when it has it already (or the state has none and this loader none); the state's
+  // changes when this loader has none. Throws Error(state) when this loader made other
+  // changes, or for changes no loader makes. Changes nothing.
+  std::optional<PreparedWeights> adopt_state_changes(const std::vector<WeightChange>& state_changes) const;
+  // Makes `prepared` (from adopt_state_changes) this loader's history: stops and restarts
+  // the train split's pipeline under `gate`'s mutex. The trainer thread calls it.
+  void commit_weights(PreparedWeights prepared, PipelineGate& gate);
 
   static constexpr const char* kFingerprintFormula = "tokenfeed-mixture-v2";
 

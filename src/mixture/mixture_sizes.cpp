@@ -21,8 +21,8 @@ std::vector<SizedWeight> weights_from_dataset_sizes(const Config& config,
     const MixtureSource& m = config.mixture[i];
     const DatasetSplit& train = *trains[i];
     SizedSource s{m.name, train.description().figures.tokens, 0, m.max_epochs};
-    if (train.epochs() != LoaderSplit::Epochs::none) s.rows_per_epoch = train.source().batches_in_epoch(0);
-    if (m.max_epochs && train.epochs() == LoaderSplit::Epochs::none) {
+    if (train.epochs() != Epochs::none) s.rows_per_epoch = train.source().batches_in_epoch(0);
+    if (m.max_epochs && train.epochs() == Epochs::none) {
       throw Error(ErrorKind::config, "mixture source '" + m.name +
                                          "': max_epochs with batch_sampling_mode=random, which has no epochs to "
                                          "count; sample it in epochs or drop max_epochs");

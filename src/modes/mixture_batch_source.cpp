@@ -20,13 +20,12 @@ using MixturePlan = std::vector<MixtureRow>;
 MixtureBatchSource::MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule,
                                        detail::BatchShape shape, Options options)
     : members_(std::move(members)), schedule_(&schedule), shape_(shape), options_(options) {
-  for (Member& m : members_) m.sampled = dynamic_cast<SampledRowSource*>(m.source);
   epoch_starts_.resize(members_.size(), std::vector<std::uint64_t>{0});
 }
 
 std::uint64_t MixtureBatchSource::epoch_of(std::size_t source, std::uint64_t k) const {
   const Member& m = members_[source];
-  if (m.epochs == Member::Epochs::equal) return k / m.source->batches_in_epoch(0);
+  if (m.epochs == Epochs::equal) return k / m.source->batches_in_epoch(0);
   MutexLock lock(epochs_mutex_);
   std::vector<std::uint64_t>& starts = epoch_starts_[source];
   while (starts.back() <= k) {
@@ -38,7 +37,7 @@ std::uint64_t MixtureBatchSource::epoch_of(std::size_t source, std::uint64_t k) 
 
 std::uint64_t MixtureBatchSource::epoch_first_row(std::size_t source, std::uint64_t epoch) const {
   const Member& m = members_[source];
-  if (m.epochs == Member::Epochs::equal) return epoch * m.source->batches_in_epoch(0);
+  if (m.epochs == Epochs::equal) return epoch * m.source->batches_in_epoch(0);
   MutexLock lock(epochs_mutex_);
   std::vector<std::uint64_t>& starts = epoch_starts_[source];
   while (starts.size() <= epoch) starts.push_back(starts.back() + m.source->batches_in_epoch(starts.size() - 1));
@@ -61,7 +60,7 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
     }
     std::uint64_t epoch = 0;
     std::uint64_t in_epoch = pick.index;
-    if (m.epochs != Member::Epochs::none) {
+    if (m.epochs != Epochs::none) {
       epoch = epoch_of(pick.source, pick.index);
       in_epoch = pick.index - epoch_first_row(pick.source, epoch);
     }

@@ -35,14 +35,12 @@ class MixtureBatchSource final : public BatchSource {
  public:
   struct Member {
     BatchSource* source = nullptr;  // batch k is the source's row k
-    // The same source when it samples rows by id (the episode and token-stream modes):
-    // its rows are then planned as ids (row_id), without a plan per row. Set by the
-    // constructor.
+    // The same source when it samples rows by id (the episode and token-stream modes), as
+    // its opener knows it: its rows are then planned as ids (row_id), without a plan per
+    // row. Null for any other source.
     SampledRowSource* sampled = nullptr;
     detail::BatchShape shape;  // that source's own one-row shape
-    // Epochs: none (random sampling), all of batches_in_epoch(0) rows, or of varying
-    // length (sft_packed) walked in order.
-    enum class Epochs { none, equal, varying } epochs = Epochs::equal;
+    Epochs epochs = Epochs::equal;
   };
   struct Options {
     std::uint64_t batch_size = 1;  // rows per rank
@@ -66,7 +64,7 @@ class MixtureBatchSource final : public BatchSource {
   // source has epochs.
   std::uint64_t epoch_of(std::size_t source, std::uint64_t k) const;
   std::uint64_t epoch_first_row(std::size_t source, std::uint64_t epoch) const;
-  bool has_epochs(std::size_t source) const noexcept { return members_[source].epochs != Member::Epochs::none; }
+  bool has_epochs(std::size_t source) const noexcept { return members_[source].epochs != Epochs::none; }
 
   // Plans from now on by `schedule` (a weight change). REQUIRES: no pipeline runs over this
   // source (plan and decode read the schedule); `schedule` outlives this or the next call.

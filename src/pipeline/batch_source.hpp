@@ -18,6 +18,10 @@
 
 namespace tokenfeed {
 
+// How a source's epochs are laid out: none (random sampling), all of batches_in_epoch(0)
+// batches, or of varying length (packed), walked in order.
+enum class Epochs { none, equal, varying };
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

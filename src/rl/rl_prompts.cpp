@@ -12,6 +12,7 @@
 #include "dataset/episode_dataset.hpp"
 #include "util/id_list.hpp"
 #include "splits/fingerprint.hpp"
+#include "splits/mode_builder.hpp"
 #include "splits/resolved_options.hpp"
 #include "modes/epoch_orders.hpp"
 #include "sampling/episode_sampler.hpp"
@@ -21,6 +22,19 @@
 namespace tokenfeed {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Train's order with one prompt per pull index and every pull a real prompt (an epoch's
+// remainder smaller than the data-parallel size skipped).
+EpisodeSampler::Settings prompt_order_settings(const Config& settled) {
+  EpisodeSampler::Settings order = sampler_settings(settled, "train");
+  order.batch_size = 1;
+  order.drop_last = true;
+  return order;
+}
+
+}  // namespace
 
 struct RLPrompts::Impl {
   Config config;
@@ -56,7 +70,7 @@ RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_un
                                        " <= length <= " + std::to_string(max_tokens) +
                                        ", fewer than the data-parallel size " + std::to_string(data_parallel_size(c)));
   }
-  const EpisodeSampler::Settings settings = settled.prompt_order_settings();
+  const EpisodeSampler::Settings settings = prompt_order_settings(c);
   s.sampler.emplace(std::move(kept), settings);
   s.orders.emplace(*s.sampler);
 

@@ -96,9 +96,11 @@ void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t b
 // ---- RandomSplit: batch k is a function of k ----
 
 RandomSplit::RandomSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
-                         std::unique_ptr<BatchSource> source, const detail::BatchShape& shape, Description description)
+                         std::unique_ptr<BatchSource> source, SampledRowSource* sampled,
+                         const detail::BatchShape& shape, Description description)
     : DatasetSplit(std::move(name), config, std::move(data), shape, std::move(description)) {
   source_ = std::move(source);
+  sampled_ = sampled;
 }
 
 std::optional<DatasetSplit::EpochStep> RandomSplit::advance(const detail::BatchSlot& /*slot*/) {
@@ -113,10 +115,11 @@ SplitPosition RandomSplit::resolve(const SplitPosition& saved) const {
 // ---- EqualEpochsSplit: every epoch has batches_in_epoch(0) batches ----
 
 EqualEpochsSplit::EqualEpochsSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
-                                   std::unique_ptr<BatchSource> source, const detail::BatchShape& shape,
-                                   Description description)
+                                   std::unique_ptr<BatchSource> source, SampledRowSource* sampled,
+                                   const detail::BatchShape& shape, Description description)
     : DatasetSplit(std::move(name), config, std::move(data), shape, std::move(description)) {
   source_ = std::move(source);
+  sampled_ = sampled;
 }
 
 std::uint64_t EqualEpochsSplit::batches_in_epoch_at(const SplitPosition& at) const {

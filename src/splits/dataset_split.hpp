@@ -5,8 +5,8 @@
 //    batches_in_epoch(0) batches, so the position follows from the step.
 //  - PackedEpochsSplit: sft_packed; epochs pack into different row counts and a batch may
 //    continue into the next epoch, so the position is carried by the batches and the state.
-// open_dataset_split (open_split.hpp) opens the files and builds the one that fits; nothing
-// else asks the mode.
+// The dataset mode's builder (mode_builder.hpp) opens the files and builds the one that
+// fits; nothing else asks the mode.
 //
 // Thread-safety: as LoaderSplit.
 #pragma once
@@ -22,6 +22,7 @@
 #include "modes/episode_window.hpp"
 #include "modes/epoch_orders.hpp"
 #include "modes/packed_batch_source.hpp"
+#include "modes/sampled_row_source.hpp"
 #include "sampling/episode_sampler.hpp"
 
 namespace tokenfeed {
@@ -55,6 +56,10 @@ class DatasetSplit : public LoaderSplit {
   ~DatasetSplit() override { reset_pipeline(); }
 
   BatchSource& source() const noexcept override { return *source_; }
+  // source() when it samples rows by id (sft_episode and token_stream, without a
+  // context-parallel split): a mixture then gathers its rows by id, without a plan per
+  // row. Null otherwise.
+  SampledRowSource* sampled_rows() const noexcept { return sampled_; }
   SplitInfo info() const override;
   SplitPosition resume_position(const SplitPosition& saved) const final;
 
@@ -89,6 +94,7 @@ class DatasetSplit : public LoaderSplit {
   const Config& config_;
   std::unique_ptr<SplitData> data_;
   std::unique_ptr<BatchSource> source_;  // set by the layout's constructor
+  SampledRowSource* sampled_ = nullptr;  // source_ when it samples rows by id (sampled_rows)
 
  private:
   Description description_;
@@ -102,7 +108,8 @@ class DatasetSplit : public LoaderSplit {
 class RandomSplit final : public DatasetSplit {
  public:
   RandomSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
-              std::unique_ptr<BatchSource> source, const detail::BatchShape& shape, Description description);
+              std::unique_ptr<BatchSource> source, SampledRowSource* sampled, const detail::BatchShape& shape,
+              Description description);
   Epochs epochs() const noexcept override { return Epochs::none; }
   std::uint64_t batches_in_epoch_at(const SplitPosition&) const override { return 0; }
 
@@ -114,7 +121,8 @@ class RandomSplit final : public DatasetSplit {
 class EqualEpochsSplit final : public DatasetSplit {
  public:
   EqualEpochsSplit(std::string name, const Config& config, std::unique_ptr<SplitData> data,
-                   std::unique_ptr<BatchSource> source, const detail::BatchShape& shape, Description description);
+                   std::unique_ptr<BatchSource> source, SampledRowSource* sampled, const detail::BatchShape& shape,
+                   Description description);
   Epochs epochs() const noexcept override { return Epochs::equal; }
   std::uint64_t batches_in_epoch_at(const SplitPosition& at) const override;
 

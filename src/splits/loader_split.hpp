@@ -17,7 +17,6 @@
 #include <string>
 
 #include "audit/audit_trail.hpp"
-#include "modes/mixture_batch_source.hpp"
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
 #include "pipeline/split_pipeline.hpp"
@@ -43,10 +42,6 @@ struct PipelineGate {
 
 class LoaderSplit {
  public:
-  // How the split's epochs are laid out: none (random sampling), all of
-  // batches_in_epoch(0) batches, or of varying length (packed).
-  using Epochs = MixtureBatchSource::Member::Epochs;
-
   // `shape`: the slots get_batch hands out. `config` gives the stats' settings.
   LoaderSplit(std::string name, const detail::BatchShape& shape, const Config& config);
   virtual ~LoaderSplit();
@@ -57,6 +52,7 @@ class LoaderSplit {
   const detail::BatchShape& shape() const noexcept { return shape_; }
   bool mask() const noexcept { return shape_.with_mask; }
   virtual BatchSource& source() const noexcept = 0;
+  // How the split's epochs are laid out (batch_source.hpp).
   virtual Epochs epochs() const noexcept = 0;
 
   // Batches in the epoch of position `at` (an epoch entered mid-batch counts from there);

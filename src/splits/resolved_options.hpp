@@ -23,9 +23,10 @@
 //    eos_token_id, else the metadata's eos_token_id, else its eot_token_id
 //    (end_of_text_id).
 //  - token_stream has no masks: use_loss_mask is false (with a warning when set true).
-// The per-split builders (sampler_settings, packing_options, ...) are pure functions of
-// the settled config, so that the loader and inspect's `--packed` report build the same
-// sampler and packer.
+// What each dataset mode builds from the settled values (its reader's, sampler's and batch
+// source's options, its fingerprint fields, how its splits open) is its ModeBuilder's
+// (mode_builder.hpp): pure functions of the settled config, so that the loader and
+// inspect's `--packed` report build the same sampler and packer.
 //
 // RLPrompts settles its config with resolve_prompt_options: the same steps and rules, but
 // only those a prompt dataset needs (below).
@@ -33,8 +34,8 @@
 // `tokenfeed inspect` cannot call resolve_options: it describes datasets the loader refuses
 // (no train split, no pad id, a split that does not open), reporting each refusal as a
 // verdict instead of stopping at the first. It calls the rules' own functions instead
-// (detect_split_layout, settle_dtype, pad_from_metadata, kept_episodes, the builders over
-// the run it assumes), which are the only place each rule is written.
+// (detect_split_layout, settle_dtype, pad_from_metadata, kept_episodes, the mode builders'
+// functions over the run it assumes), which are the only place each rule is written.
 //
 // Thread-safety: plain values and pure functions; resolve_options reads files and the
 // environment and may log warnings.
@@ -49,13 +50,6 @@
 #include <vector>
 
 #include "dataset/dataset_metadata.hpp"
-#include "dataset/episode_dataset.hpp"
-#include "splits/fingerprint.hpp"
-#include "modes/episode_batch_source.hpp"
-#include "modes/episode_window.hpp"
-#include "modes/packed_batch_source.hpp"
-#include "modes/token_stream_batch_source.hpp"
-#include "sampling/episode_sampler.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -87,32 +81,6 @@ struct ResolvedOptions {
   bool episode_mode() const noexcept { return config.dataset_mode != DatasetMode::token_stream; }
   bool packed_mode() const noexcept { return config.dataset_mode == DatasetMode::sft_packed; }
   std::string metadata_file() const { return (config.dataset_dir / "dataset_metadata.json").string(); }
-
-  // How an episode split is opened: the settled dtypes; masks mapped unless use_loss_mask
-  // is false (auto maps the masks that exist).
-  EpisodeSplitOptions episode_split_options() const;
-  // The sampler of `split`: the epoch order and this rank's ids of each batch.
-  // What a row keeps of each episode of `split`: block_size + 1 tokens, cut by truncation.
-  // REQUIRES: split outlives the result.
-  std::unique_ptr<EpisodeWindows> episode_windows(const EpisodeSplit& split) const;
-  EpisodeSampler::Settings sampler_settings(const std::string& split) const;
-  // The sampler of an episode split's `kept` ids with `settings`: of the kept episodes, or
-  // with truncation=split of their pieces (DocumentPieces over the split's lengths).
-  std::unique_ptr<EpisodeSampler> episode_sampler(const EpisodeSplit& split, IdList kept,
-                                                  EpisodeSampler::Settings settings) const;
-  // sft_packed: the sampler only orders each epoch's episodes (one id per batch, one
-  // rank, nothing dropped); rows, not episodes, make up a batch.
-  EpisodeSampler::Settings packed_order_settings(const std::string& split) const;
-  // RL prompts: train's order with one prompt per pull index and every pull a real prompt
-  // (an epoch's remainder smaller than world_size skipped).
-  EpisodeSampler::Settings prompt_order_settings() const;
-  PackedBatchSource::Options packing_options(const std::string& split, bool with_mask) const;
-  EpisodeBatchSource::Options episode_options(bool with_mask) const;
-  TokenStreamBatchSource::Options stream_options() const;
-  // What the order of a single dataset's batches depends on among the settled settings, by
-  // name (the loader adds each split's data and content hashes): the resume fingerprint's
-  // fields, each named so that a refused state can say which differs.
-  OrderFields order_fields() const;
 };
 
 // The whole resolution above. Throws Error(config) for settings that contradict each other

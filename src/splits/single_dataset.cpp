@@ -6,7 +6,7 @@
 
 #include "dataset/content_fingerprint.hpp"
 #include "launch/memory_budget.hpp"
-#include "splits/open_split.hpp"
+#include "splits/mode_builder.hpp"
 #include "launch/parallel_layout.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -43,7 +43,7 @@ void SingleDataset::open_splits() {
 void SingleDataset::make_fingerprint() {
   const Config& c = config();
   OrderFields& fields = order_fields_;
-  fields = settled_.order_fields();
+  fields = tokenfeed::order_fields(settled_.config);
   for (const auto& [name, split] : own_) {
     fields["data." + name] = hex64(split->data().fingerprint);  // layout, lengths, dtype
     // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).

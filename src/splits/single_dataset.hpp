@@ -1,6 +1,6 @@
 // SingleDataset: one dataset opened for a Loader (or as a mixture's source): its config
 // settled against the dataset and its splits (the dtypes and use_loss_mask only the split
-// files tell), each split opened with its mode (open_dataset_split), the order fields and
+// files tell), each split opened by its mode's builder (mode_builder.hpp), the order fields and
 // fingerprint, the memory bound checked, and at open the audit log's dataset_load record and
 // the one info line.
 //
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "splits/dataset_split.hpp"
-#include "splits/open_split.hpp"
+#include "splits/mode_builder.hpp"
 #include "splits/resolved_options.hpp"
 #include "splits/split_set.hpp"
 

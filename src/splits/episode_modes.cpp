@@ -1,0 +1,143 @@
+#include "splits/episode_modes.hpp"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+
+// ---- EpisodeModes ----
+
+void EpisodeModes::add_order_fields(const Config& settled, OrderFields& fields) const {
+  fields["episode_min_tokens"] = std::to_string(settled.episode_min_tokens);
+}
+
+EpisodeSplitOptions EpisodeModes::split_options(const Config& settled) {
+  EpisodeSplitOptions options;
+  options.token_dtype = settled.token_dtype;
+  options.mask_dtype = settled.mask_dtype;
+  options.want_mask = settled.use_loss_mask.value_or(true);  // auto maps the masks that exist
+  return options;
+}
+
+std::unique_ptr<EpisodeWindows> EpisodeModes::windows(const ResolvedOptions& settled, const EpisodeSplit& split) {
+  const Config& c = settled.config;
+  return std::make_unique<EpisodeWindows>(split, static_cast<std::size_t>(c.block_size) + 1, c.truncation,
+                                          settled.metadata.special_tokens);
+}
+
+std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, const EpisodeSplit& split, IdList kept,
+                                                      EpisodeSampler::Settings settings) {
+  if (settled.truncation != Truncation::split)
+    return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
+  const EpisodeSpans spans = split.spans();
+  auto pieces =
+      std::make_shared<const DocumentPieces>(std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
+                                             [&spans](std::uint64_t id) { return spans[id].length; });
+  return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
+}
+
+std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& settled, const std::string& name) const {
+  const Config& config = settled.config;
+  const std::filesystem::path dir = config.dataset_dir / name;
+  auto data = std::make_unique<SplitData>();
+  const EpisodeSplit& episodes = data->episodes.emplace(EpisodeSplit::open(dir, split_options(config)));
+  IdList kept = kept_episodes(episodes, static_cast<std::uint64_t>(config.episode_min_tokens));
+  if (kept.empty()) {
+    throw Error(
+        ErrorKind::format,
+        "split '" + dir.string() + "' has no episode left after filtering (" + std::to_string(episodes.num_episodes()) +
+            " episodes, none with length >= episode_min_tokens=" + std::to_string(config.episode_min_tokens) + ")");
+  }
+  const bool mask = episodes.has_mask();
+  data->fingerprint = episodes.fingerprint();
+  data->windows = windows(settled, episodes);
+  data->sampler = sampler(config, episodes, std::move(kept), row_sampler_settings(config, name));
+  data->orders = std::make_unique<EpochOrders>(*data->sampler);
+  DatasetSplit::Description description{{"episodes", "first_episode_ids", "kept_"},
+                                        " kept episodes",
+                                        " pad_id=" + std::to_string(*config.pad_token_id) + " mask=" + bool_text(mask),
+                                        {}};
+  SplitInfo& figures = description.figures;
+  figures.name = name;
+  figures.episodes = episodes.num_episodes();
+  figures.kept_episodes = data->sampler->kept_size();
+  figures.tokens = episodes.total_tokens();
+  figures.shards = episodes.shards().size();
+  figures.mask = mask;
+  const std::string debug_line = "[tokenfeed] split=" + name + " episodes=" + std::to_string(episodes.num_episodes()) +
+                                 " kept=" + std::to_string(data->sampler->kept_size()) +
+                                 " tokens=" + std::to_string(episodes.total_tokens()) +
+                                 " shards=" + std::to_string(episodes.shards().size()) +
+                                 " dtype=" + to_string(episodes.token_dtype()) + " mask=" + bool_text(mask);
+  const detail::BatchShape shape = batch_shape_of(config, static_cast<std::size_t>(config.batch_size), mask);
+  std::unique_ptr<DatasetSplit> split = split_over(settled, name, std::move(data), shape, std::move(description));
+  split->check_forms_a_batch();
+  log_line(LogLevel::debug, debug_line);
+  return split;
+}
+
+OpenedSplits EpisodeModes::open_splits(ResolvedOptions& settled) const {
+  Config& c = settled.config;
+  OpenedSplits splits;
+  std::error_code ec;
+  for (const char* name : kSplitNames) {
+    if (!std::filesystem::exists(c.dataset_dir / name, ec)) continue;
+    const DatasetSplit& split = *splits.emplace(name, open_split(settled, name)).first->second;
+    // The dtype inferred for train is the dataset's: val is validated with it rather than
+    // inferred on its own, so the two can never be read at different widths.
+    if (!c.token_dtype) c.token_dtype = split.data().episodes->token_dtype();
+  }
+  // The token dtype is now the one every split agreed on (or was given); the mask's is
+  // train's.
+  if (!c.mask_dtype) c.mask_dtype = splits.at("train")->data().episodes->mask_file_dtype();
+  std::string with, without;
+  for (const auto& [name, split] : splits) {
+    std::string& list = split->data().episodes->mask_files_present() ? with : without;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  settle_use_loss_mask(c, with, without);
+  return splits;
+}
+
+// ---- EpisodeModeBuilder: sft_episode ----
+
+void EpisodeModeBuilder::add_order_fields(const Config& settled, OrderFields& fields) const {
+  EpisodeModes::add_order_fields(settled, fields);
+  if (settled.truncation != Truncation::split) return;
+  fields["block_size"] = std::to_string(settled.block_size);
+  fields["truncation"] = to_string(settled.truncation);
+}
+
+EpisodeBatchSource::Options EpisodeModeBuilder::source_options(const Config& settled, bool with_mask) {
+  EpisodeBatchSource::Options options{settled.pad_token_id.value_or(0), static_cast<std::size_t>(settled.block_size),
+                                      with_mask, settled.ignore_index, settled.contract_fields};
+  const auto chose = [&settled](BatchField field) { return (settled.fields & batch_field_bit(field)) != 0; };
+  options.write_y = chose(BatchField::y);
+  options.write_contract =
+      chose(BatchField::labels) || chose(BatchField::position_ids) || chose(BatchField::cu_seqlens);
+  return options;
+}
+
+EpisodeSampler::Settings EpisodeModeBuilder::row_sampler_settings(const Config& settled,
+                                                                  const std::string& name) const {
+  return sampler_settings(settled, name);
+}
+
+std::unique_ptr<DatasetSplit> EpisodeModeBuilder::split_over(const ResolvedOptions& settled, const std::string& name,
+                                                             std::unique_ptr<SplitData> data,
+                                                             const detail::BatchShape& shape,
+                                                             DatasetSplit::Description description) const {
+  const Config& config = settled.config;
+  auto episodes = std::make_unique<EpisodeBatchSource>(*data->episodes, *data->orders, *data->windows,
+                                                       source_options(config, shape.with_mask));
+  // A mixture gathers the rows by id, unless this rank takes only its context-parallel share.
+  SampledRowSource* sampled = splits_rows_for_context_parallel(config) ? nullptr : episodes.get();
+  std::unique_ptr<BatchSource> source = share_of_rows(std::move(episodes), config, shape.rows, shape.with_mask);
+  return split_of_sampling_layout(name, config, std::move(data), std::move(source), sampled, shape,
+                                  std::move(description));
+}
+
+}  // namespace tokenfeed

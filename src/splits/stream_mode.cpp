@@ -1,0 +1,87 @@
+#include "splits/stream_mode.hpp"
+
+#include <utility>
+
+#include "tokenfeed/log.hpp"
+
+namespace tokenfeed {
+
+void StreamModeBuilder::add_order_fields(const Config& settled, OrderFields& fields) const {
+  fields["block_size"] = std::to_string(settled.block_size);
+}
+
+TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& settled) {
+  TokenStreamBatchSource::Options options;
+  options.block_size = static_cast<std::size_t>(settled.block_size);
+  options.mode = *settled.batch_sampling_mode;
+  if (settled.document_aware) options.eos_token_id = settled.eos_token_id;
+  options.ignore_index = settled.ignore_index;
+  options.contract_fields = settled.contract_fields;
+  options.sequence_multiple = context_parallel_multiple(settled);
+  options.pad_token_id = settled.pad_token_id.value_or(0);
+  return options;
+}
+
+std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOptions& settled,
+                                                            const std::string& name) const {
+  const Config& config = settled.config;
+  auto data = std::make_unique<SplitData>();
+  const TokenStreamSplit& stream =
+      data->stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype));
+  const auto block = static_cast<std::size_t>(config.block_size);
+  const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, *config.batch_sampling_mode);
+  data->fingerprint = stream.fingerprint();
+  data->sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(config, name));
+  data->orders = std::make_unique<EpochOrders>(*data->sampler);
+  DatasetSplit::Description description{{"windows", "first_window_ids", "sampled_"},
+                                        " windows of block_size + 1",
+                                        std::string(" document_aware=") + bool_text(config.document_aware),
+                                        {}};
+  SplitInfo& figures = description.figures;
+  figures.name = name;
+  figures.windows = data->sampler->size();
+  figures.tokens = stream.total_tokens();
+  figures.shards = stream.files().size();
+  const auto dtype = stream.common_dtype();
+  const std::string debug_line = "[tokenfeed] split=" + name + " tokens=" + std::to_string(stream.total_tokens()) +
+                                 " files=" + std::to_string(stream.files().size()) +
+                                 " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
+                                 (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
+                                 std::to_string(samples) + " document_aware=" + bool_text(config.document_aware);
+  std::string no_window;
+  if (samples == 0) {
+    no_window = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
+                std::to_string(stream.total_tokens()) +
+                " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
+  }
+  const auto rows = static_cast<std::size_t>(config.batch_size);
+  auto windows = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config));
+  // A mixture gathers the rows by id, unless this rank takes only its context-parallel share.
+  SampledRowSource* sampled = splits_rows_for_context_parallel(config) ? nullptr : windows.get();
+  std::unique_ptr<BatchSource> source = share_of_rows(std::move(windows), config, rows, false);
+  auto split = split_of_sampling_layout(name, config, std::move(data), std::move(source), sampled,
+                                        batch_shape_of(config, rows, false), std::move(description));
+  if (no_window.empty()) {
+    split->check_forms_a_batch();
+  } else {
+    // Like a split too small for one batch (check_forms_a_batch): an error at open for
+    // train (of kind format), and for val only when it is used.
+    split->refuse_batches(no_window, ErrorKind::format);
+  }
+  log_line(LogLevel::debug, debug_line);
+  return split;
+}
+
+OpenedSplits StreamModeBuilder::open_splits(ResolvedOptions& settled) const {
+  Config& c = settled.config;
+  OpenedSplits splits;
+  for (const char* name : kSplitNames) {
+    if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name)) {
+      splits.emplace(name, open_split(settled, name));
+    }
+  }
+  if (!c.token_dtype) c.token_dtype = splits.at("train")->data().stream->common_dtype();
+  return splits;
+}
+
+}  // namespace tokenfeed
