@@ -8,6 +8,8 @@
 #   ci/check_style.sh [BUILD_DIR]    BUILD_DIR holds compile_commands.json (default: build)
 #   STYLE_BASE=REV ci/check_style.sh compare with REV instead
 #   JOBS=N                           parallel clang-tidy processes (default 2)
+#   TOKENFEED_TIDY_CACHE=DIR         where the files clang-tidy passed are recorded
+#                                    (ci/clang_tidy_cached.py; default ~/.cache/tokenfeed/...)
 #
 # Exits 1 and prints the diff or the findings when a check fails.
 set -euo pipefail
@@ -46,9 +48,10 @@ if [ ${#tidy_files[@]} -gt 0 ]; then
     echo "check_style: $BUILD_DIR/compile_commands.json is missing; build first (./dev.sh test)" >&2
     exit 1
   fi
-  # JOBS clang-tidy processes at once, a few files each (one process for all of them took
-  # most of CI's style stage); xargs fails when any of them finds a problem.
-  if ! printf '%s\0' "${tidy_files[@]}" | xargs -0 -P "$JOBS" -n 4 clang-tidy -p "$BUILD_DIR" --quiet 2>/dev/null; then
+  # JOBS clang-tidy processes at once, a few files each, skipping the files that passed
+  # with the same contents, headers and flags before (ci/clang_tidy_cached.py: checking
+  # every file took most of CI's style stage).
+  if ! python3 ci/clang_tidy_cached.py "$BUILD_DIR" "$JOBS" "${tidy_files[@]}" 2>/dev/null; then
     echo "check_style: clang-tidy found the problems above (checks in .clang-tidy)" >&2
     status=1
   fi
