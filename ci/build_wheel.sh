@@ -71,8 +71,12 @@ fi
 log "building the wheel (CMake build in $build_dir)"
 rm -rf "$unrepaired"
 mkdir -p "$unrepaired"
+# A build dir python/run_tests.sh configured like build/ keeps its settings: without them
+# pip would reconfigure it at Release and rebuild everything.
+settings=()
+[ -f "$build_dir/tokenfeed-pip-settings" ] && mapfile -t settings <"$build_dir/tokenfeed-pip-settings"
 CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$py" -m pip wheel --disable-pip-version-check -q --no-deps \
-  --no-build-isolation --config-settings=build-dir="$build_dir" -w "$unrepaired" "$repo"
+  --no-build-isolation --config-settings=build-dir="$build_dir" "${settings[@]}" -w "$unrepaired" "$repo"
 raw=$(ls "$unrepaired"/tokenfeed-*.whl)
 
 log "auditwheel show (before the repair)"

@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
+BUILD_DIR=${BUILD_DIR%/}
 ./dev.sh deps clang
 start=$SECONDS
 
@@ -24,8 +25,8 @@ if [ ! -f "$BUILD_DIR/compile_commands.json" ]; then
 fi
 databases=("$BUILD_DIR/compile_commands.json")
 # The Python module's build (python/run_tests.sh, run by ./dev.sh test) when it is there.
-if [ -f "$BUILD_DIR/py-build-debian/compile_commands.json" ]; then
-  databases+=("$BUILD_DIR/py-build-debian/compile_commands.json")
+if [ -f "$BUILD_DIR-py-debian/compile_commands.json" ]; then
+  databases+=("$BUILD_DIR-py-debian/compile_commands.json")
 fi
 
 python3 - "$PWD" "${JOBS:-2}" "${databases[@]}" <<'EOF'

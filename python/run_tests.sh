@@ -24,9 +24,14 @@
 #                       a default venv made another way is recreated, a given one is an error
 #   PYTHON              the interpreter of a pypi venv (default /usr/bin/python3); a debian
 #                       venv is always made from /usr/bin/python3
-#   TOKENFEED_PY_BUILD  the module's CMake build dir (default build/py-build-debian or
-#                       build/py-build-pypi); it builds incrementally (2-3 minutes on 2 cores
-#                       the first time)
+#   TOKENFEED_PY_BUILD  the module's CMake build dir (default build-py-debian or
+#                       build-py-pypi, beside build/); it builds incrementally. When build/ is
+#                       configured (./dev.sh test builds it first), the default dir is built
+#                       with build/'s compiler, build type and warnings: at the same depth
+#                       from the sources, the library's and the command's objects then compile
+#                       with the same lines as build/'s, ccache hands them over, and only the
+#                       module's own files compile. The settings are kept in the dir
+#                       (tokenfeed-pip-settings) for ci/build_wheel.sh reusing it.
 #   TOKENFEED_CLI       the `tokenfeed` command the dump-equality tests compare with; default:
 #                       build/tools/tokenfeed (brought up to date when build/ is configured),
 #                       else one built into build/py-cli
@@ -52,7 +57,7 @@ case "$TORCH" in
 esac
 DEFAULT_VENV=$ROOT/build/py-venv-$flavour
 VENV=${TOKENFEED_VENV:-$DEFAULT_VENV}
-BUILD_DIR=${TOKENFEED_PY_BUILD:-$ROOT/build/py-build-$flavour}
+BUILD_DIR=${TOKENFEED_PY_BUILD:-$ROOT/build-py-$flavour}
 DEBIAN_PYTHON=/usr/bin/python3
 
 if [ "$flavour" = debian ]; then
@@ -116,9 +121,21 @@ else
   export TOKENFEED_TEST_TORCH=skip
 fi
 
+# build/'s objects shared through ccache (TOKENFEED_PY_BUILD above).
+settings_file=$BUILD_DIR/tokenfeed-pip-settings
+if [ -z "${TOKENFEED_PY_BUILD:-}" ] && [ -f "$ROOT/build/CMakeCache.txt" ]; then
+  cached() { sed -n "s/^$1:[A-Z]*=//p" "$ROOT/build/CMakeCache.txt"; }
+  mkdir -p "$BUILD_DIR"
+  printf '%s\n' "--config-settings=cmake.build-type=$(cached CMAKE_BUILD_TYPE)" \
+    "--config-settings=cmake.define.CMAKE_CXX_COMPILER=$(cached CMAKE_CXX_COMPILER)" \
+    "--config-settings=cmake.define.TOKENFEED_WARNINGS_AS_ERRORS=$(cached TOKENFEED_WARNINGS_AS_ERRORS)" \
+    >"$settings_file"
+fi
+shared_settings=()
+[ -f "$settings_file" ] && mapfile -t shared_settings <"$settings_file"
 log "building and installing the tokenfeed package ($BUILD_DIR)"
 CMAKE_BUILD_PARALLEL_LEVEL=$JOBS pip_install --no-build-isolation --force-reinstall --no-deps \
-  --config-settings=build-dir="$BUILD_DIR" "$ROOT"
+  --config-settings=build-dir="$BUILD_DIR" "${shared_settings[@]}" "$ROOT"
 
 if [ -z "${TOKENFEED_CLI:-}" ]; then
   if [ -f build/CMakeCache.txt ]; then
