@@ -32,6 +32,25 @@ rm -rf "$build"
 mkdir -p "$build/logs"
 build=$(cd "$build" && pwd)
 
+# Every tree below compiles a copy of the checkout's files under BUILD_DIR, with ccache's
+# base directory there: the compile lines then name the sources by paths relative to the
+# build (../source/src/..., and inside Conan's cache ../../src/...), which are the same in
+# every run, so a run from another checkout reuses what the last one compiled (five
+# builds of the library: without the cache they were most of CI's packaging time).
+src="$build/source"
+mkdir -p "$src"
+if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # The working tree's files, committed or not (ignored ones, such as build trees, left out).
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+    tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$src"
+else
+  (cd "$repo" && tar --exclude='./build*' -cf - .) | tar -xf - -C "$src"
+fi
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_NOHASHDIR=1
+  export CCACHE_BASEDIR="$build"
+fi
+
 passed=0
 failed=0
 summary=()
@@ -95,7 +114,7 @@ install_and_consume() {  # KIND(static|shared)
   [ "$kind" = shared ] && shared=ON
   [ "$kind" = static ] && tools=ON  # the command is built once, with the static install
   local bin="$build/$kind-build" prefix="$build/$kind-prefix"
-  cmake_configure "$repo" "$bin" -DBUILD_SHARED_LIBS=$shared -DTOKENFEED_BUILD_TESTS=OFF \
+  cmake_configure "$src" "$bin" -DBUILD_SHARED_LIBS=$shared -DTOKENFEED_BUILD_TESTS=OFF \
     -DTOKENFEED_BUILD_PERF=OFF -DTOKENFEED_BUILD_TOOLS=$tools -DCMAKE_INSTALL_PREFIX="$prefix"
   cmake --build "$bin" -j "$jobs"
   cmake --install "$bin"
@@ -142,7 +161,7 @@ install_and_consume() {  # KIND(static|shared)
 
   echo "--- find_package consumer"
   local consumer="$build/$kind-find-package"
-  cmake_configure "$repo/tests/consumers/find-package" "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+  cmake_configure "$src/tests/consumers/find-package" "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
     -DEXPECT_SHARED=$shared
   cmake --build "$consumer" -j "$jobs"
   run_consumer "$consumer/stream_batches" "$consumer/work"
@@ -155,14 +174,14 @@ install_and_consume() {  # KIND(static|shared)
   echo "pkg-config: $flags"
   # shellcheck disable=SC2086
   g++ -std=c++20 -O1 -DTOKENFEED_EXPECTED_VERSION="\"$version\"" \
-    "$repo/tests/consumers/stream_batches.cpp" $flags -Wl,-rpath,"$libdir" -o "$build/$kind-pkg-config-app"
+    "$src/tests/consumers/stream_batches.cpp" $flags -Wl,-rpath,"$libdir" -o "$build/$kind-pkg-config-app"
   run_consumer "$build/$kind-pkg-config-app" "$build/$kind-pkg-config-work"
 }
 
 build_tree_consumer() {
   local consumer="$build/build-tree-find-package"
   test -f "$build/static-build/tokenfeedConfig.cmake"
-  cmake_configure "$repo/tests/consumers/find-package" "$consumer" -Dtokenfeed_DIR="$build/static-build" \
+  cmake_configure "$src/tests/consumers/find-package" "$consumer" -Dtokenfeed_DIR="$build/static-build" \
     | tee "$build/build-tree-configure.out"
   grep -qF "(STATIC_LIBRARY) from $build/static-build" "$build/build-tree-configure.out"
   cmake --build "$consumer" -j "$jobs"
@@ -171,7 +190,7 @@ build_tree_consumer() {
 
 add_subdirectory_consumer() {
   local consumer="$build/add-subdirectory"
-  cmake_configure "$repo/tests/consumers/add-subdirectory" "$consumer" -DTOKENFEED_SOURCE_DIR="$repo"
+  cmake_configure "$src/tests/consumers/add-subdirectory" "$consumer" -DTOKENFEED_SOURCE_DIR="$src"
   cmake --build "$consumer" -j "$jobs"
   echo "--- built by the embedded tokenfeed"
   (cd "$consumer/tokenfeed" && find . -type f \( -name '*.a' -o -name '*.so*' -o -perm -u+x \) | sort) \
@@ -218,16 +237,16 @@ conan_setup() {
   done
   "$conan_bin" remote list
   local recipe
-  "$conan_bin" export "$repo/ci/conan/recipes/system-base"
-  for recipe in "$repo"/ci/conan/recipes/*-system; do
+  "$conan_bin" export "$src/ci/conan/recipes/system-base"
+  for recipe in "$src"/ci/conan/recipes/*-system; do
     "$conan_bin" export "$recipe"
   done
 }
 
 conan_create() {  # SHARED(True|False)
   local shared=$1
-  "$conan_bin" create "$repo" --no-remote \
-    -pr:h "$repo/ci/conan/profiles/debian-system" -pr:b default \
+  "$conan_bin" create "$src" --no-remote \
+    -pr:h "$src/ci/conan/profiles/debian-system" -pr:b default \
     -o "&:shared=$shared" \
     -c tools.build:jobs="$jobs" \
     -c tools.cmake.cmaketoolchain:generator=Ninja \
