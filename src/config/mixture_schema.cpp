@@ -157,7 +157,9 @@ void validate_stages(const Config& c) {
   for (std::size_t s = 0; s < c.stages.size(); ++s) {
     const MixtureStage& stage = c.stages[s];
     const std::string where = mixture_stage_where(s);
-    for (const auto& [name, weight] : stage.weights) {
+    for (const auto& entry : stage.weights) {
+      const std::string& name = entry.first;
+      const std::string& weight = entry.second;
       const auto declared = [&](const MixtureSource& source) { return source.name == name; };
       if (std::none_of(c.mixture.begin(), c.mixture.end(), declared)) {
         config_error(where + ": a weight names source '" + name + "', which the mixture does not declare");
