@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -311,8 +310,10 @@ nb::dict mixture_from_python(nb::handle source, bool deep, std::int64_t steps) {
 void bind_inspect(nb::module_& m) {
   m.def(
       "_inspect",
-      [](nb::handle path_or_config, bool deep, std::optional<std::int64_t> steps) {
-        if (steps) return mixture_from_python(path_or_config, deep, *steps);
+      // steps as an object (None or an int): nanobind's std::optional<long> caster trips GCC's
+      // -Wmaybe-uninitialized under -O2 -Werror.
+      [](nb::handle path_or_config, bool deep, nb::handle steps) {
+        if (!steps.is_none()) return mixture_from_python(path_or_config, deep, nb::cast<std::int64_t>(steps));
         const InspectRequest request = request_from_python(path_or_config, deep);
         std::optional<DatasetReport> report;
         {
