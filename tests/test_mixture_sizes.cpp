@@ -214,7 +214,7 @@ TEST_CASE("mixture sizes: every bad config names the source or key") {
   CHECK(error("<mixture temperature=\"0.3\" planned_steps=\"0\">" + chat + code + "</mixture>")
             .find("planned_steps must be > 0") != std::string::npos);
   CHECK(error("<mixture temperature=\"0.3\" planned_steps=\"1.5\">" + chat + code + "</mixture>")
-            .find("'planned_steps': expected an integer") != std::string::npos);
+            .find("config key 'mixture_planned_steps': expected an integer, got '1.5'") != std::string::npos);
   for (const char* bad : {"0", "-1", "nan", "two"}) {
     CAPTURE(bad);
     const std::string e =

@@ -1,5 +1,6 @@
-// The config of the commands that read batches for themselves (dump, show, run and inspect's
-// mixture report): the file's, with every field chosen. Its `fields` key is a trainer's
+// The config of the commands that read batches for themselves (dump, show and run; inspect's
+// mixture report is the library's, which chooses every field itself): the file's, with
+// every field chosen. Its `fields` key is a trainer's
 // choice (docs/batch-contract.md, "Choosing the fields"); these commands read every field.
 #pragma once
 

@@ -1,6 +1,7 @@
 // tokenfeed.inspect(): the library's dataset inspection (src/inspect/, what `tokenfeed
 // inspect` prints) as a dict of the same figures, for a dataset directory or a config that
-// names one.
+// names one; with steps=N, a mixture's report over its first N steps (`tokenfeed inspect
+// --config FILE --steps N`).
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "bindings.hpp"
 #include "inspect/inspect_dataset.hpp"
+#include "inspect/mixture_report.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -205,8 +207,8 @@ InspectRequest request_from_python(nb::handle source, bool deep) {
   const Config config = config_from_python(source, nb::kwargs());
   if (!config.mixture.empty()) {
     usage_error(
-        "inspect(config): the config has a mixture; inspect each source's dataset_dir, or a mixture's "
-        "blend with `tokenfeed inspect --config FILE --steps N`");
+        "inspect(config): the config has a mixture; give steps=N for its report over the first N steps, or "
+        "inspect each source's dataset_dir");
   }
   if (config.dataset_dir.empty()) usage_error("inspect(config): the config has no dataset_dir");
   r.dataset_dir = config.dataset_dir.string();
@@ -223,12 +225,95 @@ InspectRequest request_from_python(nb::handle source, bool deep) {
   return r;
 }
 
+// A source's figures in one stage, as the command's stage table prints them.
+nb::dict share_dict(const MixtureSourceShare& c) {
+  return dict_of({{"rows", nb::cast(c.rows)},
+                  {"row_share", nb::cast(c.row_share)},
+                  {"real_tokens", nb::cast(c.real_tokens)},
+                  {"real_share", nb::cast(c.real_share)},
+                  {"trained_tokens", nb::cast(c.trained_tokens)},
+                  {"trained_share", nb::cast(c.trained_share)}});
+}
+
+// The weights from dataset sizes, by source, as the command's table names its columns.
+nb::dict sizes_dict(const MixtureWeightsFromSizes& figures) {
+  nb::dict sources;
+  for (const MixtureSizedSource& source : figures.sources) {
+    const SizedWeight& w = source.sized;
+    sources[w.name.c_str()] = dict_of({{"tokens", nb::cast(w.tokens)},
+                                       {"rows_per_epoch", nb::cast(w.rows_per_epoch)},
+                                       {"weight", nb::cast(w.weight.text)},
+                                       {"capped", nb::cast(w.weight.capped)},
+                                       {"epochs_planned", optional_of(w.weight.planned_epochs)},
+                                       {"epochs_steps", optional_of(source.epochs_in_steps)}});
+  }
+  return dict_of({{"temperature", nb::cast(figures.temperature)},
+                  {"planned_steps", optional_of(figures.planned_steps)},
+                  {"sources", nb::cast(sources)}});
+}
+
+nb::dict mixture_dict(const MixtureReport& report) {
+  nb::list stages;
+  for (const MixtureStageFigures& stage : report.stages) {
+    nb::dict sources;
+    for (std::size_t i = 0; i < stage.sources.size(); ++i) {
+      sources[report.sources[i].c_str()] = share_dict(stage.sources[i]);
+    }
+    stages.append(dict_of({{"first_step", nb::cast(stage.first_step)},
+                           {"last_step", optional_of(stage.last_step)},
+                           {"sources", nb::cast(sources)}}));
+  }
+  nb::dict epochs;
+  for (std::size_t i = 0; i < report.sources.size(); ++i)
+    epochs[report.sources[i].c_str()] = optional_of(report.epochs[i]);
+  return dict_of({{"sources", nb::cast(report.sources)},
+                  {"steps", nb::cast(report.steps)},
+                  {"rank", nb::cast(report.rank)},
+                  {"batch_size", nb::cast(report.batch_size)},
+                  {"block_size", nb::cast(report.block_size)},
+                  {"weights_from_sizes", optional_of(report.weights_from_sizes, sizes_dict)},
+                  {"stages", nb::cast(stages)},
+                  {"epochs", nb::cast(epochs)}});
+}
+
+// inspect(config, steps=N): a mixture's report, from a config (a path or a mapping) with a
+// mixture; the count and the mixture checked before any batch is read.
+nb::dict mixture_from_python(nb::handle source, bool deep, std::int64_t steps) {
+  check_inspect_steps(steps, "inspect: steps");
+  if (deep) {
+    usage_error(
+        "inspect(config, steps=N): deep checks a dataset's files, the mixture's report reads batches; inspect "
+        "each source's dataset_dir with deep=True");
+  }
+  if (PyUnicode_Check(source.ptr()) || nb::hasattr(source, "__fspath__")) {
+    const std::string path = nb::cast<std::string>(nb::module_::import_("os").attr("fsdecode")(source));
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      usage_error("inspect(path, steps=N): '" + path +
+                  "' is a dataset directory; steps is for a config with a mixture");
+    }
+  }
+  const Config config = config_from_python(source, nb::kwargs());
+  if (config.mixture.empty()) {
+    usage_error("inspect(config, steps=N): the config has no mixture; inspect a single dataset without steps");
+  }
+  std::optional<MixtureReport> report;
+  {
+    nb::gil_scoped_release release;  // the report reads N steps of batches
+    report.emplace(mixture_report(config, steps, "inspect: steps"));
+  }
+  return mixture_dict(*report);
+}
+
 }  // namespace
 
 void bind_inspect(nb::module_& m) {
   m.def(
       "_inspect",
-      [](nb::handle path_or_config, bool deep) {
+      // steps as an object (None or an int): nanobind's std::optional<long> caster trips GCC's
+      // -Wmaybe-uninitialized under -O2 -Werror.
+      [](nb::handle path_or_config, bool deep, nb::handle steps) {
+        if (!steps.is_none()) return mixture_from_python(path_or_config, deep, nb::cast<std::int64_t>(steps));
         const InspectRequest request = request_from_python(path_or_config, deep);
         std::optional<DatasetReport> report;
         {
@@ -237,11 +322,12 @@ void bind_inspect(nb::module_& m) {
         }
         return report_dict(*report);
       },
-      "path_or_config"_a, "deep"_a = false,
-      nb::sig(
-          ("def _inspect(path_or_config: " + config_source_type() + ", deep: bool = False) -> dict[str, typing.Any]")
-              .c_str()),
-      "tokenfeed.inspect() (tokenfeed/_inspection.py documents it): the dataset's figures and verdicts.");
+      "path_or_config"_a, "deep"_a = false, "steps"_a = nb::none(),
+      nb::sig(("def _inspect(path_or_config: " + config_source_type() +
+               ", deep: bool = False, steps: int | None = None) -> dict[str, typing.Any]")
+                  .c_str()),
+      "tokenfeed.inspect() (tokenfeed/_inspection.py documents it): the dataset's figures and verdicts, or with "
+      "steps a mixture's report.");
 }
 
 }  // namespace tokenfeed_python

@@ -1,8 +1,10 @@
 #include "mixture.hpp"
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
-#include "config/config_values.hpp"
+#include "config/mixture_schema.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace nb = nanobind;
@@ -12,39 +14,39 @@ namespace {
 
 std::string repr_of(nb::handle value) { return nb::cast<std::string>(nb::repr(value)); }
 
-// A number's exact text: a float by its shortest round-trip decimal (repr), so 0.1 is "0.1".
-// `what` names the value in errors ("weight", "max_epochs").
-std::string number_text(const std::string& where, nb::handle value, const char* what = "weight") {
-  PyObject* v = value.ptr();
-  const std::string wrong = where + ": " + what + " must be a number, got " + repr_of(value);
-  if (PyBool_Check(v)) throw Error(ErrorKind::config, wrong);
-  if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
-  if (PyFloat_Check(v)) {
-    // The repr of the float value itself: a subclass's may print more (numpy 2's float64
-    // prints "np.float64(0.5)").
-    const nb::object exact = nb::steal(PyFloat_FromDouble(PyFloat_AsDouble(v)));
-    if (!exact.is_valid()) throw nb::python_error();
-    std::string text = repr_of(exact);
-    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
-    return text;
-  }
-  if (PyLong_Check(v) || PyIndex_Check(v)) return nb::cast<std::string>(nb::str(value));
-  throw Error(ErrorKind::config, wrong);
+// A float's exact text: its shortest round-trip decimal (repr), so 0.1 is "0.1", and a whole
+// number without ".0". The repr of the float value itself: a subclass's may print more
+// (numpy 2's float64 prints "np.float64(0.5)").
+std::string float_text(nb::handle value) {
+  const nb::object exact = nb::steal(PyFloat_FromDouble(PyFloat_AsDouble(value.ptr())));
+  if (!exact.is_valid()) throw nb::python_error();
+  std::string text = repr_of(exact);
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
 }
 
-// mixture_temperature and mixture_planned_steps (<mixture temperature planned_steps> in
-// XML), read by the XML parser's own checks. True when `key` is one of them.
-bool apply_weights_from_sizes_key(Config& config, std::string_view key, nb::handle value) {
-  const std::string where = "config key '" + std::string(key) + "'";
-  if (key == "mixture_temperature") {
-    config.mixture_temperature = parse_config_number("mixture_temperature", number_text(where, value, "the value"));
-    return true;
+// A weight's text for set_mixture_weights: a str as it is, a float by float_text, an
+// integer exactly; anything else (bool included) is refused, naming `where`.
+std::string number_text(const std::string& where, nb::handle value) {
+  PyObject* v = value.ptr();
+  if (PyBool_Check(v)) throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+  if (PyUnicode_Check(v)) return nb::cast<std::string>(value);
+  if (PyFloat_Check(v)) return float_text(value);
+  if (PyLong_Check(v) || PyIndex_Check(v)) return nb::cast<std::string>(nb::str(value));
+  throw Error(ErrorKind::config, where + ": weight must be a number, got " + repr_of(value));
+}
+
+// A mixture value as the text XML would give: a float by float_text (weights, max_epochs and
+// temperatures keep their exact decimal), anything else by the config keys' rule. What the
+// text means, and whether it is right, is the schema's (config/mixture_schema).
+std::string mixture_text(const std::string& where, const std::string& key, nb::handle value,
+                         const ValueText& value_text) {
+  if (PyFloat_Check(value.ptr())) return float_text(value);
+  try {
+    return value_text(key, value);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::config, where.empty() ? std::string(e.what()) : where + ": " + e.what());
   }
-  if (key == "mixture_planned_steps") {
-    config.mixture_planned_steps = parse_config_int("mixture_planned_steps", number_text(where, value, "the value"));
-    return true;
-  }
-  return false;
 }
 
 nb::list as_list(const char* key, nb::handle value) {
@@ -54,64 +56,65 @@ nb::list as_list(const char* key, nb::handle value) {
   return nb::list(value);
 }
 
-nb::dict as_dict(const std::string& where, nb::handle value) {
-  if (!PyDict_Check(value.ptr())) throw Error(ErrorKind::config, where + " must be a dict, got " + repr_of(value));
+nb::dict as_dict(const std::string& what, nb::handle value) {
+  if (!PyDict_Check(value.ptr())) throw Error(ErrorKind::config, what + " must be a dict, got " + repr_of(value));
   return nb::borrow<nb::dict>(value);
+}
+
+// Source `index` of the `mixture` list, named as the schema names it (by its name when the
+// dict has a str one).
+std::string source_where(std::size_t index, nb::handle item) {
+  PyObject* name = PyDict_Check(item.ptr()) ? PyDict_GetItemString(item.ptr(), "name") : nullptr;
+  if (name == nullptr || !PyUnicode_Check(name)) return mixture_source_where(index, "");
+  return mixture_source_where(index, nb::cast<std::string>(nb::handle(name)));
+}
+
+// A dict of the `mixture` or `stages` list as the schema's record: its items as keys (a None
+// value left out: absent), and the items of its `entries_key` dict (a stage's weights) as
+// entries.
+ConfigRecord dict_record(const std::string& where, nb::handle item, const ValueText& value_text,
+                         std::string_view entries_key = {}) {
+  ConfigRecord record;
+  for (auto [k, v] : as_dict(where, item)) {
+    const std::string key = nb::cast<std::string>(nb::str(k));
+    if (v.is_none()) continue;
+    if (!entries_key.empty() && key == entries_key) {
+      for (auto [name, w] : as_dict(where + ": " + key, v)) {
+        record.entries.emplace_back(nb::cast<std::string>(nb::str(name)), mixture_text(where, key, w, value_text));
+      }
+      continue;
+    }
+    record.keys.emplace_back(key, mixture_text(where, key, v, value_text));
+  }
+  return record;
 }
 
 }  // namespace
 
 bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, const ValueText& value_text) {
-  if (apply_weights_from_sizes_key(config, key, value)) return true;
+  if (key == "mixture_temperature") {
+    set_mixture_temperature(config, mixture_text("", std::string(key), value, value_text));
+    return true;
+  }
+  if (key == "mixture_planned_steps") {
+    set_mixture_planned_steps(config, mixture_text("", std::string(key), value, value_text));
+    return true;
+  }
   if (key == "mixture") {
-    config.mixture.clear();
-    std::size_t i = 0;
+    std::vector<ConfigRecord> records;
     for (nb::handle item : as_list("mixture", value)) {
-      const std::string where = "mixture[" + std::to_string(i++) + "]";
-      MixtureSource source;
-      bool has_weight = false;
-      for (auto [k, v] : as_dict(where, item)) {
-        const std::string name = nb::cast<std::string>(nb::str(k));
-        if (name == "name") {
-          source.name = nb::cast<std::string>(nb::str(v));
-        } else if (name == "weight") {
-          source.weight = number_text(where, v);
-          has_weight = true;
-        } else if (name == "max_epochs") {
-          source.max_epochs = parse_config_number(where + " max_epochs", number_text(where, v, "max_epochs"));
-        } else {
-          std::string text = value_text(name, v);
-          if (name == "dataset_dir" && std::filesystem::path(text).is_relative()) {
-            text = std::filesystem::absolute(text).lexically_normal().string();
-          }
-          source.keys.emplace_back(name, std::move(text));
-        }
-      }
-      if (!has_weight) throw Error(ErrorKind::config, where + " ('" + source.name + "') has no weight");
-      config.mixture.push_back(std::move(source));
+      records.push_back(dict_record(source_where(records.size(), item), item, value_text));
     }
+    // A relative dataset_dir resolves against the working directory.
+    set_mixture_sources(config, records, std::filesystem::current_path());
     return true;
   }
   if (key == "stages") {
-    config.stages.clear();
-    std::size_t i = 0;
+    std::vector<ConfigRecord> records;
     for (nb::handle item : as_list("stages", value)) {
-      const std::string where = "stages[" + std::to_string(i++) + "]";
-      MixtureStage stage;
-      for (auto [k, v] : as_dict(where, item)) {
-        const std::string name = nb::cast<std::string>(nb::str(k));
-        if (name == "until_step") {
-          if (!v.is_none()) stage.until_step = parse_config_int("until_step", value_text("until_step", v));
-        } else if (name == "weights") {
-          for (auto [source, w] : as_dict(where + "['weights']", v)) {
-            stage.weights.emplace_back(nb::cast<std::string>(nb::str(source)), number_text(where, w));
-          }
-        } else {
-          throw Error(ErrorKind::config, where + ": unknown key '" + name + "' (a stage has until_step and weights)");
-        }
-      }
-      config.stages.push_back(std::move(stage));
+      records.push_back(dict_record(mixture_stage_where(records.size()), item, value_text, "weights"));
     }
+    set_mixture_stages(config, records);
     return true;
   }
   return false;

@@ -1,5 +1,6 @@
 // A mixture given from Python: the config mapping's `mixture` (a list of source dicts) and
-// `stages` (a list of stage dicts), turned into Config::mixture and Config::stages.
+// `stages` (a list of stage dicts) turned into the records the XML's <mixture> becomes, and
+// read by the same schema (src/config/mixture_schema: its parsing, checks and messages).
 #pragma once
 
 #include <functional>
@@ -24,8 +25,9 @@ using ValueText = std::function<std::string(std::string_view key, nanobind::hand
 //            working directory. A weight may be "auto" (weights from dataset sizes).
 //   mixture_temperature: 0.3, mixture_planned_steps: 100000 (<mixture temperature planned_steps>)
 //   stages:  [{"until_step": 2000}, {"weights": {"chat": 1, "web": 1}}]
-// Weights may be int, float (its shortest decimal text, repr) or str. Throws Error(config)
-// naming the entry for a value of the wrong type.
+// A value is taken as a config key's (str, int, bool, path) or a float (its shortest decimal
+// text, repr); None is absent. Throws Error(config) naming the record ("mixture source
+// 'chat'", "mixture stage 1") and the key, as the XML's reading does.
 bool apply_mixture_key(Config& config, std::string_view key, nanobind::handle value, const ValueText& value_text);
 
 // Loader.set_mixture_weights's mapping (source name -> weight, by the same rule as a

@@ -4,6 +4,7 @@ config; a corrupt dataset reported, not raised."""
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -129,7 +130,112 @@ def test_a_refused_dataset_is_reported_and_bad_requests_raise(sft_dir, tmp_path)
     assert report["error"]["kind"] == "io" and report["splits"]["val"]["valid"] and report["config"] == {}
     with pytest.raises(tokenfeed.IoError, match="does not exist"):
         tokenfeed.inspect(tmp_path / "missing")
-    with pytest.raises(tokenfeed.UsageError, match="mixture"):
+    with pytest.raises(tokenfeed.UsageError, match="mixture; give steps=N"):
         tokenfeed.inspect({"mixture": [{"name": "a", "weight": 1, "dataset_dir": str(sft_dir)}]})
     with pytest.raises(tokenfeed.UsageError, match="--packed needs --block-size"):
         tokenfeed.inspect({"dataset_dir": str(sft_dir), "dataset_mode": "sft_packed"})
+
+
+def mixture_command_lines(cli, config, steps):
+    """`tokenfeed inspect --config CONFIG --steps STEPS`: its report's lines (not the loader's)."""
+    r = subprocess.run([cli, "inspect", "--config", str(config), "--steps", str(steps)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stdout.splitlines() if not line.startswith("[tokenfeed]")]
+
+
+def mixture_report_lines(config, report):
+    """The command's lines, as its format (tools/cmd_inspect_mixture.cpp) prints `report`."""
+    steps = report["steps"]
+    lines = [f"mixture {config}: {len(report['sources'])} sources, {len(report['stages'])} stages; the first "
+             f"{steps} steps of rank {report['rank']} ({report['batch_size']} x {report['block_size']} per batch)"]
+    sizes = report["weights_from_sizes"]
+    if sizes is not None:
+        planned = "" if sizes["planned_steps"] is None else f", planned_steps {sizes['planned_steps']}"
+        lines.append(f"weights from dataset sizes: temperature {sizes['temperature']:g}{planned}")
+        lines.append(f"  {'source':<16} {'tokens':>14} {'rows/epoch':>12} {'weight':>10} {'capped':>6} "
+                     f"{'epochs_planned':>14} {'epochs_steps':>14}")
+        for name, w in sizes["sources"].items():
+            planned, in_steps = ("-" if e is None else f"{e:.3f}" for e in (w["epochs_planned"], w["epochs_steps"]))
+            lines.append(f"  {name:<16} {w['tokens']:>14} {w['rows_per_epoch']:>12} {w['weight']:>10} "
+                         f"{'yes' if w['capped'] else 'no':>6} {planned:>14} {in_steps:>14}")
+    for s, stage in enumerate(report["stages"]):
+        if stage["last_step"] is None:
+            lines.append(f"stage {s}  from step {stage['first_step']}: not reached in {steps} steps")
+            continue
+        lines.append(f"stage {s}  steps {stage['first_step']}..{stage['last_step']}")
+        lines.append(f"  {'source':<16} {'rows':>10} {'share':>7} {'real_tokens':>14} {'share':>7} "
+                     f"{'trained_tokens':>14} {'share':>7}")
+        for name in report["sources"]:
+            c = stage["sources"][name]
+            lines.append(f"  {name:<16} {c['rows']:>10} {c['row_share']:6.2f}% {c['real_tokens']:>14} "
+                         f"{c['real_share']:6.2f}% {c['trained_tokens']:>14} {c['trained_share']:6.2f}%")
+    lines.append(f"epochs after {steps} steps (all ranks):")
+    for name in report["sources"]:
+        epoch = report["epochs"][name]
+        lines.append(f"  {name:<16} random sampling: no epochs" if epoch is None else
+                     f"  {name:<16} epoch {epoch} ({epoch + 1} epochs begun)")
+    return lines
+
+
+def mixture_xml(path, sources, stages="", attributes=""):
+    Path(path).write_text("<training><batch_size>4</batch_size><block_size>64</block_size>"
+                          f"<audit_log_dir></audit_log_dir><mixture{attributes}>{sources}{stages}</mixture></training>")
+    return str(path)
+
+
+def test_a_mixture_report_matches_the_command(sft_dir, stream_dir, tmp_path, cli):
+    sources = (f'<source name="chat" dataset_dir="{sft_dir}" weight="3"/>'
+               f'<source name="web" dataset_dir="{stream_dir}" weight="1" dataset_mode="token_stream"/>')
+    stages = ('<stage until_step="5"/><stage until_step="9"><weight source="chat">1</weight></stage>'
+              '<stage until_step="40"><weight source="web">0</weight></stage><stage/>')
+    config = mixture_xml(tmp_path / "mix.xml", sources, stages)
+    report = tokenfeed.inspect(config, steps=12)
+    assert mixture_command_lines(cli, config, 12) == mixture_report_lines(config, report)
+    assert report["sources"] == ["chat", "web"] and report["steps"] == 12 and report["rank"] == 0
+    first = [(stage["first_step"], stage["last_step"]) for stage in report["stages"]]
+    assert first == [(0, 4), (5, 8), (9, 11), (40, None)] and report["stages"][3]["sources"] == {}
+    # 3:1 over stage 0's 20 rows, 1:1 over stage 1's 16, chat alone after.
+    rows = [{name: c["rows"] for name, c in stage["sources"].items()} for stage in report["stages"][:3]]
+    assert rows == [{"chat": 15, "web": 5}, {"chat": 8, "web": 8}, {"chat": 12, "web": 0}]
+    assert report["weights_from_sizes"] is None and report["epochs"]["web"] is None
+    assert report["epochs"]["chat"] == 0  # 35 rows of an epoch of some 300 episodes
+    # The same mixture from a mapping: the same report.
+    keys = dict(batch_size=4, block_size=64, audit_log_dir="",
+                mixture=[dict(name="chat", dataset_dir=str(sft_dir), weight=3),
+                         dict(name="web", dataset_dir=str(stream_dir), weight=1, dataset_mode="token_stream")],
+                stages=[dict(until_step=5), dict(until_step=9, weights={"chat": 1}),
+                        dict(until_step=40, weights={"web": 0}), dict()])
+    assert tokenfeed.inspect(keys, steps=12) == report
+
+
+def test_a_mixture_report_of_weights_from_sizes_matches_the_command(sft_dir, stream_dir, tmp_path, cli):
+    sources = (f'<source name="chat" dataset_dir="{sft_dir}" weight="auto" max_epochs="0.05"/>'
+               f'<source name="code" dataset_dir="{sft_dir}" weight="auto" epoch_seed="9"/>')
+    config = mixture_xml(tmp_path / "sized.xml", sources, attributes=' temperature="0.5" planned_steps="100"')
+    report = tokenfeed.inspect(config, steps=7)
+    assert mixture_command_lines(cli, config, 7) == mixture_report_lines(config, report)
+    sizes = report["weights_from_sizes"]
+    assert sizes["temperature"] == 0.5 and sizes["planned_steps"] == 100
+    chat, code = sizes["sources"]["chat"], sizes["sources"]["code"]
+    assert chat["capped"] and not code["capped"] and chat["tokens"] == code["tokens"]
+    assert chat["epochs_planned"] == pytest.approx(0.05, abs=1e-3)
+    assert chat["epochs_steps"] == pytest.approx(7 * 4 * float(chat["weight"]) / chat["rows_per_epoch"])
+
+
+def test_a_mixture_report_refuses_what_it_cannot_describe(sft_dir, tmp_path):
+    keys = dict(batch_size=4, block_size=64, audit_log_dir="",
+                mixture=[dict(name="chat", dataset_dir=str(sft_dir), weight=1)])
+    for steps in (0, 10_000_001):
+        with pytest.raises(tokenfeed.UsageError, match=rf"inspect: steps {steps}: must be in \[1, 10000000\]"):
+            tokenfeed.inspect(keys, steps=steps)
+    with pytest.raises(tokenfeed.UsageError, match="mixture; give steps=N"):
+        tokenfeed.inspect(keys)
+    with pytest.raises(tokenfeed.UsageError, match="deep"):
+        tokenfeed.inspect(keys, deep=True, steps=3)
+    with pytest.raises(tokenfeed.UsageError, match="the config has no mixture"):
+        tokenfeed.inspect(base_keys(sft_dir), steps=3)
+    with pytest.raises(tokenfeed.UsageError, match="is a dataset directory"):
+        tokenfeed.inspect(sft_dir, steps=3)
+    with pytest.raises(tokenfeed.ConfigError, match="mixture source 'chat'.*batch_size"):
+        tokenfeed.inspect(dict(keys, mixture=[dict(keys["mixture"][0], batch_size=2)]), steps=3)

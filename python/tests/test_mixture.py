@@ -82,12 +82,52 @@ def test_until_step_that_is_not_a_number(sft_dir, stream_dir):
     # <stage until_step="N"> does: ConfigError naming the key, never a bare C++ exception
     # (std::invalid_argument, std::out_of_range) escaping as ValueError.
     for bad in ("soon", "5 steps", "99999999999999999999", ""):
-        with pytest.raises(tokenfeed.ConfigError, match=f"config key 'until_step': expected an integer, got '{bad}'"):
+        with pytest.raises(tokenfeed.ConfigError,
+                           match=f"mixture stage 0: config key 'until_step': expected an integer, got '{bad}'"):
             tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(until_step=bad),
                                                                         dict(weights={"chat": 1, "web": 1})]))
     loader = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, stages=[dict(until_step=" 5 "),
                                                                          dict(weights={"chat": 1, "web": 1})]))
     assert loader.get_batch().source_ids.size == 4
+
+
+def _xml_attributes(record):
+    return "".join(f' {k}="{v}"' for k, v in record.items())
+
+
+@pytest.mark.parametrize("mistake", ["stage key", "until_step", "no name", "no weight", "max_epochs", "weights' source"])
+def test_a_mistake_reads_the_same_from_a_dict_and_from_xml(sft_dir, stream_dir, tmp_path, mistake):
+    # One schema reads both doors (src/config/mixture_schema): the dict's error is the XML
+    # file's, which only adds the file's name in front.
+    chat = dict(name="chat", dataset_dir=str(sft_dir), weight="3")
+    sources, stages = [chat], [dict(until_step="5"), dict(weights={"chat": "1"})]
+    if mistake == "stage key":
+        stages[0]["until"] = "7"
+    elif mistake == "until_step":
+        stages[0]["until_step"] = "soon"
+    elif mistake == "no name":
+        sources.append(dict(dataset_dir=str(stream_dir), weight="1"))
+    elif mistake == "no weight":
+        del chat["weight"]
+    elif mistake == "max_epochs":
+        chat["max_epochs"] = "two"
+    else:
+        stages[1]["weights"] = {"code": "1"}
+    xml = ("<training><batch_size>4</batch_size><block_size>64</block_size><audit_log_dir></audit_log_dir><mixture>"
+           + "".join(f"<source{_xml_attributes(s)}/>" for s in sources)
+           + "".join(f"<stage{_xml_attributes({k: v for k, v in s.items() if k != 'weights'})}>"
+                     + "".join(f'<weight source="{n}">{w}</weight>' for n, w in s.get("weights", {}).items())
+                     + "</stage>" for s in stages)
+           + "</mixture></training>")
+    path = tmp_path / "mix.xml"
+    path.write_text(xml)
+    with pytest.raises(tokenfeed.ConfigError) as from_dict:
+        tokenfeed.Loader(dict(batch_size=4, block_size=64, audit_log_dir="", mixture=sources, stages=stages))
+    with pytest.raises(tokenfeed.ConfigError) as from_xml:
+        tokenfeed.Loader(str(path))
+    message = str(from_dict.value)
+    assert message.startswith(("mixture source", "mixture stage")), message
+    assert str(from_xml.value) in (message, f"{path}: {message}")
 
 
 class _TaggedFloat(float):

@@ -77,7 +77,7 @@ def test_bad_mapping_configs_name_the_source_or_key(sft_dir, stream_dir):
         tokenfeed.Loader(keys(sources(sft_dir, stream_dir), mixture_temperature=2))
     with pytest.raises(tokenfeed.ConfigError, match="mixture_temperature"):
         tokenfeed.Loader(keys(sources(sft_dir, stream_dir), mixture_temperature="warm"))
-    with pytest.raises(tokenfeed.ConfigError, match="max_epochs must be a number"):
+    with pytest.raises(tokenfeed.ConfigError, match="mixture source 'chat': config key 'max_epochs': expected a number, got 'true'"):
         tokenfeed.Loader(keys(sources(sft_dir, stream_dir, max_epochs=True), mixture_temperature=0.3,
                               mixture_planned_steps=10))
     with pytest.raises(tokenfeed.ConfigError, match="mixture_planned_steps"):

@@ -1,17 +1,18 @@
 """tokenfeed.inspect(): a dataset described and validated, as ``tokenfeed inspect`` does it,
-with the same figures as a dict. The checks are the C++ library's (src/inspect/); this
-module only gives them their Python name, signature and documentation."""
+with the same figures as a dict, or a mixture's first steps as ``tokenfeed inspect --config
+FILE --steps N`` shows them. The checks and figures are the C++ library's (src/inspect/);
+this module only gives them their Python name, signature and documentation."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import _tokenfeed as _core
 
 _PathOrConfig = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 
-def inspect(path_or_config: _PathOrConfig, deep: bool = False) -> Dict[str, Any]:
+def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[int] = None) -> Dict[str, Any]:
     """Describes and validates a dataset, as ``tokenfeed inspect`` does, and returns its
     figures as a dict (the GIL is released while the files are read).
 
@@ -19,8 +20,8 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False) -> Dict[str, Any]
     keys) naming one in ``dataset_dir``, whose ``block_size``, ``token_dtype`` and
     ``eos_token_id`` are used as ``--block-size``, ``--token-dtype`` and ``--eos-id`` are,
     and with ``dataset_mode=sft_packed`` its ``truncation``, ``pack_lookahead``,
-    ``epoch_seed`` and ``context_parallel_size`` as ``--packed`` uses them. A mixture is
-    refused (``UsageError``).
+    ``epoch_seed`` and ``context_parallel_size`` as ``--packed`` uses them. A config with a
+    mixture needs ``steps`` (below); without it, ``UsageError``.
 
     ``deep=True`` adds the checks the loader does not make, as ``--deep``: token ids against
     ``vocab_size``, mask values (uint8 not 0/1, float32 negative), all-zero masks, and each
@@ -40,5 +41,23 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False) -> Dict[str, Any]
     ``files``, ``tokens``, ``windows``, ``documents``; with ``deep``, what each deep check
     found, under ``deep``), ``val_ignored``, ``missing_train``, and ``config``: the keys of
     ``--print-config``'s ``<training>`` snippet (empty when the loader refuses the dataset).
+
+    ``steps=N`` (a config with a mixture; not with ``deep``): what the mixture's first ``N``
+    train steps hold, read from the batches a loader over the config gives its rank, as
+    ``tokenfeed inspect --config FILE --steps N`` prints it (both come from one report made by
+    the C++ library). ``N`` is in [1, 10000000]; a config without a mixture, a dataset
+    directory, or ``deep`` with it raise ``UsageError``, and a config the loader refuses raises
+    as the loader does. The dict: ``sources`` (the names, in order), ``steps``, ``rank``,
+    ``batch_size``, ``block_size``; ``stages``, a list with each stage's ``first_step``,
+    ``last_step`` (None when the stage begins after the steps read) and ``sources`` (by name,
+    when reached: ``rows``, ``real_tokens`` (positions holding tokens, not the row's trailing
+    padding), ``trained_tokens`` (positions of non-zero loss weight), each with its
+    ``..._share`` of the stage in percent); ``epochs`` (by name: the epoch the source is in
+    after the steps, over all ranks; None when it samples at random); and
+    ``weights_from_sizes`` (None unless the weights are ``"auto"``): ``temperature``,
+    ``planned_steps`` and ``sources`` by name with ``tokens``, ``rows_per_epoch``, ``weight``
+    (its exact text), ``capped``, ``epochs_planned`` and ``epochs_steps`` (the epochs the
+    weight repeats over ``planned_steps`` and over the steps read, all ranks; None where the
+    source has no epochs or there is no plan).
     """
-    return _core._inspect(path_or_config, deep)
+    return _core._inspect(path_or_config, deep, steps)

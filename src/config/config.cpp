@@ -14,9 +14,9 @@
 
 #include "io/regular_file.hpp"
 #include "config/config_values.hpp"
+#include "config/mixture_schema.hpp"
 #include "launch/launcher_ranks.hpp"
 #include "launch/parallel_layout.hpp"
-#include "sampling/mixture_schedule.hpp"
 #include "tokenfeed/error.hpp"
 #include "util/shortest_text.hpp"
 
@@ -30,14 +30,16 @@ constexpr std::size_t kMaxInheritsDepth = 32;
 
 [[noreturn]] void config_error(const std::string& message) { throw Error(ErrorKind::config, message); }
 
-std::string_view trim(std::string_view s) {
+std::string_view trim(std::string_view s) { return trim_config_text(s); }
+
+}  // namespace
+
+std::string_view trim_config_text(std::string_view s) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
 }
-
-}  // namespace
 
 std::int64_t parse_config_int(std::string_view key, std::string_view text) {
   const std::string_view t = trim(text);
@@ -353,241 +355,74 @@ void apply_split_element(Config& config, pugi::xml_node element, const std::stri
   }
 }
 
-// ---- Mixtures: <mixture> with <source .../> and <stage> children ----
+// ---- Mixtures: the XML's <mixture> as records for the schema (config/mixture_schema) ----
 
-// The per-dataset keys a mixture source may set; the rest are the loader's (shape,
-// threads, depth, rank, the audit log) or single-dataset only (epoch_drop_last).
-constexpr std::string_view kSourceKeys[] = {
-    "dataset_dir",    "dataset_mode", "batch_sampling_mode", "epoch_seed",  "epoch_shuffle", "episode_min_tokens",
-    "document_aware", "eos_token_id", "truncation",          "token_dtype", "mask_dtype",    "pack_lookahead"};
-
-bool is_source_key(std::string_view key) {
-  return std::find(std::begin(kSourceKeys), std::end(kSourceKeys), key) != std::end(kSourceKeys);
+// An element's attributes as a record's keys.
+ConfigRecord attribute_record(pugi::xml_node element) {
+  ConfigRecord record;
+  for (const pugi::xml_attribute attr : element.attributes()) record.keys.emplace_back(attr.name(), attr.value());
+  return record;
 }
 
-std::string source_keys_text() {
-  std::string text;
-  for (const std::string_view key : kSourceKeys) text += (text.empty() ? "" : ", ") + std::string(key);
-  return text;
+// A <stage>: until_step as a key, each <weight source="NAME">W</weight> an entry.
+ConfigRecord stage_record(pugi::xml_node stage, std::size_t index) {
+  ConfigRecord record = attribute_record(stage);
+  for (const pugi::xml_node w : stage.children()) {
+    if (w.type() == pugi::node_comment) continue;
+    if (w.type() != pugi::node_element || std::string_view(w.name()) != "weight") {
+      config_error(mixture_stage_where(index) + ": a <stage> holds only <weight source=\"NAME\">W</weight> elements");
+    }
+    record.entries.emplace_back(w.attribute("source").value(), w.text().get());
+  }
+  return record;
 }
 
-// ---- Weights from dataset sizes: <mixture temperature planned_steps>, <source max_epochs> ----
-
-// <mixture>'s own attributes (replacing an inherited mixture's); validate_weights_from_sizes
-// checks their values.
-void apply_mixture_attributes(Config& config, pugi::xml_node mixture, const std::string& origin) {
+// <mixture>'s own attributes (replacing an inherited mixture's); validate_mixture checks
+// their values.
+void apply_mixture_attributes(Config& config, pugi::xml_node mixture) {
   config.mixture_temperature.reset();
   config.mixture_planned_steps.reset();
   for (const pugi::xml_attribute attr : mixture.attributes()) {
     const std::string_view name = attr.name();
     if (name == "temperature") {
-      config.mixture_temperature = parse_config_number("temperature", attr.value());
+      set_mixture_temperature(config, attr.value());
     } else if (name == "planned_steps") {
-      config.mixture_planned_steps = parse_int("planned_steps", attr.value());
+      set_mixture_planned_steps(config, attr.value());
     } else {
-      config_error(origin + ": unknown attribute '" + std::string(name) +
+      config_error("unknown attribute '" + std::string(name) +
                    "' on <mixture> (it takes temperature and planned_steps)");
     }
   }
 }
 
-// A source's numeric attribute, the error naming the source.
-double source_number(const std::string& who, const std::string& key, std::string_view text) {
-  try {
-    return parse_config_number(key, text);
-  } catch (const Error& e) {
-    config_error(who + ": " + e.what());
-  }
-}
-
-// The rules of weights from dataset sizes (docs/mixtures.md): "auto" weights need a
-// temperature in [0, 1] and are all or nothing; max_epochs (> 0) is for auto weights and
-// needs planned_steps (> 0); neither mixture attribute is given for nothing; stages give
-// explicit weights only.
-void validate_weights_from_sizes(const Config& c) {
-  const auto is_auto = [](const MixtureSource& s) { return s.weight == "auto"; };
-  const bool any_auto = std::any_of(c.mixture.begin(), c.mixture.end(), is_auto);
-  const bool any_cap = std::any_of(c.mixture.begin(), c.mixture.end(), [](const auto& s) { return s.max_epochs; });
-  if (c.mixture_temperature && !(*c.mixture_temperature >= 0.0 && *c.mixture_temperature <= 1.0)) {
-    config_error(
-        "mixture temperature must be in [0, 1] (the exponent of each source's token count: 0 uniform, 1 "
-        "proportional to size), got " +
-        shortest_text(*c.mixture_temperature));
-  }
-  if (c.mixture_planned_steps && *c.mixture_planned_steps <= 0) {
-    config_error("mixture planned_steps must be > 0, got " + std::to_string(*c.mixture_planned_steps));
-  }
-  for (const MixtureSource& source : c.mixture) {
-    const std::string who = "mixture source '" + source.name + "'";
-    if (is_auto(source) && !c.mixture_temperature) {
-      config_error(who + ": weight 'auto' needs <mixture temperature=\"A\"> (mixture_temperature in a mapping)");
-    }
-    if (!is_auto(source) && any_auto) {
-      config_error(who + ": weight '" + source.weight +
-                   "' next to 'auto' weights; with weights from dataset sizes every source's weight is 'auto'");
-    }
-    if (!source.max_epochs) continue;
-    if (!(*source.max_epochs > 0.0)) {
-      config_error(who + ": max_epochs must be > 0, got " + shortest_text(*source.max_epochs));
-    }
-    if (!is_auto(source))
-      config_error(who + ": max_epochs caps a weight 'auto' only; its weight is '" + source.weight + "'");
-    if (!c.mixture_planned_steps) {
-      config_error(who +
-                   ": max_epochs needs <mixture planned_steps=\"N\"> (mixture_planned_steps in a mapping), "
-                   "the steps the epochs are counted over");
-    }
-  }
-  if (c.mixture_temperature && !any_auto) config_error("mixture temperature is given but no source has weight 'auto'");
-  if (c.mixture_planned_steps && !any_cap) config_error("mixture planned_steps is given but no source has max_epochs");
-  for (std::size_t s = 0; s < c.stages.size(); ++s) {
-    for (const auto& [name, weight] : c.stages[s].weights) {
-      if (weight == "auto") {
-        config_error("mixture stage " + std::to_string(s) + ": weight 'auto' of source '" + name +
-                     "': weights from dataset sizes are for <source> weights only; a stage gives explicit weights");
-      }
-    }
-  }
-}
-
-// Reads <mixture> into config.mixture and config.stages (replacing an inherited mixture).
+// Reads <mixture> into config.mixture and config.stages (replacing an inherited mixture):
+// the element structure is the XML's own; every value is the schema's.
 void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string& origin,
                        const std::filesystem::path& base_dir) {
-  config.mixture.clear();
-  config.stages.clear();
-  apply_mixture_attributes(config, mixture, origin);
-  for (const pugi::xml_node child : mixture.children()) {
-    if (child.type() == pugi::node_comment) continue;
-    const std::string_view tag = child.name();
-    if (child.type() != pugi::node_element || (tag != "source" && tag != "stage")) {
-      config_error(origin + ": <mixture> holds only <source> and <stage> elements, found " +
-                   (child.type() == pugi::node_element ? "<" + std::string(tag) + ">" : std::string("text")));
-    }
-    if (tag == "source") {
-      if (!config.stages.empty()) config_error(origin + ": <mixture>: every <source> must come before the <stage>s");
-      MixtureSource source;
-      source.name = std::string(trim(child.attribute("name").value()));
-      const std::string who = origin + ": mixture source '" + source.name + "'";
-      if (source.name.empty()) config_error(origin + ": a mixture <source> has no name attribute");
-      bool has_weight = false;
-      for (const pugi::xml_attribute attr : child.attributes()) {
-        const std::string key = attr.name();
-        if (key == "name") continue;
-        if (key == "weight") {
-          source.weight = std::string(trim(attr.value()));
-          has_weight = true;
-          continue;
-        }
-        if (key == "max_epochs") {
-          source.max_epochs = source_number(who, key, attr.value());
-          continue;
-        }
-        std::string value = attr.value();
-        if (key == "dataset_dir" && !trim(value).empty() &&
-            std::filesystem::path(std::string(trim(value))).is_relative()) {
-          value = (base_dir / std::string(trim(value))).lexically_normal().string();
-        }
-        for (const auto& [k, v] : source.keys) {
-          if (k == key) config_error(who + ": attribute '" + key + "' is given twice");
-        }
-        source.keys.emplace_back(key, std::move(value));
+  std::vector<ConfigRecord> sources;
+  std::vector<ConfigRecord> stages;
+  try {
+    apply_mixture_attributes(config, mixture);
+    for (const pugi::xml_node child : mixture.children()) {
+      if (child.type() == pugi::node_comment) continue;
+      const std::string_view tag = child.name();
+      if (child.type() != pugi::node_element || (tag != "source" && tag != "stage")) {
+        config_error("<mixture> holds only <source> and <stage> elements, found " +
+                     (child.type() == pugi::node_element ? "<" + std::string(tag) + ">" : std::string("text")));
       }
-      if (!has_weight) config_error(who + " has no weight attribute");
-      config.mixture.push_back(std::move(source));
-    } else {
-      MixtureStage stage;
-      for (const pugi::xml_attribute attr : child.attributes()) {
-        if (std::string_view(attr.name()) != "until_step") {
-          config_error(origin + ": unknown attribute '" + std::string(attr.name()) + "' on mixture <stage> " +
-                       std::to_string(config.stages.size()));
-        }
-        stage.until_step = parse_int("until_step", attr.value());
-      }
-      for (const pugi::xml_node w : child.children()) {
-        if (w.type() == pugi::node_comment) continue;
-        if (w.type() != pugi::node_element || std::string_view(w.name()) != "weight") {
-          config_error(origin + ": mixture <stage> " + std::to_string(config.stages.size()) +
-                       " holds only <weight source=\"NAME\">W</weight> elements");
-        }
-        stage.weights.emplace_back(std::string(trim(w.attribute("source").value())), std::string(trim(w.text().get())));
-      }
-      config.stages.push_back(std::move(stage));
-    }
-  }
-  if (config.mixture.empty()) config_error(origin + ": <mixture> has no <source>");
-}
-
-// Checks a mixture's sources and stages: names, keys and their values, weights, stage ends.
-void validate_mixture(const Config& c) {
-  if (c.mixture.empty()) {
-    if (!c.stages.empty()) config_error("mixture stages are given without a mixture of sources");
-    if (c.mixture_temperature || c.mixture_planned_steps) {
-      config_error("mixture temperature or planned_steps is given without a mixture of sources");
-    }
-    return;
-  }
-  if (!c.dataset_dir.empty()) {
-    config_error("config has both 'dataset_dir' and a <mixture>; a mixture names each source's dataset_dir instead");
-  }
-  if (!c.contract_fields) {
-    config_error(
-        "config key 'contract_fields' cannot be false with a mixture: its rows are joined through the "
-        "contract fields (labels, token_weights, position_ids, cu_seqlens)");
-  }
-  std::vector<std::string> names;
-  for (const MixtureSource& source : c.mixture) {
-    const std::string who = "mixture source '" + source.name + "'";
-    if (source.name.empty()) config_error("a mixture source has no name");
-    if (std::find(names.begin(), names.end(), source.name) != names.end()) {
-      config_error(who + " is declared twice; source names must be unique");
-    }
-    names.push_back(source.name);
-    if (source.weight != "auto" && !parse_mixture_weight(source.weight)) {
-      config_error(
-          who + ": weight '" + source.weight +
-          "' is not 'auto' or a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
-    }
-    Config probe;
-    bool has_dir = false;
-    for (const auto& [key, value] : source.keys) {
-      if (!is_source_key(key)) {
-        config_error(who + ": unknown or loader-wide attribute '" + key + "' (a source may set: " + source_keys_text() +
-                     ")");
-      }
-      try {
-        find_key(key).set(probe, value);
-      } catch (const Error& e) {
-        config_error(who + ": " + e.what());
-      }
-      if (key == "dataset_dir") has_dir = !probe.dataset_dir.empty();
-    }
-    if (!has_dir) config_error(who + " has no dataset_dir");
-  }
-  validate_weights_from_sizes(c);
-  std::optional<std::int64_t> previous_end;
-  for (std::size_t s = 0; s < c.stages.size(); ++s) {
-    const MixtureStage& stage = c.stages[s];
-    const std::string where = "mixture stage " + std::to_string(s);
-    for (const auto& [name, weight] : stage.weights) {
-      if (std::find(names.begin(), names.end(), name) == names.end()) {
-        config_error(where + ": a weight names source '" + name + "', which the mixture does not declare");
-      }
-      if (!parse_mixture_weight(weight)) {
-        config_error(where + ": weight '" + weight + "' of source '" + name +
-                     "' is not a non-negative integer or decimal (at most 9 digits before the point and 6 after)");
+      if (tag == "stage") {
+        stages.push_back(stage_record(child, stages.size()));
+      } else if (!stages.empty()) {
+        config_error("<mixture>: every <source> must come before the <stage>s");
+      } else {
+        sources.push_back(attribute_record(child));
       }
     }
-    const bool last = s + 1 == c.stages.size();
-    if (!last && !stage.until_step) config_error(where + " has no until_step; only the last stage may omit it");
-    if (last && stage.until_step) {
-      config_error(where + " is the last stage and has until_step=" + std::to_string(*stage.until_step) +
-                   "; the last stage holds for ever, remove until_step");
-    }
-    if (stage.until_step && *stage.until_step <= previous_end.value_or(0)) {
-      config_error(where + ": until_step=" + std::to_string(*stage.until_step) + " must be greater than " +
-                   std::to_string(previous_end.value_or(0)) + " (the stage's first step)");
-    }
-    previous_end = stage.until_step;
+    if (sources.empty()) config_error("<mixture> has no <source>");
+    set_mixture_sources(config, sources, base_dir);
+    set_mixture_stages(config, stages);
+  } catch (const Error& e) {
+    config_error(origin + ": " + e.what());
   }
 }
 

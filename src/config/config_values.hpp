@@ -1,7 +1,6 @@
-// The config parser's reading of a value's text, for what takes a key's value outside the
-// key table: a mixture stage's until_step given in a Python dict is read by the same check
-// as the XML's <stage until_step="N">, and a mixture_temperature or max_epochs as the XML's
-// <mixture temperature="A"> and <source max_epochs="E">.
+// The config parser's reading of a value's text, for the schemas of what lies outside the
+// key table (mixture_schema, stage_list): a stage's until_step, a mixture's temperature, a
+// source's max_epochs are read by the same checks as the keys.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -10,6 +9,9 @@
 #include <string_view>
 
 namespace tokenfeed {
+
+// `text` without surrounding whitespace (spaces, tabs, line ends), as every key reads it.
+std::string_view trim_config_text(std::string_view text);
 
 // `text`, surrounding whitespace ignored, as an integer. Throws Error(config) when it is not
 // one: "config key 'KEY': expected an integer, got 'TEXT'".
