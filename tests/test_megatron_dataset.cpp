@@ -20,6 +20,7 @@
 
 #include "dataset/megatron_index.hpp"
 #include "dataset/token_stream.hpp"
+#include "inspect/inspect_dataset.hpp"
 #include "modes/token_stream_batch_source.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
@@ -255,7 +256,7 @@ TEST_CASE("megatron: document starts on hand-made rows, empty documents and a st
   CHECK(pos == std::vector<std::int32_t>{0, 1, 0, 1, 0, 1, 2, 3});
 }
 
-TEST_CASE("megatron: flat train.bin with train.idx") {
+TEST_CASE("megatron: flat train.bin with train.idx, and inspect reports the pair") {
   TempDir dir;
   const MegatronWriter file(random_documents(80, 5));
   file.write(dir / "train");
@@ -265,6 +266,19 @@ TEST_CASE("megatron: flat train.bin with train.idx") {
   CHECK(split.files()[0].format == StreamFileFormat::megatron);
   CHECK(split.files()[0].tokens == file.tokens.size());
   CHECK(split.files()[0].documents == 80);
+  InspectRequest request;
+  request.dataset_dir = dir.path().string();
+  request.block_size = 8;
+  const DatasetReport report = inspect_dataset(request);
+  REQUIRE(report.splits.size() == 1);
+  const SplitReport& train = report.splits[0];
+  CHECK(train.verdict == "ok");
+  REQUIRE(train.stream);
+  REQUIRE(train.stream->files.size() == 1);
+  CHECK(train.stream->files[0].dtype_source == DtypeSource::megatron_index);
+  CHECK(train.stream->files[0].documents == 80);
+  CHECK(train.stream->files[0].docs_file == "train.idx");
+  CHECK(train.stream->tokens == file.tokens.size());
 }
 
 TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refused naming it") {
