@@ -161,7 +161,9 @@ void MegatronIndex::check_documents() const {
 
 std::uint64_t MegatronIndex::document_start(std::uint64_t d) const noexcept {
   const auto s = static_cast<std::uint64_t>(document_index(d));
-  if (s == header_.sequences) return tokens_;
+  // Validated at open: s <= S. The bound is kept so that an index rewritten in place under
+  // a running loader (not supported, formats.md) cannot make this read outside the map.
+  if (s >= header_.sequences) return tokens_;
   return static_cast<std::uint64_t>(pointer(s)) / size_of(dtype_);
 }
 
