@@ -188,7 +188,7 @@ SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& spli
   return files;
 }
 
-// NAME.idx beside NAME.bin makes a Megatron pair; an index without its .bin is an error.
+// The index that makes `shard` a Megatron pair: NAME.idx beside NAME.bin.
 std::optional<fs::path> index_of(const fs::path& shard, const std::vector<fs::path>& indexes) {
   if (shard.extension() != ".bin") return std::nullopt;
   fs::path idx = shard;
@@ -197,6 +197,7 @@ std::optional<fs::path> index_of(const fs::path& shard, const std::vector<fs::pa
   return idx;
 }
 
+// An index without its NAME.bin is an error naming it.
 void check_indexes_paired(const SplitFiles& files) {
   for (const fs::path& idx : files.indexes) {
     fs::path bin = idx;
