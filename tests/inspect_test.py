@@ -10,6 +10,8 @@ content line of `tokenfeed run`:
   run with truncation=split packs them;
 - shard_NNNNN.docs.npy beside token-stream shards: counted as documents, never as a shard,
   and refused when invalid;
+- Megatron NAME.bin + NAME.idx pairs: reported with the .idx's dtype and documents, the
+  snippet loads, a damaged index is refused naming it;
 - verdicts agree with the loader: a split it refuses, or a dataset without train, fails;
 - --print-config's pad id follows the loader's precedence (pad_token_id, eot, eos);
 - --deep: all-zero masks judged on the label positions mask[1:n], listed by id, and the
@@ -325,6 +327,42 @@ def test_stream_documents(tmp):
           f"an offset past its shard is refused, naming the file: {r.returncode} {r.stdout} {r.stderr}")
 
 
+def write_megatron(prefix, documents):
+    """NAME.bin + NAME.idx in Megatron-LM's MMIDIDX layout, one sequence per document (uint16,
+    dtype code 8); written from the published format, megatron-core not being installable
+    offline."""
+    lengths = [len(d) for d in documents]
+    pointers = [2 * sum(lengths[:i]) for i in range(len(lengths))]
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(lengths), len(lengths) + 1))
+        f.write(struct.pack(f"<{len(lengths)}i{len(lengths)}q{len(lengths) + 1}q", *lengths, *pointers,
+                            *range(len(lengths) + 1)))
+    with open(prefix + ".bin", "wb") as f:
+        f.write(b"".join(struct.pack(f"<{len(d)}H", *d) for d in documents))
+
+
+def test_megatron(tmp):
+    root = os.path.join(tmp, "megatron")
+    os.makedirs(os.path.join(root, "train"))
+    tokens = stream_tokens(3000, 7)
+    write_megatron(os.path.join(root, "train", "a"), [tokens[i:i + 100] for i in range(0, 2000, 100)])
+    write_megatron(os.path.join(root, "train", "b"), [tokens[2000:2400], tokens[2400:3000]])
+    r = run("inspect", root, "--block-size", "8", "--print-config")
+    check(r.returncode == 0 and "a.bin: 2000 tokens, uint16 (from its Megatron .idx), 20 documents (a.idx)" in r.stdout
+          and "megatron     22 documents, in the .idx of 2 of 2 files" in r.stdout and "verdict      ok" in r.stdout,
+          f"megatron pairs: {r.returncode} {r.stdout} {r.stderr}")
+    config = os.path.join(root, "snippet.xml")
+    with open(config, "w") as f:
+        f.write(snippet(r.stdout))
+    d = run("dump", "--config", config, "--out", os.path.join(tmp, "megatron_dump"), "--batches", "1")
+    check(d.returncode == 0, f"megatron: the snippet loads without a token_dtype: {d.stderr}")
+    with open(os.path.join(root, "train", "b.idx"), "ab") as f:
+        f.write(b"\x00")
+    r = run("inspect", root)
+    check(r.returncode != 0 and "b.idx" in r.stdout + r.stderr and "does not match its header" in r.stdout + r.stderr,
+          f"a damaged index is refused, naming it: {r.returncode} {r.stdout} {r.stderr}")
+
+
 def test_verdicts(tmp):
     meta = {"token_dtype": "uint16", "eot_token_id": 0}
     config = os.path.join(tmp, "verdict.xml")
@@ -537,6 +575,7 @@ with tempfile.TemporaryDirectory() as tmp:
     test_packed(tmp)
     test_packed_split(tmp)
     test_stream_documents(tmp)
+    test_megatron(tmp)
     test_verdicts(tmp)
     test_deep(tmp)
     test_deep_corruption(tmp)

@@ -190,7 +190,7 @@ TEST_CASE("token stream: .npy validation rejects wrong dtype, 2-D, Fortran order
   CHECK(TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens() == 4);
   {
     std::ofstream out(dir / "train/x.npy", std::ios::binary | std::ios::trunc);
-    out << "not numpy";
+    out << "\x93NUMPY\x01";  // the magic, and a header cut short
   }
   CHECK(stream_error(dir.path()).find("bad magic") != std::string::npos);
   std::filesystem::remove(dir / "train/x.npy");
@@ -202,6 +202,40 @@ TEST_CASE("token stream: .npy validation rejects wrong dtype, 2-D, Fortran order
     out.put('\0');  // 7 bytes: not a multiple of 2
   }
   CHECK(stream_error(dir.path()).find("not a multiple of 2") != std::string::npos);
+}
+
+TEST_CASE(
+    "token stream: a headerless .npy (OLMo-core, nanoGPT memmaps) reads as flat tokens of the token_dtype given") {
+  TempDir dir;
+  const std::vector<std::uint16_t> tokens = file_tokens(0, 50);
+  write_bin(dir / "train/part-0-00000.npy", tokens);  // raw uint16, no .npy header
+  const std::string refusal =
+      test::error_of([&] { TokenStreamSplit::open(dir.path(), "train", std::nullopt); }, ErrorKind::config);
+  CHECK(refusal.find("part-0-00000.npy' has no .npy header") != std::string::npos);
+  CHECK(refusal.find("set token_dtype (uint16 or uint32)") != std::string::npos);
+  const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", TokenDtype::uint16);
+  REQUIRE(split.files().size() == 1);
+  CHECK(split.files()[0].format == StreamFileFormat::raw);
+  CHECK(split.files()[0].data_offset == 0);
+  CHECK(split.total_tokens() == 50);
+  CHECK(TokenStreamSplit::open(dir.path(), "train", TokenDtype::uint32).total_tokens() == 25);
+  Config c = stream_config(dir.path(), 1, 9, SamplingMode::epoch);
+  c.epoch_shuffle = false;
+  c.token_dtype = TokenDtype::uint16;
+  Loader loader(c);
+  for (std::size_t w = 0; w < 5; ++w) {
+    Batch b = loader.get_batch();
+    for (std::size_t i = 0; i < 9; ++i) {
+      CHECK(b.x()[i] == tokens[w * 10 + i]);
+      CHECK(b.y()[i] == tokens[w * 10 + i + 1]);
+    }
+  }
+  write_bin(dir / "train/part-0-00000.npy", {1, 2, 3});
+  {
+    std::ofstream out(dir / "train/part-0-00000.npy", std::ios::binary | std::ios::app);
+    out.put('\0');  // 7 bytes: not a multiple of 2
+  }
+  CHECK(stream_error(dir.path()).find("part-0-00000.npy': size 7 bytes is not a multiple of 2") != std::string::npos);
 }
 
 TEST_CASE("token stream: document-aware fields on hand-made rows") {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "dataset/megatron_index.hpp"
 #include "util/hash.hpp"
 #include "io/npy.hpp"
 #include "tokenfeed/error.hpp"
@@ -45,9 +46,36 @@ void check_1d_npy(const NpyHeader& h, const MappedFile& map, const fs::path& pat
   }
 }
 
-StreamFile open_npy(const fs::path& path) {
+// Flat tokens of `dtype` filling the file (a .bin, or a .npy without a header).
+StreamFile open_raw(const fs::path& path, MappedFile map, TokenDtype dtype) {
   StreamFile f;
-  f.map = MappedFile(path);
+  f.map = std::move(map);
+  f.format = StreamFileFormat::raw;
+  f.dtype = dtype;
+  const std::size_t width = size_of(dtype);
+  if (f.map.size() % width != 0) {
+    throw Error(ErrorKind::format, "'" + path.string() + "': size " + std::to_string(f.map.size()) +
+                                       " bytes is not a multiple of " + std::to_string(width) + " (token dtype " +
+                                       to_string(dtype) + ")");
+  }
+  f.tokens = f.map.size() / width;
+  return f;
+}
+
+// A .npy file; one without the .npy magic is a headerless memmap (OLMo-core, nanoGPT),
+// read as flat tokens of the dtype given.
+StreamFile open_npy(const fs::path& path, std::optional<TokenDtype> given) {
+  MappedFile map(path);
+  if (!has_npy_magic(map.bytes())) {
+    if (given) return open_raw(path, std::move(map), *given);
+    throw Error(ErrorKind::config, "'" + path.string() +
+                                       "' has no .npy header (not a .npy file, or a headerless memmap as OLMo-core "
+                                       "writes); to read it as flat tokens set token_dtype (uint16 or uint32) in the "
+                                       "config or in dataset_metadata.json");
+  }
+  StreamFile f;
+  f.map = std::move(map);
+  f.format = StreamFileFormat::npy;
   const NpyHeader h = parse_npy_header(f.map.bytes(), path.string());
   if (h.descr == "<u2" || h.descr == "=u2") {
     f.dtype = TokenDtype::uint16;
@@ -101,17 +129,86 @@ StreamFile open_bin(const fs::path& path, std::optional<TokenDtype> dtype) {
                                        "': the token dtype of a .bin file is not known; set token_dtype "
                                        "(uint16 or uint32) in the config or in dataset_metadata.json");
   }
+  return open_raw(path, MappedFile(path), *dtype);
+}
+
+// A Megatron pair: NAME.bin read in place, its dtype and documents from NAME.idx.
+StreamFile open_megatron(const fs::path& bin, const fs::path& idx) {
   StreamFile f;
-  f.map = MappedFile(path);
-  f.dtype = *dtype;
-  const std::size_t width = size_of(*dtype);
-  if (f.map.size() % width != 0) {
-    throw Error(ErrorKind::format, "'" + path.string() + "': size " + std::to_string(f.map.size()) +
-                                       " bytes is not a multiple of " + std::to_string(width) + " (token dtype " +
-                                       to_string(*dtype) + ")");
-  }
-  f.tokens = f.map.size() / width;
+  f.map = MappedFile(bin);
+  f.format = StreamFileFormat::megatron;
+  auto index = std::make_shared<const MegatronIndex>(MegatronIndex::open(idx, f.map));
+  f.dtype = index->dtype();
+  f.tokens = index->tokens();
+  f.documents = index->documents();
+  f.document_starts = std::move(index);
   return f;
+}
+
+// The files of a split: its token files, and the NAME.docs.npy and NAME.idx beside them.
+struct SplitFiles {
+  std::vector<fs::path> shards, docs, indexes;
+  bool flat = false;
+};
+
+SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& split) {
+  std::error_code ec;
+  SplitFiles files;
+  const fs::path flat = dataset_dir / (split + ".bin");
+  const fs::path dir = dataset_dir / split;
+  if (fs::is_regular_file(flat, ec)) {
+    if (fs::is_directory(dir, ec)) {
+      throw Error(ErrorKind::format,
+                  "'" + dataset_dir.string() + "' holds both " + split + ".bin and " + split + "/; use one layout");
+    }
+    files.shards.push_back(flat);
+    if (fs::exists(dataset_dir / (split + ".idx"), ec)) files.indexes.push_back(dataset_dir / (split + ".idx"));
+    files.flat = true;
+    return files;
+  }
+  if (!fs::is_directory(dir, ec)) {
+    throw Error(ErrorKind::io,
+                "split '" + split + "' not found: neither '" + flat.string() + "' nor '" + dir.string() + "' exists");
+  }
+  // An episode-indexed split's tokens.bin and mask.bin are *.bin files too; reading them
+  // as token streams would train on masks as if they were tokens.
+  if (fs::exists(dir / "episodes.idx", ec)) {
+    throw Error(ErrorKind::format, "'" + dir.string() +
+                                       "' is an episode-indexed split (it holds episodes.idx), not "
+                                       "a token stream; use dataset_mode=sft_episode or sft_packed");
+  }
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (is_shard_file(entry)) files.shards.push_back(entry.path());
+    if (entry.is_regular_file() && is_docs_file(entry.path())) files.docs.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".idx") files.indexes.push_back(entry.path());
+  }
+  std::sort(files.shards.begin(), files.shards.end());
+  if (files.shards.empty())
+    throw Error(ErrorKind::format, "'" + dir.string() + "' holds no *.bin or *.npy shard files");
+  return files;
+}
+
+// The index that makes `shard` a Megatron pair: NAME.idx beside NAME.bin.
+std::optional<fs::path> index_of(const fs::path& shard, const std::vector<fs::path>& indexes) {
+  if (shard.extension() != ".bin") return std::nullopt;
+  fs::path idx = shard;
+  idx.replace_extension(".idx");
+  if (std::find(indexes.begin(), indexes.end(), idx) == indexes.end()) return std::nullopt;
+  return idx;
+}
+
+// An index without its NAME.bin is an error naming it.
+void check_indexes_paired(const SplitFiles& files) {
+  for (const fs::path& idx : files.indexes) {
+    fs::path bin = idx;
+    bin.replace_extension(".bin");
+    if (std::find(files.shards.begin(), files.shards.end(), bin) == files.shards.end()) {
+      throw Error(ErrorKind::format, "'" + idx.string() + "' is an index without its data file '" +
+                                         bin.filename().string() +
+                                         "' beside it (a Megatron dataset is NAME.bin + "
+                                         "NAME.idx)");
+    }
+  }
 }
 
 }  // namespace
@@ -128,49 +225,28 @@ bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string&
 
 TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::string& split,
                                         std::optional<TokenDtype> bin_dtype) {
-  std::error_code ec;
-  std::vector<fs::path> paths, docs;
+  const SplitFiles files = list_split_files(dataset_dir, split);
+  check_indexes_paired(files);
   TokenStreamSplit result;
-  const fs::path flat = dataset_dir / (split + ".bin");
-  const fs::path dir = dataset_dir / split;
-  if (fs::is_regular_file(flat, ec)) {
-    if (fs::is_directory(dir, ec)) {
-      throw Error(ErrorKind::format, "'" + dataset_dir.string() + "' holds both " + split + ".bin and " + split +
-                                         "/; use one layout");
-    }
-    paths.push_back(flat);
-    result.flat_ = true;
-  } else if (fs::is_directory(dir, ec)) {
-    // An episode-indexed split's tokens.bin and mask.bin are *.bin files too; reading them
-    // as token streams would train on masks as if they were tokens.
-    if (fs::exists(dir / "episodes.idx", ec)) {
-      throw Error(ErrorKind::format, "'" + dir.string() + "' is an episode-indexed split (it holds episodes.idx), not "
-                                         "a token stream; use dataset_mode=sft_episode or sft_packed");
-    }
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (is_shard_file(entry)) paths.push_back(entry.path());
-      if (entry.is_regular_file() && is_docs_file(entry.path())) docs.push_back(entry.path());
-    }
-    std::sort(paths.begin(), paths.end());
-    if (paths.empty()) throw Error(ErrorKind::format, "'" + dir.string() + "' holds no *.bin or *.npy shard files");
-  } else {
-    throw Error(ErrorKind::io, "split '" + split + "' not found: neither '" + flat.string() + "' nor '" + dir.string() +
-                                   "' exists");
-  }
-
+  result.flat_ = files.flat;
   Hasher hasher;
-  for (const fs::path& path : paths) {
-    StreamFile f = path.extension() == ".npy" ? open_npy(path) : open_bin(path, bin_dtype);
+  for (const fs::path& path : files.shards) {
+    const std::optional<fs::path> idx = index_of(path, files.indexes);
+    StreamFile f = idx                          ? open_megatron(path, *idx)
+                   : path.extension() == ".npy" ? open_npy(path, bin_dtype)
+                                                : open_bin(path, bin_dtype);
     f.first_token = result.total_tokens_;
     result.total_tokens_ += f.tokens;
     hasher.add(path.filename().string());
     hasher.add(f.tokens);
     hasher.add(std::string_view(to_string(f.dtype)));
+    // A Megatron file's documents decide document-aware rows (the other files' do not).
+    if (f.document_starts) hasher.add(*f.documents);
     result.files_.push_back(std::move(f));
   }
   result.fingerprint_ = hasher.digest();
   // Each NAME.docs.npy belongs to the shard NAME.npy or NAME.bin beside it.
-  for (const fs::path& path : docs) {
+  for (const fs::path& path : files.docs) {
     const std::string name = path.filename().string();
     const std::string stem = name.substr(0, name.size() - kDocsSuffix.size());
     const auto shard = std::find_if(result.files_.begin(), result.files_.end(),
@@ -178,6 +254,10 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     if (shard == result.files_.end()) {
       throw Error(ErrorKind::format, "'" + path.string() + "' holds document offsets, but its token shard '" + stem +
                                          ".npy' (or '" + stem + ".bin') is not beside it");
+    }
+    if (shard->document_starts) {
+      throw Error(ErrorKind::format, "'" + path.string() + "' gives document offsets to '" +
+                                         shard->map.path().filename().string() + "', whose .idx gives them already");
     }
     shard->documents = check_docs_file(path, *shard);
   }
@@ -217,7 +297,10 @@ std::uint32_t TokenStreamSplit::token_at(std::size_t file, std::uint64_t offset)
 }
 
 void TokenStreamSplit::check_intact() const {
-  for (const StreamFile& f : files_) f.map.check_intact();
+  for (const StreamFile& f : files_) {
+    f.map.check_intact();
+    if (f.document_starts) f.document_starts->check_intact();
+  }
 }
 
 void TokenStreamSplit::will_need(std::size_t file, std::uint64_t offset, std::size_t count) const noexcept {

@@ -4,7 +4,14 @@
 // Layouts: DATASET/<split>.bin (one flat file), or DATASET/<split>/ holding shard files
 // *.bin and *.npy, taken in sorted name order. Tokens are numbered globally across files
 // in that order. .npy files carry their dtype and shape (1-D, little-endian uint16 or
-// uint32, C order); .bin files take the dtype given (dataset_metadata.json or config).
+// uint32, C order); .bin files take the dtype given (dataset_metadata.json or config),
+// and so does a .npy file without the .npy magic (a headerless memmap, as OLMo-core and
+// nanoGPT write them), read as flat tokens.
+//
+// A NAME.bin with NAME.idx beside it (DATASET/<split>.bin + <split>.idx, or a pair in
+// DATASET/<split>/) is a Megatron-LM indexed dataset: its .bin is read in place as flat
+// tokens of the dtype its .idx names, and its documents come from the .idx
+// (megatron_index.hpp, which validates the pair). An .idx without its .bin is an error.
 //
 // Beside shard NAME.npy (or NAME.bin), NAME.docs.npy may hold its document start offsets
 // (`tokenfeed prepare-text`): 1-D little-endian uint64, one entry per document, the first
@@ -17,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,19 +34,40 @@
 
 namespace tokenfeed {
 
+// Where a file's documents start, from an index beside it (a Megatron .idx): document-aware
+// batches take their boundaries from here instead of from an end-of-text id.
+class DocumentStarts {
+ public:
+  virtual ~DocumentStarts() = default;
+  // The smallest token offset greater than `token` at which a document starts, or
+  // UINT64_MAX when none does.
+  virtual std::uint64_t next_start_after(std::uint64_t token) const noexcept = 0;
+  // Throws Error(io) when the index was truncated while mapped (MappedFile::check_intact).
+  virtual void check_intact() const = 0;
+};
+
+// How a file's tokens are laid out and where its dtype comes from.
+enum class StreamFileFormat {
+  npy,       // a .npy file: its header says
+  raw,       // flat tokens (.bin, or .npy without a header): the dtype given
+  megatron,  // a Megatron .bin: its .idx says, and holds the documents
+};
+
 struct StreamFile {
   MappedFile map;
+  StreamFileFormat format = StreamFileFormat::raw;
   TokenDtype dtype = TokenDtype::uint16;
   std::size_t data_offset = 0;     // bytes before the first token (the .npy header)
   std::uint64_t tokens = 0;
   std::uint64_t first_token = 0;   // global offset of its first token
-  std::optional<std::uint64_t> documents;  // entries of its NAME.docs.npy, when present
+  std::optional<std::uint64_t> documents;                 // entries of its NAME.docs.npy, or its .idx's documents
+  std::shared_ptr<const DocumentStarts> document_starts;  // a Megatron file's .idx
 };
 
 class TokenStreamSplit {
  public:
   // Throws Error(io) when the split is missing, Error(format) for invalid files and
-  // Error(config) for a .bin file whose dtype is not given.
+  // Error(config) for a .bin (or headerless .npy) file whose dtype is not given.
   static TokenStreamSplit open(const std::filesystem::path& dataset_dir, const std::string& split,
                                std::optional<TokenDtype> bin_dtype);
 

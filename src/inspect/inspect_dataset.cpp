@@ -33,13 +33,20 @@ Layout layout_of(const fs::path& dataset_dir, const std::string& split) {
   return Layout::none;
 }
 
-// The first .bin file the loader would open for a token-stream split (it needs a dtype).
+// The first .bin file the loader would open for a token-stream split that needs a dtype
+// (a Megatron NAME.bin has its NAME.idx say it).
 std::optional<fs::path> first_bin_file(const fs::path& dataset_dir, const std::string& split) {
   std::error_code ec;
-  if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) return dataset_dir / (split + ".bin");
+  const auto untyped = [&ec](fs::path bin) { return !fs::exists(bin.replace_extension(".idx"), ec); };
+  if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) {
+    if (!untyped(dataset_dir / (split + ".bin"))) return std::nullopt;
+    return dataset_dir / (split + ".bin");
+  }
   std::vector<fs::path> bins;
   for (const auto& entry : fs::directory_iterator(dataset_dir / split, ec)) {
-    if (entry.is_regular_file(ec) && entry.path().extension() == ".bin") bins.push_back(entry.path());
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".bin" && untyped(entry.path())) {
+      bins.push_back(entry.path());
+    }
   }
   if (bins.empty()) return std::nullopt;
   return *std::min_element(bins.begin(), bins.end());
@@ -133,6 +140,8 @@ const char* to_string(DtypeSource source) noexcept {
       return "inferred";
     case DtypeSource::npy_header:
       return "npy_header";
+    case DtypeSource::megatron_index:
+      return "megatron_index";
   }
   return "?";
 }

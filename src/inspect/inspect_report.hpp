@@ -48,7 +48,7 @@ struct InspectRequest {
 enum class DatasetLayout { episodes, token_stream };
 
 // Where a split's token dtype came from.
-enum class DtypeSource { metadata, given, inferred, npy_header };
+enum class DtypeSource { metadata, given, inferred, npy_header, megatron_index };
 const char* to_string(DtypeSource source) noexcept;
 
 // An error the loader would raise for the dataset.
@@ -147,7 +147,7 @@ struct StreamFileFigures {
   std::uint64_t tokens = 0;
   TokenDtype dtype = TokenDtype::uint16;
   DtypeSource dtype_source = DtypeSource::npy_header;
-  std::optional<std::uint64_t> documents;  // from its .docs.npy
+  std::optional<std::uint64_t> documents;  // from its .docs.npy, or a Megatron file's .idx
   std::string docs_file;                   // that file's name
 };
 

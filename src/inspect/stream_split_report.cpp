@@ -24,12 +24,13 @@ StreamFigures describe(const DatasetMetadata& meta, const TokenStreamSplit& spli
   f.flat = split.flat();
   for (const StreamFile& file : split.files()) {
     const fs::path& path = file.map.path();
-    const bool bin = path.extension() == ".bin";
+    const bool megatron = file.format == StreamFileFormat::megatron;
     f.files.push_back(StreamFileFigures{path.filename().string(), file.tokens, file.dtype,
-                                        !bin               ? DtypeSource::npy_header
-                                        : meta.token_dtype ? DtypeSource::metadata
-                                                           : DtypeSource::given,
-                                        file.documents, path.stem().string() + ".docs.npy"});
+                                        megatron                               ? DtypeSource::megatron_index
+                                        : file.format == StreamFileFormat::npy ? DtypeSource::npy_header
+                                        : meta.token_dtype                     ? DtypeSource::metadata
+                                                                               : DtypeSource::given,
+                                        file.documents, path.stem().string() + (megatron ? ".idx" : ".docs.npy")});
   }
   f.tokens = split.total_tokens();
   return f;

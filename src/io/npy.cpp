@@ -72,9 +72,13 @@ void NpyWriter::finish() {
   }
 }
 
+bool has_npy_magic(std::span<const std::byte> bytes) noexcept {
+  return bytes.size() >= 6 && std::memcmp(bytes.data(), kMagic, 6) == 0;
+}
+
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& file) {
   const auto fail = [&](const std::string& what) { throw Error(ErrorKind::format, "'" + file + "': " + what); };
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0) fail("not a .npy file (bad magic)");
+  if (bytes.size() < 10 || !has_npy_magic(bytes)) fail("not a .npy file (bad magic)");
   const auto major = static_cast<unsigned>(bytes[6]);
   std::size_t header_len = 0;
   std::size_t prefix = 0;

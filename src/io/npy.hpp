@@ -27,6 +27,10 @@ struct NpyHeader {
   std::size_t data_offset = 0;      // bytes from the start of the file
 };
 
+// True when `bytes` start with the .npy magic ("\x93NUMPY"): a file without it is not a
+// .npy file (perhaps a headerless memmap named .npy).
+bool has_npy_magic(std::span<const std::byte> bytes) noexcept;
+
 // Parses the header at the start of `bytes` (a mapped .npy file). Throws Error(format)
 // naming `file` when the magic, version or header dictionary is invalid.
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& file);

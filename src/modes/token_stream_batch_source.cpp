@@ -87,7 +87,12 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
     return;
   }
   std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
-  apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+  const StreamFile& file = split_.files()[loc.file];
+  if (file.document_starts) {
+    apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, T, options_.ignore_index);
+  } else {
+    apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+  }
   slot.real_positions += finish_documents(slot, r);
 }
 
@@ -204,6 +209,25 @@ void apply_document_boundaries(const std::int64_t* x, std::int64_t* y, std::int3
     } else {
       ++position;
     }
+  }
+}
+
+void apply_document_starts(const DocumentStarts& starts, std::uint64_t offset, std::int64_t* y, std::int32_t* doc_ids,
+                           std::int32_t* position_ids, std::size_t cols, std::int64_t ignore_index) noexcept {
+  std::uint64_t next = starts.next_start_after(offset);
+  std::int32_t doc = 0;
+  std::int32_t position = 0;
+  for (std::size_t i = 0; i < cols; ++i) {
+    const std::uint64_t token = offset + i;
+    if (token == next) {
+      ++doc;
+      position = 0;
+      next = starts.next_start_after(token);
+    }
+    doc_ids[i] = doc;
+    position_ids[i] = position++;
+    // The label of a document's last token is the next document's first.
+    if (token + 1 == next) y[i] = ignore_index;
   }
 }
 

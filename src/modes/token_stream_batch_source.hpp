@@ -12,6 +12,10 @@
 // document index over the input positions, incremented after each end-of-text token),
 // position_ids (restarting at 0 at each document start), and y = ignore_index where the
 // label belongs to another document than its input position (right after an end-of-text).
+// A file with an index of its documents (a Megatron .idx: StreamFile::document_starts)
+// takes its boundaries from the index instead, and its end-of-text tokens are plain
+// tokens; with Megatron's --append-eod each document ends with one, and both give the
+// same rows.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
@@ -100,5 +104,12 @@ std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::in
 void apply_document_boundaries(const std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
                                std::int32_t* position_ids, std::size_t cols, std::int64_t eos_token_id,
                                std::int64_t ignore_index) noexcept;
+
+// The same fields for the row of `cols` inputs starting at token `offset` of a file whose
+// documents start where `starts` says: a document starting at token offset + i, for
+// 0 < i <= cols, masks y[i - 1] (its first token, the label of the previous document's
+// last input) with ignore_index and, for i < cols, starts a new doc id at input i.
+void apply_document_starts(const DocumentStarts& starts, std::uint64_t offset, std::int64_t* y, std::int32_t* doc_ids,
+                           std::int32_t* position_ids, std::size_t cols, std::int64_t ignore_index) noexcept;
 
 }  // namespace tokenfeed

@@ -1,0 +1,385 @@
+// Megatron-LM indexed datasets (NAME.bin + NAME.idx) read in place as token streams:
+// windows against the raw token arrays, document_aware rows against the .idx documents,
+// and every kind of damage refused naming the file and the first bad entry.
+//
+// megatron-core's IndexedDatasetBuilder is not installable offline here, so the files are
+// written by MegatronWriter below, implemented from the published MMIDIDX format
+// (megatron/core/datasets/indexed_dataset.py, _IndexWriter): the magic, version 1, the
+// dtype code, the sequence count, the document-index count (len(document_indices), the
+// documents + 1), int32 lengths, int64 byte pointers laid out one after another, int64
+// document indices from 0 to the sequence count.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dataset/megatron_index.hpp"
+#include "dataset/token_stream.hpp"
+#include "inspect/inspect_dataset.hpp"
+#include "modes/token_stream_batch_source.hpp"
+#include "test_support.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+#include "tokenfeed/npy_writer.hpp"
+
+using namespace tokenfeed;
+using namespace tokenfeed::test;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using Sequence = std::vector<std::uint16_t>;
+using Document = std::vector<Sequence>;  // a document is one or more sequences (none: empty)
+
+// One Megatron dataset's contents as a writer lays them out, before they become bytes.
+struct MegatronWriter {
+  std::uint8_t dtype_code = 8;  // uint16
+  std::vector<std::uint16_t> tokens;
+  std::vector<std::int32_t> lengths;
+  std::vector<std::int64_t> document_indices{0};
+  std::set<std::uint64_t> document_starts;  // token offsets, for the reference
+
+  explicit MegatronWriter(const std::vector<Document>& documents) {
+    for (const Document& doc : documents) {
+      document_starts.insert(tokens.size());
+      for (const Sequence& seq : doc) {
+        tokens.insert(tokens.end(), seq.begin(), seq.end());
+        lengths.push_back(static_cast<std::int32_t>(seq.size()));
+      }
+      document_indices.push_back(static_cast<std::int64_t>(lengths.size()));
+    }
+    document_starts.erase(tokens.size());  // an empty last document starts at the end
+  }
+
+  std::string index_bytes() const {
+    std::string out("MMIDIDX\0\0", 9);
+    const auto put = [&out](const auto value) { out.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
+    put(std::uint64_t{1});
+    put(dtype_code);
+    put(static_cast<std::uint64_t>(lengths.size()));
+    put(static_cast<std::uint64_t>(document_indices.size()));
+    for (const std::int32_t length : lengths) put(length);
+    std::int64_t pointer = 0;
+    for (const std::int32_t length : lengths) {
+      put(pointer);
+      pointer += static_cast<std::int64_t>(length) * 2;
+    }
+    for (const std::int64_t index : document_indices) put(index);
+    return out;
+  }
+
+  std::string bin_bytes() const { return {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2}; }
+
+  void write(const fs::path& prefix) const {
+    const std::string idx = index_bytes(), bin = bin_bytes();
+    write_raw(fs::path(prefix).replace_extension(".idx"), idx.data(), idx.size());
+    write_raw(fs::path(prefix).replace_extension(".bin"), bin.data(), bin.size());
+  }
+};
+
+// `count` documents of 0 to 3 sequences of 0 to 20 tokens in [2, 50000), from `seed`.
+std::vector<Document> random_documents(std::size_t count, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Document> docs(count);
+  for (Document& doc : docs) {
+    doc.resize(rng() % 4);
+    for (Sequence& seq : doc) {
+      seq.resize(rng() % 21);
+      for (std::uint16_t& t : seq) t = static_cast<std::uint16_t>(2 + rng() % 49998);
+    }
+  }
+  return docs;
+}
+
+// Where each row of `b` (block T) starts: its file among `files` and its offset there,
+// from the window id (random mode: the global token offset).
+std::pair<std::size_t, std::uint64_t> locate(const std::vector<MegatronWriter>& files, std::int64_t window_id) {
+  auto offset = static_cast<std::uint64_t>(window_id);
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    if (offset < files[f].tokens.size()) return {f, offset};
+    offset -= files[f].tokens.size();
+  }
+  FAIL("window id past the split");
+  return {};
+}
+
+Config megatron_config(const fs::path& dir, std::int64_t batch, std::int64_t block, SamplingMode mode) {
+  Config c = make_config(dir, batch, block);
+  c.dataset_mode = DatasetMode::token_stream;
+  c.batch_sampling_mode = mode;
+  c.pad_token_id.reset();
+  return c;
+}
+
+std::string open_error(const fs::path& root) {
+  return error_of([&] { TokenStreamSplit::open(root, "train", std::nullopt); }, ErrorKind::format);
+}
+
+}  // namespace
+
+TEST_CASE("megatron: a pair's windows equal the raw token arrays, in both sampling modes") {
+  TempDir dir;
+  const std::vector<MegatronWriter> files = {MegatronWriter(random_documents(60, 1)),
+                                             MegatronWriter(random_documents(45, 2))};
+  files[0].write(dir / "train/corpus_a_text_document");
+  files[1].write(dir / "train/corpus_b_text_document");
+  const std::size_t T = 7;
+  Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  c.epoch_shuffle = false;
+  Loader epoch(c);
+  CHECK(epoch.split_info("train").tokens == files[0].tokens.size() + files[1].tokens.size());
+  CHECK(epoch.config().token_dtype == TokenDtype::uint16);  // from the .idx: the config gave none
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    for (std::size_t start = 0; start + T + 1 <= files[f].tokens.size(); start += T + 1) {
+      Batch b = epoch.get_batch();
+      CAPTURE(f);
+      CAPTURE(start);
+      for (std::size_t i = 0; i < T; ++i) {
+        CHECK(b.x()[i] == files[f].tokens[start + i]);
+        CHECK(b.y()[i] == files[f].tokens[start + i + 1]);
+      }
+    }
+  }
+  CHECK(epoch.get_batch().epoch() == 1);
+  Loader random(megatron_config(dir.path(), 8, T, SamplingMode::random));
+  for (int k = 0; k < 20; ++k) {
+    Batch b = random.get_batch();
+    for (std::size_t r = 0; r < 8; ++r) {
+      const auto [f, offset] = locate(files, b.window_ids()[r]);
+      REQUIRE(offset + T + 1 <= files[f].tokens.size());
+      for (std::size_t i = 0; i < T; ++i) {
+        CHECK(b.x()[r * T + i] == files[f].tokens[offset + i]);
+        CHECK(b.y()[r * T + i] == files[f].tokens[offset + i + 1]);
+      }
+    }
+  }
+}
+
+TEST_CASE("megatron: document_aware rows take their boundaries from the .idx documents") {
+  TempDir dir;
+  std::vector<Document> docs = random_documents(200, 3);
+  docs[5].clear();  // an empty document: invisible in the stream
+  docs[6].clear();
+  for (Document& doc : docs) {
+    for (Sequence& seq : doc) {
+      if (seq.size() > 2) seq[1] = 7;  // the eos id inside documents: it must not cut them
+    }
+  }
+  const MegatronWriter file(docs);
+  file.write(dir / "train/data");
+  const std::size_t T = 16;
+  Config c = megatron_config(dir.path(), 8, T, SamplingMode::random);
+  c.document_aware = true;
+  c.eos_token_id = 7;  // resolve_options asks for one; the .idx decides the documents
+  Loader loader(c);
+  std::size_t boundaries = 0;
+  for (int k = 0; k < 30; ++k) {
+    Batch b = loader.get_batch();
+    for (std::size_t r = 0; r < 8; ++r) {
+      const auto offset = static_cast<std::uint64_t>(b.window_ids()[r]);
+      std::int32_t doc = 0, position = 0;
+      for (std::size_t i = 0; i < T; ++i) {
+        CAPTURE(offset);
+        CAPTURE(i);
+        if (i > 0 && file.document_starts.count(offset + i) == 1) {
+          ++doc;
+          position = 0;
+          ++boundaries;
+        }
+        CHECK(b.doc_ids()[r * T + i] == doc);
+        CHECK(b.position_ids()[r * T + i] == position++);
+        const bool crosses = file.document_starts.count(offset + i + 1) == 1;
+        CHECK(b.y()[r * T + i] == (crosses ? -100 : file.tokens[offset + i + 1]));
+        CHECK(b.token_weights()[r * T + i] == (crosses ? 0.0f : 1.0f));
+      }
+    }
+  }
+  CHECK(boundaries > 100);  // the rows did cross documents
+}
+
+TEST_CASE("megatron: with an end-of-text token ending each document, the .idx and the eos id give the same rows") {
+  // Megatron's preprocess_data.py --append-eod: the same rows as the same tokens in a
+  // plain .npy whose documents are found at the end-of-text id.
+  TempDir megatron, npy;
+  std::vector<Document> docs = random_documents(120, 4);
+  for (Document& doc : docs) {
+    for (Sequence& seq : doc) std::replace(seq.begin(), seq.end(), std::uint16_t{1}, std::uint16_t{2});
+    doc.push_back({1});  // the end-of-text token, as its own last sequence
+  }
+  const MegatronWriter file(docs);
+  file.write(megatron / "train/data");
+  {
+    fs::create_directories(npy / "train");
+    NpyWriter w(npy / "train/data.npy", "<u2", {file.tokens.size()});
+    w.append(std::span<const std::uint16_t>(file.tokens));
+    w.finish();
+  }
+  Config a = megatron_config(megatron.path(), 4, 12, SamplingMode::random);
+  a.document_aware = true;
+  a.eos_token_id = 1;
+  Config b = a;
+  b.dataset_dir = npy.path();
+  Loader from_index(a), from_eos(b);
+  for (int k = 0; k < 20; ++k) {
+    Batch x = from_index.get_batch(), y = from_eos.get_batch();
+    const auto same = [](auto p, auto q) { return std::equal(p.begin(), p.end(), q.begin(), q.end()); };
+    CHECK(same(x.window_ids(), y.window_ids()));
+    CHECK(same(x.x(), y.x()));
+    CHECK(same(x.y(), y.y()));
+    CHECK(same(x.doc_ids(), y.doc_ids()));
+    CHECK(same(x.position_ids(), y.position_ids()));
+  }
+}
+
+TEST_CASE("megatron: document starts on hand-made rows, empty documents and a start at the last label") {
+  struct Starts final : DocumentStarts {
+    std::vector<std::uint64_t> at;
+    std::uint64_t next_start_after(std::uint64_t token) const noexcept override {
+      const auto it = std::upper_bound(at.begin(), at.end(), token);
+      return it == at.end() ? UINT64_MAX : *it;
+    }
+    void check_intact() const override {}
+  };
+  Starts starts;
+  starts.at = {0, 12, 14, 14, 18};  // 14 twice: an empty document
+  std::vector<std::int64_t> y = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<std::int32_t> doc(8), pos(8);
+  apply_document_starts(starts, 10, y.data(), doc.data(), pos.data(), 8, -100);  // tokens 10..17, labels 11..18
+  CHECK(y == std::vector<std::int64_t>{1, -100, 3, -100, 5, 6, 7, -100});
+  CHECK(doc == std::vector<std::int32_t>{0, 0, 1, 1, 2, 2, 2, 2});
+  CHECK(pos == std::vector<std::int32_t>{0, 1, 0, 1, 0, 1, 2, 3});
+}
+
+TEST_CASE("megatron: flat train.bin with train.idx, and inspect reports the pair") {
+  TempDir dir;
+  const MegatronWriter file(random_documents(80, 5));
+  file.write(dir / "train");
+  const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+  REQUIRE(split.files().size() == 1);
+  CHECK(split.flat());
+  CHECK(split.files()[0].format == StreamFileFormat::megatron);
+  CHECK(split.files()[0].tokens == file.tokens.size());
+  CHECK(split.files()[0].documents == 80);
+  InspectRequest request;
+  request.dataset_dir = dir.path().string();
+  request.block_size = 8;
+  const DatasetReport report = inspect_dataset(request);
+  REQUIRE(report.splits.size() == 1);
+  const SplitReport& train = report.splits[0];
+  CHECK(train.verdict == "ok");
+  REQUIRE(train.stream);
+  REQUIRE(train.stream->files.size() == 1);
+  CHECK(train.stream->files[0].dtype_source == DtypeSource::megatron_index);
+  CHECK(train.stream->files[0].documents == 80);
+  CHECK(train.stream->files[0].docs_file == "train.idx");
+  CHECK(train.stream->tokens == file.tokens.size());
+}
+
+TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refused naming it") {
+  TempDir dir;
+  const MegatronWriter file(random_documents(10, 6));
+  file.write(dir / "train/a");
+  const std::string idx = file.index_bytes();
+  write_raw(dir / "train/orphan.idx", idx.data(), idx.size());
+  CHECK(open_error(dir.path()).find("orphan.idx' is an index without its data file 'orphan.bin'") != std::string::npos);
+  fs::remove(dir / "train/orphan.idx");
+  CHECK(TokenStreamSplit::open(dir.path(), "train", std::nullopt).files().size() == 1);
+  {
+    NpyWriter w(dir / "train/a.docs.npy", "<u8", {1});
+    w.append(std::span<const std::uint64_t>(std::vector<std::uint64_t>{0}));
+    w.finish();
+  }
+  CHECK(open_error(dir.path()).find("whose .idx gives them already") != std::string::npos);
+}
+
+TEST_CASE("megatron: dtypes other than uint16 are refused naming the file and the code") {
+  TempDir dir;
+  MegatronWriter file(random_documents(10, 7));
+  const std::vector<std::string> names = {"", "uint8", "int8", "int16", "int32", "int64", "float64", "float32"};
+  for (std::uint8_t code = 1; code <= 7; ++code) {
+    file.dtype_code = code;
+    file.write(dir / "train/a");
+    CAPTURE(names[code]);
+    const std::string error = open_error(dir.path());
+    CHECK(error.find("a.idx': dtype code " + std::to_string(code) + " (" + names[code] + ") is not a token dtype") !=
+          std::string::npos);
+  }
+  for (const std::uint8_t code : {0, 9, 255}) {
+    file.dtype_code = code;
+    file.write(dir / "train/a");
+    CHECK(open_error(dir.path()).find("a.idx': unknown dtype code " + std::to_string(code)) != std::string::npos);
+  }
+}
+
+TEST_CASE("megatron: each kind of damage is refused naming the file and the first bad entry") {
+  TempDir dir;
+  // 12 documents of 2 sequences, of 5 and 4 tokens: 24 sequences, 108 tokens, 216 bytes.
+  const MegatronWriter file(std::vector<Document>(12, Document{Sequence(5, 3), Sequence(4, 3)}));
+  const std::uint64_t S = file.lengths.size(), D = file.document_indices.size();  // 24 and 13
+  const auto lengths_at = [](std::uint64_t s) { return 34 + 4 * s; };
+  const auto pointers_at = [S](std::uint64_t s) { return 34 + 4 * S + 8 * s; };
+  const auto documents_at = [S](std::uint64_t d) { return 34 + 12 * S + 8 * d; };
+  const auto patch = [](std::string& bytes, std::size_t at, auto value) {
+    std::memcpy(bytes.data() + at, &value, sizeof(value));
+  };
+  struct Damage {
+    const char* what;
+    std::function<void(std::string& idx, std::string& bin)> make;
+    std::string expected;  // in the message, with the file's name
+  };
+  const std::vector<Damage> damages = {
+      {"bad magic", [&](std::string& i, std::string&) { i[3] = 'X'; }, "a.idx': not a Megatron index (bad magic"},
+      {"short header", [&](std::string& i, std::string&) { i.resize(20); }, "a.idx': not a Megatron index: 20 bytes"},
+      {"version", [&](std::string& i, std::string&) { patch(i, 9, std::uint64_t{2}); },
+       "a.idx': Megatron index version 2"},
+      {"truncated index", [&](std::string& i, std::string&) { i.pop_back(); }, "a.idx': size"},
+      {"multimodal modes", [&](std::string& i, std::string&) { i.append(S, '\0'); }, "a multimodal index"},
+      {"huge sequence count", [&](std::string& i, std::string&) { patch(i, 18, UINT64_MAX / 4); }, "a.idx': size"},
+      {"huge document count", [&](std::string& i, std::string&) { patch(i, 26, UINT64_MAX / 2); }, "a.idx': size"},
+      {"odd .bin", [&](std::string&, std::string& b) { b.push_back('\0'); },
+       "a.bin': size 217 bytes is not a multiple of 2"},
+      {"trailing tokens", [&](std::string&, std::string& b) { b.append(2, '\0'); },
+       "a.idx': its 24 sequences end at byte 216, but 'a.bin' holds 218"},
+      {"negative length", [&](std::string& i, std::string&) { patch(i, lengths_at(3), std::int32_t{-1}); },
+       "a.idx': sequence 3 has a negative length -1"},
+      {"length past .bin", [&](std::string& i, std::string&) { patch(i, lengths_at(23), std::int32_t{1 << 30}); },
+       "a.idx': sequence 23 (1073741824 tokens at byte 208) runs past the end of 'a.bin'"},
+      {"pointer off", [&](std::string& i, std::string&) { patch(i, pointers_at(5), std::int64_t{0}); },
+       "a.idx': sequence 5 points at byte 0 of 'a.bin', but the sequences before it end at byte 46"},
+      {"negative pointer", [&](std::string& i, std::string&) { patch(i, pointers_at(0), std::int64_t{-8}); },
+       "a.idx': sequence 0 points at byte -8"},
+      {"first document", [&](std::string& i, std::string&) { patch(i, documents_at(0), std::int64_t{1}); },
+       "a.idx': document index 0 is 1, not 0"},
+      {"decreasing documents", [&](std::string& i, std::string&) { patch(i, documents_at(4), std::int64_t{5}); },
+       "a.idx': document index 4 is 5, below the previous one (6)"},
+      {"document past the sequences",
+       [&](std::string& i, std::string&) { patch(i, documents_at(D - 1), std::int64_t{25}); },
+       "a.idx': document index 12 is 25, past the sequence count 24"},
+      {"last document short", [&](std::string& i, std::string&) { patch(i, documents_at(D - 1), std::int64_t{23}); },
+       "a.idx': the last document index (12) is 23, not the sequence count 24"},
+      {"no document index",
+       [&](std::string& i, std::string&) {
+         patch(i, 26, std::uint64_t{0});
+         i.resize(i.size() - 8 * D);
+       },
+       "a.idx': no document index"},
+  };
+  for (const Damage& damage : damages) {
+    CAPTURE(damage.what);
+    std::string idx = file.index_bytes(), bin = file.bin_bytes();
+    damage.make(idx, bin);
+    write_raw(dir / "train/a.idx", idx.data(), idx.size());
+    write_raw(dir / "train/a.bin", bin.data(), bin.size());
+    const std::string error = open_error(dir.path());
+    CHECK(error.find(damage.expected) != std::string::npos);
+    CHECK(error.find((dir / "train/a.").string()) != std::string::npos);  // the full path
+  }
+  file.write(dir / "train/a");  // undamaged, it opens
+  CHECK(TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens() == 12 * 9);
+}
