@@ -238,7 +238,8 @@ void print_stream_split(const InspectRequest& r, const SplitReport& s) {
                 d.trailing > 0 ? (", plus " + std::to_string(d.trailing) + " trailing tokens").c_str() : "");
     if (d.lengths) print_lengths("doc lengths ", *d.lengths);
   } else if (!s.vocab) {
-    std::printf("  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
+    std::printf(
+        "  documents    unknown: no end-of-text id (pass --eos-id or set eos_token_id in dataset_metadata.json)\n");
   }
   if (r.deep) print_vocab(s.vocab);
   if (s.checksums) print_checksums(*s.checksums);
