@@ -133,11 +133,7 @@ std::unique_ptr<DatasetSplit> EpisodeModeBuilder::split_over(const ResolvedOptio
   const Config& config = settled.config;
   auto episodes = std::make_unique<EpisodeBatchSource>(*data->episodes, *data->orders, *data->windows,
                                                        source_options(config, shape.with_mask));
-  // A mixture gathers the rows by id, unless this rank takes only its context-parallel share.
-  SampledRowSource* sampled = splits_rows_for_context_parallel(config) ? nullptr : episodes.get();
-  std::unique_ptr<BatchSource> source = share_of_rows(std::move(episodes), config, shape.rows, shape.with_mask);
-  return split_of_sampling_layout(name, config, std::move(data), std::move(source), sampled, shape,
-                                  std::move(description));
+  return split_of_sampled_rows(name, config, std::move(data), std::move(episodes), shape, std::move(description));
 }
 
 }  // namespace tokenfeed

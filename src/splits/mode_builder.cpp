@@ -90,29 +90,29 @@ detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) 
   return shape;
 }
 
-std::unique_ptr<DatasetSplit> split_of_sampling_layout(const std::string& name, const Config& config,
-                                                       std::unique_ptr<SplitData> data,
-                                                       std::unique_ptr<BatchSource> source, SampledRowSource* sampled,
-                                                       const detail::BatchShape& shape,
-                                                       DatasetSplit::Description description) {
+std::unique_ptr<DatasetSplit> split_of_sampled_rows(const std::string& name, const Config& config,
+                                                    std::unique_ptr<SplitData> data,
+                                                    std::unique_ptr<SampledRowSource> rows,
+                                                    const detail::BatchShape& shape,
+                                                    DatasetSplit::Description description) {
+  SampledRowSource* sampled = rows.get();
+  std::unique_ptr<BatchSource> source = std::move(rows);
+  if (splits_rows_for_context_parallel(config)) {
+    Config whole = config;
+    whole.context_parallel_split = false;
+    const ContextParallelShare share{static_cast<std::size_t>(config.context_parallel_size),
+                                     static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
+                                     pads_sequences_for_context_parallel(config)};
+    source = std::make_unique<ContextParallelSplitSource>(std::move(source),
+                                                          batch_shape_of(whole, shape.rows, shape.with_mask), share);
+    sampled = nullptr;
+  }
   if (*config.batch_sampling_mode != SamplingMode::epoch) {
     return std::make_unique<RandomSplit>(name, config, std::move(data), std::move(source), sampled, shape,
                                          std::move(description));
   }
   return std::make_unique<EqualEpochsSplit>(name, config, std::move(data), std::move(source), sampled, shape,
                                             std::move(description));
-}
-
-std::unique_ptr<BatchSource> share_of_rows(std::unique_ptr<BatchSource> source, const Config& config, std::size_t rows,
-                                           bool mask) {
-  if (!splits_rows_for_context_parallel(config)) return source;
-  Config whole = config;
-  whole.context_parallel_split = false;
-  detail::BatchShape shape = batch_shape_of(whole, rows, mask);
-  const ContextParallelShare share{static_cast<std::size_t>(config.context_parallel_size),
-                                   static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
-                                   pads_sequences_for_context_parallel(config)};
-  return std::make_unique<ContextParallelSplitSource>(std::move(source), shape, share);
 }
 
 }  // namespace tokenfeed

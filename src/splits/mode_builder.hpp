@@ -18,6 +18,7 @@
 #include <string>
 
 #include "pipeline/batch_pool.hpp"
+#include "modes/sampled_row_source.hpp"
 #include "pipeline/batch_source.hpp"
 #include "sampling/episode_sampler.hpp"
 #include "splits/dataset_split.hpp"
@@ -26,8 +27,6 @@
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {
-
-class SampledRowSource;
 
 using OpenedSplits = std::map<std::string, std::unique_ptr<DatasetSplit>, std::less<>>;
 
@@ -74,19 +73,16 @@ EpisodeSampler::Settings sampler_settings(const Config& settled, const std::stri
 // block_size / cp (this rank's share).
 detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask);
 
-// The DatasetSplit of the sampling layout that fits `config` (random or equal epochs),
-// over `data` and `source`; `sampled` is `source` when it samples rows by id (a mixture
-// gathers such rows without a plan per row), else null.
-std::unique_ptr<DatasetSplit> split_of_sampling_layout(const std::string& name, const Config& config,
-                                                       std::unique_ptr<SplitData> data,
-                                                       std::unique_ptr<BatchSource> source, SampledRowSource* sampled,
-                                                       const detail::BatchShape& shape,
-                                                       DatasetSplit::Description description);
-
-// With context_parallel_split, `source` (of whole rows) as this rank's share of them,
-// split from whole rows decoded into scratch slots; else `source` itself. Each row's
-// sequences are cut one by one when they are padded for it, else the whole row.
-std::unique_ptr<BatchSource> share_of_rows(std::unique_ptr<BatchSource> source, const Config& config, std::size_t rows,
-                                           bool mask);
+// The DatasetSplit of the sampling layout that fits `config` (random or equal epochs)
+// over `data` and `rows`, a source of whole rows sampled by id (sft_episode, token_stream)
+// whose batches have `shape`. With context_parallel_split the split reads this rank's
+// share of each row, cut from whole rows decoded into scratch slots (each sequence's share
+// when they are padded for it, else the row's); its rows are then not the source's by id,
+// so only without it does the split hand a mixture `rows` (DatasetSplit::sampled_rows).
+std::unique_ptr<DatasetSplit> split_of_sampled_rows(const std::string& name, const Config& config,
+                                                    std::unique_ptr<SplitData> data,
+                                                    std::unique_ptr<SampledRowSource> rows,
+                                                    const detail::BatchShape& shape,
+                                                    DatasetSplit::Description description);
 
 }  // namespace tokenfeed

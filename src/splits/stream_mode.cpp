@@ -56,11 +56,8 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   }
   const auto rows = static_cast<std::size_t>(config.batch_size);
   auto windows = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config));
-  // A mixture gathers the rows by id, unless this rank takes only its context-parallel share.
-  SampledRowSource* sampled = splits_rows_for_context_parallel(config) ? nullptr : windows.get();
-  std::unique_ptr<BatchSource> source = share_of_rows(std::move(windows), config, rows, false);
-  auto split = split_of_sampling_layout(name, config, std::move(data), std::move(source), sampled,
-                                        batch_shape_of(config, rows, false), std::move(description));
+  auto split = split_of_sampled_rows(name, config, std::move(data), std::move(windows),
+                                     batch_shape_of(config, rows, false), std::move(description));
   if (no_window.empty()) {
     split->check_forms_a_batch();
   } else {
