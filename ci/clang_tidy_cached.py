@@ -6,7 +6,8 @@
 A file passes when clang-tidy (checks in .clang-tidy) reports nothing for it. What it
 reads is the file, every header the compiler read for it (the build's own dependency
 record: `ninja -t deps`), its compile command, .clang-tidy and clang-tidy's version; the
-SHA-256 of all of those is its key, and a file that passed is recorded under its key in
+SHA-256 of all of those (paths inside the checkout taken relative to it, so that another
+clone shares the record) is its key, and a file that passed is recorded under its key in
 TOKENFEED_TIDY_CACHE (default ~/.cache/tokenfeed/clang-tidy-passed). A file whose key is
 recorded is not checked again: only what changed, or what includes what changed, is. A
 file the build has no dependency record for is always checked. Only passes are recorded,
@@ -65,6 +66,11 @@ def keys(build_dir, files):
     deps = ninja_deps(build_dir)
     version = subprocess.run(["clang-tidy", "--version"], capture_output=True, text=True).stdout
     config = pathlib.Path(".clang-tidy").read_text() if pathlib.Path(".clang-tidy").exists() else ""
+    # Paths inside the checkout are hashed relative to it, so that a clone elsewhere (CI's)
+    # finds what another clone passed.
+    root = str(pathlib.Path.cwd().resolve())
+    def local(text):
+        return text.replace(root + "/", "").replace(root, ".")
     memo, result = {}, {}
     for f in files:
         entry = commands.get(str(pathlib.Path(f).resolve()))
@@ -72,10 +78,10 @@ def keys(build_dir, files):
         if output not in deps:
             continue
         h = hashlib.sha256()
-        for part in (version, config, entry.get("command") or " ".join(entry.get("arguments", []))):
+        for part in (version, config, local(entry.get("command") or " ".join(entry.get("arguments", [])))):
             h.update(part.encode() + b"\0")
-        for dep in sorted(set(deps[output]) | {str(pathlib.Path(f).resolve())}):
-            h.update(f"{dep}:{file_digest(dep, memo)}\0".encode())
+        for name, dep in sorted((local(d), d) for d in set(deps[output]) | {str(pathlib.Path(f).resolve())}):
+            h.update(f"{name}:{file_digest(dep, memo)}\0".encode())
         result[f] = h.hexdigest()
     return result
 
