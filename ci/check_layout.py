@@ -109,9 +109,10 @@ USER_INTERNAL = {
         "pipeline/batch_pool.hpp", "sampling/numpy_random.hpp"},
     "python/src/chat.cpp": {"chat/conversation_jsonl.hpp"},
     # Rules the core holds, bound instead of rewritten in Python: the staging protocol, the
-    # output check and dtype rule, the mixture's schema (the records a mapping's lists become).
+    # output check and dtype rule, the mixture's and the shape schedule's schemas (the records
+    # a mapping's lists become).
     "python/src/output_dir.cpp": {"io/staging_dir.hpp", "prepare/output_dir.hpp"},
-    "python/src/mixture.cpp": {"config/mixture_schema.hpp"},
+    "python/src/mixture.cpp": {"config/mixture_schema.hpp", "config/shape_schedule_schema.hpp"},
 }
 
 # A public header includes only the standard library (C++20's headers, by name) and other

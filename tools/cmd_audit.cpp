@@ -94,7 +94,8 @@ class AuditSummary {
     last_time_ = event.time;
     last_line_ = event.line;
     const bool changed = event.action == "weights_changed";
-    if (event.action == "dataset_load" || event.action == "stage_start" || changed) {
+    if (event.action == "dataset_load" || event.action == "stage_start" || event.action == "shape_stage_start" ||
+        changed) {
       char head[64];
       std::snprintf(head, sizeof head,
                     "  %-10s line %llu: ", event.action == "dataset_load" ? "load" : (changed ? "weights" : "stage"),

@@ -153,7 +153,7 @@ class TOKENFEED_API Batch {
   std::uint64_t step() const noexcept;            // index of this batch in its split's stream
   std::uint64_t epoch() const noexcept;           // 0 in random mode
   std::uint64_t batch_in_epoch() const noexcept;  // == step in random mode
-  std::size_t rows() const noexcept;              // batch_size
+  std::size_t rows() const noexcept;              // batch_size (the schedule's at this step)
   std::size_t cols() const noexcept;              // block_size
   std::size_t real_rows() const noexcept;         // rows holding an episode; the rest are fill rows
 
@@ -205,6 +205,8 @@ class TOKENFEED_API Batch {
   // Whether `field` may be handed out (false for an invalid Batch); throws Error(usage)
   // naming it when Config::fields did not choose it.
   bool readable(BatchField field) const;
+  // rows() x cols(): how much of each grid buffer of the slot this batch uses.
+  std::size_t cells() const noexcept;
 
   std::shared_ptr<detail::BatchPool> pool_;
   detail::BatchSlot* slot_ = nullptr;

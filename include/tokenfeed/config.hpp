@@ -100,6 +100,22 @@ struct MixtureStage {
   std::vector<std::pair<std::string, std::string>> weights;
 };
 
+// A stage of the shape schedule (docs/schedules.md): <shape_schedule><stage until_step="N"
+// global_batch_size="G"/>...</shape_schedule>, or a dict of Python's shape_schedule list.
+struct ShapeStage {
+  // Where the stage ends, exclusive: at this global step, or at the first step by which the
+  // run has trained this many positions (global_batch_size x block_size per step; rows'
+  // padding included). One of them on every stage but the last, neither on the last.
+  std::optional<std::int64_t> until_step;
+  std::optional<std::int64_t> until_tokens;
+  // Rows per step over the data-parallel ranks; each rank's batch_size is it divided by the
+  // data-parallel size, which must divide it. Absent: batch_size x the data-parallel size.
+  std::optional<std::int64_t> global_batch_size;
+  // Positions per row. Only the block_size key's value is supported (a sequence-length
+  // curriculum is not implemented yet); absent: block_size.
+  std::optional<std::int64_t> block_size;
+};
+
 struct Config {
   // Directory holding train/ and val/ (and dataset_metadata.json). A relative path in
   // an XML file is resolved against that file's directory. Required, unless `mixture` is
@@ -125,6 +141,9 @@ struct Config {
   // data-parallel size), and positions per row. Required, > 0.
   std::int64_t batch_size = 0;
   std::int64_t block_size = 0;
+  // The train split's batch-size schedule (a warmup), stages on the global step axis; empty:
+  // batch_size for ever. Val splits are never scheduled.
+  std::vector<ShapeStage> shape_schedule;
 
   // Return the loss mask (aligned to y), so that the loss covers only the trained positions
   // (the assistant replies of an SFT dataset). Absent ("auto" in XML, the default): on when

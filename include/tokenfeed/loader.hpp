@@ -63,6 +63,12 @@ struct DatasetVocabulary {
 
 // The token ids the loader settled, each by its one rule in the library, so that every
 // front (C++, Python's Loader, `tokenfeed show`) reports the same ids; nullopt for none.
+// The shape of one batch on this rank: rows() x cols() of its grid fields.
+struct StepShape {
+  std::size_t rows = 0;  // batch_size, or the shape_schedule's global_batch_size / data-parallel size
+  std::size_t cols = 0;  // block_size (with context_parallel_split, this rank's share of it)
+};
+
 struct TokenIds {
   // What padding holds: the config's pad_token_id, else dataset_metadata.json's
   // pad_token_id, else its eot_token_id, else its eos_token_id (the SFT modes; token_stream
@@ -158,6 +164,10 @@ class TOKENFEED_API Loader {
   bool has_split(std::string_view split) const noexcept;
   // Throws Error(usage) for a split the dataset does not have.
   SplitInfo split_info(std::string_view split) const;
+  // The shape batch `step` of `split` has on this rank (a train split's shape_schedule says
+  // it; known in advance, for any step). Throws Error(usage) for a split the dataset does
+  // not have.
+  StepShape batch_shape(std::string_view split, std::uint64_t step) const;
   SplitStats split_stats(std::string_view split) const;
   DatasetVocabulary vocabulary() const;
   // The pad, end-of-text, eot and eos ids as the loader settled them (see TokenIds).

@@ -190,6 +190,11 @@ class PyLoader {
     return locked([&](tokenfeed::Loader& l) { return l.split_info(split); });
   }
 
+  std::tuple<std::size_t, std::size_t> batch_shape(std::uint64_t step, const std::string& split) {
+    const tokenfeed::StepShape s = locked([&](tokenfeed::Loader& l) { return l.batch_shape(split, step); });
+    return {s.rows, s.cols};
+  }
+
   nb::dict info(const std::string& split) {
     const tokenfeed::SplitInfo i = split_info(split);
     const tokenfeed::Config c = locked([](tokenfeed::Loader& l) { return l.config(); });
@@ -392,6 +397,9 @@ void bind_facts(nb::class_<PyLoader>& cls) {
       .def(
           "num_windows", [](PyLoader& l, const std::string& split) { return l.split_info(split).windows; },
           "split"_a = "train")
+      .def("batch_shape", &PyLoader::batch_shape, "step"_a, "split"_a = "train",
+           "(rows, cols) of batch `step` of `split` on this rank: batch_size x block_size, or the train split's "
+           "shape_schedule at that step.")
       .def(
           "batches_per_epoch",
           [](PyLoader& l, const std::string& split) { return l.split_info(split).batches_per_epoch; },

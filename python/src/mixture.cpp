@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config/mixture_schema.hpp"
+#include "config/shape_schedule_schema.hpp"
 #include "tokenfeed/error.hpp"
 
 namespace nb = nanobind;
@@ -115,6 +116,14 @@ bool apply_mixture_key(Config& config, std::string_view key, nb::handle value, c
       records.push_back(dict_record(mixture_stage_where(records.size()), item, value_text, "weights"));
     }
     set_mixture_stages(config, records);
+    return true;
+  }
+  if (key == "shape_schedule") {
+    std::vector<ConfigRecord> records;
+    for (nb::handle item : as_list("shape_schedule", value)) {
+      records.push_back(dict_record("shape_schedule stage " + std::to_string(records.size()), item, value_text));
+    }
+    set_shape_schedule(config, records);
     return true;
   }
   return false;

@@ -53,6 +53,17 @@ void AuditTrail::stage_start(const std::string& split, std::size_t stage, std::u
                              {"rank", rank_}});
 }
 
+void AuditTrail::shape_stage_start(const ShapeStageStart& s) {
+  log_.write("shape_stage_start", {{"split", s.split},
+                                   {"stage", std::to_string(s.stage)},
+                                   {"first_step", std::to_string(s.first_step)},
+                                   {"step", std::to_string(s.step)},
+                                   {"global_batch_size", std::to_string(s.global_batch_size)},
+                                   {"rows", std::to_string(s.rows)},
+                                   {"block_size", std::to_string(s.block_size)},
+                                   {"rank", rank_}});
+}
+
 void AuditTrail::rows_balanced(const RowsBalanced& r) {
   log_.write("rows_balanced", {{"split", r.split},
                                {"step", std::to_string(r.step)},

@@ -6,6 +6,8 @@
 //                    the first row of the source's epoch
 //   epoch_complete   the trainer took an epoch's last batch (a source's last row)
 //   stage_start      a mixture's stage of weights began
+//   shape_stage_start  the trainer took the first batch of a shape_schedule stage (and, at
+//                    a start or resume mid-stage, of the stage in force)
 //   weights_changed  the trainer changed a mixture's weights from a step on (written at the
 //                    call, or when a resume state's changes are applied)
 //   rows_balanced    balance_ranks=attention: the rows of a global batch this rank took, and
@@ -69,6 +71,14 @@ class AuditTrail {
 
   // A mixture's stage `stage` began at `step`, with `weights` ("a=3,b=1").
   void stage_start(const std::string& split, std::size_t stage, std::uint64_t step, const std::string& weights);
+  // Shape stage `stage` (from `first_step`) is in force at `step`: `global_batch_size` rows a
+  // step, `rows` of them this rank's, of `block_size` positions.
+  struct ShapeStageStart {
+    std::string split;
+    std::size_t stage = 0;
+    std::uint64_t first_step = 0, step = 0, global_batch_size = 0, rows = 0, block_size = 0;
+  };
+  void shape_stage_start(const ShapeStageStart& s);
   // The trainer changed a mixture's weights (`weights`: "a=3,b=1", the sources it names) from
   // global step `step` on.
   void weights_changed(const std::string& split, std::uint64_t step, const std::string& weights);

@@ -15,6 +15,7 @@
 #include "io/regular_file.hpp"
 #include "config/config_values.hpp"
 #include "config/mixture_schema.hpp"
+#include "config/shape_schedule_schema.hpp"
 #include "launch/launcher_ranks.hpp"
 #include "launch/parallel_layout.hpp"
 #include "tokenfeed/error.hpp"
@@ -426,6 +427,29 @@ void apply_mixture_xml(Config& config, pugi::xml_node mixture, const std::string
   }
 }
 
+// Reads <shape_schedule> into config.shape_schedule (replacing an inherited one): each
+// <stage .../> a record of its attributes; every value is the schema's.
+void apply_shape_schedule_xml(Config& config, pugi::xml_node schedule, const std::string& origin) {
+  std::vector<ConfigRecord> stages;
+  try {
+    if (schedule.first_attribute()) config_error("<shape_schedule> takes no attributes");
+    for (const pugi::xml_node child : schedule.children()) {
+      if (child.type() == pugi::node_comment) continue;
+      if (child.type() != pugi::node_element || std::string_view(child.name()) != "stage" ||
+          child.find_child([](pugi::xml_node n) { return n.type() != pugi::node_comment; })) {
+        config_error(
+            "<shape_schedule> holds only empty <stage .../> elements, found " +
+            (child.type() == pugi::node_element ? "<" + std::string(child.name()) + ">" : std::string("text")));
+      }
+      stages.push_back(attribute_record(child));
+    }
+    if (stages.empty()) config_error("<shape_schedule> has no <stage>");
+    set_shape_schedule(config, stages);
+  } catch (const Error& e) {
+    config_error(origin + ": " + e.what());
+  }
+}
+
 // Applies the <training> element of `xml` (from `origin`, for messages) onto `config`,
 // after applying its `inherits` base. `chain` holds the files being loaded, for cycles.
 void apply_xml(Config& config, std::string_view xml, const std::string& origin, const std::filesystem::path& base_dir,
@@ -485,6 +509,10 @@ void apply_xml(Config& config, std::string_view xml, const std::string& origin, 
     }
     if (key == "mixture") {
       apply_mixture_xml(config, child, origin, base_dir);
+      continue;
+    }
+    if (key == "shape_schedule") {
+      apply_shape_schedule_xml(config, child, origin);
       continue;
     }
     if (child.find_child([](pugi::xml_node n) { return n.type() == pugi::node_element; })) {
@@ -637,6 +665,7 @@ void validate_mode_keys(const Config& c) {
 
 void validate_config(const Config& c) {
   validate_mixture(c);
+  validate_shape_schedule(c);
   if (c.dataset_dir.empty() && c.mixture.empty()) config_error("config key 'dataset_dir' is required");
   require_positive("batch_size", c.batch_size);
   require_positive("block_size", c.block_size);
@@ -722,6 +751,8 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
     }
     entries.emplace_back("stages", stages);
   }
+  if (!config.shape_schedule.empty())
+    entries.emplace_back("shape_schedule", shape_schedule_text(config.shape_schedule));
   return entries;
 }
 

@@ -13,6 +13,7 @@
 #include "launch/parallel_layout.hpp"
 #include "splits/resolved_options.hpp"
 #include "splits/resume_state.hpp"
+#include "splits/shape_plan.hpp"
 #include "splits/single_dataset.hpp"
 #include "splits/split_set.hpp"
 #include "tokenfeed/error.hpp"
@@ -169,6 +170,11 @@ bool Loader::has_split(std::string_view split) const noexcept {
 }
 
 SplitInfo Loader::split_info(std::string_view name) const { return impl_->data->find(name).info(); }
+
+StepShape Loader::batch_shape(std::string_view name, std::uint64_t step) const {
+  const LoaderSplit& split = impl_->data->find(name);
+  return StepShape{batch_rows_at(impl_->config(), split.name(), step), split.shape().cols};
+}
 
 DatasetVocabulary Loader::vocabulary() const { return vocabulary_of(impl_->data->metadata()); }
 

@@ -55,8 +55,8 @@ void copy_field(const std::vector<T>& from, std::vector<T>& to, const std::vecto
 
 void split_for_context_parallel(const detail::BatchSlot& whole, std::size_t whole_cols,
                                 const ContextParallelShare& share, detail::BatchSlot& out) {
-  const std::size_t rows = whole.episode_ids.size();
-  out.begin_batch(whole.step, whole.epoch, whole.batch_in_epoch, whole.real_rows);
+  const std::size_t rows = whole.rows;
+  out.begin_batch(whole.step, whole.epoch, whole.batch_in_epoch, whole.real_rows, rows);
   out.row_in_epoch = whole.row_in_epoch;
   out.next_epoch = whole.next_epoch;
   out.next_row_in_epoch = whole.next_row_in_epoch;

@@ -80,7 +80,7 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
 void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
   const MixturePlan& rows = batch_plan.mode_data_as<MixturePlan>();
   const std::size_t T = shape_.cols;
-  slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size());
+  slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size(), rows.size());
   std::vector<std::unique_ptr<detail::BatchSlot>> scratch;  // sized when a source needs one
   // Hints ahead of the rows, as a single source's decode gives them: the records of the
   // next few rows, the data of the next one.

@@ -140,7 +140,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   const std::size_t rows = slot.episode_ids.size();
   const std::size_t T = options_.block_size;
   const bool context_parallel = options_.sequence_multiple > 1 || options_.split_ranks > 1;
-  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0);  // real rows counted below
+  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0, rows);  // real rows counted below
   slot.row_in_epoch = packed_plan.row_in_epoch;
   slot.next_epoch = packed_plan.next_epoch;
   slot.next_row_in_epoch = packed_plan.next_row_in_epoch;

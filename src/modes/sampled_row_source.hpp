@@ -26,8 +26,8 @@ class SampledRowSource : public BatchSource {
   BatchPlan plan(std::uint64_t step) override { return plan_sampled_batch(orders_.sample(step)); }
   void decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const override {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
-    slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan));
-    const std::size_t rows = slot.episode_ids.size();
+    const auto rows = static_cast<std::size_t>(plan.rows);
+    slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan), rows);
     // Hints run ahead of the rows: the records of the next kRecordsAhead rows, the data of
     // the next one.
     for (std::size_t r = 0; r < std::min(rows, kRecordsAhead); ++r) prefetch_record_id(sampler_.row_episode(plan, r));
@@ -42,7 +42,7 @@ class SampledRowSource : public BatchSource {
   }
   void will_need(const BatchPlan& batch_plan) const noexcept override {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
-    for (std::uint64_t r = 0; r < sampler_.settings().batch_size; ++r) {
+    for (std::uint64_t r = 0; r < plan.rows; ++r) {
       const std::int64_t id = sampler_.row_episode(plan, r);
       if (id >= 0) will_need_id(id);
     }
@@ -51,8 +51,8 @@ class SampledRowSource : public BatchSource {
     decode_id(sampler_.row_episode(batch_plan.mode_data_as<SampledBatch>(), 0), slot, row);
     return true;
   }
-  std::uint64_t batches_in_epoch(std::uint64_t) const override { return sampler_.batches_per_epoch(); }
-  std::uint64_t samples_in_epoch(std::uint64_t) const override { return sampler_.samples_per_epoch(); }
+  std::uint64_t batches_in_epoch(std::uint64_t epoch) const override { return sampler_.batches_in_epoch(epoch); }
+  std::uint64_t samples_in_epoch(std::uint64_t epoch) const override { return sampler_.samples_in_epoch(epoch); }
 
   // The id of row 0 of batch `step` (-1 for a fill row): for a source that a mixture
   // gathers with batch_size 1 and world_size 1, the id of its row `step`. Equal to what

@@ -12,6 +12,7 @@ namespace detail {
 std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
   auto slot = std::make_unique<BatchSlot>();
+  slot->rows = shape.rows;
   slot->x.resize(cells);
   if (!shape.y_is_labels) slot->y.resize(cells);
   slot->episode_ids.resize(shape.rows);
@@ -137,7 +138,7 @@ std::string_view Batch::split() const noexcept { return slot_ ? std::string_view
 std::uint64_t Batch::step() const noexcept { return slot_ ? slot_->step : 0; }
 std::uint64_t Batch::epoch() const noexcept { return slot_ ? slot_->epoch : 0; }
 std::uint64_t Batch::batch_in_epoch() const noexcept { return slot_ ? slot_->batch_in_epoch : 0; }
-std::size_t Batch::rows() const noexcept { return slot_ ? pool_->shape().rows : 0; }
+std::size_t Batch::rows() const noexcept { return slot_ ? slot_->rows : 0; }
 std::size_t Batch::cols() const noexcept { return slot_ ? pool_->shape().cols : 0; }
 std::size_t Batch::real_rows() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_rows) : 0; }
 bool Batch::has_field(BatchField field) const noexcept { return slot_ != nullptr && pool_->shape().chose(field); }
@@ -155,28 +156,38 @@ bool Batch::readable(BatchField field) const {
                                     " to it to read this field");
 }
 
+namespace {
+// The first `n` elements of a slot's buffer (all of it when shorter: an unused, empty one).
+template <typename T>
+std::span<const T> first(const std::vector<T>& buffer, std::size_t n) noexcept {
+  return std::span<const T>(buffer.data(), std::min(n, buffer.size()));
+}
+}  // namespace
+
+// A buffer of rows x cols cells holds this batch's in its first rows() x cols() (fewer rows
+// than the pool's shape under a batch-size schedule).
+std::size_t Batch::cells() const noexcept { return slot_->rows * pool_->shape().cols; }
+
 std::span<const std::int64_t> Batch::x() const {
-  return readable(BatchField::x) ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>();
+  return readable(BatchField::x) ? first(slot_->x, cells()) : std::span<const std::int64_t>();
 }
 std::span<const std::int64_t> Batch::y() const {
   if (!readable(BatchField::y)) return {};
-  return pool_->shape().y_is_labels ? std::span<const std::int64_t>(slot_->labels)
-                                    : std::span<const std::int64_t>(slot_->y);
+  return first(pool_->shape().y_is_labels ? slot_->labels : slot_->y, cells());
 }
 std::span<const float> Batch::mask() const {
   if (!readable(BatchField::mask) || !has_mask()) return {};
-  return pool_->shape().mask_is_weights ? std::span<const float>(slot_->token_weights)
-                                        : std::span<const float>(slot_->mask);
+  return first(pool_->shape().mask_is_weights ? slot_->token_weights : slot_->mask, cells());
 }
 bool Batch::has_mask() const noexcept { return slot_ && pool_->shape().with_mask; }
 std::span<const std::int64_t> Batch::tokens() const {
-  return readable(BatchField::tokens) ? std::span<const std::int64_t>(slot_->x) : std::span<const std::int64_t>();
+  return readable(BatchField::tokens) ? first(slot_->x, cells()) : std::span<const std::int64_t>();
 }
 std::span<const std::int64_t> Batch::labels() const {
-  return readable(BatchField::labels) ? std::span<const std::int64_t>(slot_->labels) : std::span<const std::int64_t>();
+  return readable(BatchField::labels) ? first(slot_->labels, cells()) : std::span<const std::int64_t>();
 }
 std::span<const float> Batch::token_weights() const {
-  return readable(BatchField::token_weights) ? std::span<const float>(slot_->token_weights) : std::span<const float>();
+  return readable(BatchField::token_weights) ? first(slot_->token_weights, cells()) : std::span<const float>();
 }
 std::span<const std::int32_t> Batch::cu_seqlens() const {
   if (!readable(BatchField::cu_seqlens) || slot_->cu_seqlens.empty()) return {};
@@ -195,17 +206,16 @@ std::span<const PackedSegment> Batch::segments() const noexcept {
 }
 std::size_t Batch::real_positions() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_positions) : 0; }
 std::span<const std::int64_t> Batch::episode_ids() const noexcept {
-  return slot_ ? std::span<const std::int64_t>(slot_->episode_ids) : std::span<const std::int64_t>();
+  return slot_ ? first(slot_->episode_ids, slot_->rows) : std::span<const std::int64_t>();
 }
 std::span<const std::int32_t> Batch::doc_ids() const noexcept {
-  return slot_ ? std::span<const std::int32_t>(slot_->doc_ids) : std::span<const std::int32_t>();
+  return slot_ ? first(slot_->doc_ids, cells()) : std::span<const std::int32_t>();
 }
 std::span<const std::int32_t> Batch::position_ids() const {
-  return readable(BatchField::position_ids) ? std::span<const std::int32_t>(slot_->position_ids)
-                                            : std::span<const std::int32_t>();
+  return readable(BatchField::position_ids) ? first(slot_->position_ids, cells()) : std::span<const std::int32_t>();
 }
 std::span<const float> Batch::log_probs() const noexcept {
-  return slot_ && slot_->log_probs_given ? std::span<const float>(slot_->log_probs) : std::span<const float>();
+  return slot_ && slot_->log_probs_given ? first(slot_->log_probs, cells()) : std::span<const float>();
 }
 std::span<const float> Batch::rewards() const noexcept {
   return slot_ && !slot_->rewards.empty() ? std::span<const float>(slot_->rewards.data(), slot_->num_sequences)
@@ -217,7 +227,7 @@ std::span<const std::int64_t> Batch::group_ids() const noexcept {
              : std::span<const std::int64_t>();
 }
 std::span<const std::int32_t> Batch::source_ids() const noexcept {
-  return slot_ ? std::span<const std::int32_t>(slot_->source_ids) : std::span<const std::int32_t>();
+  return slot_ ? first(slot_->source_ids, slot_->rows) : std::span<const std::int32_t>();
 }
 double Batch::wait_us() const noexcept { return slot_ ? slot_->wait_us : 0.0; }
 

@@ -81,10 +81,12 @@ struct BatchSlot {
   std::vector<std::int64_t> group_ids;
   bool log_probs_given = false;  // some group of the batch gave log-probs
 
-  // Starts filling the slot for a batch: its bookkeeping, and empty sequence and segment
-  // lists. Every decoder calls it first.
+  // Starts filling the slot for a batch of `batch_rows` rows (the shape's, or fewer under a
+  // batch-size schedule: the buffers' first rows x cols cells): its bookkeeping, and empty
+  // sequence and segment lists. Every decoder calls it first.
   void begin_batch(std::uint64_t batch_step, std::uint64_t batch_epoch, std::uint64_t index_in_epoch,
-                   std::uint64_t rows_real) noexcept {
+                   std::uint64_t rows_real, std::size_t batch_rows) noexcept {
+    rows = batch_rows;
     step = batch_step;
     epoch = batch_epoch;
     batch_in_epoch = index_in_epoch;
@@ -121,6 +123,7 @@ struct BatchSlot {
   std::uint64_t sequence = 0;  // position in the pipeline's output order (for the sequencer)
   std::uint64_t step = 0, epoch = 0, batch_in_epoch = 0;
   std::uint64_t real_rows = 0;
+  std::size_t rows = 0;  // this batch's rows (begin_batch): at most the shape's
   // Packed mode: the epoch row the batch starts at, and where the next batch starts.
   std::uint64_t row_in_epoch = 0, next_epoch = 0, next_row_in_epoch = 0;
   // Packed mode with balance_ranks: the rows of the global batch this batch holds, and the

@@ -310,7 +310,7 @@ struct GroupBatcher::Impl {
   Batch fill(BatchSlot& slot, const Pull& pull) {
     const std::size_t rows = options.batch_size, T = options.block_size;
     const std::uint64_t step = totals.batches;
-    slot.begin_batch(step, 0, step, 0);
+    slot.begin_batch(step, 0, step, 0, rows);
     slot.log_probs_given = false;
     std::fill(slot.log_probs.begin(), slot.log_probs.end(), 0.0f);
     std::vector<std::size_t> used(rows, 0), trial, where_rows;

@@ -35,6 +35,16 @@ void EpisodeSampler::count_batches() {
   if (settings_.mode == SamplingMode::epoch) {
     batches_per_epoch_ = count_ / global_batch + (!settings_.drop_last && count_ % global_batch != 0 ? 1 : 0);
   }
+  scheduled_.reset();
+  if (settings_.schedule && settings_.mode == SamplingMode::epoch) {
+    short_stage_ = ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last);
+    if (short_stage_) {
+      batches_per_epoch_ = 0;  // some stage never forms a batch: refused as a split too small
+    } else {
+      scheduled_.emplace(*settings_.schedule, count_, settings_.drop_last);
+      batches_per_epoch_ = scheduled_->batches_in_epoch(0);
+    }
+  }
 }
 
 EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
@@ -55,16 +65,27 @@ IdList EpisodeSampler::kept_order(std::uint64_t epoch) const {
 SampledBatch EpisodeSampler::position(std::uint64_t step) const {
   SampledBatch p;
   p.step = step;
+  p.rows = rows_at(step);
   if (settings_.mode == SamplingMode::random) {
     p.batch_in_epoch = step;
+    p.first_row =
+        settings_.schedule ? settings_.schedule->rows_before(step) : step * settings_.batch_size * settings_.world_size;
     return p;
   }
   if (batches_per_epoch_ == 0) {
     throw Error(ErrorKind::config, "split '" + settings_.split + "' has " + std::to_string(count_) +
                                        " samples, fewer than one global batch, with epoch_drop_last=true");
   }
+  if (scheduled_) {
+    const EpochPoint point = scheduled_->at(step);
+    p.epoch = point.epoch;
+    p.batch_in_epoch = point.batch_in_epoch;
+    p.first_row = point.first_row;
+    return p;
+  }
   p.epoch = step / batches_per_epoch_;
   p.batch_in_epoch = step % batches_per_epoch_;
+  p.first_row = p.batch_in_epoch * settings_.batch_size * settings_.world_size;
   return p;
 }
 
@@ -77,21 +98,21 @@ SampledBatch EpisodeSampler::plan(std::uint64_t step) const {
 std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t row) const noexcept {
   if (settings_.mode == SamplingMode::random) {
     // Global row g of the stream, whatever the split of the global batch across ranks.
-    const std::uint64_t g = (plan.step * settings_.world_size + settings_.rank) * settings_.batch_size + row;
+    const std::uint64_t g = plan.first_row + settings_.rank * plan.rows + row;
     const std::uint64_t u = CounterRng(random_key_).uniform(g, count_);
     return static_cast<std::int64_t>(id_at(u));
   }
-  const std::uint64_t position = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size + row;
+  const std::uint64_t position = plan.first_row + settings_.rank * plan.rows + row;
   if (position >= plan.order->size()) return -1;
   return static_cast<std::int64_t>((*plan.order)[position]);
 }
 
 std::uint64_t EpisodeSampler::real_rows(const SampledBatch& plan) const noexcept {
-  if (settings_.mode == SamplingMode::random) return settings_.batch_size;
-  const std::uint64_t first = (plan.batch_in_epoch * settings_.world_size + settings_.rank) * settings_.batch_size;
+  if (settings_.mode == SamplingMode::random) return plan.rows;
+  const std::uint64_t first = plan.first_row + settings_.rank * plan.rows;
   const std::uint64_t n = plan.order->size();
   if (first >= n) return 0;
-  return std::min(settings_.batch_size, n - first);
+  return std::min(plan.rows, n - first);
 }
 
 }  // namespace tokenfeed

@@ -13,6 +13,12 @@
 // only, never on its split across ranks; resuming at step k needs only k, and decoding
 // batches in parallel needs no shared generator.
 //
+// With a shape schedule (Settings::schedule, a batch-size warmup) the global batch B*W is
+// the schedule's at step k and the rows are consumed in sequence (shape_schedule.hpp): in
+// random mode global row g counts the rows of every earlier step, in epoch mode an epoch
+// is taken in global batches of the size in force (its remainder after the last whole one
+// skipped with drop_last), so batch k's first position is a sum over the stages before.
+//
 // The ids need not be episodes: the token-stream mode samples window numbers the same way,
 // and with truncation=split the SFT modes sample piece numbers (DocumentPieces): epoch e's
 // order is then the documents in the order above, each replaced by its pieces in order.
@@ -26,11 +32,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <string>
 #include <vector>
 
 #include "sampling/document_pieces.hpp"
+#include "sampling/shape_schedule.hpp"
 #include "tokenfeed/config.hpp"
 #include "util/id_list.hpp"
 
@@ -45,6 +53,9 @@ struct SampledBatch {
   std::uint64_t step = 0;                   // index of the batch in the split's stream
   std::uint64_t epoch = 0;                  // 0 in random mode
   std::uint64_t batch_in_epoch = 0;         // == step in random mode
+  std::uint64_t first_row = 0;              // the global batch's first position: in the epoch's
+                                            // order, or (random mode) the global row counter
+  std::uint64_t rows = 0;                   // this rank's rows (the batch size in force)
   std::shared_ptr<const EpochOrder> order;  // epoch mode only
 };
 
@@ -59,6 +70,9 @@ class EpisodeSampler {
     std::uint64_t world_size = 1;
     std::uint64_t rank = 0;
     std::string split;  // keys the random-mode generator
+    // The global batch at each step (a batch-size warmup), each stage's a multiple of
+    // world_size; null: batch_size x world_size at every step.
+    std::shared_ptr<const ShapeSchedule> schedule;
   };
 
   // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global
@@ -86,12 +100,27 @@ class EpisodeSampler {
   const DocumentPieces* pieces() const noexcept { return pieces_.get(); }
 
   // Batches per epoch (epoch mode; 0 when not even one fits); 0 in random mode, which has
-  // no epochs.
+  // no epochs. With a shape schedule, epoch 0's.
   std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
+  // Batches in epoch `epoch`: batches_per_epoch(), or with a shape schedule that epoch's.
+  std::uint64_t batches_in_epoch(std::uint64_t epoch) const {
+    return scheduled_ ? scheduled_->batches_in_epoch(epoch) : batches_per_epoch_;
+  }
   // Ids an epoch delivers over all ranks: all of them, or fewer when drop_last skips a
   // remainder. 0 in random mode.
   std::uint64_t samples_per_epoch() const noexcept {
     return std::min(count_, batches_per_epoch_ * settings_.batch_size * settings_.world_size);
+  }
+  // The same for epoch `epoch` (with a shape schedule, the remainder differs by epoch).
+  std::uint64_t samples_in_epoch(std::uint64_t epoch) const {
+    return scheduled_ ? scheduled_->samples_in_epoch(epoch) : samples_per_epoch();
+  }
+  // The first shape-schedule stage whose global batch exceeds the ids with drop_last (epoch
+  // mode): no batch forms there. nullopt without a schedule or when every stage forms one.
+  std::optional<std::size_t> short_stage() const noexcept { return short_stage_; }
+  // This rank's rows at `step`: batch_size, or the schedule's global batch / world_size.
+  std::uint64_t rows_at(std::uint64_t step) const noexcept {
+    return settings_.schedule ? settings_.schedule->global_batch_at(step) / settings_.world_size : settings_.batch_size;
   }
 
   // Batch `step`'s epoch and place in it, without the order. Throws Error(config) in
@@ -123,6 +152,9 @@ class EpisodeSampler {
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t random_key_ = 0;
+  // Epoch mode with a shape schedule that forms batches: where each step stands.
+  std::optional<ScheduledEpochs> scheduled_;
+  std::optional<std::size_t> short_stage_;  // the first schedule stage that forms no batch
 
   // batches_per_epoch_ from count_ and the settings.
   void count_batches();  // throws Error(config) when batch_size x world_size overflows

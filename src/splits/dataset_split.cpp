@@ -46,6 +46,15 @@ void DatasetSplit::refuse_batches(const std::string& why, ErrorKind kind) {
 void DatasetSplit::check_forms_a_batch() {
   const std::string what = short_of_a_batch();
   if (what.empty()) return;
+  const EpisodeSampler& sampler = *data_->sampler;
+  if (const auto stage = sampler.short_stage(); stage && sampler.size() > 0) {
+    refuse_batches("split '" + name() + "' of '" + config_.dataset_dir.string() + "' has " + what +
+                       ", fewer than the global batch of shape_schedule stage " + std::to_string(*stage) + " (" +
+                       std::to_string(sampler.settings().schedule->stages()[*stage].global_batch) +
+                       " rows) with epoch_drop_last=true; set epoch_drop_last=false or a smaller global_batch_size",
+                   ErrorKind::config);
+    return;
+  }
   refuse_batches(
       "split '" + name() + "' of '" + config_.dataset_dir.string() + "' has " + what +
           ", fewer than one global batch (batch_size x world_size = " + std::to_string(global_batch_size(config_)) +
@@ -55,6 +64,7 @@ void DatasetSplit::check_forms_a_batch() {
 }
 
 void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
+  announce_shape_stage(slot, audit);
   if (!slot.global_rows.empty()) {
     const std::vector<std::uint64_t> rows(slot.global_rows.begin(), slot.global_rows.end());
     audit.rows_balanced(
@@ -71,6 +81,22 @@ void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
     audit.epoch_complete(description_.unit, name(), epoch, epoch_seed_text(config_.epoch_seed, epoch),
                          source_->samples_in_epoch(epoch), units);
   }
+}
+
+void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrail& audit) {
+  const ShapeSchedule* schedule = data_->sampler->settings().schedule.get();
+  if (schedule == nullptr) return;
+  const auto& stages = schedule->stages();
+  const ShapeSchedule::Stage& stage = schedule->stage_at(slot.step);
+  const auto index = static_cast<std::size_t>(&stage - stages.data());
+  if (announced_stage_ == index && slot.step != stage.first_step) return;
+  announced_stage_ = index;
+  audit.shape_stage_start({name(), index, stage.first_step, slot.step, stage.global_batch, slot.rows,
+                           static_cast<std::uint64_t>(config_.block_size)});
+  log_line(LogLevel::info,
+           "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) + " from step " +
+               std::to_string(slot.step) + ": global_batch_size=" + std::to_string(stage.global_batch) +
+               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(config_.block_size));
 }
 
 void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {
@@ -135,8 +161,10 @@ std::optional<DatasetSplit::EpochStep> EqualEpochsSplit::advance(const detail::B
 }
 
 SplitPosition EqualEpochsSplit::resolve(const SplitPosition& saved) const {
-  const std::uint64_t per_epoch = source_->batches_in_epoch(0);
-  const SplitPosition resolved{saved.step, saved.step / per_epoch, saved.step % per_epoch, 0};
+  // The sampler's arithmetic (epochs of batches_in_epoch(0) batches, or a batch-size
+  // schedule's walk), which its plans follow.
+  const SampledBatch at = data_->sampler->position(saved.step);
+  const SplitPosition resolved{saved.step, at.epoch, at.batch_in_epoch, 0};
   check_epoch_seed(name(), config_, resolved.epoch);
   return check_follows_from_step(name(), saved, resolved);
 }

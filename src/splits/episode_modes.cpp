@@ -4,6 +4,7 @@
 #include <system_error>
 #include <utility>
 
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -72,7 +73,7 @@ std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& se
                                  " tokens=" + std::to_string(episodes.total_tokens()) +
                                  " shards=" + std::to_string(episodes.shards().size()) +
                                  " dtype=" + to_string(episodes.token_dtype()) + " mask=" + bool_text(mask);
-  const detail::BatchShape shape = batch_shape_of(config, static_cast<std::size_t>(config.batch_size), mask);
+  const detail::BatchShape shape = batch_shape_of(config, largest_batch_rows(config, name), mask);
   std::unique_ptr<DatasetSplit> split = split_over(settled, name, std::move(data), shape, std::move(description));
   split->check_forms_a_batch();
   log_line(LogLevel::debug, debug_line);

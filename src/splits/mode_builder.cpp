@@ -5,6 +5,7 @@
 #include "modes/context_parallel_split.hpp"
 #include "splits/episode_modes.hpp"
 #include "splits/packed_mode.hpp"
+#include "splits/shape_plan.hpp"
 #include "splits/stream_mode.hpp"
 
 namespace tokenfeed {
@@ -41,6 +42,15 @@ OrderFields order_fields(const Config& config) {
   fields["dataset_mode"] = to_string(config.dataset_mode);
   fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
+  // The train split's batch sizes by step, only when scheduled: a config without one keeps
+  // its fingerprint.
+  if (const auto schedule = shape_schedule_of(config, "train")) {
+    std::string stages;
+    for (const ShapeSchedule::Stage& s : schedule->stages()) {
+      stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
+    }
+    fields["shape_schedule"] = stages;
+  }
   fields["epoch_seed"] = std::to_string(config.epoch_seed);
   fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);
@@ -65,6 +75,7 @@ EpisodeSampler::Settings sampler_settings(const Config& config, const std::strin
   settings.world_size = data_parallel_size(config);
   settings.rank = data_parallel_rank(config);
   settings.split = split;
+  settings.schedule = shape_schedule_of(config, split);
   return settings;
 }
 

@@ -12,6 +12,7 @@
 #include "audit/audit_trail.hpp"
 #include "launch/launcher_ranks.hpp"
 #include "launch/parallel_layout.hpp"
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -106,6 +107,10 @@ ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
   if (config.batch_size <= 0) config.batch_size = 1;
   if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
   validate_config(config);
+  if (!config.shape_schedule.empty()) {
+    throw Error(ErrorKind::config,
+                "an RL prompt source takes no shape_schedule: its batches are the groups the trainer scores");
+  }
   check_dataset_dir(config);
   ResolvedOptions r;
   settle_ranks(config, r);
@@ -207,6 +212,12 @@ ResolvedOptions resolve_options(Config config) {
                                        "' holds a token stream (dataset_mode=token_stream, detected): remove the key");
   }
   if (!c.batch_sampling_mode) c.batch_sampling_mode = r.episode_mode() ? SamplingMode::epoch : SamplingMode::random;
+  if (r.packed_mode() && !c.shape_schedule.empty()) {
+    throw Error(ErrorKind::config,
+                "a shape_schedule is not supported with dataset_mode=sft_packed yet (sft_episode and token_stream "
+                "take one): remove it or train with a fixed batch_size");
+  }
+  (void)shape_schedule_of(c, "train");  // its stages checked against the data-parallel size now
   if (r.packed_mode() && *c.batch_sampling_mode != SamplingMode::epoch) {
     throw Error(ErrorKind::config,
                 "dataset_mode=sft_packed packs each epoch's episode order into rows; it needs "

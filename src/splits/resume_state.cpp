@@ -1,13 +1,17 @@
 #include "splits/resume_state.hpp"
 
 #include <charconv>
+#include <iterator>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "splits/resolved_options.hpp"
+#include "splits/shape_plan.hpp"
 
 #include "tokenfeed/error.hpp"
+#include "tokenfeed/log.hpp"
 #include "util/bounded_json.hpp"
 
 namespace tokenfeed {
@@ -146,6 +150,10 @@ std::string explain_field(const std::string& key, const std::string& was, const 
     return "global_batch_size (batch_size x the data-parallel size) is " + was + " in the state but " + is +
            " here: " + global_batch_fix(was, config);
   }
+  if (key == "shape_schedule") {
+    return "the shape_schedule (stage first steps and global batch sizes) is '" + was + "' in the state but '" + is +
+           "' here, and they differ at or before the state's step: a schedule may change only after it";
+  }
   if (key.rfind("content.", 0) == 0 && was == "(absent)") {
     return "the state records no content hash of the '" + key.substr(8) +
            "' split (a tokenfeed before content hashing saved it): its order cannot be checked against this "
@@ -194,11 +202,86 @@ std::string explain_mismatch(const ResumeState& state, const OrderFields& order,
   return out.empty() ? "the fingerprint differs but no order field does" : out;
 }
 
+// The global batch at each stage start of an order's train schedule: its shape_schedule
+// field ("FIRST:G FIRST:G ..."), or without one "0:global_batch_size".
+std::map<std::uint64_t, std::uint64_t> schedule_points(const OrderFields& order) {
+  std::map<std::uint64_t, std::uint64_t> points;
+  const auto schedule = order.find("shape_schedule");
+  const auto global = order.find("global_batch_size");
+  std::string text =
+      schedule != order.end() ? schedule->second : "0:" + (global != order.end() ? global->second : std::string("0"));
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find(' ', at), text.size());
+    const std::string_view stage(text.data() + at, end - at);
+    const std::size_t colon = stage.find(':');
+    std::uint64_t first = 0, rows = 0;
+    if (colon == std::string_view::npos ||
+        std::from_chars(stage.data(), stage.data() + colon, first).ec != std::errc() ||
+        std::from_chars(stage.data() + colon + 1, stage.data() + stage.size(), rows).ec != std::errc()) {
+      return {};  // not a schedule this loader wrote: never taken as agreeing
+    }
+    points[first] = rows;
+    at = end + 1;
+  }
+  return points;
+}
+
+// The global batch at `step` of a schedule's points.
+std::uint64_t batch_at(const std::map<std::uint64_t, std::uint64_t>& points, std::uint64_t step) {
+  auto it = points.upper_bound(step);
+  return it == points.begin() ? 0 : std::prev(it)->second;
+}
+
+// Whether the state and this loader differ only in the train schedule's batch sizes after
+// the state's train step: every step the state's run took had the same global batch under
+// both, so the position carries over (a run extends its schedule).
+bool differs_only_after(const ResumeState& state, const OrderFields& order) {
+  if (state.order.empty()) return false;
+  // Some schedule field must differ: a fingerprint that differs while every field agrees
+  // is not this (a foreign or damaged state).
+  const auto field = [](const OrderFields& fields, const char* key) {
+    const auto it = fields.find(key);
+    return it == fields.end() ? std::string("(absent)") : it->second;
+  };
+  if (field(state.order, "shape_schedule") == field(order, "shape_schedule") &&
+      field(state.order, "global_batch_size") == field(order, "global_batch_size")) {
+    return false;
+  }
+  for (const auto& [key, value] : order) {
+    const auto theirs = state.order.find(key);
+    if (key != "shape_schedule" && key != "global_batch_size" &&
+        (theirs == state.order.end() || theirs->second != value))
+      return false;
+  }
+  for (const auto& [key, value] : state.order) {
+    if (key != "shape_schedule" && key != "global_batch_size" && order.find(key) == order.end()) return false;
+  }
+  const auto train = state.splits.find("train");
+  if (train == state.splits.end()) return false;
+  const std::uint64_t saved = train->second.step;
+  const auto was = schedule_points(state.order), is = schedule_points(order);
+  if (was.empty() || is.empty()) return false;
+  // Piecewise constant: equal at every stage start before the saved step, equal on the
+  // steps taken.
+  for (const auto& points : {was, is}) {
+    for (const auto& [first, rows] : points) {
+      if (first < saved && batch_at(was, first) != batch_at(is, first)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void check_state_matches(const ResumeState& state, const std::string& fingerprint, const OrderFields& order,
                          const Config& config) {
-  if (state.fingerprint != fingerprint) {
+  if (state.fingerprint != fingerprint && differs_only_after(state, order)) {
+    log_line(LogLevel::info, "[tokenfeed] resume: the shape_schedule differs from the state's only after its step " +
+                                 std::to_string(state.splits.at("train").step) +
+                                 " (the batches so far had the same sizes): accepted, the run continues on this "
+                                 "loader's schedule");
+  } else if (state.fingerprint != fingerprint) {
     throw Error(ErrorKind::state, "resume state belongs to another dataset or sampling config (state fingerprint " +
                                       state.fingerprint + ", this loader " + fingerprint +
                                       "): " + explain_mismatch(state, order, config));
@@ -215,7 +298,8 @@ void check_resume_step(const std::string& name, const SplitPosition& saved, cons
   if (saved.step > kMaxResumeStep) {
     refuse(name, "step=" + std::to_string(saved.step) + " is beyond any run (at most 2^53 batches)");
   }
-  const std::uint64_t rows_per_step = global_batch_size(config);
+  // The largest global batch of the split's schedule bounds every step's.
+  const std::uint64_t rows_per_step = largest_batch_rows(config, name) * data_parallel_size(config);
   if (saved.step > (std::uint64_t{1} << 62) / rows_per_step) {
     refuse(name, "step=" + std::to_string(saved.step) + " times batch_size * world_size overflows the sample counter");
   }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -54,7 +55,7 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
                 std::to_string(stream.total_tokens()) +
                 " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
   }
-  const auto rows = static_cast<std::size_t>(config.batch_size);
+  const std::size_t rows = largest_batch_rows(config, name);
   auto windows = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config));
   auto split = split_of_sampled_rows(name, config, std::move(data), std::move(windows),
                                      batch_shape_of(config, rows, false), std::move(description));

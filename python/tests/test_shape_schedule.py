@@ -1,0 +1,58 @@
+"""Batch-size schedules from Python: the dict config's `shape_schedule` read by the same
+schema as the XML's, each batch's shape and loader.batch_shape(step), the rows equal to the
+unscheduled stream of single rows consumed in sequence, and exact resume."""
+import numpy as np
+import pytest
+
+import tokenfeed
+
+from conftest import base_keys
+
+SCHEDULE = [{"until_step": 3, "global_batch_size": 2}, {"until_tokens": 1000, "global_batch_size": 6}, {}]
+
+
+def test_a_warmup_takes_the_stream_in_sequence(stream_dir):
+    # token_stream's default random windows: global row g is the same draw at any batch size.
+    single = tokenfeed.Loader(base_keys(stream_dir, batch_size=1))
+    singles = [b.tokens[0].copy() for b in single.iter(steps=60)]
+    loader = tokenfeed.Loader(base_keys(stream_dir, shape_schedule=SCHEDULE))
+    # 3 steps of 2 rows (384 positions), then 6 rows (384 a step) until 1000 positions are
+    # trained: 384 + 2 x 384 = 1152 at step 5; then batch_size 4.
+    expected_rows = [2, 2, 2, 6, 6, 4, 4]
+    rows = []
+    for step, b in enumerate(loader.iter(steps=len(expected_rows))):
+        assert b.shape == (expected_rows[step], 64) == loader.batch_shape(step)
+        assert b.tokens.shape == b.labels.shape == (b.rows, 64)
+        rows.extend(b.tokens[r].copy() for r in range(b.rows))
+    assert len(rows) == sum(expected_rows)
+    for got, want in zip(rows, singles):
+        np.testing.assert_array_equal(got, want)
+    assert loader.config["shape_schedule"] == (
+        "until_step=3:global_batch_size=2 until_tokens=1000:global_batch_size=6 end")
+
+
+def test_resume_inside_and_across_stages(sft_dir):
+    keys = base_keys(sft_dir, shape_schedule=SCHEDULE)
+    whole = [b.episode_ids.copy() for b in tokenfeed.Loader(keys).iter(steps=8)]
+    for at in (2, 3, 5):
+        first = tokenfeed.Loader(keys)
+        for _ in first.iter(steps=at):
+            pass
+        state = first.state_dict()
+        resumed = tokenfeed.Loader(keys)
+        resumed.load_state_dict(state)
+        for got, want in zip(resumed.iter(steps=8 - at), whole[at:]):
+            np.testing.assert_array_equal(got.episode_ids, want)
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ([{"until_step": 3, "rows": 4}, {}], "shape_schedule stage 0: unknown key 'rows'"),
+    ([{"until_step": 3, "global_batch_size": 0}, {}], "shape_schedule stage 0: config key 'global_batch_size' must be > 0"),
+    ([{"global_batch_size": 8}, {"global_batch_size": 4}], "shape_schedule stage 0 has no until_step"),
+    ([{"until_step": 3, "block_size": 128}, {}], "changing the sequence length during a run is not supported yet"),
+    ([{"until_step": "soon"}, {}], "shape_schedule stage 0: config key 'until_step'"),
+    ("until_step=3", "shape_schedule"),
+])
+def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
+    with pytest.raises(tokenfeed.ConfigError, match=message):
+        tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))

@@ -1,0 +1,139 @@
+#include "sampling/shape_schedule.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "util/checked_math.hpp"
+
+namespace tokenfeed {
+
+ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
+  std::uint64_t first = 0;
+  std::uint64_t rows = 0;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    stages_.push_back(Stage{first, given[i].end_step, given[i].global_batch, rows});
+    if (!given[i].end_step) break;
+    const std::uint64_t steps = *given[i].end_step - first;
+    rows = checked_sum(rows,
+                       checked_product(steps, given[i].global_batch,
+                                       "shape_schedule stage " + std::to_string(i) + ": its steps x global_batch_size"),
+                       "the rows before shape_schedule stage " + std::to_string(i + 1));
+    first = *given[i].end_step;
+  }
+}
+
+ShapeSchedule ShapeSchedule::constant(std::uint64_t global_batch) {
+  return ShapeSchedule({Given{std::nullopt, global_batch}});
+}
+
+const ShapeSchedule::Stage& ShapeSchedule::stage_at(std::uint64_t step) const noexcept {
+  // The last stage whose first step is <= step (stages are few: a linear scan).
+  std::size_t i = 0;
+  while (i + 1 < stages_.size() && stages_[i + 1].first_step <= step) ++i;
+  return stages_[i];
+}
+
+std::uint64_t ShapeSchedule::rows_before(std::uint64_t step) const {
+  const Stage& stage = stage_at(step);
+  return checked_sum(stage.rows_before,
+                     checked_product(step - stage.first_step, stage.global_batch, "step x global_batch_size"),
+                     "the rows before step " + std::to_string(step));
+}
+
+std::uint64_t ShapeSchedule::largest_global_batch() const noexcept {
+  std::uint64_t largest = 0;
+  for (const Stage& s : stages_) largest = std::max(largest, s.global_batch);
+  return largest;
+}
+
+// ---- ScheduledEpochs ----
+
+ScheduledEpochs::ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last)
+    : schedule_(std::move(schedule)), samples_(samples), drop_last_(drop_last) {
+  const auto& stages = schedule_.stages();
+  origins_.reserve(stages.size());
+  origins_.push_back(origin_at(EpochPoint{0, 0, 0, stages[0].global_batch}));
+  for (std::size_t i = 1; i < stages.size(); ++i) {
+    // Just after the previous stage's last batch, before deciding whether its epoch goes on:
+    // that is the new size's to say (a remainder too small for the old size may hold a
+    // batch of the new one).
+    const EpochPoint last = walk(origins_.back(), stages[i].first_step - stages[i - 1].first_step - 1);
+    origins_.push_back(origin_at(
+        EpochPoint{last.epoch, last.batch_in_epoch + 1, last.first_row + last.global_batch, stages[i].global_batch}));
+  }
+}
+
+std::optional<std::size_t> ScheduledEpochs::first_stage_short(const ShapeSchedule& schedule, std::uint64_t samples,
+                                                              bool drop_last) noexcept {
+  const auto& stages = schedule.stages();
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (samples == 0 || (drop_last && stages[i].global_batch > samples)) return i;
+  }
+  return std::nullopt;
+}
+
+std::uint64_t ScheduledEpochs::batches_from(std::uint64_t offset, std::uint64_t global_batch) const noexcept {
+  if (offset >= samples_) return 0;
+  const std::uint64_t left = samples_ - offset;
+  return left / global_batch + (!drop_last_ && left % global_batch != 0 ? 1 : 0);
+}
+
+std::uint64_t ScheduledEpochs::batches_per_epoch(std::uint64_t global_batch) const noexcept {
+  return batches_from(0, global_batch);
+}
+
+ScheduledEpochs::Origin ScheduledEpochs::origin_at(const EpochPoint& point) const noexcept {
+  return Origin{point, batches_from(point.first_row, point.global_batch)};
+}
+
+EpochPoint ScheduledEpochs::walk(const Origin& origin, std::uint64_t steps) const noexcept {
+  const EpochPoint& o = origin.point;
+  if (steps < origin.left_in_epoch) {
+    return EpochPoint{o.epoch, o.batch_in_epoch + steps, o.first_row + steps * o.global_batch, o.global_batch};
+  }
+  // The rest of the origin's epoch, then whole epochs of `per` batches.
+  const std::uint64_t after = steps - origin.left_in_epoch;
+  const std::uint64_t per = batches_per_epoch(o.global_batch);
+  if (per == 0) return o;  // excluded by the constructor's precondition
+  const std::uint64_t in_epoch = after % per;
+  return EpochPoint{o.epoch + 1 + after / per, in_epoch, in_epoch * o.global_batch, o.global_batch};
+}
+
+EpochPoint ScheduledEpochs::at(std::uint64_t step) const {
+  const auto& stages = schedule_.stages();
+  std::size_t i = 0;
+  while (i + 1 < stages.size() && stages[i + 1].first_step <= step) ++i;
+  return walk(origins_[i], step - stages[i].first_step);
+}
+
+std::uint64_t ScheduledEpochs::first_step_of(std::uint64_t epoch) const {
+  const auto& stages = schedule_.stages();
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const Origin& origin = origins_[i];
+    const EpochPoint& o = origin.point;
+    if (epoch < o.epoch) break;  // started in an earlier stage: not reached in order
+    std::uint64_t step = 0;
+    if (epoch == o.epoch) {
+      if (o.batch_in_epoch != 0 || o.first_row != 0) continue;  // it started before this stage
+      step = stages[i].first_step;
+    } else {
+      const std::uint64_t per = batches_per_epoch(o.global_batch);
+      step = checked_sum(stages[i].first_step + origin.left_in_epoch,
+                         checked_product(epoch - o.epoch - 1, per, "epoch x batches per epoch"),
+                         "the first step of epoch " + std::to_string(epoch));
+    }
+    if (!stages[i].end_step || step < *stages[i].end_step) return step;
+  }
+  // Every epoch starts somewhere (the last stage lasts for ever): only an epoch that began
+  // before stage i while i's origin is later can reach here, which the walk excludes.
+  return 0;
+}
+
+std::uint64_t ScheduledEpochs::samples_in_epoch(std::uint64_t epoch) const {
+  if (!drop_last_) return samples_;
+  const EpochPoint last = at(first_step_of(epoch + 1) - 1);
+  return std::min(samples_, last.first_row + last.global_batch);
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,103 @@
+// ShapeSchedule: the global batch size in force at each step of a split's stream (a
+// batch-size warmup, config key shape_schedule), and where a stream consumed in sequence
+// stands at any step when its batches change size.
+//
+// The data is consumed in the same order whatever the shape: global batch k takes the
+// rows that follow batch k-1's, so global row counters and epoch offsets are sums of the
+// sizes before. Every stage's end is known in advance, so each position is pure
+// arithmetic over the stages (O(stages)), and resuming at a step needs only the step.
+//
+// Epoch rule (ScheduledEpochs): an epoch of N samples is consumed from its offset o in
+// global batches of the size then in force; with drop_last a remainder smaller than the
+// size in force ends the epoch (it is skipped), without it the last batch of the epoch
+// takes the remainder and is completed with fill rows. A batch never spans two epochs.
+//
+// Thread-safety: immutable after construction; every member may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace tokenfeed {
+
+class ShapeSchedule {
+ public:
+  struct Stage {
+    std::uint64_t first_step = 0;
+    std::optional<std::uint64_t> end_step;  // exclusive; absent on the last stage
+    std::uint64_t global_batch = 1;         // rows per step over the data-parallel ranks
+    std::uint64_t rows_before = 0;          // global rows the steps before first_step took
+  };
+  // A stage as given: where it ends (absent on the last) and its global batch size.
+  struct Given {
+    std::optional<std::uint64_t> end_step;
+    std::uint64_t global_batch = 1;
+  };
+
+  // REQUIRES: `given` is non-empty, every end but the last's present and increasing, the
+  // last's absent, every global batch > 0. Throws Error(config) when the rows before a
+  // stage overflow 64 bits.
+  explicit ShapeSchedule(const std::vector<Given>& given);
+  // One stage of `global_batch` rows for ever.
+  static ShapeSchedule constant(std::uint64_t global_batch);
+
+  const std::vector<Stage>& stages() const noexcept { return stages_; }
+  // The stage in force at `step`.
+  const Stage& stage_at(std::uint64_t step) const noexcept;
+  std::uint64_t global_batch_at(std::uint64_t step) const noexcept { return stage_at(step).global_batch; }
+  // Global rows the steps before `step` took. Throws Error(config) on overflow.
+  std::uint64_t rows_before(std::uint64_t step) const;
+  // The largest global batch of any stage.
+  std::uint64_t largest_global_batch() const noexcept;
+
+ private:
+  std::vector<Stage> stages_;
+};
+
+// Where global batch `step` stands in its epoch.
+struct EpochPoint {
+  std::uint64_t epoch = 0;
+  std::uint64_t batch_in_epoch = 0;
+  std::uint64_t first_row = 0;     // the global batch's first position in the epoch's order
+  std::uint64_t global_batch = 1;  // rows of the global batch (fill rows included)
+};
+
+class ScheduledEpochs {
+ public:
+  // An epoch of `samples` ids consumed under `schedule`. REQUIRES: with drop_last, every
+  // stage's global batch <= samples (else no epoch ever ends; check with fits()).
+  ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last);
+
+  // The first stage (by index) whose global batch exceeds the samples with drop_last, or
+  // nullopt when every stage forms a batch.
+  static std::optional<std::size_t> first_stage_short(const ShapeSchedule& schedule, std::uint64_t samples,
+                                                      bool drop_last) noexcept;
+
+  const ShapeSchedule& schedule() const noexcept { return schedule_; }
+  EpochPoint at(std::uint64_t step) const;
+  // The step at which epoch `epoch` starts.
+  std::uint64_t first_step_of(std::uint64_t epoch) const;
+  std::uint64_t batches_in_epoch(std::uint64_t epoch) const { return first_step_of(epoch + 1) - first_step_of(epoch); }
+  // Ids epoch `epoch` delivers over all ranks (fill rows aside; the drop_last remainder
+  // skipped).
+  std::uint64_t samples_in_epoch(std::uint64_t epoch) const;
+
+ private:
+  // Where each stage starts, and how many batches are left of the epoch there.
+  struct Origin {
+    EpochPoint point;
+    std::uint64_t left_in_epoch = 0;
+  };
+  ShapeSchedule schedule_;
+  std::uint64_t samples_;
+  bool drop_last_;
+  std::vector<Origin> origins_;  // one per stage
+
+  std::uint64_t batches_per_epoch(std::uint64_t global_batch) const noexcept;
+  std::uint64_t batches_from(std::uint64_t offset, std::uint64_t global_batch) const noexcept;
+  EpochPoint walk(const Origin& origin, std::uint64_t steps) const noexcept;
+  Origin origin_at(const EpochPoint& point) const noexcept;
+};
+
+}  // namespace tokenfeed

@@ -1,0 +1,87 @@
+#include "splits/shape_plan.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "splits/resolved_options.hpp"
+#include "util/checked_math.hpp"
+
+namespace tokenfeed {
+namespace {
+
+// How messages name stage `index` (config/stage_list's wording, which splits/ cannot include).
+std::string stage_where(std::size_t index) { return "shape_schedule stage " + std::to_string(index); }
+
+// Stage `index`'s first step after which `until_tokens` positions are trained, from the
+// positions trained before it; Error(config) when they already are.
+std::uint64_t end_by_tokens(std::size_t index, std::uint64_t first_step, std::uint64_t tokens_before,
+                            std::uint64_t tokens_per_step, std::uint64_t until_tokens) {
+  if (until_tokens <= tokens_before) {
+    throw Error(ErrorKind::config, stage_where(index) + ": until_tokens=" + std::to_string(until_tokens) +
+                                       " is reached before the stage starts (" + std::to_string(tokens_before) +
+                                       " positions by step " + std::to_string(first_step) + ")");
+  }
+  const std::uint64_t left = until_tokens - tokens_before;
+  return checked_sum(first_step, left / tokens_per_step + (left % tokens_per_step != 0 ? 1 : 0),
+                     stage_where(index) + ": its end step");
+}
+
+}  // namespace
+
+std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split) {
+  if (split != "train" || settled.shape_schedule.empty()) return nullptr;
+  const std::uint64_t dp = data_parallel_size(settled);
+  const std::uint64_t block = static_cast<std::uint64_t>(settled.block_size);
+  std::vector<ShapeSchedule::Given> given;
+  std::uint64_t first = 0, tokens = 0;
+  for (std::size_t i = 0; i < settled.shape_schedule.size(); ++i) {
+    const ShapeStage& stage = settled.shape_schedule[i];
+    const std::string where = stage_where(i);
+    const std::uint64_t global =
+        stage.global_batch_size ? static_cast<std::uint64_t>(*stage.global_batch_size) : global_batch_size(settled);
+    if (global % dp != 0) {
+      throw Error(ErrorKind::config, where + ": global_batch_size=" + std::to_string(global) +
+                                         " is not a multiple of the data-parallel size " + std::to_string(dp) +
+                                         " (each rank takes global_batch_size / data-parallel size rows)");
+    }
+    // The same bound as batch_size x block_size's (validate_config): cu_seqlens are int32.
+    const std::uint64_t rows = global / dp;
+    if (rows > (std::uint64_t{1} << 24) || rows * block >= (std::uint64_t{1} << 31)) {
+      throw Error(ErrorKind::config, where + ": " + std::to_string(rows) + " rows per rank x block_size " +
+                                         std::to_string(block) +
+                                         " exceed the supported batch size of 2^31 - 1 positions");
+    }
+    const std::uint64_t per_step = checked_product(global, block, where + ": global_batch_size x block_size");
+    std::optional<std::uint64_t> end;
+    if (stage.until_tokens) {
+      end = end_by_tokens(i, first, tokens, per_step, static_cast<std::uint64_t>(*stage.until_tokens));
+    } else if (stage.until_step) {
+      end = static_cast<std::uint64_t>(*stage.until_step);
+      if (*end <= first) {
+        throw Error(ErrorKind::config, where + ": until_step=" + std::to_string(*end) + " must be greater than " +
+                                           std::to_string(first) + " (the stage's first step)");
+      }
+    }
+    given.push_back(ShapeSchedule::Given{end, global});
+    if (!end) break;
+    tokens = checked_sum(tokens, checked_product(*end - first, per_step, where + ": its positions"),
+                         "the positions before " + stage_where(i + 1));
+    first = *end;
+  }
+  return std::make_shared<const ShapeSchedule>(given);
+}
+
+std::size_t largest_batch_rows(const Config& settled, std::string_view split) {
+  const auto schedule = shape_schedule_of(settled, split);
+  if (!schedule) return static_cast<std::size_t>(settled.batch_size);
+  return static_cast<std::size_t>(schedule->largest_global_batch() / data_parallel_size(settled));
+}
+
+std::size_t batch_rows_at(const Config& settled, std::string_view split, std::uint64_t step) {
+  const auto schedule = shape_schedule_of(settled, split);
+  if (!schedule) return static_cast<std::size_t>(settled.batch_size);
+  return static_cast<std::size_t>(schedule->global_batch_at(step) / data_parallel_size(settled));
+}
+
+}  // namespace tokenfeed

@@ -1,0 +1,30 @@
+// The train split's batch shape at each step: the config's shape_schedule (a batch-size
+// warmup) settled against the data-parallel size, with its until_tokens ends turned into
+// steps. Val splits are never scheduled.
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "sampling/shape_schedule.hpp"
+#include "tokenfeed/config.hpp"
+
+namespace tokenfeed {
+
+// The schedule of split `split` (null for val, and without a shape_schedule). Throws
+// Error(config) naming the stage: a global_batch_size the data-parallel size does not
+// divide, an until_tokens reached before its stage starts, an end not after the previous.
+// REQUIRES: `settled` passed validate_config and its data-parallel size is known.
+std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split);
+
+// The most rows a batch of `split` has on this rank (the batch buffers' size): batch_size,
+// or the schedule's largest global batch / the data-parallel size.
+std::size_t largest_batch_rows(const Config& settled, std::string_view split);
+
+// This rank's rows at global step `step` of `split`.
+std::size_t batch_rows_at(const Config& settled, std::string_view split, std::uint64_t step);
+
+}  // namespace tokenfeed

@@ -1,0 +1,353 @@
+// Batch-size schedules (config key shape_schedule): the arithmetic of a stream consumed in
+// sequence by batches of changing size, checked against a step-by-step simulation written
+// here, and the loader's batches against the unscheduled loader's stream of single rows
+// (the epoch order, or the random draws, in sequence): nothing skipped, nothing repeated,
+// across ranks, resumes and a change of the data-parallel size.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "sampling/shape_schedule.hpp"
+#include "test_support.hpp"
+#include "tokenfeed/config.hpp"
+#include "tokenfeed/error.hpp"
+#include "tokenfeed/loader.hpp"
+
+using namespace tokenfeed;
+using namespace tokenfeed::test;
+
+namespace {
+
+// ---- The arithmetic against a simulation ----
+
+struct Simulated {
+  std::uint64_t epoch, batch_in_epoch, first_row, global_batch;
+};
+
+// Consumes epochs of `samples` step by step: a batch that would run past the epoch's end
+// (drop_last) or starts at it ends the epoch first.
+std::vector<Simulated> simulate(const std::vector<ShapeSchedule::Given>& given, std::uint64_t samples, bool drop_last,
+                                std::uint64_t steps) {
+  std::vector<Simulated> out;
+  std::uint64_t epoch = 0, batch = 0, offset = 0, stage = 0;
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    while (given[stage].end_step && step >= *given[stage].end_step) ++stage;
+    const std::uint64_t g = given[stage].global_batch;
+    if (offset >= samples || (drop_last && offset + g > samples)) {
+      ++epoch;
+      batch = 0;
+      offset = 0;
+    }
+    out.push_back({epoch, batch, offset, g});
+    ++batch;
+    offset += g;
+  }
+  return out;
+}
+
+void check_against_simulation(const std::vector<ShapeSchedule::Given>& given, std::uint64_t samples, bool drop_last) {
+  std::string stages;
+  for (const auto& g : given)
+    stages += (g.end_step ? std::to_string(*g.end_step) : "end") + ":" + std::to_string(g.global_batch) + " ";
+  CAPTURE(stages);
+  CAPTURE(samples);
+  CAPTURE(drop_last);
+  const ShapeSchedule schedule(given);
+  const ScheduledEpochs epochs(schedule, samples, drop_last);
+  const std::vector<Simulated> expected = simulate(given, samples, drop_last, 200);
+  std::map<std::uint64_t, std::uint64_t> first_step, batches, seen;
+  std::uint64_t rows = 0;
+  for (std::uint64_t step = 0; step < expected.size(); ++step) {
+    const EpochPoint p = epochs.at(step);
+    const Simulated& e = expected[step];
+    CAPTURE(step);
+    CHECK(p.epoch == e.epoch);
+    CHECK(p.batch_in_epoch == e.batch_in_epoch);
+    CHECK(p.first_row == e.first_row);
+    CHECK(p.global_batch == e.global_batch);
+    CHECK(schedule.rows_before(step) == rows);
+    rows += e.global_batch;
+    if (e.batch_in_epoch == 0) first_step[e.epoch] = step;
+    ++batches[e.epoch];
+    seen[e.epoch] = std::min(samples, e.first_row + e.global_batch);
+  }
+  const std::uint64_t complete = expected.back().epoch;  // epochs before it are whole
+  for (std::uint64_t epoch = 0; epoch < complete; ++epoch) {
+    CAPTURE(epoch);
+    CHECK(epochs.first_step_of(epoch) == first_step[epoch]);
+    CHECK(epochs.batches_in_epoch(epoch) == batches[epoch]);
+    CHECK(epochs.samples_in_epoch(epoch) == (drop_last ? seen[epoch] : samples));
+  }
+}
+
+TEST_CASE("shape schedule arithmetic: positions, epoch starts and lengths equal a step-by-step simulation") {
+  using G = ShapeSchedule::Given;
+  for (const bool drop_last : {true, false}) {
+    CAPTURE(drop_last);
+    check_against_simulation({G{std::nullopt, 4}}, 10, drop_last);
+    check_against_simulation({G{3, 2}, G{7, 4}, G{std::nullopt, 8}}, 37, drop_last);
+    check_against_simulation({G{1, 8}, G{2, 1}, G{50, 3}, G{std::nullopt, 5}}, 23, drop_last);
+    // A boundary exactly at an epoch's end, and one whose new size leaves a remainder.
+    check_against_simulation({G{5, 4}, G{9, 6}, G{std::nullopt, 2}}, 20, drop_last);
+    check_against_simulation({G{2, 7}, G{std::nullopt, 1}}, 7, drop_last);
+  }
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<G> given;
+    std::uint64_t end = 0;
+    const int stages = 1 + static_cast<int>(rng() % 5);
+    const std::uint64_t samples = 8 + rng() % 60;
+    for (int s = 0; s < stages; ++s) {
+      end += 1 + rng() % 25;
+      given.push_back(G{s + 1 < stages ? std::optional<std::uint64_t>(end) : std::nullopt, 1 + rng() % 8});
+    }
+    check_against_simulation(given, samples, (rng() & 1) != 0);
+  }
+  CHECK(ScheduledEpochs::first_stage_short(ShapeSchedule({G{3, 4}, G{std::nullopt, 12}}), 10, true) == 1);
+  CHECK(!ScheduledEpochs::first_stage_short(ShapeSchedule({G{3, 4}, G{std::nullopt, 12}}), 10, false));
+}
+
+// ---- The loader ----
+
+struct Dataset {
+  TempDir dir;
+  Dataset() {
+    std::mt19937 rng(3);
+    std::vector<TestEpisode> episodes(45);
+    for (std::size_t id = 0; id < episodes.size(); ++id) {
+      const std::size_t n = 2 + rng() % 30;
+      for (std::size_t p = 0; p < n; ++p) episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
+    }
+    write_split(dir.path(), "train", episodes, TokenDtype::uint32, false, 2);
+  }
+};
+
+std::vector<ShapeStage> three_stages() {
+  // Global batches 4, 8, 12 (multiples of 1, 2 and 4 ranks): 3 steps, 4 steps, then for ever.
+  return {ShapeStage{3, std::nullopt, 4, std::nullopt}, ShapeStage{7, std::nullopt, 8, std::nullopt},
+          ShapeStage{std::nullopt, std::nullopt, 12, std::nullopt}};
+}
+
+Config config_of(const Dataset& data, SamplingMode sampling, bool drop_last, std::int64_t world, std::int64_t rank,
+                 bool scheduled = true) {
+  Config c = make_config(data.dir.path(), 1, 16);
+  c.dataset_mode = DatasetMode::sft_episode;
+  c.batch_sampling_mode = sampling;
+  c.epoch_drop_last = drop_last;
+  c.token_dtype = TokenDtype::uint32;
+  c.use_loss_mask = false;
+  c.world_size = world;
+  c.rank = rank;
+  c.decode_threads = 1;
+  c.prefetch_depth = 3;
+  if (scheduled) c.shape_schedule = three_stages();
+  return c;
+}
+
+// One row of a batch: its episode and tokens.
+struct Row {
+  std::int64_t id = 0;
+  std::vector<std::int64_t> tokens;
+  bool operator==(const Row&) const = default;
+};
+
+// The rows of the next `steps` steps over `ranks` (rank order within a step), each batch's
+// shape checked against batch_shape().
+std::vector<Row> take(std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps) {
+  std::vector<Row> rows;
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    for (auto& loader : ranks) {
+      Batch b = loader->get_batch();
+      const StepShape shape = loader->batch_shape("train", b.step());
+      REQUIRE(b.rows() == shape.rows);
+      REQUIRE(b.cols() == shape.cols);
+      REQUIRE(b.tokens().size() == b.rows() * b.cols());
+      REQUIRE(b.episode_ids().size() == b.rows());
+      for (std::size_t r = 0; r < b.rows(); ++r) {
+        const auto from = b.tokens().begin() + static_cast<std::ptrdiff_t>(r * b.cols());
+        rows.push_back(
+            Row{b.episode_ids()[r], std::vector<std::int64_t>(from, from + static_cast<std::ptrdiff_t>(b.cols()))});
+      }
+    }
+  }
+  return rows;
+}
+
+std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, SamplingMode sampling, bool drop_last,
+                                                std::int64_t world) {
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (std::int64_t r = 0; r < world; ++r) {
+    ranks.push_back(std::make_unique<Loader>(config_of(data, sampling, drop_last, world, r)));
+  }
+  return ranks;
+}
+
+// The unscheduled stream of single rows: in epoch mode each epoch's order (drop_last=false
+// at batch 1 keeps every id), in random mode the draws of global rows 0, 1, ...
+std::vector<std::vector<Row>> single_rows(const Dataset& data, SamplingMode sampling, std::uint64_t rows) {
+  Config c = config_of(data, sampling, false, 1, 0, false);
+  Loader loader(c);
+  std::vector<std::vector<Row>> epochs(1);
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    Batch b = loader.get_batch();
+    if (sampling == SamplingMode::epoch && b.epoch() + 1 > epochs.size()) epochs.resize(b.epoch() + 1);
+    epochs[sampling == SamplingMode::epoch ? b.epoch() : 0].push_back(
+        Row{b.episode_ids()[0], std::vector<std::int64_t>(b.tokens().begin(), b.tokens().end())});
+  }
+  return epochs;
+}
+
+// What the scheduled run of `steps` steps must give: the single rows consumed in sequence,
+// an epoch's remainder smaller than the batch in force skipped (drop_last) or completed with
+// fill rows (id -1, pad tokens).
+std::vector<Row> expected_stream(const Dataset& data, SamplingMode sampling, bool drop_last, std::uint64_t steps) {
+  const std::vector<ShapeStage> stages = three_stages();
+  const auto size_at = [&](std::uint64_t step) {
+    for (const ShapeStage& s : stages) {
+      if (!s.until_step || step < static_cast<std::uint64_t>(*s.until_step))
+        return static_cast<std::size_t>(*s.global_batch_size);
+    }
+    return std::size_t{0};
+  };
+  const auto single = single_rows(data, sampling, 400);
+  std::vector<Row> out;
+  std::size_t epoch = 0, offset = 0;
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    const std::size_t g = size_at(step);
+    const std::vector<Row>& order = single[epoch];
+    if (sampling == SamplingMode::epoch && (offset >= order.size() || (drop_last && offset + g > order.size()))) {
+      ++epoch;
+      offset = 0;
+    }
+    for (std::size_t i = 0; i < g; ++i, ++offset) {
+      const std::vector<Row>& in = single[epoch];
+      out.push_back(offset < in.size() ? in[offset] : Row{-1, std::vector<std::int64_t>(16, 0)});
+    }
+  }
+  return out;
+}
+
+TEST_CASE("shape schedule: the batches of a 3-stage warmup are the stream consumed in sequence, on 1, 2 and 4 ranks" *
+          doctest::timeout(120)) {
+  for (const SamplingMode sampling : {SamplingMode::epoch, SamplingMode::random}) {
+    for (const bool drop_last : {true, false}) {
+      CAPTURE(static_cast<int>(sampling));
+      CAPTURE(drop_last);
+      const Dataset data;
+      const std::vector<Row> expected = expected_stream(data, sampling, drop_last, 20);
+      for (const std::int64_t world : {1, 2, 4}) {
+        CAPTURE(world);
+        auto ranks = open_ranks(data, sampling, drop_last, world);
+        CHECK(take(ranks, 20) == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("shape schedule: a resume at every step of a 3-stage schedule, and from 2 to 4 ranks, continues the run" *
+          doctest::timeout(120)) {
+  const Dataset data;
+  for (const SamplingMode sampling : {SamplingMode::epoch, SamplingMode::random}) {
+    CAPTURE(static_cast<int>(sampling));
+    const std::vector<Row> whole = expected_stream(data, sampling, true, 14);
+    std::size_t rows_before = 0;
+    for (std::uint64_t at = 0; at < 12; ++at) {
+      CAPTURE(at);
+      auto first = open_ranks(data, sampling, true, 2);
+      (void)take(first, at);
+      const std::string state = first[0]->save_state();
+      CHECK(first[1]->save_state() == state);
+      // Elastic: the same global batches on 4 ranks (every stage's is a multiple of 4).
+      for (const std::int64_t world : {2, 4}) {
+        CAPTURE(world);
+        auto resumed = open_ranks(data, sampling, true, world);
+        for (auto& loader : resumed) loader->load_state(state);
+        const std::vector<Row> rest = take(resumed, 14 - at);
+        CHECK(rest == std::vector<Row>(whole.begin() + static_cast<std::ptrdiff_t>(rows_before), whole.end()));
+      }
+      rows_before += static_cast<std::size_t>(first[0]->batch_shape("train", at).rows * 2);
+    }
+  }
+}
+
+TEST_CASE("shape schedule: its config from XML, its checks naming the stage, and the fingerprint covering it") {
+  const Dataset data;
+  const std::string xml =
+      "<training><dataset_dir>" + data.dir.path().string() +
+      "</dataset_dir><batch_size>2</batch_size><block_size>16</block_size><pad_token_id>0</"
+      "pad_token_id><token_dtype>uint32</token_dtype>"
+      "<shape_schedule><stage until_step=\"3\" global_batch_size=\"4\"/>"
+      "<!-- tokens: 8 rows x 16 = 128 a step --><stage until_tokens=\"600\" global_batch_size=\"8\"/>"
+      "<stage/></shape_schedule></training>";
+  const Config parsed = parse_config_xml(xml, ".");
+  REQUIRE(parsed.shape_schedule.size() == 3);
+  CHECK(parsed.shape_schedule[1].until_tokens == 600);
+  Config c = parsed;
+  c.use_loss_mask = false;
+  c.audit_log_dir.clear();
+  Loader loader(c);
+  // Stage 0: steps 0-2 of 4 rows (192 positions); stage 1 ends at the first step by which
+  // 600 are trained: 192 + 4 x 128 = 704 >= 600 at step 7; then batch_size 2 again.
+  CHECK(loader.batch_shape("train", 2).rows == 4);
+  CHECK(loader.batch_shape("train", 3).rows == 8);
+  CHECK(loader.batch_shape("train", 6).rows == 8);
+  CHECK(loader.batch_shape("train", 7).rows == 2);
+  CHECK(loader.config().shape_schedule.size() == 3);
+
+  // A state at step 4 (inside stage 1): a schedule that changes a step taken is refused
+  // naming the field, one that changes only later steps accepted (a run extends its
+  // schedule), and its next batches are the state's.
+  for (int i = 0; i < 4; ++i) (void)loader.get_batch();
+  const std::string state = loader.save_state();
+  Config other = c;
+  other.shape_schedule[0].global_batch_size = 6;
+  CHECK(Loader(other).fingerprint() != loader.fingerprint());
+  CHECK(error_of([&] { Loader(other).load_state(state); }, ErrorKind::state).find("shape_schedule") !=
+        std::string::npos);
+  Config later = c;
+  later.shape_schedule[2].global_batch_size = 4;
+  later.shape_schedule[1].until_tokens = 1000;  // stage 1 now ends at step 10
+  Loader extended(later);
+  CHECK(extended.fingerprint() != loader.fingerprint());
+  extended.load_state(state);
+  for (int step = 4; step < 7; ++step) {
+    const Batch want = loader.get_batch();
+    const Batch got = extended.get_batch();
+    CHECK(got.step() == want.step());
+    CHECK(std::vector<std::int64_t>(got.episode_ids().begin(), got.episode_ids().end()) ==
+          std::vector<std::int64_t>(want.episode_ids().begin(), want.episode_ids().end()));
+  }
+  CHECK(extended.batch_shape("train", 9).rows == 8);
+  CHECK(extended.batch_shape("train", 10).rows == 4);
+
+  Config odd = c;
+  odd.world_size = 2;
+  odd.rank = 0;
+  odd.shape_schedule[1].global_batch_size = 7;
+  CHECK(error_of([&] { Loader{odd}; })
+            .find("shape_schedule stage 1: global_batch_size=7 is not a multiple of the "
+                  "data-parallel size 2") != std::string::npos);
+  Config longer = c;
+  longer.shape_schedule[1].block_size = 32;
+  CHECK(error_of([&] { Loader{longer}; }).find("shape_schedule stage 1: block_size=32 differs") != std::string::npos);
+  Config early = c;
+  early.shape_schedule[1].until_tokens = 100;
+  CHECK(error_of([&] { Loader{early}; }).find("until_tokens=100 is reached before the stage starts") !=
+        std::string::npos);
+  Config big = c;
+  big.shape_schedule[2].global_batch_size = 64;
+  CHECK(error_of([&] { Loader{big}; }).find("fewer than the global batch of shape_schedule stage 2") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          parse_config_xml("<training><shape_schedule><stage until_step=\"3\" rows=\"4\"/></shape_schedule></training>",
+                           ".");
+        }).find("shape_schedule stage 0: unknown key 'rows'") != std::string::npos);
+  Config packed = c;
+  packed.dataset_mode = DatasetMode::sft_packed;
+  CHECK(error_of([&] { Loader{packed}; }).find("not supported with dataset_mode=sft_packed") != std::string::npos);
+}
+
+}  // namespace
