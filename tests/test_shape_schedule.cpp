@@ -345,9 +345,44 @@ TEST_CASE("shape schedule: its config from XML, its checks naming the stage, and
           parse_config_xml("<training><shape_schedule><stage until_step=\"3\" rows=\"4\"/></shape_schedule></training>",
                            ".");
         }).find("shape_schedule stage 0: unknown key 'rows'") != std::string::npos);
-  Config packed = c;
-  packed.dataset_mode = DatasetMode::sft_packed;
-  CHECK(error_of([&] { Loader{packed}; }).find("not supported with dataset_mode=sft_packed") != std::string::npos);
+}
+
+// sft_packed: the packed rows of the epochs in sequence (batches continue into the next
+// epoch), whatever the size of the step.
+std::vector<std::unique_ptr<Loader>> open_packed(const Dataset& data, std::int64_t batch, std::int64_t world,
+                                                 bool scheduled) {
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (std::int64_t r = 0; r < world; ++r) {
+    Config c = config_of(data, SamplingMode::epoch, true, world, r, scheduled);
+    c.dataset_mode = DatasetMode::sft_packed;
+    c.block_size = 32;
+    c.batch_size = batch;
+    ranks.push_back(std::make_unique<Loader>(c));
+  }
+  return ranks;
+}
+
+TEST_CASE("shape schedule: sft_packed takes its packed rows in sequence, on 1, 2 and 4 ranks and across resumes" *
+          doctest::timeout(120)) {
+  const Dataset data;
+  auto single = open_packed(data, 1, 1, false);
+  const std::vector<Row> rows = take(single, 190);  // 3 x 4 + 4 x 8 + 12 x 12 = 188 rows in 19 steps
+  for (const std::int64_t world : {1, 2, 4}) {
+    CAPTURE(world);
+    auto ranks = open_packed(data, 1, world, true);
+    CHECK(take(ranks, 19) == std::vector<Row>(rows.begin(), rows.begin() + 188));
+  }
+  for (const std::uint64_t at : {2u, 3u, 6u, 9u}) {
+    CAPTURE(at);
+    auto first = open_packed(data, 1, 2, true);
+    (void)take(first, at);
+    const std::string state = first[0]->save_state();
+    auto resumed = open_packed(data, 1, 4, true);
+    for (auto& loader : resumed) loader->load_state(state);
+    const std::size_t before = at <= 3 ? at * 4 : at <= 7 ? 12 + (at - 3) * 8 : 44 + (at - 7) * 12;
+    CHECK(take(resumed, 19 - at) == std::vector<Row>(rows.begin() + static_cast<std::ptrdiff_t>(before),
+                                                     rows.begin() + 188));
+  }
 }
 
 }  // namespace

@@ -54,9 +54,13 @@ std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
 
 std::uint64_t PackedBatchSource::batches_in_epoch_at(const SplitPosition& at) const {
   const std::uint64_t rows = packing(at.epoch)->rows();
-  const std::uint64_t global = options_.batch_size * options_.world_size;
+  const std::uint64_t global = global_batch_at(at.step);
   const std::uint64_t left = rows > at.row_in_epoch ? rows - at.row_in_epoch : 0;
   return at.batch_in_epoch + (left + global - 1) / global;
+}
+
+std::uint64_t PackedBatchSource::global_batch_at(std::uint64_t step) const noexcept {
+  return options_.schedule ? options_.schedule->global_batch_at(step) : options_.batch_size * options_.world_size;
 }
 
 std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const { return packing(epoch)->episodes.size(); }
@@ -80,7 +84,8 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   packed_plan->row_in_epoch = next_.row_in_epoch;
   // Take the global batch's rows from the stream of epochs: all of them with drop_last
   // (continuing into the next epochs as needed), else up to the end of this epoch.
-  std::uint64_t need = options_.batch_size * options_.world_size;
+  std::uint64_t need = global_batch_at(step);
+  packed_plan->rank_rows = need / options_.world_size;
   std::uint64_t epoch = next_.epoch, row = next_.row_in_epoch;
   while (need > 0) {
     auto packed = packing(epoch);
@@ -110,7 +115,7 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
 }
 
 void PackedBatchSource::balance(PackedPlan& plan) const {
-  const std::uint64_t B = options_.batch_size, W = options_.world_size;
+  const std::uint64_t B = plan.rank_rows, W = options_.world_size;
   // Each row's attention cost, Σ n² over its episodes; fill rows (past the runs) cost 0.
   std::vector<std::uint64_t> costs(B * W, 0);
   std::size_t g = 0;
@@ -137,7 +142,7 @@ void PackedBatchSource::balance(PackedPlan& plan) const {
 void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
   const BatchPlan& plan = batch_plan;
   const PackedPlan& packed_plan = batch_plan.mode_data_as<PackedPlan>();
-  const std::size_t rows = slot.episode_ids.size();
+  const auto rows = static_cast<std::size_t>(packed_plan.rank_rows);
   const std::size_t T = options_.block_size;
   const bool context_parallel = options_.sequence_multiple > 1 || options_.split_ranks > 1;
   slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0, rows);  // real rows counted below
@@ -154,7 +159,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   std::uint64_t run_start = 0;  // the batch row where packed_plan.runs[run] starts
   for (std::size_t r = 0; r < rows; ++r) {
     const std::uint64_t batch_row =
-        packed_plan.rows.empty() ? options_.rank * options_.batch_size + r : packed_plan.rows[r];
+        packed_plan.rows.empty() ? options_.rank * rows + r : packed_plan.rows[r];
     while (run < packed_plan.runs.size() && batch_row >= run_start + packed_plan.runs[run].rows) {
       run_start += packed_plan.runs[run].rows;
       ++run;

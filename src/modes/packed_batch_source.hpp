@@ -35,6 +35,7 @@
 #include "pipeline/recent_cache.hpp"
 #include "pipeline/stream_position.hpp"
 #include "sampling/episode_packer.hpp"
+#include "sampling/shape_schedule.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/epoch_orders.hpp"
 #include "util/thread_annotations.hpp"
@@ -58,6 +59,7 @@ struct PackedPlan {
   // (balance_rows), and the ranks' attention costs under the plain slicing and balanced.
   // Empty: rank r's rows are [r * B, (r + 1) * B).
   std::vector<std::uint32_t> rows;
+  std::uint64_t rank_rows = 0;  // this rank's rows at this step (batch_size, or the schedule's)
   std::uint64_t sliced_max = 0, balanced_max = 0;
   double mean = 0;
 };
@@ -84,6 +86,9 @@ class PackedBatchSource final : public BatchSource {
     // balance_ranks=attention: the global batch's rows go to the ranks by balance_rows
     // over their attention costs (sampling/rank_balance.hpp) instead of in slices.
     bool balance_attention = false;
+    // A batch-size schedule: the global batch of each step (a multiple of world_size);
+    // null: batch_size x world_size.
+    std::shared_ptr<const ShapeSchedule> schedule;
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
@@ -109,6 +114,8 @@ class PackedBatchSource final : public BatchSource {
   std::shared_ptr<const PackedEpoch> packing(std::uint64_t epoch) const;
 
  private:
+  // Rows of the global batch at `step`: the schedule's, or batch_size x world_size.
+  std::uint64_t global_batch_at(std::uint64_t step) const noexcept;
   const EpisodeSplit& split_;
   const EpisodeWindows& windows_;
   const EpochOrders& orders_;

@@ -6,6 +6,7 @@
 
 #include "splits/resolved_options.hpp"
 #include "splits/resume_state.hpp"
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
@@ -221,7 +222,9 @@ std::string PackedEpochsSplit::short_of_a_batch() const {
   // Packed batches continue into the next epoch, so they always form; a split whose epoch
   // does not fill one global batch would repeat episodes within a batch.
   const std::uint64_t rows = packed_.packing(0)->rows();
-  if (!config_.epoch_drop_last || rows >= global_batch_size(config_)) return {};
+  // The largest global batch of a schedule must fit as well.
+  const std::uint64_t largest = largest_batch_rows(config_, name()) * data_parallel_size(config_);
+  if (!config_.epoch_drop_last || rows >= largest) return {};
   return std::to_string(data_->sampler->kept_size()) + " kept episodes that pack into " + std::to_string(rows) +
          " rows";
 }

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "splits/shape_plan.hpp"
+
 namespace tokenfeed {
 
 void PackedModeBuilder::add_order_fields(const Config& settled, OrderFields& fields) const {
@@ -21,6 +23,7 @@ EpisodeSampler::Settings PackedModeBuilder::order_settings(const Config& settled
   order.world_size = 1;
   order.rank = 0;
   order.drop_last = false;
+  order.schedule = nullptr;  // the packed rows are scheduled (packing_options), not the order
   return order;
 }
 
@@ -38,6 +41,7 @@ PackedBatchSource::Options PackedModeBuilder::packing_options(const Config& sett
   packing.with_mask = with_mask;
   packing.sequence_multiple = context_parallel_multiple(settled);
   packing.balance_attention = settled.balance_ranks == RankBalance::attention;
+  packing.schedule = shape_schedule_of(settled, split);
   if (splits_rows_for_context_parallel(settled)) {
     packing.split_ranks = static_cast<std::size_t>(settled.context_parallel_size);
     packing.split_rank = static_cast<std::size_t>(settled.context_parallel_rank.value_or(0));

@@ -212,11 +212,6 @@ ResolvedOptions resolve_options(Config config) {
                                        "' holds a token stream (dataset_mode=token_stream, detected): remove the key");
   }
   if (!c.batch_sampling_mode) c.batch_sampling_mode = r.episode_mode() ? SamplingMode::epoch : SamplingMode::random;
-  if (r.packed_mode() && !c.shape_schedule.empty()) {
-    throw Error(ErrorKind::config,
-                "a shape_schedule is not supported with dataset_mode=sft_packed yet (sft_episode and token_stream "
-                "take one): remove it or train with a fixed batch_size");
-  }
   (void)shape_schedule_of(c, "train");  // its stages checked against the data-parallel size now
   if (r.packed_mode() && *c.batch_sampling_mode != SamplingMode::epoch) {
     throw Error(ErrorKind::config,
