@@ -9,6 +9,7 @@
 // over the repeats).
 //
 //   bench_shape_schedule --config schedule.xml [--steps 600] [--us-per-row 20] [--repeats 5]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -31,6 +32,7 @@ struct StageWaits {
   std::size_t rows = 0;
   std::vector<double> first_us;  // per repeat
   std::vector<double> median_us;  // per repeat: the stage's other batches
+  std::vector<double> p90_us;     // per repeat: the same, 90th percentile
 };
 
 // One run: get_batch's wall time of every step, and each step's rows.
@@ -57,6 +59,8 @@ void run_once(const Config& c, long steps, double us_per_row, std::map<std::uint
     std::vector<double> rest(waits.begin() + static_cast<std::ptrdiff_t>(begin) + 1,
                              waits.begin() + static_cast<std::ptrdiff_t>(s));
     stage.median_us.push_back(rest.empty() ? 0.0 : perf::median(rest));
+    std::sort(rest.begin(), rest.end());
+    stage.p90_us.push_back(rest.empty() ? 0.0 : nearest_rank(rest, 0.9));
     begin = s;
   }
 }
@@ -81,11 +85,12 @@ int main(int argc, char** argv) {
   for (long r = 0; r < repeats; ++r) run_once(c, steps, us_per_row, stages);
   std::printf("%ld steps x %ld repeats, trainer step %.0f us per row; get_batch wall time, medians over repeats:\n",
               steps, repeats, us_per_row);
-  std::printf("%10s %6s %14s %16s %8s\n", "first_step", "rows", "first batch us", "stage median us", "ratio");
+  std::printf("%10s %6s %14s %16s %13s %8s\n", "first_step", "rows", "first batch us", "stage median us",
+              "stage p90 us", "ratio");
   for (auto& [first, stage] : stages) {
     const double f = perf::median(stage.first_us), m = perf::median(stage.median_us);
-    std::printf("%10llu %6zu %14.1f %16.1f %8.2f\n", static_cast<unsigned long long>(first), stage.rows, f, m,
-                m > 0 ? f / m : 0.0);
+    std::printf("%10llu %6zu %14.1f %16.1f %13.1f %8.2f\n", static_cast<unsigned long long>(first), stage.rows, f, m,
+                perf::median(stage.p90_us), m > 0 ? f / m : 0.0);
   }
   return 0;
 }
