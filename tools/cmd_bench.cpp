@@ -2,7 +2,7 @@
 // a fixed amount of CPU per step, and reports how fast batches came and how long the
 // trainer's thread waited for them.
 //
-// Figures: batches/s, tokens/s (batch_size x block_size positions per batch) and real
+// Figures: batches/s, tokens/s (rows x block_size positions per batch) and real
 // tokens/s (positions holding episode or window tokens), get_batch latency on the
 // consumer's thread (p50, p99, max, mean, in microseconds), the fraction of steps that
 // waited for data (get_batch found no batch ready and waited over 50 us: Batch::wait_us),
@@ -174,6 +174,7 @@ struct Measured {
   std::vector<double> latency_us;  // sorted
   double mean_us = 0;
   unsigned long long real_tokens = 0;
+  double positions = 0;  // rows x block_size of each measured batch (a shape_schedule varies the rows)
   measure::CpuUse cpu;  // over the measured steps
   WaitLog waits;
   explicit Measured(long batches) : waits(batches) {}
@@ -200,6 +201,7 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
     const double waited = b.wait_us();
     if (waited > kStallUs) m.waits.wait(i, waited);
     m.real_tokens += b.real_positions();
+    m.positions += static_cast<double>(b.rows()) * static_cast<double>(loader.config().block_size);
     measure::read_fields(b, o.reads);
     b.release();
     spin_for(o.consumer_us);
@@ -218,7 +220,6 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
   const Config& c = loader.config();
   const SplitStats stats = loader.split_stats(o.split);
   const double n = static_cast<double>(o.batches);
-  const double positions = static_cast<double>(c.batch_size * c.block_size);
   const double slow_calls = static_cast<double>(
       std::count_if(m.latency_us.begin(), m.latency_us.end(), [](double us) { return us > kStallUs; }));
   nlohmann::json j;
@@ -234,7 +235,7 @@ nlohmann::json result_json(const BenchOptions& o, const Loader& loader, const Me
   j["reads"] = measure::to_string(o.reads);
   j["seconds"] = m.seconds;
   j["batches_per_s"] = n / m.seconds;
-  j["tokens_per_s"] = n * positions / m.seconds;
+  j["tokens_per_s"] = m.positions / m.seconds;
   j["real_tokens_per_s"] = static_cast<double>(m.real_tokens) / m.seconds;
   j["get_batch_us"] = {{"p50", nearest_rank(m.latency_us, 0.50)},
                        {"p99", nearest_rank(m.latency_us, 0.99)},

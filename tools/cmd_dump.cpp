@@ -100,6 +100,11 @@ void dump(const DumpOptions& o) {
   fs::create_directories(o.out, ec);
   if (ec) throw Error(ErrorKind::io, "cannot create output directory '" + o.out + "': " + ec.message());
   const auto n = static_cast<std::uint64_t>(o.batches);
+  if (!c.shape_schedule.empty() && o.split == "train") {
+    throw Error(ErrorKind::usage,
+                "dump writes arrays of --batches x batch_size rows, and the config's shape_schedule changes the train "
+                "split's rows by step: dump --split val, or a config without the schedule");
+  }
   const auto rows = static_cast<std::uint64_t>(c.batch_size);
   // With context_parallel_split, rows are this rank's share: block_size / cp.
   const auto cols = static_cast<std::uint64_t>(c.block_size) /

@@ -66,25 +66,31 @@ void run(const RunOptions& o) {
                 info.mask ? "on" : "off", per_epoch.c_str());
   }
   const std::string depth = c.prefetch_depth == 0 ? std::string("auto") : std::to_string(c.prefetch_depth);
-  std::printf("shape     %lld x %lld, sampling=%s, prefetch_depth=%s, decode_threads=%lld, opened in %.1f ms\n",
-              static_cast<long long>(c.batch_size), static_cast<long long>(c.block_size),
+  // Under a shape_schedule each batch has the rows of its step (loader.batch_shape).
+  const std::string rows = c.shape_schedule.empty() || o.split != "train"
+                               ? std::to_string(c.batch_size)
+                               : std::to_string(loader.batch_shape(o.split, 0).rows) + ".. (shape_schedule of " +
+                                     std::to_string(c.shape_schedule.size()) + " stages)";
+  std::printf("shape     %s x %lld, sampling=%s, prefetch_depth=%s, decode_threads=%lld, opened in %.1f ms\n",
+              rows.c_str(), static_cast<long long>(c.block_size),
               to_string(*c.batch_sampling_mode), depth.c_str(), static_cast<long long>(c.decode_threads), open_ms);
 
   // Real positions hold an episode's or a window's tokens (the pad id can also be a real
   // token, so x is not compared with it); trained ones carry loss.
   unsigned long long real_positions = 0, trained = 0, fill_rows = 0;
+  double positions = 0;  // rows x block_size of every batch (a context-parallel share counts its whole rows)
   std::uint64_t last_epoch = 0;
   const auto start = Clock::now();
   for (long i = 0; i < o.batches; ++i) {
     Batch b = loader.get_batch(o.split);
     fill_rows += b.rows() - b.real_rows();
+    positions += static_cast<double>(b.rows()) * static_cast<double>(c.block_size);
     real_positions += b.real_positions();
     trained += trained_positions(b, c.ignore_index);
     last_epoch = b.epoch();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const SplitStats stats = loader.split_stats(o.split);
-  const double positions = static_cast<double>(o.batches) * static_cast<double>(c.batch_size * c.block_size);
   std::printf("streamed  %ld batches (through epoch %llu) in %.3f s: %.0f batches/s, %.3g positions/s\n", o.batches,
               static_cast<unsigned long long>(last_epoch), seconds, static_cast<double>(o.batches) / seconds,
               positions / seconds);
