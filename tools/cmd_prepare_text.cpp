@@ -312,6 +312,22 @@ void run_prepare_text(PrepareTextArgs& args) {
   print_summary(args, summary);
 }
 
+void add_task_options(CLI::App& command, PrepareTextArgs& args) {
+  CLI::App* cmd = &command;
+  PrepareTextArgs* const a = &args;
+  cmd->add_option("--task", a->task,
+                  "Prepare only part I of the inputs into DIR/parts/I (0 <= I < --num-tasks), or auto: I (and N) "
+                  "from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX");
+  cmd->add_option("--num-tasks", a->num_tasks, "With --task: how many tasks prepare DIR together")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-part-bytes", a->max_part_bytes,
+                  "With --task: an uncompressed file of lines larger than this is cut into byte ranges, parts of "
+                  "several tasks (0: the inputs' bytes / --num-tasks)")
+      ->capture_default_str();
+  cmd->add_option("--merge", a->merge,
+                  "Once every task has finished: make the dataset OUT from OUT/parts/ (no inputs, no --output-dir)");
+}
+
 }  // namespace
 
 void add_prepare_text_command(CLI::App& app) {
@@ -325,17 +341,7 @@ void add_prepare_text_command(CLI::App& app) {
   cmd->add_option("inputs", args->inputs, "Input files or globs (required, but with --merge)");
   cmd->add_option("--output-dir", o.output_dir,
                   "Dataset directory to create (must not exist, or be empty; required, but with --merge)");
-  cmd->add_option("--task", args->task,
-                  "Prepare only part I of the inputs into DIR/parts/I (0 <= I < --num-tasks), or auto: I (and N) "
-                  "from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX");
-  cmd->add_option("--num-tasks", args->num_tasks, "With --task: how many tasks prepare DIR together")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-part-bytes", args->max_part_bytes,
-                  "With --task: an uncompressed file of lines larger than this is cut into byte ranges, parts of "
-                  "several tasks (0: the inputs' bytes / --num-tasks)")
-      ->capture_default_str();
-  cmd->add_option("--merge", args->merge,
-                  "Once every task has finished: make the dataset OUT from OUT/parts/ (no inputs, no --output-dir)");
+  add_task_options(*cmd, *args);
   cmd->add_option("--format", args->format, "tokens (token-stream shards) or episodes (one episode per document)")
       ->check(CLI::IsMember({"tokens", "episodes"}))
       ->capture_default_str();

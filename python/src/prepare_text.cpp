@@ -293,6 +293,28 @@ nb::dict prepare_text_defaults() {
   return d;
 }
 
+// prepare-text's tasks: the merge, and --task auto's reading of the environment.
+void bind_text_tasks(nb::module_& m) {
+  m.def(
+      "_merge_text_parts",
+      [](const std::string& output_dir) {
+        tokenfeed::PrepareTextSummary s;
+        {
+          nb::gil_scoped_release release;
+          s = tokenfeed::merge_text_parts(output_dir);
+        }
+        return summary_dict(s);
+      },
+      nb::arg("output_dir"), "prepare-text --merge (use tokenfeed.merge_text_parts). Returns the summary as a dict.");
+  m.def(
+      "_text_task_from_environment",
+      [](std::optional<std::uint32_t> count) {
+        const tokenfeed::PrepareTextTask t = tokenfeed::text_task_from_environment(count);
+        return std::make_tuple(t.index, t.count);
+      },
+      nb::arg("count").none(), "--task auto: (index, count) from Slurm's or a Kubernetes indexed Job's variables.");
+}
+
 void bind_prepare_text(nb::module_& m) {
   m.def("_prepare_defaults", &prepare_defaults,
         "The defaults of tokenfeed prepare's options (tokenfeed::PrepareOptions), as a dict.");
@@ -355,24 +377,7 @@ void bind_prepare_text(nb::module_& m) {
       nb::arg("progress_seconds"), nb::arg("verify_encoder").none(), nb::arg("verify_fraction"), nb::arg("task").none(),
       "prepare-text's library run (use tokenfeed.prepare_text); `task`: (index, count, max_part_bytes) for one "
       "task's part. Returns the summary as a dict.");
-  m.def(
-      "_merge_text_parts",
-      [](const std::string& output_dir) {
-        tokenfeed::PrepareTextSummary s;
-        {
-          nb::gil_scoped_release release;
-          s = tokenfeed::merge_text_parts(output_dir);
-        }
-        return summary_dict(s);
-      },
-      nb::arg("output_dir"), "prepare-text --merge (use tokenfeed.merge_text_parts). Returns the summary as a dict.");
-  m.def(
-      "_text_task_from_environment",
-      [](std::optional<std::uint32_t> count) {
-        const tokenfeed::PrepareTextTask t = tokenfeed::text_task_from_environment(count);
-        return std::make_tuple(t.index, t.count);
-      },
-      nb::arg("count").none(), "--task auto: (index, count) from Slurm's or a Kubernetes indexed Job's variables.");
+  bind_text_tasks(m);
 }
 
 }  // namespace tokenfeed_python
