@@ -107,6 +107,13 @@ if ! "$PY" -c "import tokenizers, jinja2, pyarrow, transformers" 2>/dev/null; th
   # pyarrow below 21: later wheels refuse NumPy 1.x, which Debian's torch 1.13 is built against.
   pip_install "tokenizers>=0.15" "jinja2>=3.1.6" "pyarrow>=12,<21" "transformers>=4.45"
 fi
+# ray: the tests of tokenfeed.ray (prepare-text's tasks as Ray tasks on a local cluster,
+# ray.init(num_cpus=2)); pip is skipped once it imports. Not fatal: without it those tests
+# are skipped, saying so.
+if ! "$PY" -c "import ray" 2>/dev/null; then
+  log "installing ray (once per venv)"
+  pip_install "ray>=2.9" || log "ray did not install from PyPI: the tokenfeed.ray tests are skipped"
+fi
 case "$TORCH" in
   pypi)
     if ! "$PY" -c "import torch" 2>/dev/null; then

@@ -297,6 +297,46 @@ TEST_CASE("prepare: the line reader handles newlines, BOM, CRLF, gzip and long l
   }
 }
 
+TEST_CASE("prepare-text: byte ranges of a file, cut anywhere, give every line exactly once") {
+  test::TempDir tmp;
+  // Empty lines (runs of them, skipped as runs), CRLF, a BOM, a line longer than the limit,
+  // no final newline.
+  const std::string text =
+      "\xEF\xBB\xBF"
+      "first\r\n\n\n\nsecond line\n" +
+      std::string(300, 'x') + "\nthird\r\n\nlast";
+  test::write_text(tmp / "lines.txt", text);
+  const auto read_range = [&](std::uint64_t begin, std::uint64_t end) {
+    LineReader reader(tmp / "lines.txt", 100, begin, end);
+    std::vector<std::string> lines;
+    std::string line;
+    bool too_long = false;
+    for (;;) {
+      const std::uint64_t empty = reader.skip_empty_lines(2);
+      lines.insert(lines.end(), empty, std::string());
+      if (!reader.next(line, too_long)) break;
+      lines.push_back(too_long ? "<long>" : line);
+    }
+    return lines;
+  };
+  const std::vector<std::string> whole = read_range(0, text.size());
+  CHECK(whole == std::vector<std::string>{"first", "", "", "", "second line", "<long>", "third", "", "last"});
+  for (std::uint64_t a = 0; a <= text.size(); ++a) {
+    // The second cut just after the first, a line or so later, and far off.
+    for (const std::uint64_t step : {0, 1, 13, 400}) {
+      const std::uint64_t b = std::min<std::uint64_t>(a + step, text.size());
+      std::vector<std::string> lines = read_range(0, a);
+      for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, std::uint64_t{text.size()}}}) {
+        const std::vector<std::string> more = read_range(from, to);
+        lines.insert(lines.end(), more.begin(), more.end());
+      }
+      CHECK_MESSAGE(lines == whole, "cut at " << a << " and " << b);
+    }
+  }
+  write_gzip(tmp / "lines.gz", text);
+  CHECK_THROWS_WITH_AS(LineReader(tmp / "lines.gz", 100, 10, 20), doctest::Contains("compressed"), Error);
+}
+
 TEST_CASE("prepare: each bad-line case gets its own reason") {
   ParsedConversation c;
   const auto reason = [&](std::string_view line, ConversationInput in = ConversationInput::text) {

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,12 @@ modification time; --resume-check content adds their bytes' SHA-256 (for inputs 
 in place; give it to the first run and its resumes alike). Without --resume the leftover is
 removed.
 
+On a cluster: --task I --num-tasks N (--task auto in a Slurm array or a Kubernetes indexed
+Job) prepares a deterministic part of the inputs (files, and byte ranges of an uncompressed
+file of lines larger than --max-part-bytes; no document is cut) into DIR/parts/I, staged and
+resumable as above. Once all N have finished, `tokenfeed prepare-text --merge DIR` makes the
+dataset: the documents of a one-process run, in its order, split alike.
+
 Exit status: 0 on success; otherwise a one-line message on stderr and 2 (a bad option or
 value), 3 (a file that cannot be read or written, an input that matches no file), 4 (a bad
 input line, corrupt compressed data, or no document for train) or 6 (an internal failure).
@@ -80,6 +87,10 @@ struct PrepareTextArgs {
   std::string hf_tokenizer;  // with options.tokenizer_impl and options.verify_fraction
   double progress_seconds = 5;
   std::vector<std::string> argv;  // the options as given, for the Python program
+  std::string task;               // --task: I or auto; empty: the whole run
+  std::uint32_t num_tasks = 0;    // --num-tasks; 0: not given
+  std::uint64_t max_part_bytes = 0;
+  std::string merge;  // --merge OUT
 };
 
 // The options as the Python program takes them (the same names).
@@ -114,6 +125,11 @@ std::vector<std::string> python_arguments(const PrepareTextArgs& a) {
   add("--progress-seconds", exact_double(a.progress_seconds));
   if (o.resume) argv.emplace_back("--resume");
   add("--resume-check", a.resume_check);
+  if (o.task) {
+    add("--task", std::to_string(o.task->index));
+    add("--num-tasks", std::to_string(o.task->count));
+    add("--max-part-bytes", std::to_string(o.task->max_part_bytes));
+  }
   return argv;
 }
 
@@ -160,7 +176,12 @@ bool needs_python(PrepareTextArgs& args) {
 
 void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
   std::ostringstream out;
-  out << "tokenfeed prepare-text: wrote " << args.options.output_dir.string() << " (" << args.format << ")\n";
+  out << "tokenfeed prepare-text: wrote " << s.written.string() << " (" << args.format << ")";
+  if (args.options.task) {
+    out << ", task " << args.options.task->index << " of " << args.options.task->count << ": run prepare-text --merge "
+        << args.options.output_dir.string() << " when every task is done";
+  }
+  out << "\n";
   out << "  input      " << plural(s.input_files, "file") << ", " << human_bytes(static_cast<double>(s.input_bytes))
       << "\n";
   const auto split = [&](const char* name, const CorpusSplitSummary& c) {
@@ -188,7 +209,63 @@ void print_summary(const PrepareTextArgs& args, const PrepareTextSummary& s) {
   std::cout << out.str() << std::flush;
 }
 
+// --task I|auto --num-tasks N [--max-part-bytes B] into the options; --merge's exclusions.
+void settle_task(PrepareTextArgs& args) {
+  if (!args.merge.empty()) {
+    if (!args.inputs.empty() || !args.options.output_dir.empty() || !args.task.empty()) {
+      throw Error(ErrorKind::config,
+                  "--merge OUT takes no inputs, --output-dir or --task: it merges the parts the "
+                  "tasks wrote into OUT");
+    }
+    return;
+  }
+  if (args.inputs.empty()) throw Error(ErrorKind::config, "no input: give one or more files or globs");
+  if (args.options.output_dir.empty()) throw Error(ErrorKind::config, "--output-dir is required");
+  if (args.task.empty()) {
+    if (args.num_tasks != 0 || args.max_part_bytes != 0) {
+      throw Error(ErrorKind::config, "--num-tasks and --max-part-bytes go with --task I (or --task auto)");
+    }
+    return;
+  }
+  PrepareTextTask task;
+  if (args.task == "auto") {
+    task =
+        text_task_from_environment(args.num_tasks != 0 ? std::optional<std::uint32_t>(args.num_tasks) : std::nullopt);
+  } else {
+    std::uint32_t index = 0;
+    const auto [end, ec] = std::from_chars(args.task.data(), args.task.data() + args.task.size(), index);
+    if (ec != std::errc() || end != args.task.data() + args.task.size()) {
+      throw Error(ErrorKind::config, "--task must be a task number or auto, not '" + args.task + "'");
+    }
+    if (args.num_tasks == 0) throw Error(ErrorKind::config, "--task " + args.task + " needs --num-tasks N");
+    if (index >= args.num_tasks) {
+      throw Error(ErrorKind::config, "--task " + args.task + " is not below --num-tasks " +
+                                         std::to_string(args.num_tasks) + " (tasks are numbered from 0)");
+    }
+    task.index = index;
+    task.count = args.num_tasks;
+  }
+  task.max_part_bytes = args.max_part_bytes;
+  args.options.task = task;
+}
+
+void run_merge(const PrepareTextArgs& args) {
+  const PrepareTextSummary s = merge_text_parts(args.merge);
+  std::ostringstream out;
+  out << "tokenfeed prepare-text: merged " << plural(s.shards_reused, "part") << " into " << s.written.string() << "\n";
+  for (const auto& [name, c] : {std::pair{"train", s.train}, std::pair{"val  ", s.val}}) {
+    out << "  " << name << "      " << plural(c.documents, "document") << ", " << plural(c.tokens, "token") << ", "
+        << plural(c.shards, "shard") << "; " << c.empty_documents << " empty, " << c.skipped_lines << " skipped\n";
+  }
+  std::cout << out.str() << std::flush;
+}
+
 void run_prepare_text(PrepareTextArgs& args) {
+  settle_task(args);
+  if (!args.merge.empty()) {
+    run_merge(args);
+    return;
+  }
   PrepareTextOptions& o = args.options;
   o.inputs = args.inputs;
   if (needs_python(args))
@@ -235,6 +312,22 @@ void run_prepare_text(PrepareTextArgs& args) {
   print_summary(args, summary);
 }
 
+void add_task_options(CLI::App& command, PrepareTextArgs& args) {
+  CLI::App* cmd = &command;
+  PrepareTextArgs* const a = &args;
+  cmd->add_option("--task", a->task,
+                  "Prepare only part I of the inputs into DIR/parts/I (0 <= I < --num-tasks), or auto: I (and N) "
+                  "from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX");
+  cmd->add_option("--num-tasks", a->num_tasks, "With --task: how many tasks prepare DIR together")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-part-bytes", a->max_part_bytes,
+                  "With --task: an uncompressed file of lines larger than this is cut into byte ranges, parts of "
+                  "several tasks (0: the inputs' bytes / --num-tasks)")
+      ->capture_default_str();
+  cmd->add_option("--merge", a->merge,
+                  "Once every task has finished: make the dataset OUT from OUT/parts/ (no inputs, no --output-dir)");
+}
+
 }  // namespace
 
 void add_prepare_text_command(CLI::App& app) {
@@ -245,9 +338,10 @@ void add_prepare_text_command(CLI::App& app) {
                          "documents");
   cmd->footer(kFooter);
   PrepareTextOptions& o = args->options;
-  cmd->add_option("inputs", args->inputs, "Input files or globs")->required();
-  cmd->add_option("--output-dir", o.output_dir, "Dataset directory to create (must not exist, or be empty)")
-      ->required();
+  cmd->add_option("inputs", args->inputs, "Input files or globs (required, but with --merge)");
+  cmd->add_option("--output-dir", o.output_dir,
+                  "Dataset directory to create (must not exist, or be empty; required, but with --merge)");
+  add_task_options(*cmd, *args);
   cmd->add_option("--format", args->format, "tokens (token-stream shards) or episodes (one episode per document)")
       ->check(CLI::IsMember({"tokens", "episodes"}))
       ->capture_default_str();

@@ -68,6 +68,12 @@ struct TextInputFile {
   TextInputFormat format = TextInputFormat::text;
   std::uint64_t bytes = 0;    // size on disk
   std::int64_t mtime_ns = 0;  // modification time, for the resume manifest
+  // The part of the file read: the lines (of JSONL, or of text with DocPer::line) that start
+  // in the byte range [begin, end) (a task's share of a large uncompressed file, --task).
+  // The whole file by default.
+  std::uint64_t begin = 0;
+  std::uint64_t end = UINT64_MAX;
+  bool whole() const noexcept { return begin == 0 && end == UINT64_MAX; }
 };
 
 // The format of `path` by its name (see above).
@@ -144,6 +150,26 @@ struct PrepareTextProgress {
 // documents/s, tokens/s, MB/s and the ETA from bytes read.
 TOKENFEED_API std::string format_text_progress(const PrepareTextProgress& p, bool terminal);
 
+// One of `count` tasks that prepare a corpus together (prepare-text --task I --num-tasks N;
+// docs/pretraining.md): the inputs are cut into units, whole files, and byte ranges of at
+// most max_part_bytes of a larger uncompressed file of lines (JSONL, or text with DocPer::line;
+// a line belongs to the range its first byte is in), and task `index` prepares a contiguous
+// run of them, the same for any task given the same inputs and options, into
+// output_dir/parts/INDEX/ (its own staging, manifest and resume). merge_text_parts then makes
+// the dataset. Tasks share nothing but the output directory.
+struct PrepareTextTask {
+  std::uint32_t index = 0;
+  std::uint32_t count = 1;
+  std::uint64_t max_part_bytes = 0;  // 0: the inputs' total bytes / count, rounded up
+};
+
+// The task of this process from its scheduler's environment (--task auto): a Slurm array's
+// SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN when set) and SLURM_ARRAY_TASK_COUNT, or a
+// Kubernetes indexed Job's JOB_COMPLETION_INDEX with `count` (which Slurm's count must equal
+// when given). Throws Error(config) naming the variable when neither is set, a value is not
+// a number, the count is missing or the index is not below the count.
+TOKENFEED_API PrepareTextTask text_task_from_environment(std::optional<std::uint32_t> count);
+
 struct PrepareTextOptions {
   std::vector<std::string> inputs;   // paths or globs (expand_text_inputs)
   std::filesystem::path output_dir;  // must not exist, or be an empty directory
@@ -194,6 +220,8 @@ struct PrepareTextOptions {
   // When it becomes true, the run stops within a chunk and throws PrepareInterrupted; the
   // staging directory is kept, for a run with `resume` to go on from its last finished shard.
   const std::atomic<bool>* stop_requested = nullptr;
+  // One task of several (PrepareTextTask): output_dir/parts/INDEX/ is written, not output_dir.
+  std::optional<PrepareTextTask> task;
 };
 
 struct CorpusSplitSummary {
@@ -218,6 +246,7 @@ struct PrepareTextSummary {
   bool resumed = false;
   double seconds = 0;
   std::vector<std::filesystem::path> removed_stale_dirs;
+  std::filesystem::path written;  // the directory made: output_dir, or a task's output_dir/parts/INDEX
 };
 
 // Runs it. Throws Error(config) for bad options (naming the option), Error(io) for files that
@@ -225,5 +254,16 @@ struct PrepareTextSummary {
 // ("FILE:LINE: REASON: DETAIL") or when no document lands in train, PrepareInterrupted when
 // stopped. Nothing is left at output_dir on failure.
 TOKENFEED_API PrepareTextSummary prepare_text_corpus(const PrepareTextOptions& options);
+
+// prepare-text --merge: once every task of output_dir has finished, makes the dataset there:
+// each part's shards, in task order, hard-linked (never copied) into train/ and val/ under
+// new numbers, dataset_metadata.json with the parts' counts summed and every shard's
+// SHA-256, all staged beside output_dir and swapped in at once; the parts are removed then.
+// The dataset holds the documents of a one-process run, in its order, split alike (only the
+// shard boundaries may differ). Throws Error(config) naming every task that is missing or
+// unfinished, or a part that is not of this preparation; Error(format) when no document
+// landed in train; Error(io) when a file cannot be linked or written. The summary's skipped
+// lines carry counts only.
+TOKENFEED_API PrepareTextSummary merge_text_parts(const std::filesystem::path& output_dir);
 
 }  // namespace tokenfeed

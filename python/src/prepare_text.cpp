@@ -16,10 +16,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -176,6 +178,7 @@ nb::dict summary_dict(const tokenfeed::PrepareTextSummary& s) {
   nb::list removed;
   for (const auto& p : s.removed_stale_dirs) removed.append(p.string());
   d["removed_stale_dirs"] = removed;
+  d["written"] = s.written.string();
   return d;
 }
 
@@ -290,6 +293,28 @@ nb::dict prepare_text_defaults() {
   return d;
 }
 
+// prepare-text's tasks: the merge, and --task auto's reading of the environment.
+void bind_text_tasks(nb::module_& m) {
+  m.def(
+      "_merge_text_parts",
+      [](const std::string& output_dir) {
+        tokenfeed::PrepareTextSummary s;
+        {
+          nb::gil_scoped_release release;
+          s = tokenfeed::merge_text_parts(output_dir);
+        }
+        return summary_dict(s);
+      },
+      nb::arg("output_dir"), "prepare-text --merge (use tokenfeed.merge_text_parts). Returns the summary as a dict.");
+  m.def(
+      "_text_task_from_environment",
+      [](std::optional<std::uint32_t> count) {
+        const tokenfeed::PrepareTextTask t = tokenfeed::text_task_from_environment(count);
+        return std::make_tuple(t.index, t.count);
+      },
+      nb::arg("count").none(), "--task auto: (index, count) from Slurm's or a Kubernetes indexed Job's variables.");
+}
+
 void bind_prepare_text(nb::module_& m) {
   m.def("_prepare_defaults", &prepare_defaults,
         "The defaults of tokenfeed prepare's options (tokenfeed::PrepareOptions), as a dict.");
@@ -303,7 +328,8 @@ void bind_prepare_text(nb::module_& m) {
          double val_split, std::uint64_t seed, std::uint64_t shard_tokens, const std::string& token_dtype,
          const std::string& on_error, std::uint64_t max_document_bytes, int workers, bool resume,
          const std::string& resume_check, nb::object open_parquet, nb::object on_progress, double progress_seconds,
-         nb::object verify_encoder, double verify_fraction) {
+         nb::object verify_encoder, double verify_fraction,
+         std::optional<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> task) {
         tokenfeed::PrepareTextOptions o;
         o.inputs = inputs;
         o.output_dir = output_dir;
@@ -335,6 +361,7 @@ void bind_prepare_text(nb::module_& m) {
           throw Error(ErrorKind::config, "resume_check must be 'stat' or 'content', not '" + resume_check + "'");
         }
         o.resume_check = resume_check == "content" ? tokenfeed::ResumeCheck::content : tokenfeed::ResumeCheck::stat;
+        if (task) o.task = tokenfeed::PrepareTextTask{std::get<0>(*task), std::get<1>(*task), std::get<2>(*task)};
         set_python_callbacks(o, open_parquet, on_progress, progress_seconds);
         const tokenfeed::PrepareTextSummary s = run_interruptibly(o);
         // The callbacks hold Python objects: release them with the GIL held.
@@ -347,8 +374,10 @@ void bind_prepare_text(nb::module_& m) {
       nb::arg("append_eos"), nb::arg("prepend_bos"), nb::arg("val_split"), nb::arg("seed"), nb::arg("shard_tokens"),
       nb::arg("token_dtype"), nb::arg("on_error"), nb::arg("max_document_bytes"), nb::arg("workers"), nb::arg("resume"),
       nb::arg("resume_check"), nb::arg("open_parquet").none(), nb::arg("on_progress").none(),
-      nb::arg("progress_seconds"), nb::arg("verify_encoder").none(), nb::arg("verify_fraction"),
-      "prepare-text's library run (use tokenfeed.prepare_text). Returns the summary as a dict.");
+      nb::arg("progress_seconds"), nb::arg("verify_encoder").none(), nb::arg("verify_fraction"), nb::arg("task").none(),
+      "prepare-text's library run (use tokenfeed.prepare_text); `task`: (index, count, max_part_bytes) for one "
+      "task's part. Returns the summary as a dict.");
+  bind_text_tasks(m);
 }
 
 }  // namespace tokenfeed_python

@@ -157,11 +157,12 @@ def _source(name):
 
 
 # The package's pure-Python modules: those that define names __init__.py re-exports, then
-# the parts of tokenfeed.prepare and tokenfeed.prepare_text (hf_prepare and its modules by job).
+# the parts of tokenfeed.prepare and tokenfeed.prepare_text (hf_prepare and its modules by job),
+# and the modules imported by name (torch, ray).
 EXPORTING_MODULES = ("rl", "text_corpus", "_chat", "_prepare", "_torch", "_writer", "_inspection", "_mixing")
 OTHER_MODULES = ("_values", "_command", "hf_prepare", "_bad_record", "_hf_tokenizer", "_token_pieces",
                  "_chat_template", "_loss_mask", "_conversation_reader", "_conversation_encoder", "_encode_pool",
-                 "torch")
+                 "torch", "ray")
 
 
 def _sources(names=EXPORTING_MODULES + OTHER_MODULES):

@@ -50,7 +50,9 @@ of time on background C++ threads, for Python and PyTorch training loops.
   messages; ``prepare(input, output_dir, hf_tokenizer=DIR)`` makes a whole dataset from
   conversations with a model's own Hugging Face tokenizer and chat template (the ``[hf]``
   extra); ``prepare_text(inputs, output_dir, ...)`` makes a pretraining dataset from raw text
-  (JSONL, parquet, plain text) with the built-in tokenizers or a Hugging Face one.
+  (JSONL, parquet, plain text) with the built-in tokenizers or a Hugging Face one, in one
+  process or as N tasks (``task=I, num_tasks=N``) that ``merge_text_parts(output_dir)`` joins
+  (``tokenfeed.ray.prepare_text`` runs them on Ray).
 """
 from __future__ import annotations
 
@@ -94,7 +96,7 @@ from ._torch import to_torch  # noqa: F401  (re-export)
 from ._writer import DatasetWriter, write_dataset_metadata  # noqa: F401  (re-exports)
 from ._inspection import inspect  # noqa: F401  (re-export)
 from .rl import RLLoader, ScoredGroup  # noqa: F401  (re-exports)
-from .text_corpus import prepare_text  # noqa: F401  (re-export)
+from .text_corpus import merge_text_parts, prepare_text  # noqa: F401  (re-exports)
 
 __all__ = [
     "AuditLogIterator",
@@ -122,6 +124,7 @@ __all__ = [
     "inspect",
     "iter_audit_log",
     "make_tokenizer",
+    "merge_text_parts",
     "pack_sft_ids_and_mask",
     "per_source_mean",
     "plan_sft_window",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tokenfeed as _core
 from ._command import clear_progress, run_command
@@ -158,7 +158,8 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
                  resume: bool = False, resume_check: str = _DEFAULTS["resume_check"],
                  progress: Optional[Callable[[str, str, bool], None]] = None,
                  progress_seconds: float = 5.0, tokenizer_impl: str = _DEFAULTS["tokenizer_impl"],
-                 verify_sample: float = _DEFAULTS["verify_sample"]) -> Dict[str, Any]:
+                 verify_sample: float = _DEFAULTS["verify_sample"], task: Union[int, str, None] = None,
+                 num_tasks: Optional[int] = None, max_part_bytes: int = 0) -> Dict[str, Any]:
     """Prepares a pretraining dataset from raw text; the options are the command's
     (``tokenfeed prepare-text --help``). ``inputs``: paths or globs. ``format``: "tokens"
     (token-stream shards with document offsets) or "episodes" (one episode per document, for
@@ -175,7 +176,11 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
     ``verify_sample``: when the native encoder runs and the ``tokenizers`` package is
     installed, that fraction of the documents (by content hash) is encoded by the package too,
     and the first difference stops the run naming the document's file and line; 0 verifies
-    none."""
+    none. ``task``/``num_tasks``/``max_part_bytes``: prepare only task ``task``'s part of the
+    inputs into ``output_dir/parts/TASK`` (``task="auto"``: from SLURM_ARRAY_TASK_ID /
+    SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX), then ``merge_text_parts(output_dir)``
+    once every task has finished (``tokenfeed.ray.prepare_text`` does both on Ray)."""
+    task_spec = _task_spec(task, num_tasks, max_part_bytes)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths = [os.fspath(p) for p in inputs]
@@ -197,9 +202,42 @@ def prepare_text(inputs: Union[_Path, Sequence[_Path]], output_dir: _Path, *, fo
         encoder.encode if encoder is not None else None, encoder.identity() if encoder is not None else None,
         eos_token if encoder is None else None, eos, bos, float(val_split), int(seed), int(shard_tokens),
         token_dtype, on_error, int(max_document_bytes), int(workers), bool(resume), resume_check, ParquetColumn,
-        progress, float(progress_seconds), verifier.encode if verifier is not None else None, float(verify_sample))
+        progress, float(progress_seconds), verifier.encode if verifier is not None else None, float(verify_sample),
+        task_spec)
     summary["tokenizer"] = f"huggingface {hf_tokenizer}" if encoder is not None else tokenizer
     return summary
+
+
+def _task_spec(task: Union[int, str, None], num_tasks: Optional[int],
+               max_part_bytes: int) -> Optional[Tuple[int, int, int]]:
+    """(index, count, max_part_bytes) for the library, from prepare_text's task options."""
+    if task is None:
+        if num_tasks is not None or max_part_bytes:
+            raise ConfigError("num_tasks and max_part_bytes go with task=I (or task='auto')")
+        return None
+    if num_tasks is not None and (isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1):
+        raise ConfigError(f"num_tasks must be a positive integer, not {num_tasks!r}")
+    if isinstance(max_part_bytes, bool) or not isinstance(max_part_bytes, int) or max_part_bytes < 0:
+        raise ConfigError(f"max_part_bytes must be a non-negative integer, not {max_part_bytes!r}")
+    if task == "auto":
+        index, count = _core._text_task_from_environment(num_tasks)
+        return index, count, max_part_bytes
+    if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+        raise ConfigError(f"task must be a task number or 'auto', not {task!r}")
+    if num_tasks is None:
+        raise ConfigError(f"task={task} needs num_tasks=N")
+    if task >= num_tasks:
+        raise ConfigError(f"task {task} is not below num_tasks {num_tasks} (tasks are numbered from 0)")
+    return task, num_tasks, max_part_bytes
+
+
+def merge_text_parts(output_dir: _Path) -> Dict[str, Any]:
+    """``tokenfeed prepare-text --merge OUT``: once every task of ``output_dir`` has finished
+    (``prepare_text(..., task=I, num_tasks=N)``), makes the dataset there from its parts,
+    staged and swapped in at once: the documents of a one-process run, in its order, split
+    alike. Raises ConfigError naming every task that is missing or unfinished. Returns the
+    summary as a dict."""
+    return _core._merge_text_parts(os.fspath(output_dir))
 
 
 def _native_tokenizer(hf_tokenizer: Optional[_Path], impl: str) -> Optional[str]:
@@ -293,6 +331,9 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-seconds", type=float, default=5.0)
     p.add_argument("--tokenizer-impl", choices=("auto", "native", "tokenizers"), default=_DEFAULTS["tokenizer_impl"])
     p.add_argument("--verify-sample", type=float, default=_DEFAULTS["verify_sample"])
+    p.add_argument("--task", type=int)
+    p.add_argument("--num-tasks", type=int)
+    p.add_argument("--max-part-bytes", type=int, default=0)
     return p
 
 
@@ -319,7 +360,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             on_error=args.on_error, max_document_bytes=args.max_document_bytes,
                             workers=args.workers, resume=args.resume, resume_check=args.resume_check,
                             progress=show, progress_seconds=0.5 if tty else args.progress_seconds,
-                            tokenizer_impl=args.tokenizer_impl, verify_sample=args.verify_sample)
+                            tokenizer_impl=args.tokenizer_impl, verify_sample=args.verify_sample,
+                            task=args.task, num_tasks=args.num_tasks,
+                            max_part_bytes=args.max_part_bytes if args.task is not None else 0)
 
     status, summary = run_command(run, lambda name: f"prepare-text interrupted by {name}; '{args.output_dir}' was "
                                                     "not written. Its finished shards are kept: run the same command "
@@ -327,7 +370,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if status != 0:
         return status
     clear_progress()
-    _print_summary(summary, args.output_dir, args.format, summary["tokenizer"])
+    _print_summary(summary, summary["written"], args.format, summary["tokenizer"])
     return 0
 
 

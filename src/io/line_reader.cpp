@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "util/sha256.hpp"
@@ -39,6 +40,14 @@ struct LineReader::Impl {
   std::uint64_t decoded = 0;           // bytes put into `data`, all fills
   mutable std::uint64_t reported = 0;  // the largest raw_bytes_read() given
   bool first_line = true;
+  // A byte range (the range constructor): `base` is where reading started, and no line that
+  // starts at `limit` or later is read. Plain files only.
+  std::uint64_t base = 0;
+  std::uint64_t limit = std::numeric_limits<std::uint64_t>::max();
+
+  // The offset in the file of the next byte to be read as a line (plain files).
+  std::uint64_t offset() const noexcept { return base + raw_read - (end - pos); }
+  bool at_limit() const noexcept { return limit != std::numeric_limits<std::uint64_t>::max() && offset() >= limit; }
 
   ZSTD_DCtx* zstd = nullptr;    // set for zstd input
   bool zstd_frame_done = true;  // the last ZSTD_decompressStream call ended a frame
@@ -167,6 +176,40 @@ LineReader::LineReader(std::filesystem::path path, std::size_t max_line_bytes) :
   }
 }
 
+LineReader::LineReader(std::filesystem::path path, std::size_t max_line_bytes, std::uint64_t begin, std::uint64_t end)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.path = std::move(path);
+  d.max_line_bytes = max_line_bytes;
+  d.file.open(d.path, std::ios::binary);
+  if (!d.file) throw Error(ErrorKind::io, "cannot open '" + d.path.string() + "' for reading");
+  std::error_code ec;
+  d.size = std::filesystem::file_size(d.path, ec);
+  d.raw.resize(kChunkBytes);
+  d.data.resize(kChunkBytes);
+  unsigned char magic[4] = {};
+  d.file.read(reinterpret_cast<char*>(magic), sizeof magic);
+  if ((d.file.gcount() >= 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd) ||
+      (d.file.gcount() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b)) {
+    throw Error(ErrorKind::format,
+                "'" + d.path.string() + "' is compressed: it cannot be read from byte " + std::to_string(begin));
+  }
+  d.file.clear();
+  // From begin - 1: when the byte there is the '\n' that ends a line, a line starts at begin.
+  d.base = begin > 0 ? begin - 1 : 0;
+  d.file.seekg(static_cast<std::streamoff>(d.base));
+  if (!d.file)
+    throw Error(ErrorKind::io, "cannot seek to byte " + std::to_string(d.base) + " of '" + d.path.string() + "'");
+  if (begin > 0) {
+    d.first_line = false;
+    std::string partial;
+    bool too_long = false;
+    next(partial, too_long);  // the end of the line that started before `begin`
+    line_number_ = 0;
+  }
+  d.limit = end;
+}
+
 LineReader::~LineReader() = default;
 
 bool LineReader::next(std::string& line, bool& too_long) {
@@ -175,6 +218,7 @@ bool LineReader::next(std::string& line, bool& too_long) {
   too_long = false;
   std::size_t length = 0;
   bool any = false;
+  if (d.at_limit()) return false;
   for (;;) {
     if (d.pos == d.end && !d.fill()) {
       if (!any) return false;
@@ -245,6 +289,7 @@ std::uint64_t LineReader::skip_empty_lines(std::uint64_t max_lines) {
     std::size_t pos = d.pos;
     // A '\r' last in the buffer is left for next(): its '\n', if any, is not read yet.
     while (skipped < max_lines && pos < d.end) {
+      if (d.limit != std::numeric_limits<std::uint64_t>::max() && d.base + d.raw_read - (d.end - pos) >= d.limit) break;
       if (p[pos] == '\n') {
         ++pos;
       } else if (p[pos] == '\r' && pos + 1 < d.end && p[pos + 1] == '\n') {

@@ -21,6 +21,13 @@ class LineReader {
  public:
   // Opens `path`. Throws Error(io) when it cannot be opened.
   LineReader(std::filesystem::path path, std::size_t max_line_bytes);
+  // Opens the lines of a plain (uncompressed) file that start in the byte range [begin, end):
+  // from the first line start at or after `begin` (0, or just after a '\n' at begin - 1 or
+  // later) through the last line that starts before `end`, read whole even when it ends past
+  // `end`. Consecutive ranges thus give every line of the file exactly once. Line numbers
+  // count from the range's first line; the byte order mark is dropped only at byte 0.
+  // Throws Error(io) when it cannot be opened, Error(format) when the file is compressed.
+  LineReader(std::filesystem::path path, std::size_t max_line_bytes, std::uint64_t begin, std::uint64_t end);
   ~LineReader();
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;

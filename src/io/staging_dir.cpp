@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>  // renameat2
+#include <cstring>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -145,6 +148,36 @@ void StagingDir::commit() {
   }
   committed_ = true;
   sync_path(final_dir_.parent_path(), true);  // the rename itself
+}
+
+fs::path StagingDir::commit_exchanging() {
+  sync_tree(path_);
+  if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_EXCHANGE) == 0) {
+    committed_ = true;
+    sync_path(final_dir_.parent_path(), true);
+    return path_;
+  }
+  const int error = errno;
+  if (error != EINVAL && error != ENOSYS && error != ENOTSUP) {
+    throw Error(ErrorKind::io,
+                "cannot exchange '" + path_.string() + "' and '" + final_dir_.string() + "': " + std::strerror(error));
+  }
+  const fs::path aside =
+      final_dir_.parent_path() / ("." + final_dir_.filename().string() + ".replaced-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::rename(final_dir_, aside, ec);
+  if (ec) {
+    throw Error(ErrorKind::io,
+                "cannot rename '" + final_dir_.string() + "' to '" + aside.string() + "': " + ec.message());
+  }
+  fs::rename(path_, final_dir_, ec);
+  if (ec) {
+    throw Error(ErrorKind::io, "cannot rename '" + path_.string() + "' to '" + final_dir_.string() +
+                                   "' (its old contents are at '" + aside.string() + "'): " + ec.message());
+  }
+  committed_ = true;
+  sync_path(final_dir_.parent_path(), true);
+  return aside;
 }
 
 namespace {

@@ -52,6 +52,15 @@ class StagingDir {
   // fsync everything, rename to the final directory, fsync its parent. Throws Error(io)
   // when a step fails (the staging directory is then still removed by the destructor).
   void commit();
+  // For a final directory that exists and is not empty (prepare-text --merge, whose OUT holds
+  // the tasks' parts): fsync everything, then swap the staging directory and the final one
+  // in one step (renameat2 RENAME_EXCHANGE), fsync the parent. Returns the path that now
+  // holds what the final directory held, for the caller to remove. On a file system without
+  // RENAME_EXCHANGE: the final directory is first renamed aside (to the returned path), then
+  // the staging directory renamed in its place; a crash between the two renames leaves
+  // the final directory missing and its old contents at the returned path. Throws Error(io)
+  // when a step fails.
+  std::filesystem::path commit_exchanging();
 
  private:
   StagingDir(std::filesystem::path final_dir, std::filesystem::path path, int lock_fd);

@@ -98,15 +98,21 @@ class AppendFile {
   std::vector<char> buffer_;
 };
 
+const char* token_descr(TokenDtype dtype) { return dtype == TokenDtype::uint16 ? "<u2" : "<u4"; }
+
+}  // namespace
+
 std::string shard_name(std::uint64_t index) {
   char name[32];
   std::snprintf(name, sizeof name, "shard_%05llu", static_cast<unsigned long long>(index));
   return name;
 }
 
-const char* token_descr(TokenDtype dtype) { return dtype == TokenDtype::uint16 ? "<u2" : "<u4"; }
-
-}  // namespace
+std::vector<std::string> corpus_shard_files(CorpusFormat format, std::uint64_t index) {
+  const std::string name = shard_name(index);
+  if (format == CorpusFormat::tokens) return {name + ".npy", name + ".docs.npy"};
+  return {name + "/tokens.bin", name + "/episodes.idx"};
+}
 
 const char* to_string(CorpusFormat format) noexcept { return format == CorpusFormat::tokens ? "tokens" : "episodes"; }
 

@@ -35,6 +35,12 @@ struct CorpusShard {
   std::map<std::string, std::string> sha256;  // file (relative to the split directory) -> hex
 };
 
+// Shard `index`'s name (shard_NNNNN), and its files relative to the split directory: the data
+// file first, then the index file (tokens: shard_NNNNN.npy, shard_NNNNN.docs.npy; episodes:
+// shard_NNNNN/tokens.bin, shard_NNNNN/episodes.idx).
+std::string shard_name(std::uint64_t index);
+std::vector<std::string> corpus_shard_files(CorpusFormat format, std::uint64_t index);
+
 // Where a split stands: enough to resume it exactly.
 struct CorpusSplitState {
   std::vector<CorpusShard> finished;

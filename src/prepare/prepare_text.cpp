@@ -22,6 +22,7 @@
 #include "prepare/output_dir.hpp"
 #include "prepare/stage_fence.hpp"
 #include "prepare/text_inputs.hpp"
+#include "prepare/text_parts.hpp"
 #include "util/bounded_json.hpp"
 #include "util/filesystem_errors.hpp"
 #include "util/sha256.hpp"
@@ -199,7 +200,7 @@ class CorpusReader {
  public:
   CorpusReader(const std::vector<TextInputFile>& inputs, const TextReadOptions& options, InputPosition from)
       : inputs_(inputs), options_(options), file_(from.file), skip_(from.units) {
-    for (std::uint32_t i = 0; i < from.file && i < inputs.size(); ++i) done_bytes_ += inputs[i].bytes;
+    for (std::uint32_t i = 0; i < from.file && i < inputs.size(); ++i) done_bytes_ += text_input_read_bytes(inputs[i]);
   }
 
   // The next record; false when every file is read.
@@ -208,7 +209,7 @@ class CorpusReader {
       if (!reader_)
         reader_ = std::make_unique<TextFileReader>(inputs_[file_], file_, options_, std::exchange(skip_, 0));
       if (reader_->next(r)) return true;
-      done_bytes_ += inputs_[file_].bytes;
+      done_bytes_ += text_input_read_bytes(inputs_[file_]);
       reader_.reset();
       ++file_;
     }
@@ -287,7 +288,7 @@ ordered_json run_description(const PrepareTextOptions& o, const std::vector<Text
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TextInputFile& f = inputs[i];
     files.push_back({{"path", recorded_path(f.path)}, {"bytes", f.bytes}, {"mtime_ns", f.mtime_ns}});
-    if (!digests.empty()) files.back()["sha256"] = digests[i];
+    if (!digests.empty() && !digests[i].empty()) files.back()["sha256"] = digests[i];
   }
   return {{"inputs", files},
           {"format", to_string(o.format)},
@@ -528,19 +529,68 @@ class TextCorpusRun {
  public:
   explicit TextCorpusRun(const PrepareTextOptions& o) : o_(o), started_(Clock::now()) {}
 
+  // The inputs this run reads (a task's share, or all), its description (the manifest's, and
+  // the metadata's source), and the directory it makes.
+  struct Setup {
+    std::vector<TextInputFile> inputs;
+    ordered_json run;
+    fs::path out_dir;
+  };
+
+  Setup set_up(TokenDtype dtype) {
+    Setup s;
+    const std::vector<TextInputFile> all = expand_text_inputs(o_.inputs);
+    for (const TextInputFile& f : all) source_bytes_ += f.bytes;
+    s.out_dir = normalized_output(o_.output_dir);
+    if (!o_.task) {
+      s.inputs = all;
+      const std::vector<std::string> digests =
+          o_.resume_check == ResumeCheck::content ? input_digests(all, o_.workers) : std::vector<std::string>();
+      s.run = run_description(o_, all, digests, tokenizer_, dtype);
+      return s;
+    }
+    if (o_.task->count == 0 || o_.task->index >= o_.task->count) {
+      throw Error(ErrorKind::config, "--task " + std::to_string(o_.task->index) + " is not below --num-tasks " +
+                                         std::to_string(o_.task->count));
+    }
+    TextTaskPlan plan = plan_text_task(all, o_.read, *o_.task);
+    // The whole preparation's key leaves out what differs between tasks: the part, and the
+    // digests, of only the files each task reads.
+    const std::string job_key = run_key(run_description(o_, all, {}, tokenizer_, dtype));
+    s.out_dir = claim_text_task(s.out_dir, *o_.task, plan.max_part_bytes, job_key);
+    std::vector<std::string> digests;
+    if (o_.resume_check == ResumeCheck::content) {
+      std::vector<TextInputFile> read;
+      std::vector<std::size_t> at;
+      for (const ordered_json& range : plan.description.at("ranges")) {
+        const auto file = range.at("file").get<std::size_t>();
+        if (!at.empty() && at.back() == file) continue;
+        at.push_back(file);
+        read.push_back(all[file]);
+      }
+      const std::vector<std::string> some = input_digests(read, o_.workers);
+      digests.assign(all.size(), std::string());
+      for (std::size_t k = 0; k < at.size(); ++k) digests[at[k]] = some[k];
+    }
+    s.run = run_description(o_, all, digests, tokenizer_, dtype);
+    plan.description["job_key"] = job_key;
+    s.run["part"] = plan.description;
+    s.inputs = std::move(plan.inputs);
+    return s;
+  }
+
   PrepareTextSummary run() {
     check_options(o_);
-    const std::vector<TextInputFile> inputs = expand_text_inputs(o_.inputs);
     tokenizer_ = resolve_tokenizer(o_);
     const TokenDtype dtype = choose_token_dtype(o_.token_dtype, tokenizer_.vocab_size);
-    const std::vector<std::string> digests =
-        o_.resume_check == ResumeCheck::content ? input_digests(inputs, o_.workers) : std::vector<std::string>();
+    const Setup setup = set_up(dtype);
+    const std::vector<TextInputFile>& inputs = setup.inputs;
+    const ordered_json& run = setup.run;
     check_stop(o_);
-    const ordered_json run = run_description(o_, inputs, digests, tokenizer_, dtype);
     const std::string key = run_key(run);
-    for (const TextInputFile& f : inputs) total_bytes_ += f.bytes;
+    for (const TextInputFile& f : inputs) total_bytes_ += text_input_read_bytes(f);
 
-    const fs::path out_dir = normalized_output(o_.output_dir);
+    const fs::path& out_dir = setup.out_dir;
     check_output_dir(out_dir);
     std::error_code ec;
     fs::create_directories(out_dir.parent_path(), ec);
@@ -579,7 +629,7 @@ class TextCorpusRun {
       throw;
     }
     sink.finish(summary_);
-    if (summary_.train.documents == 0) {
+    if (summary_.train.documents == 0 && !o_.task) {  // a task's part may be empty: the merge checks
       throw Error(ErrorKind::format, "no document landed in train (" + std::to_string(summary_.val.documents) +
                                          " in val, " +
                                          std::to_string(summary_.train.empty_documents + summary_.val.empty_documents) +
@@ -591,6 +641,7 @@ class TextCorpusRun {
 
     summary_.input_files = inputs.size();
     summary_.input_bytes = total_bytes_;
+    summary_.written = out_dir;
     summary_.token_dtype = dtype;
     summary_.vocab_size = tokenizer_.vocab_size;
     summary_.eos_id = tokenizer_.eos;
@@ -633,10 +684,11 @@ class TextCorpusRun {
     }
     meta["skipped"] = skipped;
     meta["on_error"] = o_.on_error == OnBadLine::fail ? "fail" : "skip";
-    meta["source"] = {{"files", run.at("inputs").size()}, {"bytes", total_bytes_}, {"inputs", run.at("inputs")}};
+    meta["source"] = {{"files", run.at("inputs").size()}, {"bytes", source_bytes_}, {"inputs", run.at("inputs")}};
     meta["content_sha256"] = checksums;
     meta["created_by"] = "tokenfeed prepare-text";
     meta["tokenfeed_version"] = version();
+    if (run.contains("part")) meta["part"] = run.at("part");  // prepare-text --merge's record
     return meta;
   }
 
@@ -806,7 +858,10 @@ class TextCorpusRun {
 
   void write_all(CorpusReader& reader, CorpusSink& sink, const std::vector<TextInputFile>& inputs) {
     std::vector<std::string> names;
-    for (const TextInputFile& f : inputs) names.push_back(f.path.string());
+    for (const TextInputFile& f : inputs) {
+      // A byte range's lines are counted from its start.
+      names.push_back(f.whole() ? f.path.string() : f.path.string() + " (from byte " + std::to_string(f.begin) + ")");
+    }
     bool input_done = false;
     ChunkPool pool;
     Clock::time_point last_report = Clock::now();
@@ -888,7 +943,8 @@ class TextCorpusRun {
   Clock::time_point started_;
   ResolvedTokenizer tokenizer_;
   PrepareTextSummary summary_;
-  std::uint64_t total_bytes_ = 0;
+  std::uint64_t total_bytes_ = 0;   // read by this run (a task's share)
+  std::uint64_t source_bytes_ = 0;  // of every input
   std::uint64_t documents_ = 0, tokens_ = 0;
 };
 

@@ -399,9 +399,17 @@ TextFileReader::TextFileReader(const TextInputFile& input, std::uint32_t index, 
     d.units = skip_units;
     return;
   }
-  d.lines = std::make_unique<LineReader>(input.path, input.format == TextInputFormat::jsonl
-                                                         ? max_jsonl_line_bytes(options.max_document_bytes)
-                                                         : options.max_document_bytes);
+  const std::size_t max_line = input.format == TextInputFormat::jsonl ? max_jsonl_line_bytes(options.max_document_bytes)
+                                                                      : options.max_document_bytes;
+  if (input.whole()) {
+    d.lines = std::make_unique<LineReader>(input.path, max_line);
+  } else {
+    if (input.format == TextInputFormat::text && options.doc_per != DocPer::line) {
+      throw Error(ErrorKind::config,
+                  "'" + input.path.string() + "': only lines (JSONL, or --doc-per line) are read by byte range");
+    }
+    d.lines = std::make_unique<LineReader>(input.path, max_line, input.begin, input.end);
+  }
   if (input.format == TextInputFormat::text && options.doc_per == DocPer::file) {
     if (skip_units > 0) {
       d.whole_file_done = true;
