@@ -39,7 +39,7 @@ using Document = std::vector<Sequence>;  // a document is one or more sequences 
 
 // One Megatron dataset's contents as a writer lays them out, before they become bytes.
 struct MegatronWriter {
-  std::uint8_t dtype_code = 8;  // uint16
+  std::uint8_t dtype_code = 8;  // uint16; 4 (int32) writes the tokens as int32
   std::vector<std::uint16_t> tokens;
   std::vector<std::int32_t> lengths;
   std::vector<std::int64_t> document_indices{0};
@@ -68,13 +68,23 @@ struct MegatronWriter {
     std::int64_t pointer = 0;
     for (const std::int32_t length : lengths) {
       put(pointer);
-      pointer += static_cast<std::int64_t>(length) * 2;
+      pointer += static_cast<std::int64_t>(length) * static_cast<std::int64_t>(width());
     }
     for (const std::int64_t index : document_indices) put(index);
     return out;
   }
 
-  std::string bin_bytes() const { return {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2}; }
+  std::size_t width() const { return dtype_code == 4 ? 4 : 2; }
+
+  std::string bin_bytes() const {
+    if (width() == 2) return {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2};
+    std::string out;
+    for (const std::uint16_t t : tokens) {
+      const auto wide = static_cast<std::int32_t>(t);
+      out.append(reinterpret_cast<const char*>(&wide), 4);
+    }
+    return out;
+  }
 
   void write(const fs::path& prefix) const {
     const std::string idx = index_bytes(), bin = bin_bytes();
@@ -295,14 +305,55 @@ TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refuse
     w.append(std::span<const std::uint64_t>(std::vector<std::uint64_t>{0}));
     w.finish();
   }
-  CHECK(open_error(dir.path()).find("whose .idx gives them already") != std::string::npos);
+  CHECK(open_error(dir.path()).find("whose index gives them already") != std::string::npos);
 }
 
-TEST_CASE("megatron: dtypes other than uint16 are refused naming the file and the code") {
+TEST_CASE("megatron: int32 tokens (dtype code 4) are read, and a negative id is refused naming the file and token") {
+  TempDir dir;
+  MegatronWriter file(random_documents(50, 8));
+  file.dtype_code = 4;
+  file.write(dir / "train/wide");
+  const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+  REQUIRE(split.files().size() == 1);
+  CHECK(split.files()[0].dtype == TokenDtype::int32);
+  CHECK(split.files()[0].tokens == file.tokens.size());
+  const std::size_t T = 6;
+  Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  c.epoch_shuffle = false;
+  {
+    Loader loader(c);
+    CHECK(loader.config().token_dtype == TokenDtype::int32);
+    for (std::size_t start = 0; start + T + 1 <= file.tokens.size(); start += T + 1) {
+      Batch b = loader.get_batch();
+      CAPTURE(start);
+      for (std::size_t i = 0; i < T; ++i) {
+        CHECK(b.x()[i] == file.tokens[start + i]);
+        CHECK(b.y()[i] == file.tokens[start + i + 1]);
+      }
+    }
+  }
+  // Token 9 negative: the second window (tokens 7..13) holds it; token 6, the first
+  // window's last label, negative: the first window is refused too.
+  for (const std::size_t bad : {std::size_t{9}, std::size_t{6}}) {
+    CAPTURE(bad);
+    std::string bin = file.bin_bytes();
+    const std::int32_t negative = -5;
+    std::memcpy(bin.data() + 4 * bad, &negative, 4);
+    write_raw(dir / "train/wide.bin", bin.data(), bin.size());
+    Loader loader(c);
+    if (bad == 9) CHECK_NOTHROW(loader.get_batch());
+    const std::string error = error_of([&] { loader.get_batch(); }, ErrorKind::format);
+    CHECK(error.find("wide.bin': token " + std::to_string(bad) + " is -5, a negative id in an int32 file") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("megatron: dtypes other than uint16 and int32 are refused naming the file and the code") {
   TempDir dir;
   MegatronWriter file(random_documents(10, 7));
   const std::vector<std::string> names = {"", "uint8", "int8", "int16", "int32", "int64", "float64", "float32"};
   for (std::uint8_t code = 1; code <= 7; ++code) {
+    if (code == 4) continue;
     file.dtype_code = code;
     file.write(dir / "train/a");
     CAPTURE(names[code]);

@@ -257,7 +257,7 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     }
     if (shard->document_starts) {
       throw Error(ErrorKind::format, "'" + path.string() + "' gives document offsets to '" +
-                                         shard->map.path().filename().string() + "', whose .idx gives them already");
+                                         shard->map.path().filename().string() + "', whose index gives them already");
     }
     shard->documents = check_docs_file(path, *shard);
   }

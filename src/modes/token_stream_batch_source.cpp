@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+
+#include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -82,6 +85,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
     fields.y = y;
   }
   write_window(loc, fields);
+  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, x, y);
   if (plain) {
     if (contract) slot.add_sequence(T);
     return;
@@ -173,6 +177,29 @@ void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
   source.token_dtype = f.dtype;
   source.tokens = f.map.bytes().data() + f.data_offset + loc.offset * size_of(f.dtype);
   prefetch_next_token_run(source, options_.block_size);
+}
+
+void TokenStreamBatchSource::check_signed_window(const Location& loc, const std::int64_t* x,
+                                                 const std::int64_t* y) const {
+  // An int32 token was read as its uint32 bits: a negative one is above INT32_MAX. x holds
+  // tokens offset..offset+T-1 and y's last entry token offset+T (before any masking).
+  const std::size_t T = options_.block_size;
+  constexpr std::int64_t kMax = INT32_MAX;
+  std::size_t bad = T + 1;
+  for (std::size_t i = 0; i < T; ++i) {
+    if (x[i] > kMax) {
+      bad = i;
+      break;
+    }
+  }
+  if (bad > T && y[T - 1] > kMax) bad = T;
+  if (bad > T) return;
+  const std::int64_t bits = bad < T ? x[bad] : y[T - 1];
+  const StreamFile& f = split_.files()[loc.file];
+  throw Error(ErrorKind::format, "'" + f.map.path().string() + "': token " + std::to_string(loc.offset + bad) + " is " +
+                                     std::to_string(static_cast<std::int32_t>(static_cast<std::uint32_t>(bits))) +
+                                     ", a negative id in an int32 file (its .idx says int32; token ids are never "
+                                     "negative)");
 }
 
 void TokenStreamBatchSource::write_window(const Location& loc, const NextTokenFields& fields) const noexcept {
