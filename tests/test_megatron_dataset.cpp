@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dataset/megatron_index.hpp"
+#include "document_rows.hpp"
 #include "dataset/token_stream.hpp"
 #include "inspect/inspect_dataset.hpp"
 #include "modes/token_stream_batch_source.hpp"
@@ -186,31 +187,45 @@ TEST_CASE("megatron: document_aware rows take their boundaries from the .idx doc
   const std::size_t T = 16;
   Config c = megatron_config(dir.path(), 8, T, SamplingMode::random);
   c.document_aware = true;
-  c.eos_token_id = 7;  // resolve_options asks for one; the .idx decides the documents
-  Loader loader(c);
-  std::size_t boundaries = 0;
-  for (int k = 0; k < 30; ++k) {
-    Batch b = loader.get_batch();
-    for (std::size_t r = 0; r < 8; ++r) {
-      const auto offset = static_cast<std::uint64_t>(b.window_ids()[r]);
-      std::int32_t doc = 0, position = 0;
-      for (std::size_t i = 0; i < T; ++i) {
-        CAPTURE(offset);
-        CAPTURE(i);
-        if (i > 0 && file.document_starts.count(offset + i) == 1) {
-          ++doc;
-          position = 0;
-          ++boundaries;
-        }
-        CHECK(b.doc_ids()[r * T + i] == doc);
-        CHECK(b.position_ids()[r * T + i] == position++);
-        const bool crosses = file.document_starts.count(offset + i + 1) == 1;
-        CHECK(b.y()[r * T + i] == (crosses ? -100 : file.tokens[offset + i + 1]));
-        CHECK(b.token_weights()[r * T + i] == (crosses ? 0.0f : 1.0f));
-      }
-    }
+  // No eos_token_id: the .idx decides the documents (an eos id, when set, is not used:
+  // 7 inside documents would cut them).
+  for (const bool with_eos : {false, true}) {
+    if (with_eos) c.eos_token_id = 7;
+    CAPTURE(with_eos);
+    Loader loader(c);
+    std::size_t boundaries = 0;
+    for (int k = 0; k < 30; ++k)
+      boundaries += check_document_rows(loader.get_batch(), 8, T, file.tokens, file.document_starts);
+    CHECK(boundaries > 100);  // the rows did cross documents
   }
-  CHECK(boundaries > 100);  // the rows did cross documents
+}
+
+TEST_CASE("megatron: document_aware without an eos id refuses a split whose files do not all have an .idx") {
+  TempDir dir;
+  const MegatronWriter file(random_documents(40, 9));
+  file.write(dir / "train/a_pair");
+  {
+    NpyWriter w(dir / "train/b_plain.npy", "<u2", {file.tokens.size()});
+    w.append(std::span<const std::uint16_t>(file.tokens));
+    w.finish();
+  }
+  Config c = megatron_config(dir.path(), 2, 8, SamplingMode::random);
+  c.document_aware = true;
+  const std::string error = error_of([&] { Loader{c}; }, ErrorKind::config);
+  CHECK(error.find("document_aware=true needs an end-of-text id for '" + (dir / "train/b_plain.npy").string() +
+                   "', which has no index of its documents (other files of the split have one") != std::string::npos);
+  CHECK(error.find("set eos_token_id") != std::string::npos);
+  c.eos_token_id = 1;  // the plain file's documents from the eos id, the pair's from its .idx
+  CHECK_NOTHROW(Loader{c}.get_batch());
+  // Context parallelism pads documents: with neither a pad id nor an eos id it is refused.
+  fs::remove(dir / "train/b_plain.npy");
+  c.eos_token_id.reset();
+  c.context_parallel_size = 2;
+  c.world_size = 2;
+  const std::string cp = error_of([&] { Loader{c}; }, ErrorKind::config);
+  CHECK(cp.find("no pad id is known: set pad_token_id") != std::string::npos);
+  c.pad_token_id = 0;
+  CHECK_NOTHROW(Loader{c}.get_batch());
 }
 
 TEST_CASE("megatron: with an end-of-text token ending each document, the .idx and the eos id give the same rows") {

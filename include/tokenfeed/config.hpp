@@ -279,7 +279,8 @@ struct Config {
   BatchFields fields = kEveryBatchField;
 
   // token_stream: also return doc_ids and position_ids, and mask labels that cross a
-  // document boundary with ignore_index. Needs an end-of-text id.
+  // document boundary with ignore_index. Needs an end-of-text id, unless every token file
+  // indexes its documents (a Megatron .idx).
   bool document_aware = false;
   // The end-of-text id. Absent: eos_token_id, else eot_token_id, from dataset_metadata.json.
   std::optional<std::int64_t> eos_token_id;

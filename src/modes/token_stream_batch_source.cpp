@@ -24,6 +24,21 @@ std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split
   return total;
 }
 
+void TokenStreamBatchSource::check_document_boundaries(const TokenStreamSplit& split,
+                                                       const std::optional<std::int64_t>& eos_token_id,
+                                                       const std::string& where_eos) {
+  if (eos_token_id) return;
+  for (const StreamFile& f : split.files()) {
+    if (f.document_starts) continue;
+    const bool some_indexed = std::any_of(split.files().begin(), split.files().end(),
+                                          [](const StreamFile& g) { return g.document_starts != nullptr; });
+    throw Error(ErrorKind::config, "document_aware=true needs an end-of-text id for '" + f.map.path().string() +
+                                       "', which has no index of its documents" +
+                                       (some_indexed ? " (other files of the split have one: a Megatron .idx)" : "") +
+                                       ": set eos_token_id in the config or in " + where_eos);
+  }
+}
+
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
     : SampledRowSource(orders), split_(split), options_(options) {
@@ -72,7 +87,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   }
   const Location loc = locate(static_cast<std::uint64_t>(id));
   slot.episode_ids[r] = loc.window_id;
-  const bool plain = !options_.eos_token_id;
+  const bool plain = !options_.document_aware;
   if (plain) slot.real_positions += T;
   NextTokenFields fields;
   fields.x = x;
@@ -95,7 +110,8 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   if (file.document_starts) {
     apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, T, options_.ignore_index);
   } else {
-    apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+    // Checked at open (check_document_boundaries): a file without document starts has an eos id.
+    apply_document_boundaries(x, y, doc_ids, positions, T, options_.eos_token_id.value_or(-1), options_.ignore_index);
   }
   slot.real_positions += finish_documents(slot, r);
 }

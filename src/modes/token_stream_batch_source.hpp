@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
@@ -41,7 +42,8 @@ class TokenStreamBatchSource final : public SampledRowSource {
   struct Options {
     std::size_t block_size = 0;
     SamplingMode mode = SamplingMode::random;
-    std::optional<std::int64_t> eos_token_id;  // set: document-aware fields
+    bool document_aware = false;               // the document fields
+    std::optional<std::int64_t> eos_token_id;  // their boundaries in files without document starts
     std::int64_t ignore_index = -100;
     // Fill token_weights and cu_seqlens, and position_ids without the document fields.
     // Must match the pool's shape.
@@ -56,6 +58,11 @@ class TokenStreamBatchSource final : public SampledRowSource {
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
   // (random mode), over all files.
   static std::uint64_t sample_count(const TokenStreamSplit& split, std::size_t block_size, SamplingMode mode);
+
+  // For document-aware rows: every file of `split` has document starts, or `eos_token_id`
+  // is set. Throws Error(config) naming the first file that has neither.
+  static void check_document_boundaries(const TokenStreamSplit& split, const std::optional<std::int64_t>& eos_token_id,
+                                        const std::string& where_eos);
 
   // REQUIRES: split and orders (and its sampler) outlive the source; the sampler draws
   // from sample_count().
