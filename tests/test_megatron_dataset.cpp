@@ -306,6 +306,43 @@ TEST_CASE("megatron: flat train.bin with train.idx, and inspect reports the pair
   CHECK(train.stream->tokens == file.tokens.size());
 }
 
+TEST_CASE("megatron: pairs placed directly in dataset_dir form train in name order, val_prefix's pairs val") {
+  TempDir dir;
+  const MegatronWriter a(random_documents(30, 11)), c(random_documents(25, 12)), held(random_documents(20, 13));
+  c.write(dir / "c_web_text_document");  // written first: the order is the names'
+  a.write(dir / "a_books_text_document");
+  held.write(dir / "heldout_web_text_document");
+  const std::size_t T = 5;
+  Config config = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  config.epoch_shuffle = false;
+  {
+    Loader all(config);  // no val_prefix: every pair is train, and there is no val
+    CHECK(all.split_info("train").tokens == a.tokens.size() + c.tokens.size() + held.tokens.size());
+    CHECK_THROWS_AS(all.get_batch("val"), Error);
+  }
+  config.val_prefix = "heldout_";
+  Loader loader(config);
+  CHECK(loader.split_info("train").tokens == a.tokens.size() + c.tokens.size());
+  CHECK(loader.split_info("val").tokens == held.tokens.size());
+  std::vector<std::uint16_t> train_tokens;  // a's windows, then c's
+  for (const MegatronWriter* w : {&a, &c}) {
+    for (std::size_t start = 0; start + T + 1 <= w->tokens.size(); start += T + 1) {
+      train_tokens.insert(train_tokens.end(), w->tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                          w->tokens.begin() + static_cast<std::ptrdiff_t>(start + T));
+    }
+  }
+  for (std::size_t k = 0; k < train_tokens.size() / T; ++k) {
+    Batch b = loader.get_batch();
+    for (std::size_t i = 0; i < T; ++i) CHECK(b.x()[i] == train_tokens[k * T + i]);
+  }
+  Batch v = loader.get_batch("val");
+  for (std::size_t i = 0; i < T; ++i) CHECK(v.x()[i] == held.tokens[i]);
+  // A .bin without its .idx among the pairs is refused, naming it.
+  const std::string bin = held.bin_bytes();
+  write_raw(dir / "stray.bin", bin.data(), bin.size());
+  CHECK(open_error(dir.path()).find("stray.bin' has no NAME.idx beside it") != std::string::npos);
+}
+
 TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refused naming it") {
   TempDir dir;
   const MegatronWriter file(random_documents(10, 6));

@@ -151,11 +151,47 @@ struct SplitFiles {
   bool flat = false;
 };
 
-SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& split) {
+// Megatron pairs placed directly in `dataset_dir` (no train.bin, no train/): the pairs of
+// `split` (val: those whose name starts with `val_prefix`; train: the others), sorted by
+// name. Empty when the directory holds no .idx (or no val_prefix for val). A .bin without
+// its .idx there is refused (it is no pair, and would silently be left out).
+std::vector<fs::path> loose_pairs(const fs::path& dataset_dir, const std::string& split,
+                                  const std::string& val_prefix) {
+  std::error_code ec;
+  if (fs::exists(dataset_dir / "train.bin", ec) || fs::is_directory(dataset_dir / "train", ec)) return {};
+  std::vector<fs::path> bins, indexes;
+  for (const auto& entry : fs::directory_iterator(dataset_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    if (entry.path().extension() == ".idx") indexes.push_back(entry.path());
+    if (entry.path().extension() == ".bin") bins.push_back(entry.path());
+  }
+  if (indexes.empty()) return {};
+  std::vector<fs::path> pairs;
+  for (const fs::path& bin : bins) {
+    if (!fs::exists(fs::path(bin).replace_extension(".idx"), ec)) {
+      throw Error(ErrorKind::format, "'" + bin.string() +
+                                         "' has no NAME.idx beside it, in a dataset_dir of Megatron pairs (NAME.bin + "
+                                         "NAME.idx): add its index or move it out");
+    }
+    const bool val = !val_prefix.empty() && bin.filename().string().starts_with(val_prefix);
+    if (val == (split == "val")) pairs.push_back(bin);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix) {
   std::error_code ec;
   SplitFiles files;
   const fs::path flat = dataset_dir / (split + ".bin");
   const fs::path dir = dataset_dir / split;
+  if (!fs::is_regular_file(flat, ec) && !fs::is_directory(dir, ec)) {
+    files.shards = loose_pairs(dataset_dir, split, val_prefix);
+    if (!files.shards.empty()) {
+      for (const fs::path& bin : files.shards) files.indexes.push_back(fs::path(bin).replace_extension(".idx"));
+      return files;
+    }
+  }
   if (fs::is_regular_file(flat, ec)) {
     if (fs::is_directory(dir, ec)) {
       throw Error(ErrorKind::format,
@@ -213,10 +249,10 @@ void check_indexes_paired(const SplitFiles& files) {
 
 }  // namespace
 
-bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split) {
+bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix) {
   std::error_code ec;
   if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) return true;
-  if (!fs::is_directory(dataset_dir / split, ec)) return false;
+  if (!fs::is_directory(dataset_dir / split, ec)) return !loose_pairs(dataset_dir, split, val_prefix).empty();
   for (const auto& entry : fs::directory_iterator(dataset_dir / split, ec)) {
     if (is_shard_file(entry)) return true;
   }
@@ -224,8 +260,8 @@ bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string&
 }
 
 TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::string& split,
-                                        std::optional<TokenDtype> bin_dtype) {
-  const SplitFiles files = list_split_files(dataset_dir, split);
+                                        std::optional<TokenDtype> bin_dtype, const std::string& val_prefix) {
+  const SplitFiles files = list_split_files(dataset_dir, split, val_prefix);
   check_indexes_paired(files);
   TokenStreamSplit result;
   result.flat_ = files.flat;

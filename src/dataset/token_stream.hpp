@@ -8,8 +8,12 @@
 // and so does a .npy file without the .npy magic (a headerless memmap, as OLMo-core and
 // nanoGPT write them), read as flat tokens.
 //
-// A NAME.bin with NAME.idx beside it (DATASET/<split>.bin + <split>.idx, or a pair in
-// DATASET/<split>/) is a Megatron-LM indexed dataset: its .bin is read in place as flat
+// Megatron pairs may also sit directly in DATASET (neither <split>.bin nor <split>/ there):
+// every NAME.bin + NAME.idx is train, in name order, but those whose NAME starts with
+// `val_prefix`, which form val.
+//
+// A NAME.bin with NAME.idx beside it (DATASET/<split>.bin + <split>.idx, a pair in
+// DATASET/<split>/, or in DATASET itself) is a Megatron-LM indexed dataset: its .bin is read in place as flat
 // tokens of the dtype its .idx names, and its documents come from the .idx
 // (megatron_index.hpp, which validates the pair). An .idx without its .bin is an error.
 //
@@ -68,11 +72,14 @@ class TokenStreamSplit {
  public:
   // Throws Error(io) when the split is missing, Error(format) for invalid files and
   // Error(config) for a .bin (or headerless .npy) file whose dtype is not given.
+  // `val_prefix`: for Megatron pairs placed directly in dataset_dir, the name prefix of
+  // val's pairs (empty: every pair is train).
   static TokenStreamSplit open(const std::filesystem::path& dataset_dir, const std::string& split,
-                               std::optional<TokenDtype> bin_dtype);
+                               std::optional<TokenDtype> bin_dtype, const std::string& val_prefix = {});
 
   // True when the dataset has this split in a token-stream layout.
-  static bool has_split(const std::filesystem::path& dataset_dir, const std::string& split);
+  static bool has_split(const std::filesystem::path& dataset_dir, const std::string& split,
+                        const std::string& val_prefix = {});
 
   const std::vector<StreamFile>& files() const noexcept { return files_; }
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }

@@ -28,7 +28,7 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   const Config& config = settled.config;
   auto data = std::make_unique<SplitData>();
   const TokenStreamSplit& stream =
-      data->stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype));
+      data->stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype, config.val_prefix));
   if (config.document_aware) {
     TokenStreamBatchSource::check_document_boundaries(stream, config.eos_token_id, "'" + settled.metadata_file() + "'");
   }
@@ -77,7 +77,7 @@ OpenedSplits StreamModeBuilder::open_splits(ResolvedOptions& settled) const {
   Config& c = settled.config;
   OpenedSplits splits;
   for (const char* name : kSplitNames) {
-    if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name)) {
+    if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name, c.val_prefix)) {
       splits.emplace(name, open_split(settled, name));
     }
   }
