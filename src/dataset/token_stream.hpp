@@ -17,6 +17,10 @@
 // tokens of the dtype its .idx names, and its documents come from the .idx
 // (megatron_index.hpp, which validates the pair). An .idx without its .bin is an error.
 //
+// A NAME.ds in DATASET/<split>/ is a datatrove tokenized file (datatrove_index.hpp): flat
+// tokens of the size its NAME.ds.metadata names (else the dtype given), its documents from
+// NAME.ds.index, which must be beside it.
+//
 // Beside shard NAME.npy (or NAME.bin), NAME.docs.npy may hold its document start offsets
 // (`tokenfeed prepare-text`): 1-D little-endian uint64, one entry per document, the first
 // 0, strictly increasing, each below the shard's token count. It is never a shard. open()
@@ -52,9 +56,10 @@ class DocumentStarts {
 
 // How a file's tokens are laid out and where its dtype comes from.
 enum class StreamFileFormat {
-  npy,       // a .npy file: its header says
-  raw,       // flat tokens (.bin, or .npy without a header): the dtype given
-  megatron,  // a Megatron .bin: its .idx says, and holds the documents
+  npy,        // a .npy file: its header says
+  raw,        // flat tokens (.bin, or .npy without a header): the dtype given
+  megatron,   // a Megatron .bin: its .idx says, and holds the documents
+  datatrove,  // a datatrove .ds: its .ds.metadata says (else the dtype given), its .ds.index holds the documents
 };
 
 struct StreamFile {
@@ -65,7 +70,8 @@ struct StreamFile {
   std::uint64_t tokens = 0;
   std::uint64_t first_token = 0;   // global offset of its first token
   std::optional<std::uint64_t> documents;                 // entries of its NAME.docs.npy, or its .idx's documents
-  std::shared_ptr<const DocumentStarts> document_starts;  // a Megatron file's .idx
+  std::shared_ptr<const DocumentStarts> document_starts;  // a Megatron file's .idx, a datatrove file's .ds.index
+  std::string tokenizer;  // a datatrove file's tokenizer, from its .ds.metadata (empty without one)
 };
 
 class TokenStreamSplit {
