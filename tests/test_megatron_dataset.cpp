@@ -2,8 +2,9 @@
 // windows against the raw token arrays, document_aware rows against the .idx documents,
 // and every kind of damage refused naming the file and the first bad entry.
 //
-// megatron-core's IndexedDatasetBuilder is not installable offline here, so the files are
-// written by MegatronWriter below, implemented from the published MMIDIDX format
+// Pairs written by megatron-core's own IndexedDatasetBuilder are in tests/data/megatron_pairs/
+// (tests/data/make_megatron_fixtures.py made them; the first test reads them). The other
+// tests' files are written by MegatronWriter below, implemented from the published MMIDIDX format
 // (megatron/core/datasets/indexed_dataset.py, _IndexWriter): the magic, version 1, the
 // dtype code, the sequence count, the document-index count (len(document_indices), the
 // documents + 1), int32 lengths, int64 byte pointers laid out one after another, int64
@@ -16,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dataset/megatron_index.hpp"
@@ -133,6 +135,51 @@ std::string open_error(const fs::path& root) {
 }
 
 }  // namespace
+
+TEST_CASE("megatron: pairs written by megatron-core's IndexedDatasetBuilder, uint16 and int32") {
+  // The documents make_megatron_fixtures.py describes: document d of 30 has 1 + d % 4
+  // sentences (none for 7 and 19), sentence s 1 + (d * 5 + s * 3) % 11 tokens.
+  for (const auto& [stem, vocab, dtype] : {std::tuple{"web_text_document", 50000u, TokenDtype::uint16},
+                                           std::tuple{"wide_text_document", 150000u, TokenDtype::int32}}) {
+    CAPTURE(stem);
+    std::vector<std::uint32_t> tokens;
+    std::set<std::uint64_t> starts;
+    for (std::uint32_t d = 0; d < 30; ++d) {
+      if (d == 7 || d == 19) continue;
+      starts.insert(tokens.size());
+      for (std::uint32_t s = 0; s < 1 + d % 4; ++s) {
+        for (std::uint32_t j = 0; j < 1 + (d * 5 + s * 3) % 11; ++j)
+          tokens.push_back((d * 977 + s * 31 + j * 7) % vocab + 1);
+      }
+    }
+    TempDir dir;
+    fs::create_directories(dir / "train");
+    for (const char* ext : {".bin", ".idx"}) {
+      fs::copy_file(fs::path(TOKENFEED_TEST_DATA_DIR) / "megatron_pairs" / (std::string(stem) + ext),
+                    dir / "train" / (std::string(stem) + ext));
+    }
+    const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+    REQUIRE(split.files().size() == 1);
+    const StreamFile& f = split.files()[0];
+    CHECK(f.dtype == dtype);
+    CHECK(f.documents == 30);
+    REQUIRE(f.tokens == tokens.size());
+    std::vector<std::int64_t> read(tokens.size());
+    split.read(0, 0, tokens.size(), read.data());
+    CHECK(std::equal(read.begin(), read.end(), tokens.begin(), tokens.end()));
+    for (std::uint64_t t = 0; t < tokens.size(); ++t) {
+      const auto next = starts.upper_bound(t);
+      CHECK(f.document_starts->next_start_after(t) == (next == starts.end() ? UINT64_MAX : *next));
+    }
+    Config c = megatron_config(dir.path(), 2, 6, SamplingMode::random);
+    c.document_aware = true;
+    Loader loader(c);
+    for (int k = 0; k < 10; ++k) {
+      Batch b = loader.get_batch();
+      for (std::size_t i = 0; i < b.x().size(); ++i) CHECK(b.x()[i] > 0);
+    }
+  }
+}
 
 TEST_CASE("megatron: a pair's windows equal the raw token arrays, in both sampling modes") {
   TempDir dir;
