@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -57,13 +56,9 @@ void copy_fixture(const fs::path& root, const std::string& stem) {
   }
 }
 
-std::string read_bytes(const fs::path& path) {
-  std::string bytes(fs::file_size(path), '\0');
-  std::FILE* f = std::fopen(path.string().c_str(), "rb");
-  REQUIRE(f != nullptr);
-  REQUIRE(std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  std::fclose(f);
-  return bytes;
+std::string file_text(const fs::path& path) {
+  const std::vector<char> bytes = read_bytes(path);
+  return {bytes.begin(), bytes.end()};
 }
 
 std::string open_error(const fs::path& root, ErrorKind kind = ErrorKind::format) {
@@ -158,14 +153,14 @@ TEST_CASE("datatrove: without its .ds.metadata the token size comes from token_d
 TEST_CASE("datatrove: each kind of damage is refused naming the file and the first bad entry") {
   TempDir dir;
   const std::string stem = "web_00000_unshuffled";
-  const std::string ds = read_bytes(kFixtures / (stem + ".ds")), index = read_bytes(kFixtures / (stem + ".ds.index")),
-                    meta = read_bytes(kFixtures / (stem + ".ds.metadata"));
+  const std::string ds = file_text(kFixtures / (stem + ".ds")), index = file_text(kFixtures / (stem + ".ds.index")),
+                    meta = file_text(kFixtures / (stem + ".ds.metadata"));
   const std::uint64_t tokens = ds.size() / 2;
   const auto end_at = [](std::string& bytes, std::size_t d, std::uint64_t value) {
     std::memcpy(bytes.data() + 8 * d, &value, 8);
   };
   struct Damage {
-    const char* what;
+    std::string what;
     std::function<void(std::string& ds, std::string& index, std::string& meta)> make;
     std::string expected;
   };
@@ -209,6 +204,7 @@ TEST_CASE("datatrove: each kind of damage is refused naming the file and the fir
     write_raw(dir / "train" / (stem + ".ds.index"), i.data(), i.size());
     write_raw(dir / "train" / (stem + ".ds.metadata"), m.data(), m.size());
     const std::string error = open_error(dir.path());
+    CAPTURE(error);
     CHECK(error.find(damage.expected) != std::string::npos);
     CHECK(error.find((dir / "train" / stem).string()) != std::string::npos);  // the full path
   }
