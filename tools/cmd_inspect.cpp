@@ -205,9 +205,9 @@ void print_stream_files(const StreamFigures& f, const std::string& name) {
                 docs.c_str());
     if (!file.tokenizer.empty()) std::printf("  tokenizer    %s (%s)\n", file.tokenizer.c_str(), file.name.c_str());
     if (file.documents) {
-        const int from_index = file.docs_file.ends_with(".docs.npy") ? 0 : 1;
-        documents[from_index] += *file.documents;
-        ++with_docs[from_index];
+      const int from_index = file.docs_file.ends_with(".docs.npy") ? 0 : 1;
+      documents[from_index] += *file.documents;
+      ++with_docs[from_index];
     }
   }
   std::printf("  tokens       %llu\n", static_cast<ull>(f.tokens));
