@@ -7,55 +7,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "dataset/megatron_index.hpp"
 #include "dataset/token_stream.hpp"
 #include "fuzz_support.hpp"
-#include "modes/token_stream_batch_source.hpp"
+#include "fuzz_token_stream.hpp"
 #include "tokenfeed/error.hpp"
-#include "tokenfeed/loader.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace {
 
 using namespace tokenfeed;
 
-// Reads what the open split offers, bounded so that one input stays fast.
-void read_split(const TokenStreamSplit& split) {
-  constexpr std::uint64_t kLimit = 1 << 14;
-  constexpr std::size_t kWindow = 16;
-  for (std::size_t fi = 0; fi < split.files().size(); ++fi) {
-    const StreamFile& f = split.files()[fi];
-    const std::uint64_t n = std::min(f.tokens, kLimit);
-    std::vector<std::int64_t> tokens(n);
-    split.read(fi, 0, n, tokens.data());
+// Beyond the shared reads: every document start as the .idx gives it.
+void read_megatron_split(const TokenStreamSplit& split) {
+  fuzz::read_indexed_split(split);
+  for (const StreamFile& f : split.files()) {
     const auto* index = dynamic_cast<const MegatronIndex*>(f.document_starts.get());
     if (index == nullptr) continue;
-    for (std::uint64_t d = 0; d <= std::min(index->documents(), kLimit); ++d) (void)index->document_start(d);
-    std::vector<std::int64_t> y(kWindow);
-    std::vector<std::int32_t> doc(kWindow), pos(kWindow);
-    for (std::uint64_t at = 0; at + kWindow < n; at += kWindow) {
-      apply_document_starts(*index, at, y.data(), doc.data(), pos.data(), kWindow, -100);
+    for (std::uint64_t d = 0; d <= std::min<std::uint64_t>(index->documents(), 1 << 14); ++d) {
+      (void)index->document_start(d);
     }
-  }
-}
-
-void take_batches(const std::filesystem::path& dataset) {
-  Config c;
-  c.dataset_dir = dataset;
-  c.dataset_mode = DatasetMode::token_stream;
-  c.batch_size = 1;
-  c.block_size = 4;
-  c.document_aware = true;
-  c.eos_token_id = 0;
-  c.decode_threads = 1;
-  c.prefetch_depth = 1;
-  c.audit_log_dir.clear();
-  try {
-    Loader loader(c);
-    for (int k = 0; k < 4; ++k) (void)loader.get_batch();
-  } catch (const Error&) {
   }
 }
 
@@ -80,10 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::write_file(dataset / "train" / "a.idx", std::string_view(p, idx_len));
   fuzz::write_file(dataset / "train" / "a.bin", std::string_view(p + idx_len, size - 2 - idx_len));
   try {
-    read_split(TokenStreamSplit::open(dataset, "train", std::nullopt));
+    read_megatron_split(TokenStreamSplit::open(dataset, "train", std::nullopt));
   } catch (const Error&) {
     return 0;
   }
-  take_batches(dataset);
+  fuzz::take_document_aware_batches(dataset, 0);
   return 0;
 }

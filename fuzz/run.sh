@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 ALL=(config resume_state npy_header dataset_metadata conversation_line sentencepiece_model dataset_open text_input
-     hf_tokenizer_json megatron_index)
+     hf_tokenizer_json megatron_index datatrove_index)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL[@]}")
 BUILD=${TOKENFEED_FUZZ_BUILD:-build-fuzz}

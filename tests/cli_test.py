@@ -223,8 +223,10 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(stream, "dataset_metadata.json"), "w") as f:
         json.dump({"eos_token_id": 0}, f)  # no token_dtype: a .bin file's dtype is unknown
     expect_error(run("dump", "--config", stream_config, "--out", tmp), ".bin without dtype", "part_0.bin", "token_dtype")
-    os.remove(os.path.join(stream, "dataset_metadata.json"))
+    with open(os.path.join(stream, "dataset_metadata.json"), "w") as f:
+        json.dump({"token_dtype": "uint16"}, f)  # no end-of-text id, and part_0.bin indexes no documents
     expect_error(run("dump", "--config", stream_config, "--out", tmp), "document_aware without eos", "eos_token_id")
+    os.remove(os.path.join(stream, "dataset_metadata.json"))
 
 # Exit statuses of bad command lines, for every subcommand: 2 for usage, 3 for a missing file,
 # 0 for --help and --version (CLI11's own codes, 105..109, must not leak out).

@@ -349,7 +349,7 @@ def test_megatron(tmp):
     write_megatron(os.path.join(root, "train", "b"), [tokens[2000:2400], tokens[2400:3000]])
     r = run("inspect", root, "--block-size", "8", "--print-config")
     check(r.returncode == 0 and "a.bin: 2000 tokens, uint16 (from its Megatron .idx), 20 documents (a.idx)" in r.stdout
-          and "megatron     22 documents, in the .idx of 2 of 2 files" in r.stdout and "verdict      ok" in r.stdout,
+          and "indexed      22 documents, in the .idx or .ds.index of 2 of 2 files" in r.stdout and "verdict      ok" in r.stdout,
           f"megatron pairs: {r.returncode} {r.stdout} {r.stderr}")
     config = os.path.join(root, "snippet.xml")
     with open(config, "w") as f:

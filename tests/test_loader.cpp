@@ -387,7 +387,7 @@ TEST_CASE("loader: dataset-level errors at open") {
     TempDir sharded;
     write_split(sharded.path(), "train", numbered_episodes(4, {4}), TokenDtype::uint16, true, 2);
     c.dataset_dir = sharded.path();
-    CHECK(loader_error(c, ErrorKind::format).find("no *.bin or *.npy shard files") != std::string::npos);
+    CHECK(loader_error(c, ErrorKind::format).find("no *.bin, *.npy or *.ds shard files") != std::string::npos);
   }
   SUBCASE("an unknown split") {
     write_split(dir.path(), "train", numbered_episodes(4, {4}));

@@ -2,8 +2,9 @@
 // windows against the raw token arrays, document_aware rows against the .idx documents,
 // and every kind of damage refused naming the file and the first bad entry.
 //
-// megatron-core's IndexedDatasetBuilder is not installable offline here, so the files are
-// written by MegatronWriter below, implemented from the published MMIDIDX format
+// Pairs written by megatron-core's own IndexedDatasetBuilder are in tests/data/megatron_pairs/
+// (tests/data/make_megatron_fixtures.py made them; the first test reads them). The other
+// tests' files are written by MegatronWriter below, implemented from the published MMIDIDX format
 // (megatron/core/datasets/indexed_dataset.py, _IndexWriter): the magic, version 1, the
 // dtype code, the sequence count, the document-index count (len(document_indices), the
 // documents + 1), int32 lengths, int64 byte pointers laid out one after another, int64
@@ -16,9 +17,11 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dataset/megatron_index.hpp"
+#include "document_rows.hpp"
 #include "dataset/token_stream.hpp"
 #include "inspect/inspect_dataset.hpp"
 #include "modes/token_stream_batch_source.hpp"
@@ -39,7 +42,7 @@ using Document = std::vector<Sequence>;  // a document is one or more sequences 
 
 // One Megatron dataset's contents as a writer lays them out, before they become bytes.
 struct MegatronWriter {
-  std::uint8_t dtype_code = 8;  // uint16
+  std::uint8_t dtype_code = 8;  // uint16; 4 (int32) writes the tokens as int32
   std::vector<std::uint16_t> tokens;
   std::vector<std::int32_t> lengths;
   std::vector<std::int64_t> document_indices{0};
@@ -68,13 +71,23 @@ struct MegatronWriter {
     std::int64_t pointer = 0;
     for (const std::int32_t length : lengths) {
       put(pointer);
-      pointer += static_cast<std::int64_t>(length) * 2;
+      pointer += static_cast<std::int64_t>(length) * static_cast<std::int64_t>(width());
     }
     for (const std::int64_t index : document_indices) put(index);
     return out;
   }
 
-  std::string bin_bytes() const { return {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2}; }
+  std::size_t width() const { return dtype_code == 4 ? 4 : 2; }
+
+  std::string bin_bytes() const {
+    if (width() == 2) return {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2};
+    std::string out;
+    for (const std::uint16_t t : tokens) {
+      const auto wide = static_cast<std::int32_t>(t);
+      out.append(reinterpret_cast<const char*>(&wide), 4);
+    }
+    return out;
+  }
 
   void write(const fs::path& prefix) const {
     const std::string idx = index_bytes(), bin = bin_bytes();
@@ -122,6 +135,51 @@ std::string open_error(const fs::path& root) {
 }
 
 }  // namespace
+
+TEST_CASE("megatron: pairs written by megatron-core's IndexedDatasetBuilder, uint16 and int32") {
+  // The documents make_megatron_fixtures.py describes: document d of 30 has 1 + d % 4
+  // sentences (none for 7 and 19), sentence s 1 + (d * 5 + s * 3) % 11 tokens.
+  for (const auto& [stem, vocab, dtype] : {std::tuple{"web_text_document", 50000u, TokenDtype::uint16},
+                                           std::tuple{"wide_text_document", 150000u, TokenDtype::int32}}) {
+    CAPTURE(stem);
+    std::vector<std::uint32_t> tokens;
+    std::set<std::uint64_t> starts;
+    for (std::uint32_t d = 0; d < 30; ++d) {
+      if (d == 7 || d == 19) continue;
+      starts.insert(tokens.size());
+      for (std::uint32_t s = 0; s < 1 + d % 4; ++s) {
+        for (std::uint32_t j = 0; j < 1 + (d * 5 + s * 3) % 11; ++j)
+          tokens.push_back((d * 977 + s * 31 + j * 7) % vocab + 1);
+      }
+    }
+    TempDir dir;
+    fs::create_directories(dir / "train");
+    for (const char* ext : {".bin", ".idx"}) {
+      fs::copy_file(fs::path(TOKENFEED_TEST_DATA_DIR) / "megatron_pairs" / (std::string(stem) + ext),
+                    dir / "train" / (std::string(stem) + ext));
+    }
+    const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+    REQUIRE(split.files().size() == 1);
+    const StreamFile& f = split.files()[0];
+    CHECK(f.dtype == dtype);
+    CHECK(f.documents == 30);
+    REQUIRE(f.tokens == tokens.size());
+    std::vector<std::int64_t> read(tokens.size());
+    split.read(0, 0, tokens.size(), read.data());
+    CHECK(std::equal(read.begin(), read.end(), tokens.begin(), tokens.end()));
+    for (std::uint64_t t = 0; t < tokens.size(); ++t) {
+      const auto next = starts.upper_bound(t);
+      CHECK(f.document_starts->next_start_after(t) == (next == starts.end() ? UINT64_MAX : *next));
+    }
+    Config c = megatron_config(dir.path(), 2, 6, SamplingMode::random);
+    c.document_aware = true;
+    Loader loader(c);
+    for (int k = 0; k < 10; ++k) {
+      Batch b = loader.get_batch();
+      for (std::size_t i = 0; i < b.x().size(); ++i) CHECK(b.x()[i] > 0);
+    }
+  }
+}
 
 TEST_CASE("megatron: a pair's windows equal the raw token arrays, in both sampling modes") {
   TempDir dir;
@@ -176,31 +234,45 @@ TEST_CASE("megatron: document_aware rows take their boundaries from the .idx doc
   const std::size_t T = 16;
   Config c = megatron_config(dir.path(), 8, T, SamplingMode::random);
   c.document_aware = true;
-  c.eos_token_id = 7;  // resolve_options asks for one; the .idx decides the documents
-  Loader loader(c);
-  std::size_t boundaries = 0;
-  for (int k = 0; k < 30; ++k) {
-    Batch b = loader.get_batch();
-    for (std::size_t r = 0; r < 8; ++r) {
-      const auto offset = static_cast<std::uint64_t>(b.window_ids()[r]);
-      std::int32_t doc = 0, position = 0;
-      for (std::size_t i = 0; i < T; ++i) {
-        CAPTURE(offset);
-        CAPTURE(i);
-        if (i > 0 && file.document_starts.count(offset + i) == 1) {
-          ++doc;
-          position = 0;
-          ++boundaries;
-        }
-        CHECK(b.doc_ids()[r * T + i] == doc);
-        CHECK(b.position_ids()[r * T + i] == position++);
-        const bool crosses = file.document_starts.count(offset + i + 1) == 1;
-        CHECK(b.y()[r * T + i] == (crosses ? -100 : file.tokens[offset + i + 1]));
-        CHECK(b.token_weights()[r * T + i] == (crosses ? 0.0f : 1.0f));
-      }
-    }
+  // No eos_token_id: the .idx decides the documents (an eos id, when set, is not used:
+  // 7 inside documents would cut them).
+  for (const bool with_eos : {false, true}) {
+    if (with_eos) c.eos_token_id = 7;
+    CAPTURE(with_eos);
+    Loader loader(c);
+    std::size_t boundaries = 0;
+    for (int k = 0; k < 30; ++k)
+      boundaries += check_document_rows(loader.get_batch(), 8, T, file.tokens, file.document_starts);
+    CHECK(boundaries > 100);  // the rows did cross documents
   }
-  CHECK(boundaries > 100);  // the rows did cross documents
+}
+
+TEST_CASE("megatron: document_aware without an eos id refuses a split whose files do not all have an .idx") {
+  TempDir dir;
+  const MegatronWriter file(random_documents(40, 9));
+  file.write(dir / "train/a_pair");
+  {
+    NpyWriter w(dir / "train/b_plain.npy", "<u2", {file.tokens.size()});
+    w.append(std::span<const std::uint16_t>(file.tokens));
+    w.finish();
+  }
+  Config c = megatron_config(dir.path(), 2, 8, SamplingMode::random);
+  c.document_aware = true;
+  const std::string error = error_of([&] { Loader{c}; }, ErrorKind::config);
+  CHECK(error.find("document_aware=true needs an end-of-text id for '" + (dir / "train/b_plain.npy").string() +
+                   "', which has no index of its documents (other files of the split have one") != std::string::npos);
+  CHECK(error.find("set eos_token_id") != std::string::npos);
+  c.eos_token_id = 1;  // the plain file's documents from the eos id, the pair's from its .idx
+  CHECK_NOTHROW(Loader{c}.get_batch());
+  // Context parallelism pads documents: with neither a pad id nor an eos id it is refused.
+  fs::remove(dir / "train/b_plain.npy");
+  c.eos_token_id.reset();
+  c.context_parallel_size = 2;
+  c.world_size = 2;
+  const std::string cp = error_of([&] { Loader{c}; }, ErrorKind::config);
+  CHECK(cp.find("no pad id is known: set pad_token_id") != std::string::npos);
+  c.pad_token_id = 0;
+  CHECK_NOTHROW(Loader{c}.get_batch());
 }
 
 TEST_CASE("megatron: with an end-of-text token ending each document, the .idx and the eos id give the same rows") {
@@ -281,6 +353,43 @@ TEST_CASE("megatron: flat train.bin with train.idx, and inspect reports the pair
   CHECK(train.stream->tokens == file.tokens.size());
 }
 
+TEST_CASE("megatron: pairs placed directly in dataset_dir form train in name order, val_prefix's pairs val") {
+  TempDir dir;
+  const MegatronWriter a(random_documents(30, 11)), c(random_documents(25, 12)), held(random_documents(20, 13));
+  c.write(dir / "c_web_text_document");  // written first: the order is the names'
+  a.write(dir / "a_books_text_document");
+  held.write(dir / "heldout_web_text_document");
+  const std::size_t T = 5;
+  Config config = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  config.epoch_shuffle = false;
+  {
+    Loader all(config);  // no val_prefix: every pair is train, and there is no val
+    CHECK(all.split_info("train").tokens == a.tokens.size() + c.tokens.size() + held.tokens.size());
+    CHECK_THROWS_AS(all.get_batch("val"), Error);
+  }
+  config.val_prefix = "heldout_";
+  Loader loader(config);
+  CHECK(loader.split_info("train").tokens == a.tokens.size() + c.tokens.size());
+  CHECK(loader.split_info("val").tokens == held.tokens.size());
+  std::vector<std::uint16_t> train_tokens;  // a's windows, then c's
+  for (const MegatronWriter* w : {&a, &c}) {
+    for (std::size_t start = 0; start + T + 1 <= w->tokens.size(); start += T + 1) {
+      train_tokens.insert(train_tokens.end(), w->tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                          w->tokens.begin() + static_cast<std::ptrdiff_t>(start + T));
+    }
+  }
+  for (std::size_t k = 0; k < train_tokens.size() / T; ++k) {
+    Batch b = loader.get_batch();
+    for (std::size_t i = 0; i < T; ++i) CHECK(b.x()[i] == train_tokens[k * T + i]);
+  }
+  Batch v = loader.get_batch("val");
+  for (std::size_t i = 0; i < T; ++i) CHECK(v.x()[i] == held.tokens[i]);
+  // A .bin without its .idx among the pairs is refused, naming it.
+  const std::string bin = held.bin_bytes();
+  write_raw(dir / "stray.bin", bin.data(), bin.size());
+  CHECK(open_error(dir.path()).find("stray.bin' has no NAME.idx beside it") != std::string::npos);
+}
+
 TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refused naming it") {
   TempDir dir;
   const MegatronWriter file(random_documents(10, 6));
@@ -295,14 +404,55 @@ TEST_CASE("megatron: an index without its .bin, or beside a .docs.npy, is refuse
     w.append(std::span<const std::uint64_t>(std::vector<std::uint64_t>{0}));
     w.finish();
   }
-  CHECK(open_error(dir.path()).find("whose .idx gives them already") != std::string::npos);
+  CHECK(open_error(dir.path()).find("whose index gives them already") != std::string::npos);
 }
 
-TEST_CASE("megatron: dtypes other than uint16 are refused naming the file and the code") {
+TEST_CASE("megatron: int32 tokens (dtype code 4) are read, and a negative id is refused naming the file and token") {
+  TempDir dir;
+  MegatronWriter file(random_documents(50, 8));
+  file.dtype_code = 4;
+  file.write(dir / "train/wide");
+  const TokenStreamSplit split = TokenStreamSplit::open(dir.path(), "train", std::nullopt);
+  REQUIRE(split.files().size() == 1);
+  CHECK(split.files()[0].dtype == TokenDtype::int32);
+  CHECK(split.files()[0].tokens == file.tokens.size());
+  const std::size_t T = 6;
+  Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  c.epoch_shuffle = false;
+  {
+    Loader loader(c);
+    CHECK(loader.config().token_dtype == TokenDtype::int32);
+    for (std::size_t start = 0; start + T + 1 <= file.tokens.size(); start += T + 1) {
+      Batch b = loader.get_batch();
+      CAPTURE(start);
+      for (std::size_t i = 0; i < T; ++i) {
+        CHECK(b.x()[i] == file.tokens[start + i]);
+        CHECK(b.y()[i] == file.tokens[start + i + 1]);
+      }
+    }
+  }
+  // Token 9 negative: the second window (tokens 7..13) holds it; token 6, the first
+  // window's last label, negative: the first window is refused too.
+  for (const std::size_t bad : {std::size_t{9}, std::size_t{6}}) {
+    CAPTURE(bad);
+    std::string bin = file.bin_bytes();
+    const std::int32_t negative = -5;
+    std::memcpy(bin.data() + 4 * bad, &negative, 4);
+    write_raw(dir / "train/wide.bin", bin.data(), bin.size());
+    Loader loader(c);
+    if (bad == 9) CHECK_NOTHROW(loader.get_batch());
+    const std::string error = error_of([&] { loader.get_batch(); }, ErrorKind::format);
+    CHECK(error.find("wide.bin': token " + std::to_string(bad) + " is -5, a negative id in an int32 file") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("megatron: dtypes other than uint16 and int32 are refused naming the file and the code") {
   TempDir dir;
   MegatronWriter file(random_documents(10, 7));
   const std::vector<std::string> names = {"", "uint8", "int8", "int16", "int32", "int64", "float64", "float32"};
   for (std::uint8_t code = 1; code <= 7; ++code) {
+    if (code == 4) continue;
     file.dtype_code = code;
     file.write(dir / "train/a");
     CAPTURE(names[code]);

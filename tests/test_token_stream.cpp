@@ -194,7 +194,7 @@ TEST_CASE("token stream: .npy validation rejects wrong dtype, 2-D, Fortran order
   }
   CHECK(stream_error(dir.path()).find("bad magic") != std::string::npos);
   std::filesystem::remove(dir / "train/x.npy");
-  CHECK(stream_error(dir.path()).find("no *.bin or *.npy") != std::string::npos);
+  CHECK(stream_error(dir.path()).find("no *.bin, *.npy or *.ds") != std::string::npos);
   CHECK(stream_error(dir / "nowhere").find("not found") != std::string::npos);
   write_bin(dir / "train/odd.bin", {1, 2, 3});
   {

@@ -189,20 +189,23 @@ void print_episode_split(const InspectRequest& r, const SplitReport& s) {
 void print_stream_files(const StreamFigures& f, const std::string& name) {
   std::printf("  layout       %s, %zu file%s\n", f.flat ? ("flat (" + name + ".bin)").c_str() : "sharded",
               f.files.size(), f.files.size() == 1 ? "" : "s");
-  // Document counts by where they come from: [0] .docs.npy offsets, [1] Megatron indexes.
+  // Document counts by where they come from: [0] .docs.npy offsets, [1] indexes (Megatron
+  // .idx, datatrove .ds.index).
   std::uint64_t documents[2] = {0, 0}, with_docs[2] = {0, 0};
   for (const StreamFileFigures& file : f.files) {
     const std::string docs =
         file.documents ? ", " + std::to_string(*file.documents) + " documents (" + file.docs_file + ")" : std::string();
     std::printf("  file         %s: %llu tokens, %s%s%s\n", file.name.c_str(), static_cast<ull>(file.tokens),
                 to_string(file.dtype),
-                file.dtype_source == DtypeSource::npy_header       ? " (from its .npy header)"
-                : file.dtype_source == DtypeSource::megatron_index ? " (from its Megatron .idx)"
-                : file.dtype_source == DtypeSource::metadata       ? " (from dataset_metadata.json)"
-                                                                   : " (from --token-dtype)",
+                file.dtype_source == DtypeSource::npy_header           ? " (from its .npy header)"
+                : file.dtype_source == DtypeSource::megatron_index     ? " (from its Megatron .idx)"
+                : file.dtype_source == DtypeSource::datatrove_metadata ? " (from its .ds.metadata)"
+                : file.dtype_source == DtypeSource::metadata           ? " (from dataset_metadata.json)"
+                                                                       : " (from --token-dtype)",
                 docs.c_str());
+    if (!file.tokenizer.empty()) std::printf("  tokenizer    %s (%s)\n", file.tokenizer.c_str(), file.name.c_str());
     if (file.documents) {
-      const int from_index = file.dtype_source == DtypeSource::megatron_index ? 1 : 0;
+      const int from_index = file.docs_file.ends_with(".docs.npy") ? 0 : 1;
       documents[from_index] += *file.documents;
       ++with_docs[from_index];
     }
@@ -213,8 +216,8 @@ void print_stream_files(const StreamFigures& f, const std::string& name) {
                 static_cast<ull>(with_docs[0]), f.files.size());
   }
   if (with_docs[1] > 0) {
-    std::printf("  megatron     %llu documents, in the .idx of %llu of %zu files\n", static_cast<ull>(documents[1]),
-                static_cast<ull>(with_docs[1]), f.files.size());
+    std::printf("  indexed      %llu documents, in the .idx or .ds.index of %llu of %zu files\n",
+                static_cast<ull>(documents[1]), static_cast<ull>(with_docs[1]), f.files.size());
   }
 }
 

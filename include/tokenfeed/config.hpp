@@ -83,7 +83,7 @@ struct MixtureSource {
   // over <training>'s keys; dataset_dir is required and, from XML, already resolved against
   // the file's directory. Allowed: dataset_dir, dataset_mode, batch_sampling_mode,
   // epoch_seed, epoch_shuffle, episode_min_tokens, document_aware, eos_token_id,
-  // truncation, token_dtype, mask_dtype, pack_lookahead.
+  // truncation, token_dtype, mask_dtype, pack_lookahead, val_prefix.
   std::vector<std::pair<std::string, std::string>> keys;
   // UniMax cap for a weight "auto" (docs/mixtures.md, "Weights from dataset sizes"): the
   // source repeats at most this many epochs over Config::mixture_planned_steps. Absent: no cap.
@@ -298,10 +298,15 @@ struct Config {
   BatchFields fields = kEveryBatchField;
 
   // token_stream: also return doc_ids and position_ids, and mask labels that cross a
-  // document boundary with ignore_index. Needs an end-of-text id.
+  // document boundary with ignore_index. Needs an end-of-text id, unless every token file
+  // indexes its documents (a Megatron .idx).
   bool document_aware = false;
   // The end-of-text id. Absent: eos_token_id, else eot_token_id, from dataset_metadata.json.
   std::optional<std::int64_t> eos_token_id;
+  // A token stream of Megatron pairs (NAME.bin + NAME.idx) placed directly in dataset_dir:
+  // the pairs whose NAME starts with this prefix form the val split, the others train.
+  // Empty: every pair is train. Ignored by datasets with train/ or train.bin.
+  std::string val_prefix;
   // The label value that means "no loss here" (PyTorch's cross_entropy default).
   std::int64_t ignore_index = -100;
 

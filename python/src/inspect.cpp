@@ -117,7 +117,8 @@ void add_stream_figures(const StreamFigures& f, nb::dict& d) {
                           {"tokens", nb::cast(file.tokens)},
                           {"token_dtype", nb::cast(to_string(file.dtype))},
                           {"token_dtype_source", nb::cast(to_string(file.dtype_source))},
-                          {"documents", nb::cast(optional_of(file.documents))}}));
+                          {"documents", nb::cast(optional_of(file.documents))},
+                          {"tokenizer", file.tokenizer.empty() ? nb::none() : nb::cast(file.tokenizer)}}));
   }
   d["files"] = files;
   d["tokens"] = f.tokens;

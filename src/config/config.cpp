@@ -309,6 +309,8 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return std::string(c.document_aware ? "true" : "false"); }},
       {"eos_token_id", [](Config& c, std::string_view v) { c.eos_token_id = parse_int("eos_token_id", v); },
        [](const Config& c) { return optional_int_text(c.eos_token_id); }},
+      {"val_prefix", [](Config& c, std::string_view v) { c.val_prefix = std::string(trim(v)); },
+       [](const Config& c) { return c.val_prefix; }},
       {"ignore_index", [](Config& c, std::string_view v) { c.ignore_index = parse_int("ignore_index", v); },
        [](const Config& c) { return std::to_string(c.ignore_index); }},
       {"audit_log_dir", [](Config& c, std::string_view v) { c.audit_log_dir = std::string(trim(v)); },

@@ -17,8 +17,9 @@ namespace {
 // The per-dataset keys a mixture source may set; the rest are the loader's (shape,
 // threads, depth, rank, the audit log) or single-dataset only (epoch_drop_last).
 constexpr std::string_view kSourceKeys[] = {
-    "dataset_dir",    "dataset_mode", "batch_sampling_mode", "epoch_seed",  "epoch_shuffle", "episode_min_tokens",
-    "document_aware", "eos_token_id", "truncation",          "token_dtype", "mask_dtype",    "pack_lookahead"};
+    "dataset_dir",        "dataset_mode",   "batch_sampling_mode", "epoch_seed", "epoch_shuffle",
+    "episode_min_tokens", "document_aware", "eos_token_id",        "truncation", "token_dtype",
+    "mask_dtype",         "pack_lookahead", "val_prefix"};
 
 bool is_source_key(std::string_view key) {
   return std::find(std::begin(kSourceKeys), std::end(kSourceKeys), key) != std::end(kSourceKeys);

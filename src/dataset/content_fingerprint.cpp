@@ -20,7 +20,8 @@ namespace {
 
 bool is_data_file(const fs::path& path) {
   const std::string ext = path.extension().string();
-  return ext == ".bin" || ext == ".idx" || ext == ".npy";
+  // .ds and .index: a datatrove file and its document ends.
+  return ext == ".bin" || ext == ".idx" || ext == ".npy" || ext == ".ds" || ext == ".index";
 }
 
 struct DataFile {
@@ -39,6 +40,12 @@ std::vector<DataFile> data_files(const fs::path& split_path) {
   } else {
     files.push_back({split_path, 0});
   }
+  return files;
+}
+
+// Sorts `files` by path and reads their sizes.
+std::vector<DataFile> sized(std::vector<DataFile> files) {
+  std::error_code ec;
   std::sort(files.begin(), files.end(), [](const DataFile& a, const DataFile& b) { return a.path < b.path; });
   for (DataFile& f : files) {
     f.size = fs::file_size(f.path, ec);
@@ -61,10 +68,10 @@ void hash_range(Hasher& h, int fd, const fs::path& path, std::uint64_t offset, s
   }
 }
 
-}  // namespace
-
-std::uint64_t content_fingerprint(const fs::path& split_path) {
-  const std::vector<DataFile> files = data_files(split_path);
+// The hash of `listed` (unsorted, unsized), read as one byte stream in path order, each
+// file named by its path relative to `base`.
+std::uint64_t content_fingerprint_of(std::vector<DataFile> listed, const fs::path& base) {
+  const std::vector<DataFile> files = sized(std::move(listed));
   std::uint64_t total = 0;
   for (const DataFile& f : files) total += f.size;
   // The global offsets to hash, each with its length: everything, or the sampled blocks.
@@ -84,7 +91,7 @@ std::uint64_t content_fingerprint(const fs::path& split_path) {
   h.add(total);
   std::uint64_t file_start = 0;
   for (const DataFile& f : files) {
-    h.add(std::string_view(f.path.lexically_relative(split_path).string()));
+    h.add(std::string_view(f.path.lexically_relative(base).string()));
     h.add(f.size);
     const std::uint64_t file_end = file_start + f.size;
     int fd = -1;
@@ -104,6 +111,18 @@ std::uint64_t content_fingerprint(const fs::path& split_path) {
     file_start = file_end;
   }
   return h.digest();
+}
+
+}  // namespace
+
+std::uint64_t content_fingerprint(const fs::path& split_path) {
+  return content_fingerprint_of(data_files(split_path), split_path);
+}
+
+std::uint64_t content_fingerprint(const std::vector<fs::path>& paths, const fs::path& base) {
+  std::vector<DataFile> files;
+  for (const fs::path& path : paths) files.push_back({path, 0});
+  return content_fingerprint_of(std::move(files), base);
 }
 
 }  // namespace tokenfeed

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace tokenfeed {
 
@@ -24,5 +25,8 @@ inline constexpr std::uint64_t kContentBlockBytes = std::uint64_t{64} << 10;
 // The hash of the split at `split_path`: a directory (its data files, recursively) or one
 // data file (a token stream's NAME.bin). Throws Error(io) naming a file that cannot be read.
 std::uint64_t content_fingerprint(const std::filesystem::path& split_path);
+// The same over the files `paths` (a split of Megatron pairs placed directly in the dataset
+// directory: its .bin and .idx files), each named by its path relative to `base`.
+std::uint64_t content_fingerprint(const std::vector<std::filesystem::path>& paths, const std::filesystem::path& base);
 
 }  // namespace tokenfeed

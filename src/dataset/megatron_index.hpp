@@ -21,7 +21,7 @@
 // size does not match S and D.
 //
 // What open() checks, in this order, before anything else reads the files: the header
-// (magic, version, a known dtype code, one tokenfeed reads: uint16), the index's size
+// (magic, version, a known dtype code, one tokenfeed reads: uint16 or int32), the index's size
 // (exactly 34 + 12 S + 8 D bytes), NAME.bin's size (a multiple of the element size), every
 // sequence length (not negative) and pointer (each where the previous sequence ends, as
 // _IndexWriter lays them out, the first 0, the last sequence ending at NAME.bin's end), and
@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -62,6 +63,12 @@ MegatronHeader parse_megatron_header(std::span<const std::byte> idx, const std::
 const char* megatron_dtype_name(std::uint8_t code) noexcept;
 // The element size in bytes of a known dtype code (0 for an unknown one).
 std::size_t megatron_dtype_size(std::uint8_t code) noexcept;
+// The token dtype tokenfeed reads a code's .bin as: uint16 (code 8) and int32 (code 4, what
+// Megatron's DType.optimal_dtype picks for vocabularies of 65500 ids and more); nullopt for
+// the others. uint8, int8 and int16 tokens are not read: no Megatron writer picks them for
+// tokens, and each would be a dtype of its own down every reader; int64 and the floats are
+// not token ids a 32-bit batch id can hold faithfully.
+std::optional<TokenDtype> megatron_token_dtype(std::uint8_t code) noexcept;
 
 class MegatronIndex final : public DocumentStarts {
  public:

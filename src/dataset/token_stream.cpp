@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "dataset/datatrove_index.hpp"
 #include "dataset/megatron_index.hpp"
 #include "util/hash.hpp"
 #include "io/npy.hpp"
@@ -24,8 +25,11 @@ bool is_docs_file(const fs::path& path) {
 
 bool is_shard_file(const fs::directory_entry& entry) {
   const std::string ext = entry.path().extension().string();
-  return entry.is_regular_file() && (ext == ".bin" || ext == ".npy") && !is_docs_file(entry.path());
+  return entry.is_regular_file() && (ext == ".bin" || ext == ".npy" || ext == ".ds") && !is_docs_file(entry.path());
 }
+
+// NAME.ds.index: the document ends of datatrove's NAME.ds, never a shard.
+bool is_datatrove_index(const fs::path& path) { return path.string().ends_with(".ds.index"); }
 
 [[noreturn]] void fail_file(const fs::path& path, const std::string& why) {
   throw Error(ErrorKind::format, "'" + path.string() + "': " + why);
@@ -145,17 +149,86 @@ StreamFile open_megatron(const fs::path& bin, const fs::path& idx) {
   return f;
 }
 
+// A datatrove file: NAME.ds read in place, its token size from NAME.ds.metadata (else the
+// dtype given), its documents from NAME.ds.index.
+StreamFile open_datatrove(const fs::path& ds, std::optional<TokenDtype> given) {
+  std::error_code ec;
+  const fs::path meta_path = ds.string() + ".metadata";
+  std::optional<DatatroveMetadata> meta;
+  if (fs::exists(meta_path, ec)) {
+    const MappedFile text(meta_path);
+    const auto chars = text.bytes();
+    meta = parse_datatrove_metadata(std::string_view(reinterpret_cast<const char*>(chars.data()), chars.size()),
+                                    meta_path.string());
+  } else if (!given) {
+    throw Error(ErrorKind::config, "'" + ds.string() +
+                                       "': the token size of a datatrove file without its .ds.metadata is not known; "
+                                       "set token_dtype (uint16 or uint32) in the config or in dataset_metadata.json");
+  }
+  StreamFile f = open_raw(ds, MappedFile(ds), meta ? meta->dtype : *given);
+  f.format = StreamFileFormat::datatrove;
+  if (meta && meta->tokens != f.tokens) {
+    fail_file(meta_path, "token count " + std::to_string(meta->tokens) + ", but '" + ds.filename().string() +
+                             "' holds " + std::to_string(f.tokens) + " tokens of " + to_string(f.dtype));
+  }
+  if (meta) f.tokenizer = meta->tokenizer;
+  const fs::path index_path = ds.string() + ".index";
+  if (!fs::exists(index_path, ec)) {
+    fail_file(ds, "has no '" + index_path.filename().string() + "' beside it (datatrove's document ends)");
+  }
+  auto index = std::make_shared<const DatatroveIndex>(DatatroveIndex::open(index_path, f.tokens));
+  f.documents = index->documents();
+  f.document_starts = std::move(index);
+  return f;
+}
+
 // The files of a split: its token files, and the NAME.docs.npy and NAME.idx beside them.
 struct SplitFiles {
   std::vector<fs::path> shards, docs, indexes;
   bool flat = false;
 };
 
-SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& split) {
+// Megatron pairs placed directly in `dataset_dir` (no train.bin, no train/): the pairs of
+// `split` (val: those whose name starts with `val_prefix`; train: the others), sorted by
+// name. Empty when the directory holds no .idx (or no val_prefix for val). A .bin without
+// its .idx there is refused (it is no pair, and would silently be left out).
+std::vector<fs::path> loose_pairs(const fs::path& dataset_dir, const std::string& split,
+                                  const std::string& val_prefix) {
+  std::error_code ec;
+  if (fs::exists(dataset_dir / "train.bin", ec) || fs::is_directory(dataset_dir / "train", ec)) return {};
+  std::vector<fs::path> bins, indexes;
+  for (const auto& entry : fs::directory_iterator(dataset_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    if (entry.path().extension() == ".idx") indexes.push_back(entry.path());
+    if (entry.path().extension() == ".bin") bins.push_back(entry.path());
+  }
+  if (indexes.empty()) return {};
+  std::vector<fs::path> pairs;
+  for (const fs::path& bin : bins) {
+    if (!fs::exists(fs::path(bin).replace_extension(".idx"), ec)) {
+      throw Error(ErrorKind::format, "'" + bin.string() +
+                                         "' has no NAME.idx beside it, in a dataset_dir of Megatron pairs (NAME.bin + "
+                                         "NAME.idx): add its index or move it out");
+    }
+    const bool val = !val_prefix.empty() && bin.filename().string().starts_with(val_prefix);
+    if (val == (split == "val")) pairs.push_back(bin);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix) {
   std::error_code ec;
   SplitFiles files;
   const fs::path flat = dataset_dir / (split + ".bin");
   const fs::path dir = dataset_dir / split;
+  if (!fs::is_regular_file(flat, ec) && !fs::is_directory(dir, ec)) {
+    files.shards = loose_pairs(dataset_dir, split, val_prefix);
+    if (!files.shards.empty()) {
+      for (const fs::path& bin : files.shards) files.indexes.push_back(fs::path(bin).replace_extension(".idx"));
+      return files;
+    }
+  }
   if (fs::is_regular_file(flat, ec)) {
     if (fs::is_directory(dir, ec)) {
       throw Error(ErrorKind::format,
@@ -181,10 +254,17 @@ SplitFiles list_split_files(const fs::path& dataset_dir, const std::string& spli
     if (is_shard_file(entry)) files.shards.push_back(entry.path());
     if (entry.is_regular_file() && is_docs_file(entry.path())) files.docs.push_back(entry.path());
     if (entry.is_regular_file() && entry.path().extension() == ".idx") files.indexes.push_back(entry.path());
+    if (entry.is_regular_file() && is_datatrove_index(entry.path())) {
+      const fs::path ds = entry.path().parent_path() / entry.path().stem();
+      if (!fs::is_regular_file(ds, ec)) {
+        throw Error(ErrorKind::format, "'" + entry.path().string() + "' holds document ends, but its token file '" +
+                                           ds.filename().string() + "' is not beside it");
+      }
+    }
   }
   std::sort(files.shards.begin(), files.shards.end());
   if (files.shards.empty())
-    throw Error(ErrorKind::format, "'" + dir.string() + "' holds no *.bin or *.npy shard files");
+    throw Error(ErrorKind::format, "'" + dir.string() + "' holds no *.bin, *.npy or *.ds shard files");
   return files;
 }
 
@@ -213,10 +293,10 @@ void check_indexes_paired(const SplitFiles& files) {
 
 }  // namespace
 
-bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split) {
+bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix) {
   std::error_code ec;
   if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) return true;
-  if (!fs::is_directory(dataset_dir / split, ec)) return false;
+  if (!fs::is_directory(dataset_dir / split, ec)) return !loose_pairs(dataset_dir, split, val_prefix).empty();
   for (const auto& entry : fs::directory_iterator(dataset_dir / split, ec)) {
     if (is_shard_file(entry)) return true;
   }
@@ -224,8 +304,8 @@ bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string&
 }
 
 TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::string& split,
-                                        std::optional<TokenDtype> bin_dtype) {
-  const SplitFiles files = list_split_files(dataset_dir, split);
+                                        std::optional<TokenDtype> bin_dtype, const std::string& val_prefix) {
+  const SplitFiles files = list_split_files(dataset_dir, split, val_prefix);
   check_indexes_paired(files);
   TokenStreamSplit result;
   result.flat_ = files.flat;
@@ -234,6 +314,7 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     const std::optional<fs::path> idx = index_of(path, files.indexes);
     StreamFile f = idx                          ? open_megatron(path, *idx)
                    : path.extension() == ".npy" ? open_npy(path, bin_dtype)
+                   : path.extension() == ".ds"  ? open_datatrove(path, bin_dtype)
                                                 : open_bin(path, bin_dtype);
     f.first_token = result.total_tokens_;
     result.total_tokens_ += f.tokens;
@@ -257,7 +338,7 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     }
     if (shard->document_starts) {
       throw Error(ErrorKind::format, "'" + path.string() + "' gives document offsets to '" +
-                                         shard->map.path().filename().string() + "', whose .idx gives them already");
+                                         shard->map.path().filename().string() + "', whose index gives them already");
     }
     shard->documents = check_docs_file(path, *shard);
   }

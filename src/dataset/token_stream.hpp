@@ -8,10 +8,18 @@
 // and so does a .npy file without the .npy magic (a headerless memmap, as OLMo-core and
 // nanoGPT write them), read as flat tokens.
 //
-// A NAME.bin with NAME.idx beside it (DATASET/<split>.bin + <split>.idx, or a pair in
-// DATASET/<split>/) is a Megatron-LM indexed dataset: its .bin is read in place as flat
+// Megatron pairs may also sit directly in DATASET (neither <split>.bin nor <split>/ there):
+// every NAME.bin + NAME.idx is train, in name order, but those whose NAME starts with
+// `val_prefix`, which form val.
+//
+// A NAME.bin with NAME.idx beside it (DATASET/<split>.bin + <split>.idx, a pair in
+// DATASET/<split>/, or in DATASET itself) is a Megatron-LM indexed dataset: its .bin is read in place as flat
 // tokens of the dtype its .idx names, and its documents come from the .idx
 // (megatron_index.hpp, which validates the pair). An .idx without its .bin is an error.
+//
+// A NAME.ds in DATASET/<split>/ is a datatrove tokenized file (datatrove_index.hpp): flat
+// tokens of the size its NAME.ds.metadata names (else the dtype given), its documents from
+// NAME.ds.index, which must be beside it.
 //
 // Beside shard NAME.npy (or NAME.bin), NAME.docs.npy may hold its document start offsets
 // (`tokenfeed prepare-text`): 1-D little-endian uint64, one entry per document, the first
@@ -48,9 +56,10 @@ class DocumentStarts {
 
 // How a file's tokens are laid out and where its dtype comes from.
 enum class StreamFileFormat {
-  npy,       // a .npy file: its header says
-  raw,       // flat tokens (.bin, or .npy without a header): the dtype given
-  megatron,  // a Megatron .bin: its .idx says, and holds the documents
+  npy,        // a .npy file: its header says
+  raw,        // flat tokens (.bin, or .npy without a header): the dtype given
+  megatron,   // a Megatron .bin: its .idx says, and holds the documents
+  datatrove,  // a datatrove .ds: its .ds.metadata says (else the dtype given), its .ds.index holds the documents
 };
 
 struct StreamFile {
@@ -61,18 +70,22 @@ struct StreamFile {
   std::uint64_t tokens = 0;
   std::uint64_t first_token = 0;   // global offset of its first token
   std::optional<std::uint64_t> documents;                 // entries of its NAME.docs.npy, or its .idx's documents
-  std::shared_ptr<const DocumentStarts> document_starts;  // a Megatron file's .idx
+  std::shared_ptr<const DocumentStarts> document_starts;  // a Megatron file's .idx, a datatrove file's .ds.index
+  std::string tokenizer;  // a datatrove file's tokenizer, from its .ds.metadata (empty without one)
 };
 
 class TokenStreamSplit {
  public:
   // Throws Error(io) when the split is missing, Error(format) for invalid files and
   // Error(config) for a .bin (or headerless .npy) file whose dtype is not given.
+  // `val_prefix`: for Megatron pairs placed directly in dataset_dir, the name prefix of
+  // val's pairs (empty: every pair is train).
   static TokenStreamSplit open(const std::filesystem::path& dataset_dir, const std::string& split,
-                               std::optional<TokenDtype> bin_dtype);
+                               std::optional<TokenDtype> bin_dtype, const std::string& val_prefix = {});
 
   // True when the dataset has this split in a token-stream layout.
-  static bool has_split(const std::filesystem::path& dataset_dir, const std::string& split);
+  static bool has_split(const std::filesystem::path& dataset_dir, const std::string& split,
+                        const std::string& val_prefix = {});
 
   const std::vector<StreamFile>& files() const noexcept { return files_; }
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }

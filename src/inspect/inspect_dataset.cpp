@@ -142,6 +142,8 @@ const char* to_string(DtypeSource source) noexcept {
       return "npy_header";
     case DtypeSource::megatron_index:
       return "megatron_index";
+    case DtypeSource::datatrove_metadata:
+      return "datatrove_metadata";
   }
   return "?";
 }

@@ -48,7 +48,7 @@ struct InspectRequest {
 enum class DatasetLayout { episodes, token_stream };
 
 // Where a split's token dtype came from.
-enum class DtypeSource { metadata, given, inferred, npy_header, megatron_index };
+enum class DtypeSource { metadata, given, inferred, npy_header, megatron_index, datatrove_metadata };
 const char* to_string(DtypeSource source) noexcept;
 
 // An error the loader would raise for the dataset.
@@ -147,8 +147,9 @@ struct StreamFileFigures {
   std::uint64_t tokens = 0;
   TokenDtype dtype = TokenDtype::uint16;
   DtypeSource dtype_source = DtypeSource::npy_header;
-  std::optional<std::uint64_t> documents;  // from its .docs.npy, or a Megatron file's .idx
+  std::optional<std::uint64_t> documents;  // from its .docs.npy, a Megatron file's .idx, a datatrove .ds.index
   std::string docs_file;                   // that file's name
+  std::string tokenizer;                   // a datatrove file's, from its .ds.metadata
 };
 
 struct StreamFigures {

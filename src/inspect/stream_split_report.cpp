@@ -25,12 +25,20 @@ StreamFigures describe(const DatasetMetadata& meta, const TokenStreamSplit& spli
   for (const StreamFile& file : split.files()) {
     const fs::path& path = file.map.path();
     const bool megatron = file.format == StreamFileFormat::megatron;
+    const bool datatrove = file.format == StreamFileFormat::datatrove;
+    // A datatrove file's dtype is its metadata's when it has a tokenizer line (else given).
+    const bool datatrove_meta = datatrove && fs::exists(path.string() + ".metadata");
     f.files.push_back(StreamFileFigures{path.filename().string(), file.tokens, file.dtype,
                                         megatron                               ? DtypeSource::megatron_index
+                                        : datatrove_meta                       ? DtypeSource::datatrove_metadata
                                         : file.format == StreamFileFormat::npy ? DtypeSource::npy_header
                                         : meta.token_dtype                     ? DtypeSource::metadata
                                                                                : DtypeSource::given,
-                                        file.documents, path.stem().string() + (megatron ? ".idx" : ".docs.npy")});
+                                        file.documents,
+                                        datatrove  ? path.filename().string() + ".index"
+                                        : megatron ? path.stem().string() + ".idx"
+                                                   : path.stem().string() + ".docs.npy",
+                                        file.tokenizer});
   }
   f.tokens = split.total_tokens();
   return f;

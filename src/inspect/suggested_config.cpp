@@ -91,6 +91,20 @@ std::optional<TokenDtype> unrecorded_dtype(const DatasetReport& report) {
   return dtype;
 }
 
+// Whether every token file of every split indexes its documents (a Megatron .idx, a
+// datatrove .ds.index): document_aware then needs no end-of-text id.
+bool every_file_indexed(const DatasetReport& report) {
+  bool any = false;
+  for (const SplitReport& split : report.splits) {
+    if (!split.stream) return false;
+    for (const StreamFileFigures& file : split.stream->files) {
+      if (!file.documents || file.docs_file.ends_with(".docs.npy")) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
 std::vector<SuggestedKey> suggest_config(const InspectRequest& r, const ResolvedOptions& run,
@@ -124,7 +138,8 @@ std::vector<SuggestedKey> suggest_config(const InspectRequest& r, const Resolved
     episode_keys(r, run, report, keys);
   } else {
     keys.push_back({"batch_sampling_mode", "random", ""});
-    keys.push_back({"document_aware", end_of_text_id(r.eos_id, run.metadata) ? "true" : "false", ""});
+    const bool documents = end_of_text_id(r.eos_id, run.metadata) || every_file_indexed(report);
+    keys.push_back({"document_aware", documents ? "true" : "false", ""});
     if (r.eos_id) keys.push_back({"eos_token_id", std::to_string(*r.eos_id), ""});
   }
   const std::optional<TokenDtype> unrecorded = run.metadata.token_dtype ? std::nullopt : unrecorded_dtype(report);

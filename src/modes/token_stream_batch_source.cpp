@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+
+#include "tokenfeed/error.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -19,6 +22,21 @@ std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split
   std::uint64_t total = 0;
   for (const StreamFile& f : split.files()) total += samples_in_file(f.tokens, block_size, mode);
   return total;
+}
+
+void TokenStreamBatchSource::check_document_boundaries(const TokenStreamSplit& split,
+                                                       const std::optional<std::int64_t>& eos_token_id,
+                                                       const std::string& where_eos) {
+  if (eos_token_id) return;
+  for (const StreamFile& f : split.files()) {
+    if (f.document_starts) continue;
+    const bool some_indexed = std::any_of(split.files().begin(), split.files().end(),
+                                          [](const StreamFile& g) { return g.document_starts != nullptr; });
+    throw Error(ErrorKind::config, "document_aware=true needs an end-of-text id for '" + f.map.path().string() +
+                                       "', which has no index of its documents" +
+                                       (some_indexed ? " (other files of the split have one: a Megatron .idx)" : "") +
+                                       ": set eos_token_id in the config or in " + where_eos);
+  }
 }
 
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
@@ -69,7 +87,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   }
   const Location loc = locate(static_cast<std::uint64_t>(id));
   slot.episode_ids[r] = loc.window_id;
-  const bool plain = !options_.eos_token_id;
+  const bool plain = !options_.document_aware;
   if (plain) slot.real_positions += T;
   NextTokenFields fields;
   fields.x = x;
@@ -82,6 +100,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
     fields.y = y;
   }
   write_window(loc, fields);
+  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, x, y);
   if (plain) {
     if (contract) slot.add_sequence(T);
     return;
@@ -91,7 +110,8 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   if (file.document_starts) {
     apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, T, options_.ignore_index);
   } else {
-    apply_document_boundaries(x, y, doc_ids, positions, T, *options_.eos_token_id, options_.ignore_index);
+    // Checked at open (check_document_boundaries): a file without document starts has an eos id.
+    apply_document_boundaries(x, y, doc_ids, positions, T, options_.eos_token_id.value_or(-1), options_.ignore_index);
   }
   slot.real_positions += finish_documents(slot, r);
 }
@@ -173,6 +193,29 @@ void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
   source.token_dtype = f.dtype;
   source.tokens = f.map.bytes().data() + f.data_offset + loc.offset * size_of(f.dtype);
   prefetch_next_token_run(source, options_.block_size);
+}
+
+void TokenStreamBatchSource::check_signed_window(const Location& loc, const std::int64_t* x,
+                                                 const std::int64_t* y) const {
+  // An int32 token was read as its uint32 bits: a negative one is above INT32_MAX. x holds
+  // tokens offset..offset+T-1 and y's last entry token offset+T (before any masking).
+  const std::size_t T = options_.block_size;
+  constexpr std::int64_t kMax = INT32_MAX;
+  std::size_t bad = T + 1;
+  for (std::size_t i = 0; i < T; ++i) {
+    if (x[i] > kMax) {
+      bad = i;
+      break;
+    }
+  }
+  if (bad > T && y[T - 1] > kMax) bad = T;
+  if (bad > T) return;
+  const std::int64_t bits = bad < T ? x[bad] : y[T - 1];
+  const StreamFile& f = split_.files()[loc.file];
+  throw Error(ErrorKind::format, "'" + f.map.path().string() + "': token " + std::to_string(loc.offset + bad) + " is " +
+                                     std::to_string(static_cast<std::int32_t>(static_cast<std::uint32_t>(bits))) +
+                                     ", a negative id in an int32 file (its .idx says int32; token ids are never "
+                                     "negative)");
 }
 
 void TokenStreamBatchSource::write_window(const Location& loc, const NextTokenFields& fields) const noexcept {

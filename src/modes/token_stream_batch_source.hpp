@@ -8,20 +8,25 @@
 //  - random mode: the sampler draws a global window start uniformly over every valid
 //    start in every file.
 //
-// With document awareness (an end-of-text id), a row also gets doc_ids (a running
+// With document awareness (Options::document_aware), a row also gets doc_ids (a running
 // document index over the input positions, incremented after each end-of-text token),
 // position_ids (restarting at 0 at each document start), and y = ignore_index where the
 // label belongs to another document than its input position (right after an end-of-text).
 // A file with an index of its documents (a Megatron .idx: StreamFile::document_starts)
 // takes its boundaries from the index instead, and its end-of-text tokens are plain
-// tokens; with Megatron's --append-eod each document ends with one, and both give the
-// same rows.
+// tokens (a file without one needs the end-of-text id: check_document_boundaries); with Megatron's --append-eod each
+// document ends with one, and both give the same rows.
+//
+// An int32 file's tokens (a Megatron .bin whose .idx says int32) are read as their uint32
+// bits; a row holding a negative one is refused (Error(format) naming the file and the
+// token), so no id outside [0, 2^31) reaches a batch.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
@@ -37,7 +42,8 @@ class TokenStreamBatchSource final : public SampledRowSource {
   struct Options {
     std::size_t block_size = 0;
     SamplingMode mode = SamplingMode::random;
-    std::optional<std::int64_t> eos_token_id;  // set: document-aware fields
+    bool document_aware = false;               // the document fields
+    std::optional<std::int64_t> eos_token_id;  // their boundaries in files without document starts
     std::int64_t ignore_index = -100;
     // Fill token_weights and cu_seqlens, and position_ids without the document fields.
     // Must match the pool's shape.
@@ -52,6 +58,11 @@ class TokenStreamBatchSource final : public SampledRowSource {
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
   // (random mode), over all files.
   static std::uint64_t sample_count(const TokenStreamSplit& split, std::size_t block_size, SamplingMode mode);
+
+  // For document-aware rows: every file of `split` has document starts, or `eos_token_id`
+  // is set. Throws Error(config) naming the first file that has neither.
+  static void check_document_boundaries(const TokenStreamSplit& split, const std::optional<std::int64_t>& eos_token_id,
+                                        const std::string& where_eos);
 
   // REQUIRES: split and orders (and its sampler) outlive the source; the sampler draws
   // from sample_count().
@@ -78,6 +89,9 @@ class TokenStreamBatchSource final : public SampledRowSource {
 
   // Writes the window at `loc` (block_size inputs and their targets) into `fields`.
   void write_window(const Location& loc, const NextTokenFields& fields) const noexcept;
+  // The window at `loc` of an int32 file, written to x and y (unmasked): throws
+  // Error(format) naming the file and the token when one of its ids is negative.
+  void check_signed_window(const Location& loc, const std::int64_t* x, const std::int64_t* y) const;
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
   // The contract's view of a document-aware row whose fields are written: the weights and
   // one sequence per document piece; returns the row's real positions.

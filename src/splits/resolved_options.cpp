@@ -157,6 +157,13 @@ void settle_context_parallel_padding(ResolvedOptions& r) {
     // A document-aware token stream pads its documents for context parallelism: with the
     // SFT modes' pad id, else the end-of-text id.
     const std::optional<PadChoice> pad = pad_from_metadata(c, r.metadata);
+    if (!pad && !c.eos_token_id) {
+      throw Error(ErrorKind::config, "document_aware=true with context_parallel_size " +
+                                         std::to_string(c.context_parallel_size) +
+                                         " pads each document of a row, but no pad id is known: set pad_token_id (or "
+                                         "eos_token_id) in the config or in '" +
+                                         r.metadata_file() + "'");
+    }
     c.pad_token_id = pad ? pad->id : *c.eos_token_id;
     r.pad_source = pad ? pad->source : "eos_token_id, for the context-parallel padding";
   }
@@ -242,12 +249,9 @@ ResolvedOptions resolve_options(Config config) {
                   std::string("config key 'document_aware' applies to dataset_mode=token_stream, not ") +
                       to_string(c.dataset_mode));
     }
+    // Without one, every token file must index its documents (a Megatron .idx): the
+    // stream's splits check that when they open (StreamModeBuilder).
     c.eos_token_id = end_of_text_id(c.eos_token_id, metadata);
-    if (!c.eos_token_id) {
-      throw Error(
-          ErrorKind::config,
-          "document_aware=true needs an end-of-text id: set eos_token_id in the config or in '" + metadata_file + "'");
-    }
   }
   settle_context_parallel_padding(r);
   check_balance_ranks(c);

@@ -19,9 +19,10 @@
 //    when the splits open (the loader's open loop; settle_use_loss_mask after it).
 //  - pad_token_id (SFT modes): the config, else the metadata's pad_token_id, eot_token_id,
 //    eos_token_id (pad_from_metadata); none is an error.
-//  - document_aware: token_stream only, and needs an end-of-text id: the config's
-//    eos_token_id, else the metadata's eos_token_id, else its eot_token_id
-//    (end_of_text_id).
+//  - document_aware: token_stream only; its end-of-text id is the config's eos_token_id,
+//    else the metadata's eos_token_id, else its eot_token_id (end_of_text_id). None is an
+//    error when the splits open, unless every token file indexes its documents (a Megatron
+//    .idx); with context parallelism the documents' padding then needs a pad id.
 //  - token_stream has no masks: use_loss_mask is false (with a warning when set true).
 // What each dataset mode builds from the settled values (its reader's, sampler's and batch
 // source's options, its fingerprint fields, how its splits open) is its ModeBuilder's
@@ -62,7 +63,7 @@ inline constexpr const char* kSplitNames[] = {"train", "val"};
 struct ResolvedOptions {
   // Settled: rank, world_size, decode_threads; for one dataset also dataset_mode,
   // batch_sampling_mode, the dtypes the metadata records, pad_token_id (SFT modes),
-  // eos_token_id (document_aware), use_loss_mask (token_stream). What only the opened
+  // eos_token_id (document_aware, when known), use_loss_mask (token_stream). What only the opened
   // splits tell (an inferred dtype, use_loss_mask=auto) stays unset until they open.
   Config config;
   DatasetMetadata metadata;  // empty for a mixture

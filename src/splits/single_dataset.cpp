@@ -23,6 +23,21 @@ fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
   return dataset_dir / (name + ".bin");
 }
 
+// The content fingerprint of split `name`: its directory's or NAME.bin's data files, or, for
+// Megatron pairs placed directly in dataset_dir, the pairs it opened.
+std::uint64_t split_content(const fs::path& dataset_dir, const std::string& name, const SplitData& data) {
+  std::error_code ec;
+  if (!data.stream || fs::is_directory(dataset_dir / name, ec) || fs::exists(dataset_dir / (name + ".bin"), ec)) {
+    return content_fingerprint(split_data_path(dataset_dir, name));
+  }
+  std::vector<fs::path> files;
+  for (const StreamFile& f : data.stream->files()) {
+    files.push_back(f.map.path());
+    files.push_back(fs::path(f.map.path()).replace_extension(".idx"));
+  }
+  return content_fingerprint(files, dataset_dir);
+}
+
 }  // namespace
 
 SingleDataset::SingleDataset(ResolvedOptions settled) : settled_(std::move(settled)) {
@@ -47,7 +62,7 @@ void SingleDataset::make_fingerprint() {
   for (const auto& [name, split] : own_) {
     fields["data." + name] = hex64(split->data().fingerprint);  // layout, lengths, dtype
     // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).
-    fields["content." + name] = hex64(content_fingerprint(split_data_path(c.dataset_dir, name)));
+    fields["content." + name] = hex64(split_content(c.dataset_dir, name, split->data()));
   }
   fingerprint_ = fingerprint_of("tokenfeed-order-v2", fields);
 }

@@ -15,6 +15,7 @@ TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& 
   TokenStreamBatchSource::Options options;
   options.block_size = static_cast<std::size_t>(settled.block_size);
   options.mode = *settled.batch_sampling_mode;
+  options.document_aware = settled.document_aware;
   if (settled.document_aware) options.eos_token_id = settled.eos_token_id;
   options.ignore_index = settled.ignore_index;
   options.contract_fields = settled.contract_fields;
@@ -28,7 +29,10 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   const Config& config = settled.config;
   auto data = std::make_unique<SplitData>();
   const TokenStreamSplit& stream =
-      data->stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype));
+      data->stream.emplace(TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype, config.val_prefix));
+  if (config.document_aware) {
+    TokenStreamBatchSource::check_document_boundaries(stream, config.eos_token_id, "'" + settled.metadata_file() + "'");
+  }
   const auto block = static_cast<std::size_t>(config.block_size);
   const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, *config.batch_sampling_mode);
   data->fingerprint = stream.fingerprint();
@@ -74,7 +78,7 @@ OpenedSplits StreamModeBuilder::open_splits(ResolvedOptions& settled) const {
   Config& c = settled.config;
   OpenedSplits splits;
   for (const char* name : kSplitNames) {
-    if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name)) {
+    if (std::string_view(name) == "train" || TokenStreamSplit::has_split(c.dataset_dir, name, c.val_prefix)) {
       splits.emplace(name, open_split(settled, name));
     }
   }

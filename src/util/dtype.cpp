@@ -2,7 +2,17 @@
 
 namespace tokenfeed {
 
-const char* to_string(TokenDtype t) noexcept { return t == TokenDtype::uint16 ? "uint16" : "uint32"; }
+const char* to_string(TokenDtype t) noexcept {
+  switch (t) {
+    case TokenDtype::uint16:
+      return "uint16";
+    case TokenDtype::uint32:
+      return "uint32";
+    case TokenDtype::int32:
+      return "int32";
+  }
+  return "uint32";
+}
 const char* to_string(MaskDtype m) noexcept { return m == MaskDtype::uint8 ? "uint8" : "float32"; }
 
 std::optional<TokenDtype> parse_token_dtype(std::string_view name) noexcept {
