@@ -32,8 +32,8 @@ inline void write_file(const std::filesystem::path& path, std::string_view bytes
 
 // The input cut at each occurrence of `separator` (at most `max_parts` parts; the last holds
 // the rest), so that one fuzz input can describe several files.
-inline std::vector<std::string_view> split_parts(const std::uint8_t* data, std::size_t size,
-                                                 std::string_view separator, std::size_t max_parts) {
+inline std::vector<std::string_view> split_parts(const std::uint8_t* data, std::size_t size, std::string_view separator,
+                                                 std::size_t max_parts) {
   std::string_view rest(reinterpret_cast<const char*>(data), size);
   std::vector<std::string_view> parts;
   while (parts.size() + 1 < max_parts) {

@@ -30,7 +30,7 @@ using namespace tokenfeed;
 struct StageWaits {
   std::uint64_t first_step = 0;
   std::size_t rows = 0;
-  std::vector<double> first_us;  // per repeat
+  std::vector<double> first_us;   // per repeat
   std::vector<double> median_us;  // per repeat: the stage's other batches
   std::vector<double> p90_us;     // per repeat: the same, 90th percentile
 };

@@ -380,8 +380,8 @@ TEST_CASE("shape schedule: sft_packed takes its packed rows in sequence, on 1, 2
     auto resumed = open_packed(data, 1, 4, true);
     for (auto& loader : resumed) loader->load_state(state);
     const std::size_t before = at <= 3 ? at * 4 : at <= 7 ? 12 + (at - 3) * 8 : 44 + (at - 7) * 12;
-    CHECK(take(resumed, 19 - at) == std::vector<Row>(rows.begin() + static_cast<std::ptrdiff_t>(before),
-                                                     rows.begin() + 188));
+    CHECK(take(resumed, 19 - at) ==
+          std::vector<Row>(rows.begin() + static_cast<std::ptrdiff_t>(before), rows.begin() + 188));
   }
 }
 

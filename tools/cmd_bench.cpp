@@ -175,7 +175,7 @@ struct Measured {
   double mean_us = 0;
   unsigned long long real_tokens = 0;
   double positions = 0;  // rows x block_size of each measured batch (a shape_schedule varies the rows)
-  measure::CpuUse cpu;  // over the measured steps
+  measure::CpuUse cpu;   // over the measured steps
   WaitLog waits;
   explicit Measured(long batches) : waits(batches) {}
 };

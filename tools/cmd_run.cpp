@@ -72,8 +72,8 @@ void run(const RunOptions& o) {
                                : std::to_string(loader.batch_shape(o.split, 0).rows) + ".. (shape_schedule of " +
                                      std::to_string(c.shape_schedule.size()) + " stages)";
   std::printf("shape     %s x %lld, sampling=%s, prefetch_depth=%s, decode_threads=%lld, opened in %.1f ms\n",
-              rows.c_str(), static_cast<long long>(c.block_size),
-              to_string(*c.batch_sampling_mode), depth.c_str(), static_cast<long long>(c.decode_threads), open_ms);
+              rows.c_str(), static_cast<long long>(c.block_size), to_string(*c.batch_sampling_mode), depth.c_str(),
+              static_cast<long long>(c.decode_threads), open_ms);
 
   // Real positions hold an episode's or a window's tokens (the pad id can also be a real
   // token, so x is not compared with it); trained ones carry loss.

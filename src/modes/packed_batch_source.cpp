@@ -158,8 +158,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   std::size_t run = 0;
   std::uint64_t run_start = 0;  // the batch row where packed_plan.runs[run] starts
   for (std::size_t r = 0; r < rows; ++r) {
-    const std::uint64_t batch_row =
-        packed_plan.rows.empty() ? options_.rank * rows + r : packed_plan.rows[r];
+    const std::uint64_t batch_row = packed_plan.rows.empty() ? options_.rank * rows + r : packed_plan.rows[r];
     while (run < packed_plan.runs.size() && batch_row >= run_start + packed_plan.runs[run].rows) {
       run_start += packed_plan.runs[run].rows;
       ++run;
