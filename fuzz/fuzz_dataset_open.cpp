@@ -13,11 +13,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tokenfeed;
-  static const bool quiet = [] {
-    set_log_handler([](LogLevel, std::string_view) {});
-    return true;
-  }();
-  (void)quiet;
+  fuzz::quiet_logs();
   if (size < 5) return 0;
   const std::uint8_t flags = data[0];
   const std::size_t idx_len = std::min<std::size_t>(data[1] | (data[2] << 8), size - 5);

@@ -35,11 +35,7 @@ void read_datatrove_split(const TokenStreamSplit& split) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = [] {
-    set_log_handler([](LogLevel, std::string_view) {});
-    return true;
-  }();
-  (void)quiet;
+  fuzz::quiet_logs();
   if (size < 3) return 0;
   const std::size_t index_len = std::min<std::size_t>(data[0] | (data[1] << 8), size - 3);
   const std::size_t meta_len = std::min<std::size_t>(data[2], size - 3 - index_len);

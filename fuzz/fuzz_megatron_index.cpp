@@ -34,11 +34,7 @@ void read_megatron_split(const TokenStreamSplit& split) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = [] {
-    set_log_handler([](LogLevel, std::string_view) {});
-    return true;
-  }();
-  (void)quiet;
+  fuzz::quiet_logs();
   if (size < 2) return 0;
   const std::size_t idx_len = std::min<std::size_t>(data[0] | (data[1] << 8), size - 2);
   const char* p = reinterpret_cast<const char*>(data) + 2;

@@ -12,7 +12,19 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenfeed/log.hpp"
+
 namespace tokenfeed::fuzz {
+
+// Silences the library's log lines for the whole run (refusals are the fuzzer's daily
+// bread): call at the top of LLVMFuzzerTestOneInput; only the first call does anything.
+inline void quiet_logs() {
+  static const bool quiet = [] {
+    set_log_handler([](LogLevel, std::string_view) {});
+    return true;
+  }();
+  (void)quiet;
+}
 
 // A directory of this process under the temp dir, emptied on first use.
 inline const std::filesystem::path& scratch_dir() {
