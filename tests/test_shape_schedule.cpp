@@ -12,6 +12,7 @@
 
 #include "sampling/shape_schedule.hpp"
 #include "test_support.hpp"
+#include "tokenfeed/audit.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -371,6 +372,29 @@ TEST_CASE("shape schedule: sft_packed takes its packed rows in sequence, on 1, 2
     CAPTURE(world);
     auto ranks = open_packed(data, 1, world, true);
     CHECK(take(ranks, 19) == std::vector<Row>(rows.begin(), rows.begin() + 188));
+  }
+  // The audit log marks each stage's first batch (the packed rows are scheduled, not the
+  // sampler's episode order).
+  {
+    TempDir logs;
+    Config c = config_of(data, SamplingMode::epoch, true, 1, 0);
+    c.dataset_mode = DatasetMode::sft_packed;
+    c.block_size = 32;
+    c.audit_log_dir = logs.path();
+    {
+      Loader loader(c);
+      for (int i = 0; i < 8; ++i) (void)loader.get_batch();
+    }
+    std::vector<std::string> starts;
+    for (const auto& entry : std::filesystem::directory_iterator(logs.path())) {
+      for (const AuditEvent& e : read_audit_log(entry.path()).events) {
+        if (e.action == "shape_stage_start") {
+          starts.push_back(std::string(*e.field("stage")) + "@" + std::string(*e.field("step")) + ":" +
+                           std::string(*e.field("rows")));
+        }
+      }
+    }
+    CHECK(starts == std::vector<std::string>{"0@0:4", "1@3:8", "2@7:12"});
   }
   for (const std::uint64_t at : {2u, 3u, 6u, 9u}) {
     CAPTURE(at);

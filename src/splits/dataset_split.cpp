@@ -15,6 +15,7 @@ DatasetSplit::DatasetSplit(std::string name, const Config& config, std::unique_p
     : LoaderSplit(std::move(name), shape, config),
       config_(config),
       data_(std::move(data)),
+      schedule_(shape_schedule_of(config, this->name())),
       description_(std::move(description)) {}
 
 SplitInfo DatasetSplit::info() const {
@@ -85,7 +86,8 @@ void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
 }
 
 void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrail& audit) {
-  const ShapeSchedule* schedule = data_->sampler->settings().schedule.get();
+  // The split's own schedule (sft_packed's sampler orders episodes and is never scheduled).
+  const ShapeSchedule* schedule = schedule_.get();
   if (schedule == nullptr) return;
   const auto& stages = schedule->stages();
   const ShapeSchedule::Stage& stage = schedule->stage_at(slot.step);

@@ -18,6 +18,7 @@
 
 #include "dataset/episode_dataset.hpp"
 #include "dataset/token_stream.hpp"
+#include "sampling/shape_schedule.hpp"
 #include "splits/loader_split.hpp"
 #include "modes/episode_window.hpp"
 #include "modes/epoch_orders.hpp"
@@ -98,6 +99,7 @@ class DatasetSplit : public LoaderSplit {
   std::unique_ptr<SplitData> data_;
   std::unique_ptr<BatchSource> source_;  // set by the layout's constructor
   SampledRowSource* sampled_ = nullptr;  // source_ when it samples rows by id (sampled_rows)
+  std::shared_ptr<const ShapeSchedule> schedule_;  // the split's batch-size schedule; null: none
 
  private:
   Description description_;
