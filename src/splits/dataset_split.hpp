@@ -97,8 +97,8 @@ class DatasetSplit : public LoaderSplit {
 
   const Config& config_;
   std::unique_ptr<SplitData> data_;
-  std::unique_ptr<BatchSource> source_;  // set by the layout's constructor
-  SampledRowSource* sampled_ = nullptr;  // source_ when it samples rows by id (sampled_rows)
+  std::unique_ptr<BatchSource> source_;            // set by the layout's constructor
+  SampledRowSource* sampled_ = nullptr;            // source_ when it samples rows by id (sampled_rows)
   std::shared_ptr<const ShapeSchedule> schedule_;  // the split's batch-size schedule; null: none
 
  private:
