@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "inspect/shape_schedule_report.hpp"
 #include "sampling/shape_schedule.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/audit.hpp"
@@ -390,11 +391,19 @@ TEST_CASE("shape schedule: sft_packed takes its packed rows in sequence, on 1, 2
       for (const AuditEvent& e : read_audit_log(entry.path()).events) {
         if (e.action == "shape_stage_start") {
           starts.push_back(std::string(*e.field("stage")) + "@" + std::string(*e.field("step")) + ":" +
-                           std::string(*e.field("rows")));
+                           std::string(*e.field("rows")) + " after " + std::string(*e.field("rows_before")) +
+                           (e.field("epoch") ? " epoch " + std::string(*e.field("epoch")) : std::string()));
         }
       }
     }
-    CHECK(starts == std::vector<std::string>{"0@0:4", "1@3:8", "2@7:12"});
+    // The epoch of each stage's first row, from the unscheduled stream of single packed rows.
+    std::vector<std::uint64_t> epoch_of_row;
+    auto reference = open_packed(data, 1, 1, false);
+    for (int row = 0; row < 45; ++row) epoch_of_row.push_back(reference[0]->get_batch().epoch());
+    CHECK(epoch_of_row[44] > 0);  // the last stage starts in a later epoch
+    CHECK(starts == std::vector<std::string>{"0@0:4 after 0 epoch 0",
+                                             "1@3:8 after 12 epoch " + std::to_string(epoch_of_row[12]),
+                                             "2@7:12 after 44 epoch " + std::to_string(epoch_of_row[44])});
   }
   for (const std::uint64_t at : {2u, 3u, 6u, 9u}) {
     CAPTURE(at);
@@ -407,6 +416,53 @@ TEST_CASE("shape schedule: sft_packed takes its packed rows in sequence, on 1, 2
     CHECK(take(resumed, 19 - at) ==
           std::vector<Row>(rows.begin() + static_cast<std::ptrdiff_t>(before), rows.begin() + 188));
   }
+}
+
+TEST_CASE("shape schedule: inspect's report gives each stage's shape, rows before and first epoch position" *
+          doctest::timeout(120)) {
+  const Dataset data;
+  const std::vector<ShapeSchedule::Given> given{{3, 4}, {7, 8}, {std::nullopt, 12}};
+  for (const SamplingMode sampling : {SamplingMode::epoch, SamplingMode::random}) {
+    CAPTURE(static_cast<int>(sampling));
+    // Rank 1 of 2: rows per rank are half the global batches; the positions are global.
+    const ShapeScheduleReport report = shape_schedule_report(config_of(data, sampling, true, 2, 1), 40, "steps");
+    CHECK(report.rank == 1);
+    CHECK(report.data_parallel_size == 2);
+    CHECK(report.read == 8);  // up to the last stage's first batch, not the 40 steps
+    const std::vector<Simulated> expected = simulate(given, 45, true, 8);
+    REQUIRE(report.stages.size() == 3);
+    const std::uint64_t firsts[] = {0, 3, 7}, rows_before[] = {0, 12, 44};
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const ShapeStageFigures& s = report.stages[i];
+      CHECK(s.first_step == firsts[i]);
+      CHECK(s.end_step == given[i].end_step);
+      CHECK(s.global_batch == given[i].global_batch);
+      CHECK(s.rows == given[i].global_batch / 2);
+      CHECK(s.block_size == 16);
+      CHECK(s.rows_before == rows_before[i]);
+      CHECK(s.tokens_before == rows_before[i] * 16);
+      REQUIRE(s.reached);
+      if (sampling == SamplingMode::epoch) {
+        CHECK(s.reached->epoch == expected[firsts[i]].epoch);
+        CHECK(s.reached->batch_in_epoch == expected[firsts[i]].batch_in_epoch);
+      } else {
+        CHECK(!s.reached->epoch);
+        CHECK(s.reached->batch_in_epoch == firsts[i]);
+      }
+    }
+  }
+  // The last stage in epoch mode starts a new epoch (44 + 12 > 45 rows with drop_last).
+  CHECK(simulate(given, 45, true, 8)[7].epoch == 1);
+  // Fewer steps than the last stage's first: it is not reached, and no batch past step 3 is read.
+  const ShapeScheduleReport early = shape_schedule_report(config_of(data, SamplingMode::epoch, true, 1, 0), 5, "steps");
+  CHECK(early.read == 4);
+  CHECK(early.stages[1].reached);
+  CHECK(!early.stages[2].reached);
+  CHECK_THROWS_WITH_AS(shape_schedule_report(config_of(data, SamplingMode::epoch, true, 1, 0, false), 5, "steps"),
+                       "the config has no shape_schedule", Error);
+  CHECK_THROWS_WITH_AS(shape_schedule_report(config_of(data, SamplingMode::epoch, true, 1, 0), 0, "steps"),
+                       doctest::Contains("steps 0: must be in [1, 10000000]"), Error);
 }
 
 }  // namespace

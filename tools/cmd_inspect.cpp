@@ -18,7 +18,7 @@ namespace {
 
 struct InspectOptions {
   InspectRequest request;
-  std::string config;  // --config: a mixture's config, inspected over --steps
+  std::string config;  // --config: a mixture's or a shape_schedule's config, inspected over --steps
   long steps = 1000;
   bool print_config = false;
   long eos_id = -1;                   // --eos-id; -1: not given
@@ -288,8 +288,10 @@ void add_inspect_command(CLI::App& app) {
   CLI::Option* dir =
       cmd->add_option("dataset_dir", options->request.dataset_dir, "Dataset directory (holding train/ and val/)");
   CLI::Option* config = cmd->add_option("--config", options->config,
-                                        "A config with a <mixture>: print each stage's share of rows, real and "
-                                        "trained tokens per source over --steps, and the epoch each source reaches")
+                                        "A config with a <shape_schedule> or a <mixture>: print where each shape "
+                                        "stage starts (rows, tokens, epoch), each mixture stage's share of rows, "
+                                        "real and trained tokens per source over --steps, and the epoch each source "
+                                        "reaches")
                             ->check(CLI::ExistingFile)
                             ->excludes(dir);
   CLI::Option* steps = cmd->add_option("--steps", options->steps, "--config: the steps to read")
@@ -329,10 +331,10 @@ void add_inspect_command(CLI::App& app) {
           ->capture_default_str();
   cmd->callback([options, truncation_name, lookahead, truncation, seed, context_parallel, dir, config, steps] {
     if (config->count() > 0) {
-      inspect_mixture(options->config, options->steps);
+      inspect_config(options->config, options->steps);
       return;
     }
-    if (dir->count() == 0) throw CLI::RequiredError("dataset_dir (or --config FILE for a mixture)");
+    if (dir->count() == 0) throw CLI::RequiredError("dataset_dir (or --config FILE for a mixture or a shape_schedule)");
     if (steps->count() > 0) throw CLI::ValidationError("--steps", "needs --config");
     Config parsed;  // the config key's own parser names the rule
     set_config_value(parsed, "truncation", *truncation_name);

@@ -1,13 +1,16 @@
-// `tokenfeed inspect --config FILE --steps N`: what a mixture's first N steps hold, per
-// stage: each source's share of rows, of real tokens and of trained tokens, and the epoch
-// each source reaches, after the weights from dataset sizes when the weights are "auto".
-// The figures are the library's (src/inspect/mixture_report); this file only prints them.
+// `tokenfeed inspect --config FILE --steps N`: what a config's first N steps hold. A
+// shape_schedule: each stage's first step, shape, the rows and positions before it and the
+// epoch its first batch reaches. A mixture: per stage each source's share of rows, of real
+// tokens and of trained tokens, and the epoch each source reaches, after the weights from
+// dataset sizes when the weights are "auto". The figures are the library's
+// (src/inspect/shape_schedule_report, mixture_report); this file only prints them.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "inspect/mixture_report.hpp"
+#include "inspect/shape_schedule_report.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -59,15 +62,42 @@ void print_stage(const MixtureReport& report, std::size_t s) {
   }
 }
 
+void print_shape_schedule(const std::string& config_file, const ShapeScheduleReport& report) {
+  std::printf("shape_schedule %s: %zu stages; the first %llu steps of rank %lld (data-parallel size %llu)\n",
+              config_file.c_str(), report.stages.size(), static_cast<unsigned long long>(report.steps),
+              static_cast<long long>(report.rank), static_cast<unsigned long long>(report.data_parallel_size));
+  std::printf("  %5s %12s %12s %13s %10s %10s %16s %18s %8s %14s\n", "stage", "first_step", "end_step", "global_batch",
+              "rows/rank", "block_size", "rows_before", "tokens_before", "epoch", "batch_in_epoch");
+  for (std::size_t i = 0; i < report.stages.size(); ++i) {
+    const ShapeStageFigures& s = report.stages[i];
+    const std::string end = s.end_step ? std::to_string(*s.end_step) : "-";
+    std::string epoch = "not reached", batch = "-";
+    if (s.reached) {
+      epoch = s.reached->epoch ? std::to_string(*s.reached->epoch) : "random";
+      batch = std::to_string(s.reached->batch_in_epoch);
+    }
+    std::printf("  %5zu %12llu %12s %13llu %10llu %10llu %16llu %18llu %8s %14s\n", i,
+                static_cast<unsigned long long>(s.first_step), end.c_str(),
+                static_cast<unsigned long long>(s.global_batch), static_cast<unsigned long long>(s.rows),
+                static_cast<unsigned long long>(s.block_size), static_cast<unsigned long long>(s.rows_before),
+                static_cast<unsigned long long>(s.tokens_before), epoch.c_str(), batch.c_str());
+  }
+}
+
 }  // namespace
 
-void inspect_mixture(const std::string& config_file, long steps) {
+void inspect_config(const std::string& config_file, long steps) {
   check_inspect_steps(steps, "inspect --steps");  // before the config is read
   const Config config = load_config_file(config_file);
-  if (config.mixture.empty()) {
+  if (config.mixture.empty() && config.shape_schedule.empty()) {
     throw Error(ErrorKind::usage, "inspect --config '" + config_file +
-                                      "': the config has no <mixture>; inspect a single dataset by its directory");
+                                      "': the config has no <mixture> and no <shape_schedule>; inspect a single "
+                                      "dataset by its directory");
   }
+  if (!config.shape_schedule.empty()) {
+    print_shape_schedule(config_file, shape_schedule_report(config, steps, "inspect --steps"));
+  }
+  if (config.mixture.empty()) return;
   const MixtureReport report = mixture_report(config, steps, "inspect --steps");
   std::printf("mixture %s: %zu sources, %zu stages; the first %llu steps of rank %lld (%lld x %lld per batch)\n",
               config_file.c_str(), report.sources.size(), report.stages.size(),

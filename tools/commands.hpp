@@ -19,7 +19,8 @@ void add_bench_command(CLI::App& app);    // cmd_bench.cpp: get_batch latency an
 void add_show_command(CLI::App& app);     // cmd_show.cpp: rows of a batch as text, trained targets highlighted
 void add_audit_command(CLI::App& app);    // cmd_audit.cpp: an audit log read back: events, epochs, a torn line
 
-// cmd_inspect_mixture.cpp: `inspect --config FILE --steps N` for a mixture's blend and epochs.
-void inspect_mixture(const std::string& config_file, long steps);
+// cmd_inspect_mixture.cpp: `inspect --config FILE --steps N` for a shape_schedule's stages and
+// a mixture's blend and epochs.
+void inspect_config(const std::string& config_file, long steps);
 
 }  // namespace tokenfeed::cli

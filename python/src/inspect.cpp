@@ -16,6 +16,7 @@
 #include "bindings.hpp"
 #include "inspect/inspect_dataset.hpp"
 #include "inspect/mixture_report.hpp"
+#include "inspect/shape_schedule_report.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 
@@ -277,8 +278,31 @@ nb::dict mixture_dict(const MixtureReport& report) {
                   {"epochs", nb::cast(epochs)}});
 }
 
-// inspect(config, steps=N): a mixture's report, from a config (a path or a mapping) with a
-// mixture; the count and the mixture checked before any batch is read.
+nb::dict shape_schedule_dict(const ShapeScheduleReport& report) {
+  nb::list stages;
+  for (const ShapeStageFigures& s : report.stages) {
+    nb::object reached = nb::none();
+    if (s.reached) {
+      reached = nb::cast(
+          dict_of({{"epoch", optional_of(s.reached->epoch)}, {"batch_in_epoch", nb::cast(s.reached->batch_in_epoch)}}));
+    }
+    stages.append(dict_of({{"first_step", nb::cast(s.first_step)},
+                           {"end_step", optional_of(s.end_step)},
+                           {"global_batch_size", nb::cast(s.global_batch)},
+                           {"rows", nb::cast(s.rows)},
+                           {"block_size", nb::cast(s.block_size)},
+                           {"rows_before", nb::cast(s.rows_before)},
+                           {"tokens_before", nb::cast(s.tokens_before)},
+                           {"reached", reached}}));
+  }
+  return dict_of({{"steps", nb::cast(report.steps)},
+                  {"rank", nb::cast(report.rank)},
+                  {"data_parallel_size", nb::cast(report.data_parallel_size)},
+                  {"stages", nb::cast(stages)}});
+}
+
+// inspect(config, steps=N): a mixture's report and a shape_schedule's, from a config (a path
+// or a mapping) with either; the count and the config checked before any batch is read.
 nb::dict mixture_from_python(nb::handle source, bool deep, std::int64_t steps) {
   check_inspect_steps(steps, "inspect: steps");
   if (deep) {
@@ -291,19 +315,25 @@ nb::dict mixture_from_python(nb::handle source, bool deep, std::int64_t steps) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
       usage_error("inspect(path, steps=N): '" + path +
-                  "' is a dataset directory; steps is for a config with a mixture");
+                  "' is a dataset directory; steps is for a config with a mixture or a shape_schedule");
     }
   }
   const Config config = config_from_python(source, nb::kwargs());
-  if (config.mixture.empty()) {
-    usage_error("inspect(config, steps=N): the config has no mixture; inspect a single dataset without steps");
+  if (config.mixture.empty() && config.shape_schedule.empty()) {
+    usage_error(
+        "inspect(config, steps=N): the config has no mixture and no shape_schedule; inspect a single dataset "
+        "without steps");
   }
-  std::optional<MixtureReport> report;
+  std::optional<MixtureReport> mixture;
+  std::optional<ShapeScheduleReport> schedule;
   {
-    nb::gil_scoped_release release;  // the report reads N steps of batches
-    report.emplace(mixture_report(config, steps, "inspect: steps"));
+    nb::gil_scoped_release release;  // the reports read N steps of batches
+    if (!config.shape_schedule.empty()) schedule.emplace(shape_schedule_report(config, steps, "inspect: steps"));
+    if (!config.mixture.empty()) mixture.emplace(mixture_report(config, steps, "inspect: steps"));
   }
-  return mixture_dict(*report);
+  nb::dict result = mixture ? mixture_dict(*mixture) : nb::dict();
+  if (schedule) result["shape_schedule"] = shape_schedule_dict(*schedule);
+  return result;
 }
 
 }  // namespace

@@ -56,3 +56,21 @@ def test_resume_inside_and_across_stages(sft_dir):
 def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
     with pytest.raises(tokenfeed.ConfigError, match=message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
+
+
+def test_inspect_reports_each_stage(stream_dir):
+    # The schedule above over random windows (no epochs): stage 1 from step 3, stage 2 from
+    # step 5 (1000 positions reached), the rows and positions before each.
+    report = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=SCHEDULE), steps=20)
+    schedule = report["shape_schedule"]
+    assert (schedule["steps"], schedule["rank"], schedule["data_parallel_size"]) == (20, 0, 1)
+    stages = [(s["first_step"], s["end_step"], s["global_batch_size"], s["rows"], s["block_size"],
+               s["rows_before"], s["tokens_before"]) for s in schedule["stages"]]
+    assert stages == [(0, 3, 2, 2, 64, 0, 0), (3, 5, 6, 6, 64, 6, 384), (5, None, 4, 4, 64, 18, 1152)]
+    assert [s["reached"] for s in schedule["stages"]] == [
+        {"epoch": None, "batch_in_epoch": step} for step in (0, 3, 5)]
+    # A stage from step N on is not reached in N steps.
+    early = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=SCHEDULE), steps=5)["shape_schedule"]
+    assert early["stages"][2]["reached"] is None
+    with pytest.raises(tokenfeed.UsageError, match="no mixture and no shape_schedule"):
+        tokenfeed.inspect(base_keys(stream_dir), steps=5)

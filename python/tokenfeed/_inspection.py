@@ -42,10 +42,10 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[i
     found, under ``deep``), ``val_ignored``, ``missing_train``, and ``config``: the keys of
     ``--print-config``'s ``<training>`` snippet (empty when the loader refuses the dataset).
 
-    ``steps=N`` (a config with a mixture; not with ``deep``): what the mixture's first ``N``
+    ``steps=N`` (a config with a mixture or a shape_schedule; not with ``deep``): what the mixture's first ``N``
     train steps hold, read from the batches a loader over the config gives its rank, as
     ``tokenfeed inspect --config FILE --steps N`` prints it (both come from one report made by
-    the C++ library). ``N`` is in [1, 10000000]; a config without a mixture, a dataset
+    the C++ library). ``N`` is in [1, 10000000]; a config with neither, a dataset
     directory, or ``deep`` with it raise ``UsageError``, and a config the loader refuses raises
     as the loader does. The dict: ``sources`` (the names, in order), ``steps``, ``rank``,
     ``batch_size``, ``block_size``; ``stages``, a list with each stage's ``first_step``,
@@ -59,5 +59,14 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[i
     (its exact text), ``capped``, ``epochs_planned`` and ``epochs_steps`` (the epochs the
     weight repeats over ``planned_steps`` and over the steps read, all ranks; None where the
     source has no epochs or there is no plan).
+
+    ``steps=N`` with a config that has a ``shape_schedule`` (a mixture or not): the dict (empty
+    without a mixture) gains ``shape_schedule``: ``steps``, ``rank``, ``data_parallel_size``
+    and ``stages``, each with ``first_step``, ``end_step`` (None on the last),
+    ``global_batch_size``, ``rows`` (this rank's), ``block_size``, ``rows_before`` and
+    ``tokens_before`` (the global rows and positions of the steps before it) and ``reached``
+    (None for a stage starting at or after step ``N``; else its first batch's ``epoch``, None
+    in random sampling, and ``batch_in_epoch``), read from the batches of a loader over the
+    config up to the last stage's first step within ``N``.
     """
     return _core._inspect(path_or_config, deep, steps)

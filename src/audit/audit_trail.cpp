@@ -54,14 +54,18 @@ void AuditTrail::stage_start(const std::string& split, std::size_t stage, std::u
 }
 
 void AuditTrail::shape_stage_start(const ShapeStageStart& s) {
-  log_.write("shape_stage_start", {{"split", s.split},
-                                   {"stage", std::to_string(s.stage)},
-                                   {"first_step", std::to_string(s.first_step)},
-                                   {"step", std::to_string(s.step)},
-                                   {"global_batch_size", std::to_string(s.global_batch_size)},
-                                   {"rows", std::to_string(s.rows)},
-                                   {"block_size", std::to_string(s.block_size)},
-                                   {"rank", rank_}});
+  AuditLog::Fields fields{{"split", s.split},
+                          {"stage", std::to_string(s.stage)},
+                          {"first_step", std::to_string(s.first_step)},
+                          {"step", std::to_string(s.step)},
+                          {"global_batch_size", std::to_string(s.global_batch_size)},
+                          {"rows", std::to_string(s.rows)},
+                          {"block_size", std::to_string(s.block_size)},
+                          {"rows_before", std::to_string(s.rows_before)}};
+  if (s.epoch) fields.push_back({"epoch", std::to_string(*s.epoch)});
+  if (s.batch_in_epoch) fields.push_back({"batch_in_epoch", std::to_string(*s.batch_in_epoch)});
+  fields.push_back({"rank", rank_});
+  log_.write("shape_stage_start", fields);
 }
 
 void AuditTrail::rows_balanced(const RowsBalanced& r) {

@@ -77,6 +77,9 @@ class AuditTrail {
     std::string split;
     std::size_t stage = 0;
     std::uint64_t first_step = 0, step = 0, global_batch_size = 0, rows = 0, block_size = 0;
+    std::uint64_t rows_before = 0;  // global rows the steps before `step` took
+    // Where the batch stands in its epoch; absent without epochs (random sampling).
+    std::optional<std::uint64_t> epoch, batch_in_epoch;
   };
   void shape_stage_start(const ShapeStageStart& s);
   // The trainer changed a mixture's weights (`weights`: "a=3,b=1", the sources it names) from

@@ -27,11 +27,11 @@ ShapeSchedule ShapeSchedule::constant(std::uint64_t global_batch) {
   return ShapeSchedule({Given{std::nullopt, global_batch}});
 }
 
-const ShapeSchedule::Stage& ShapeSchedule::stage_at(std::uint64_t step) const noexcept {
+std::size_t ShapeSchedule::stage_index(std::uint64_t step) const noexcept {
   // The last stage whose first step is <= step (stages are few: a linear scan).
   std::size_t i = 0;
   while (i + 1 < stages_.size() && stages_[i + 1].first_step <= step) ++i;
-  return stages_[i];
+  return i;
 }
 
 std::uint64_t ShapeSchedule::rows_before(std::uint64_t step) const {
@@ -101,10 +101,8 @@ EpochPoint ScheduledEpochs::walk(const Origin& origin, std::uint64_t steps) cons
 }
 
 EpochPoint ScheduledEpochs::at(std::uint64_t step) const {
-  const auto& stages = schedule_.stages();
-  std::size_t i = 0;
-  while (i + 1 < stages.size() && stages[i + 1].first_step <= step) ++i;
-  return walk(origins_[i], step - stages[i].first_step);
+  const std::size_t i = schedule_.stage_index(step);
+  return walk(origins_[i], step - schedule_.stages()[i].first_step);
 }
 
 std::uint64_t ScheduledEpochs::first_step_of(std::uint64_t epoch) const {

@@ -43,8 +43,9 @@ class ShapeSchedule {
   static ShapeSchedule constant(std::uint64_t global_batch);
 
   const std::vector<Stage>& stages() const noexcept { return stages_; }
-  // The stage in force at `step`.
-  const Stage& stage_at(std::uint64_t step) const noexcept;
+  // The index (into stages()) of the stage in force at `step`, and that stage.
+  std::size_t stage_index(std::uint64_t step) const noexcept;
+  const Stage& stage_at(std::uint64_t step) const noexcept { return stages_[stage_index(step)]; }
   std::uint64_t global_batch_at(std::uint64_t step) const noexcept { return stage_at(step).global_batch; }
   // Global rows the steps before `step` took. Throws Error(config) on overflow.
   std::uint64_t rows_before(std::uint64_t step) const;

@@ -89,13 +89,24 @@ void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrai
   // The split's own schedule (sft_packed's sampler orders episodes and is never scheduled).
   const ShapeSchedule* schedule = schedule_.get();
   if (schedule == nullptr) return;
-  const auto& stages = schedule->stages();
-  const ShapeSchedule::Stage& stage = schedule->stage_at(slot.step);
-  const auto index = static_cast<std::size_t>(&stage - stages.data());
+  const std::size_t index = schedule->stage_index(slot.step);
+  const ShapeSchedule::Stage& stage = schedule->stages()[index];
   if (announced_stage_ == index && slot.step != stage.first_step) return;
   announced_stage_ = index;
-  audit.shape_stage_start({name(), index, stage.first_step, slot.step, stage.global_batch, slot.rows,
-                           static_cast<std::uint64_t>(config_.block_size)});
+  AuditTrail::ShapeStageStart record;
+  record.split = name();
+  record.stage = index;
+  record.first_step = stage.first_step;
+  record.step = slot.step;
+  record.global_batch_size = stage.global_batch;
+  record.rows = slot.rows;
+  record.block_size = static_cast<std::uint64_t>(config_.block_size);
+  record.rows_before = schedule->rows_before(slot.step);
+  if (epochs() != Epochs::none) {
+    record.epoch = slot.epoch;
+    record.batch_in_epoch = slot.batch_in_epoch;
+  }
+  audit.shape_stage_start(record);
   log_line(LogLevel::info,
            "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) + " from step " +
                std::to_string(slot.step) + ": global_batch_size=" + std::to_string(stage.global_batch) +
