@@ -97,7 +97,7 @@ TEST_CASE("resolved options: a token stream settles random sampling, no mask, an
   CHECK(*r.config.batch_sampling_mode == SamplingMode::random);
   CHECK(r.config.use_loss_mask == false);
   CHECK(*r.config.eos_token_id == 4);  // eos before eot
-  CHECK(*StreamModeBuilder::source_options(r.config).eos_token_id == 4);
+  CHECK(*StreamModeBuilder::source_options(r.config, nullptr).eos_token_id == 4);
   CHECK(end_of_text_id(9, r.metadata) == 9);  // a given id wins
 
   CHECK(detect_split_layout(dir.path(), "train") == DatasetMode::token_stream);

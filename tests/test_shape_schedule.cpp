@@ -11,6 +11,7 @@
 #include <set>
 
 #include "inspect/shape_schedule_report.hpp"
+#include "io/npy.hpp"
 #include "sampling/shape_schedule.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/audit.hpp"
@@ -463,6 +464,144 @@ TEST_CASE("shape schedule: inspect's report gives each stage's shape, rows befor
                        "the config has no shape_schedule", Error);
   CHECK_THROWS_WITH_AS(shape_schedule_report(config_of(data, SamplingMode::epoch, true, 1, 0), 0, "steps"),
                        doctest::Contains("steps 0: must be in [1, 10000000]"), Error);
+}
+
+// ---- A sequence-length curriculum (token_stream, random windows) ----
+
+// Two files of distinct tokens (each token its position + 1, so a window names where it
+// starts), one too short for the longest windows near its end.
+struct Stream {
+  TempDir dir;
+  Stream() {
+    std::filesystem::create_directories(dir / "train");
+    std::uint16_t next = 1;
+    for (const std::size_t n : {1500u, 700u}) {
+      std::vector<std::uint16_t> tokens(n);
+      for (auto& t : tokens) t = next++;
+      NpyWriter w(dir / "train" / ("s" + std::to_string(n) + ".npy"), "<u2", {tokens.size()});
+      w.append(std::span<const std::uint16_t>(tokens));
+      w.finish();
+    }
+  }
+};
+
+// Block sizes 16 (the key), 32, then 8; global batches 4, 8, 4: 3 + 4 steps, then for ever.
+std::vector<ShapeStage> curriculum() {
+  return {ShapeStage{3, std::nullopt, 4, std::nullopt}, ShapeStage{7, std::nullopt, 8, 32},
+          ShapeStage{std::nullopt, std::nullopt, 4, 8}};
+}
+
+Config stream_config(const Stream& data, std::int64_t world, std::int64_t rank, std::int64_t block = 16) {
+  Config c = make_config(data.dir.path(), 1, block);
+  c.dataset_mode = DatasetMode::token_stream;
+  c.batch_sampling_mode = SamplingMode::random;
+  c.world_size = world;
+  c.rank = rank;
+  c.decode_threads = 1;
+  c.prefetch_depth = 3;
+  return c;
+}
+
+std::vector<std::unique_ptr<Loader>> open_curriculum(const Stream& data, std::int64_t world,
+                                                     std::vector<ShapeStage> stages = curriculum()) {
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (std::int64_t r = 0; r < world; ++r) {
+    Config c = stream_config(data, world, r);
+    c.shape_schedule = stages;
+    ranks.push_back(std::make_unique<Loader>(c));
+  }
+  return ranks;
+}
+
+// The expected rows of the first 11 steps (12 + 32 + 16 = 60): global row g of a stage of
+// block size T is row g of the unscheduled single-row stream at block size T.
+std::vector<Row> curriculum_reference(const Stream& data) {
+  std::map<std::int64_t, std::vector<Row>> single;
+  for (const std::int64_t block : {16, 32, 8}) {
+    std::vector<std::unique_ptr<Loader>> one;
+    one.push_back(std::make_unique<Loader>(stream_config(data, 1, 0, block)));
+    single[block] = take(one, 60);
+  }
+  std::vector<Row> rows;
+  for (std::size_t g = 0; g < 60; ++g) rows.push_back(single[g < 12 ? 16 : g < 44 ? 32 : 8][g]);
+  return rows;
+}
+
+TEST_CASE(
+    "shape schedule: a sequence-length curriculum draws each stage's windows at its length, on 1, 2 and 4 "
+    "ranks and across resumes" *
+    doctest::timeout(120)) {
+  const Stream data;
+  const std::vector<Row> expected = curriculum_reference(data);
+  // Every row holds the tokens from its start: a window of T tokens names its length.
+  CHECK(expected[0].tokens.size() == 16);
+  CHECK(expected[12].tokens.size() == 32);
+  CHECK(expected[59].tokens.size() == 8);
+  for (const std::int64_t world : {1, 2, 4}) {
+    CAPTURE(world);
+    auto ranks = open_curriculum(data, world);
+    CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
+    CHECK(ranks[0]->batch_shape("train", 3).cols == 32);
+    CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
+    CHECK(take(ranks, 11) == expected);
+  }
+  for (std::uint64_t at = 1; at < 11; ++at) {
+    CAPTURE(at);
+    auto first = open_curriculum(data, 2);
+    (void)take(first, at);
+    const std::string state = first[0]->save_state();
+    auto resumed = open_curriculum(data, 4);
+    for (auto& loader : resumed) loader->load_state(state);
+    const std::size_t before = at <= 3 ? at * 4 : at <= 7 ? 12 + (at - 3) * 8 : 44 + (at - 7) * 4;
+    CHECK(take(resumed, 11 - at) ==
+          std::vector<Row>(expected.begin() + static_cast<std::ptrdiff_t>(before), expected.end()));
+  }
+}
+
+TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its report") {
+  const Stream data;
+  for (const bool epoch : {true, false}) {
+    Config c = stream_config(data, 1, 0);
+    c.shape_schedule = curriculum();
+    if (epoch) {
+      c.batch_sampling_mode = SamplingMode::epoch;
+    } else {
+      c.dataset_mode = DatasetMode::sft_episode;
+    }
+    CHECK(error_of([&] { Loader{c}; })
+              .find("shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a "
+                    "sequence-length schedule is supported for dataset_mode=token_stream with "
+                    "batch_sampling_mode=random only so far") != std::string::npos);
+  }
+  // A stage longer than every file: refused at open, naming the stage.
+  {
+    Config c = stream_config(data, 1, 0);
+    c.shape_schedule = {ShapeStage{3, std::nullopt, 4, std::nullopt}, ShapeStage{std::nullopt, std::nullopt, 4, 2000}};
+    CHECK(error_of([&] { Loader{c}; }, ErrorKind::format)
+              .find("no file holds one window of shape_schedule stage 1's block_size + 1 = 2001 tokens") !=
+          std::string::npos);
+  }
+  // The fingerprint names the block sizes: a state resumes when only stages after its step
+  // change, and is refused when a block size it took changes.
+  auto first = open_curriculum(data, 1);
+  (void)take(first, 5);
+  const std::string state = first[0]->save_state();
+  std::vector<ShapeStage> later = curriculum();
+  later[2].block_size = 4;
+  auto extended = open_curriculum(data, 1, later);
+  CHECK_NOTHROW(extended[0]->load_state(state));
+  std::vector<ShapeStage> earlier = curriculum();
+  earlier[1].block_size = 64;
+  auto changed = open_curriculum(data, 1, earlier);
+  CHECK(error_of([&] { changed[0]->load_state(state); }, ErrorKind::state).find("shape_schedule") != std::string::npos);
+  // The report's positions count each stage's own block size.
+  Config c = stream_config(data, 1, 0);
+  c.shape_schedule = curriculum();
+  const ShapeScheduleReport report = shape_schedule_report(c, 20, "steps");
+  REQUIRE(report.stages.size() == 3);
+  CHECK(report.stages[1].block_size == 32);
+  CHECK(report.stages[1].tokens_before == 12 * 16);
+  CHECK(report.stages[2].tokens_before == 12 * 16 + 32 * 32);
 }
 
 }  // namespace

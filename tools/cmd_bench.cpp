@@ -174,7 +174,7 @@ struct Measured {
   std::vector<double> latency_us;  // sorted
   double mean_us = 0;
   unsigned long long real_tokens = 0;
-  double positions = 0;  // rows x block_size of each measured batch (a shape_schedule varies the rows)
+  double positions = 0;  // rows x cols of each measured batch (a shape_schedule varies them)
   measure::CpuUse cpu;   // over the measured steps
   WaitLog waits;
   explicit Measured(long batches) : waits(batches) {}
@@ -201,7 +201,9 @@ Measured measure_steps(Loader& loader, const BenchOptions& o) {
     const double waited = b.wait_us();
     if (waited > kStallUs) m.waits.wait(i, waited);
     m.real_tokens += b.real_positions();
-    m.positions += static_cast<double>(b.rows()) * static_cast<double>(loader.config().block_size);
+    const Config& c = loader.config();  // a context-parallel share counts its whole rows
+    m.positions += static_cast<double>(b.rows()) * static_cast<double>(b.cols()) *
+                   static_cast<double>(c.context_parallel_split ? c.context_parallel_size : 1);
     measure::read_fields(b, o.reads);
     b.release();
     spin_for(o.consumer_us);

@@ -78,13 +78,14 @@ void run(const RunOptions& o) {
   // Real positions hold an episode's or a window's tokens (the pad id can also be a real
   // token, so x is not compared with it); trained ones carry loss.
   unsigned long long real_positions = 0, trained = 0, fill_rows = 0;
-  double positions = 0;  // rows x block_size of every batch (a context-parallel share counts its whole rows)
+  double positions = 0;  // rows x cols of every batch (a context-parallel share counts its whole rows)
   std::uint64_t last_epoch = 0;
   const auto start = Clock::now();
   for (long i = 0; i < o.batches; ++i) {
     Batch b = loader.get_batch(o.split);
     fill_rows += b.rows() - b.real_rows();
-    positions += static_cast<double>(b.rows()) * static_cast<double>(c.block_size);
+    positions += static_cast<double>(b.rows()) * static_cast<double>(b.cols()) *
+                 static_cast<double>(c.context_parallel_split ? c.context_parallel_size : 1);
     real_positions += b.real_positions();
     trained += trained_positions(b, c.ignore_index);
     last_epoch = b.epoch();

@@ -1,4 +1,4 @@
-"""Batch-size schedules from Python: the dict config's `shape_schedule` read by the same
+"""Batch-size schedules and a sequence-length curriculum from Python: the dict config's `shape_schedule` read by the same
 schema as the XML's, each batch's shape and loader.batch_shape(step), the rows equal to the
 unscheduled stream of single rows consumed in sequence, and exact resume."""
 import numpy as np
@@ -49,7 +49,8 @@ def test_resume_inside_and_across_stages(sft_dir):
     ([{"until_step": 3, "rows": 4}, {}], "shape_schedule stage 0: unknown key 'rows'"),
     ([{"until_step": 3, "global_batch_size": 0}, {}], "shape_schedule stage 0: config key 'global_batch_size' must be > 0"),
     ([{"global_batch_size": 8}, {"global_batch_size": 4}], "shape_schedule stage 0 has no until_step"),
-    ([{"until_step": 3, "block_size": 128}, {}], "changing the sequence length during a run is not supported yet"),
+    ([{"until_step": 3, "block_size": 128}, {}],
+     "a sequence-length schedule is supported for dataset_mode=token_stream with batch_sampling_mode=random"),
     ([{"until_step": "soon"}, {}], "shape_schedule stage 0: config key 'until_step'"),
     ("until_step=3", "shape_schedule"),
 ])
@@ -74,3 +75,25 @@ def test_inspect_reports_each_stage(stream_dir):
     assert early["stages"][2]["reached"] is None
     with pytest.raises(tokenfeed.UsageError, match="no mixture and no shape_schedule"):
         tokenfeed.inspect(base_keys(stream_dir), steps=5)
+
+
+def test_a_sequence_length_curriculum_draws_windows_at_each_length(stream_dir):
+    # Random windows (token_stream's default): global row g of a stage of block size T is
+    # row g of the unscheduled single-row stream at T.
+    schedule = [{"until_step": 2, "block_size": 32}, {"until_step": 4, "global_batch_size": 6}, {"block_size": 128}]
+    singles = {}
+    for block in (32, 64, 128):
+        single = tokenfeed.Loader(base_keys(stream_dir, batch_size=1, block_size=block))
+        singles[block] = [b.tokens[0].copy() for b in single.iter(steps=30)]
+    loader = tokenfeed.Loader(base_keys(stream_dir, shape_schedule=schedule))
+    expected = [(4, 32), (4, 32), (6, 64), (6, 64), (4, 128), (4, 128)]
+    row = 0
+    for step, b in enumerate(loader.iter(steps=len(expected))):
+        assert b.shape == expected[step] == loader.batch_shape(step)
+        assert b.tokens.shape == b.labels.shape == b.position_ids.shape == expected[step]
+        for r in range(b.rows):
+            np.testing.assert_array_equal(b.tokens[r], singles[b.cols][row])
+            row += 1
+    report = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=schedule), steps=10)["shape_schedule"]
+    assert [(s["block_size"], s["tokens_before"]) for s in report["stages"]] == [
+        (32, 0), (64, 2 * 4 * 32), (128, 2 * 4 * 32 + 2 * 6 * 64)]

@@ -66,12 +66,6 @@ void validate_shape_schedule(const Config& config) {
     require_positive_value(where, "until_tokens", s.until_tokens);
     require_positive_value(where, "global_batch_size", s.global_batch_size);
     require_positive_value(where, "block_size", s.block_size);
-    if (s.block_size && *s.block_size != config.block_size) {
-      throw Error(ErrorKind::config,
-                  where + ": block_size=" + std::to_string(*s.block_size) + " differs from config key 'block_size' (" +
-                      std::to_string(config.block_size) +
-                      "); changing the sequence length during a run is not supported yet, only the batch size");
-    }
     // A stage ending by tokens has its step fixed when the shapes are known (at open);
     // until_step ends are checked here.
     if (s.until_tokens) {

@@ -17,17 +17,23 @@ namespace {
 std::vector<ShapeStageFigures> stage_figures(const Config& resolved) {
   const auto schedule = shape_schedule_of(resolved, "train");
   const std::uint64_t dp = data_parallel_size(resolved);
-  const auto block = static_cast<std::uint64_t>(resolved.block_size);
   std::vector<ShapeStageFigures> stages;
+  std::uint64_t tokens = 0;  // the positions of the steps before the stage
   for (const ShapeSchedule::Stage& s : schedule->stages()) {
     ShapeStageFigures& f = stages.emplace_back();
     f.first_step = s.first_step;
     f.end_step = s.end_step;
     f.global_batch = s.global_batch;
     f.rows = s.global_batch / dp;
-    f.block_size = block;
+    f.block_size = s.block_size;
     f.rows_before = s.rows_before;
-    f.tokens_before = checked_product(s.rows_before, block, "the positions before a shape_schedule stage");
+    f.tokens_before = tokens;
+    if (s.end_step) {
+      tokens = checked_sum(tokens,
+                           checked_product((*s.end_step - s.first_step) * s.global_batch, s.block_size,
+                                           "the positions before a shape_schedule stage"),
+                           "the positions before a shape_schedule stage");
+    }
   }
   return stages;
 }

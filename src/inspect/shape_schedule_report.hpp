@@ -30,7 +30,7 @@ struct ShapeStageFigures {
   std::uint64_t rows = 0;                 // this rank's rows per step
   std::uint64_t block_size = 0;
   std::uint64_t rows_before = 0;    // global rows the steps before first_step took
-  std::uint64_t tokens_before = 0;  // their positions (rows x block_size)
+  std::uint64_t tokens_before = 0;  // their positions (each stage's rows x its block size)
   // Absent when the stage starts at or after the steps read.
   std::optional<ShapeStageReached> reached;
 };

@@ -173,7 +173,12 @@ SplitInfo Loader::split_info(std::string_view name) const { return impl_->data->
 
 StepShape Loader::batch_shape(std::string_view name, std::uint64_t step) const {
   const LoaderSplit& split = impl_->data->find(name);
-  return StepShape{batch_rows_at(impl_->config(), split.name(), step), split.shape().cols};
+  const Config& c = impl_->config();
+  // The buffers' cols are the longest block size (divided by cp with context_parallel_split);
+  // the step's are its block size's share of them.
+  const std::size_t cols =
+      split.shape().cols * block_size_at(c, split.name(), step) / largest_block_size(c, split.name());
+  return StepShape{batch_rows_at(c, split.name(), step), cols};
 }
 
 DatasetVocabulary Loader::vocabulary() const { return vocabulary_of(impl_->data->metadata()); }

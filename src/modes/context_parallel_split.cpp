@@ -56,7 +56,7 @@ void copy_field(const std::vector<T>& from, std::vector<T>& to, const std::vecto
 void split_for_context_parallel(const detail::BatchSlot& whole, std::size_t whole_cols,
                                 const ContextParallelShare& share, detail::BatchSlot& out) {
   const std::size_t rows = whole.rows;
-  out.begin_batch(whole.step, whole.epoch, whole.batch_in_epoch, whole.real_rows, rows);
+  out.begin_batch(whole.step, whole.epoch, whole.batch_in_epoch, whole.real_rows, rows, whole_cols / share.size);
   out.row_in_epoch = whole.row_in_epoch;
   out.next_epoch = whole.next_epoch;
   out.next_row_in_epoch = whole.next_row_in_epoch;
@@ -113,7 +113,7 @@ void ContextParallelSplitSource::decode(const BatchPlan& plan, detail::BatchSlot
     }
   } give_back{*this, scratch};
   whole_.decode(plan, *scratch);
-  split_for_context_parallel(*scratch, whole_shape_.cols, share_, slot);
+  split_for_context_parallel(*scratch, scratch->cols, share_, slot);  // the batch's cols
 }
 
 }  // namespace tokenfeed

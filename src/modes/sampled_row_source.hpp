@@ -27,7 +27,8 @@ class SampledRowSource : public BatchSource {
   void decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const override {
     const SampledBatch& plan = batch_plan.mode_data_as<SampledBatch>();
     const auto rows = static_cast<std::size_t>(plan.rows);
-    slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan), rows);
+    slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, sampler_.real_rows(plan), rows,
+                     static_cast<std::size_t>(plan.cols));
     // Hints run ahead of the rows: the records of the next kRecordsAhead rows, the data of
     // the next one.
     for (std::size_t r = 0; r < std::min(rows, kRecordsAhead); ++r) prefetch_record_id(sampler_.row_episode(plan, r));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "tokenfeed/error.hpp"
 
@@ -41,23 +42,40 @@ void TokenStreamBatchSource::check_document_boundaries(const TokenStreamSplit& s
 
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
-    : SampledRowSource(orders), split_(split), options_(options) {
-  std::uint64_t next = 0;
-  for (const StreamFile& f : split.files()) {
-    first_sample_.push_back(next);
-    next += samples_in_file(f.tokens, options.block_size, options.mode);
+    : SampledRowSource(orders), split_(split), options_(std::move(options)) {
+  std::vector<std::size_t> blocks{options_.block_size};
+  for (const std::size_t b : options_.block_sizes) {
+    if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
+  }
+  for (const std::size_t block : blocks) {
+    FirstSamples& table = first_samples_.emplace_back();
+    table.block_size = block;
+    std::uint64_t next = 0;
+    for (const StreamFile& f : split.files()) {
+      table.first.push_back(next);
+      next += samples_in_file(f.tokens, block, options_.mode);
+    }
   }
 }
 
-TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id) const noexcept {
+const std::vector<std::uint64_t>& TokenStreamBatchSource::first_samples(std::size_t block_size) const noexcept {
+  for (const FirstSamples& table : first_samples_) {
+    if (table.block_size == block_size) return table.first;
+  }
+  return first_samples_.front().first;  // excluded: a batch has one of the block sizes given
+}
+
+TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id,
+                                                                std::size_t block_size) const noexcept {
   // The last file whose first sample is <= id and that has samples: upper_bound lands past
   // empty files that share a first id with the next one.
-  const auto it = std::upper_bound(first_sample_.begin(), first_sample_.end(), id);
+  const std::vector<std::uint64_t>& first_sample = first_samples(block_size);
+  const auto it = std::upper_bound(first_sample.begin(), first_sample.end(), id);
   Location loc;
-  loc.file = static_cast<std::size_t>(it - first_sample_.begin()) - 1;
-  const std::uint64_t local = id - first_sample_[loc.file];
+  loc.file = static_cast<std::size_t>(it - first_sample.begin()) - 1;
+  const std::uint64_t local = id - first_sample[loc.file];
   if (options_.mode == SamplingMode::epoch) {
-    loc.offset = local * (options_.block_size + 1);
+    loc.offset = local * (block_size + 1);
     loc.window_id = static_cast<std::int64_t>(id);
   } else {
     loc.offset = local;
@@ -67,7 +85,7 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
 }
 
 void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
-  const std::size_t T = options_.block_size;
+  const std::size_t T = slot.cols;  // the batch's block size
   const bool contract = options_.contract_fields;
   std::int64_t* x = slot.x.data() + r * T;
   std::int64_t* y = slot.labels.data() + r * T;  // y is the labels here
@@ -85,7 +103,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
     slot.add_sequence(T);
     return;
   }
-  const Location loc = locate(static_cast<std::uint64_t>(id));
+  const Location loc = locate(static_cast<std::uint64_t>(id), T);
   slot.episode_ids[r] = loc.window_id;
   const bool plain = !options_.document_aware;
   if (plain) slot.real_positions += T;
@@ -99,8 +117,8 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   } else {
     fields.y = y;
   }
-  write_window(loc, fields);
-  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, x, y);
+  write_window(loc, T, fields);
+  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, T, x, y);
   if (plain) {
     if (contract) slot.add_sequence(T);
     return;
@@ -117,7 +135,7 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
 }
 
 std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, std::size_t r) const {
-  const std::size_t T = options_.block_size;
+  const std::size_t T = slot.cols;
   const std::int64_t* y = slot.labels.data() + r * T;
   float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
   if (options_.sequence_multiple > 1) {
@@ -186,7 +204,9 @@ std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::in
 }
 
 void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
-  if (id < 0) return;
+  // Under a sequence-length schedule the id's window depends on its batch's block size,
+  // which this hint is not told: it does nothing there.
+  if (id < 0 || !options_.block_sizes.empty()) return;
   const Location loc = locate(static_cast<std::uint64_t>(id));
   const StreamFile& f = split_.files()[loc.file];
   NextTokenSource source;
@@ -195,11 +215,10 @@ void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
   prefetch_next_token_run(source, options_.block_size);
 }
 
-void TokenStreamBatchSource::check_signed_window(const Location& loc, const std::int64_t* x,
+void TokenStreamBatchSource::check_signed_window(const Location& loc, std::size_t T, const std::int64_t* x,
                                                  const std::int64_t* y) const {
   // An int32 token was read as its uint32 bits: a negative one is above INT32_MAX. x holds
   // tokens offset..offset+T-1 and y's last entry token offset+T (before any masking).
-  const std::size_t T = options_.block_size;
   constexpr std::int64_t kMax = INT32_MAX;
   std::size_t bad = T + 1;
   for (std::size_t i = 0; i < T; ++i) {
@@ -218,8 +237,8 @@ void TokenStreamBatchSource::check_signed_window(const Location& loc, const std:
                                      "negative)");
 }
 
-void TokenStreamBatchSource::write_window(const Location& loc, const NextTokenFields& fields) const noexcept {
-  const std::size_t T = options_.block_size;
+void TokenStreamBatchSource::write_window(const Location& loc, std::size_t T,
+                                          const NextTokenFields& fields) const noexcept {
   const StreamFile& f = split_.files()[loc.file];
   NextTokenSource source;
   source.token_dtype = f.dtype;

@@ -6,7 +6,9 @@
 //    i * (block_size + 1) (the remainder of a file is unused); windows are numbered
 //    globally across files and the sampler shuffles their numbers per epoch.
 //  - random mode: the sampler draws a global window start uniformly over every valid
-//    start in every file.
+//    start in every file. Under a sequence-length schedule (Options::block_sizes) a row
+//    has the block size of its batch (BatchSlot::cols), and its id numbers the valid starts
+//    of windows of that length.
 //
 // With document awareness (Options::document_aware), a row also gets doc_ids (a running
 // document index over the input positions, incremented after each end-of-text token),
@@ -53,6 +55,9 @@ class TokenStreamBatchSource final : public SampledRowSource {
     // (pad_documents).
     std::size_t sequence_multiple = 1;
     std::int64_t pad_token_id = 0;
+    // Random mode under a sequence-length schedule: every block size a batch may have
+    // (block_size among them). Empty: block_size only.
+    std::vector<std::size_t> block_sizes;
   };
 
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
@@ -80,18 +85,26 @@ class TokenStreamBatchSource final : public SampledRowSource {
     std::uint64_t offset = 0;
     std::int64_t window_id = 0;
   };
-  Location locate(std::uint64_t id) const noexcept;
+  // Sample `id` of windows of `block_size` (Options::block_size, or one of block_sizes).
+  Location locate(std::uint64_t id, std::size_t block_size) const noexcept;
+  Location locate(std::uint64_t id) const noexcept { return locate(id, options_.block_size); }
 
  private:
+  // Per block size: per file, the global id of its first sample.
+  struct FirstSamples {
+    std::size_t block_size = 0;
+    std::vector<std::uint64_t> first;
+  };
   const TokenStreamSplit& split_;
   Options options_;
-  std::vector<std::uint64_t> first_sample_;  // per file: the global id of its first sample
+  std::vector<FirstSamples> first_samples_;  // options_.block_size's first
 
-  // Writes the window at `loc` (block_size inputs and their targets) into `fields`.
-  void write_window(const Location& loc, const NextTokenFields& fields) const noexcept;
-  // The window at `loc` of an int32 file, written to x and y (unmasked): throws
-  // Error(format) naming the file and the token when one of its ids is negative.
-  void check_signed_window(const Location& loc, const std::int64_t* x, const std::int64_t* y) const;
+  const std::vector<std::uint64_t>& first_samples(std::size_t block_size) const noexcept;
+  // Writes the window at `loc` (`T` inputs and their targets) into `fields`.
+  void write_window(const Location& loc, std::size_t T, const NextTokenFields& fields) const noexcept;
+  // The window of `T` inputs at `loc` of an int32 file, written to x and y (unmasked):
+  // throws Error(format) naming the file and the token when one of its ids is negative.
+  void check_signed_window(const Location& loc, std::size_t T, const std::int64_t* x, const std::int64_t* y) const;
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
   // The contract's view of a document-aware row whose fields are written: the weights and
   // one sequence per document piece; returns the row's real positions.

@@ -13,6 +13,7 @@ std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
   auto slot = std::make_unique<BatchSlot>();
   slot->rows = shape.rows;
+  slot->cols = shape.cols;
   slot->x.resize(cells);
   if (!shape.y_is_labels) slot->y.resize(cells);
   slot->episode_ids.resize(shape.rows);
@@ -139,7 +140,7 @@ std::uint64_t Batch::step() const noexcept { return slot_ ? slot_->step : 0; }
 std::uint64_t Batch::epoch() const noexcept { return slot_ ? slot_->epoch : 0; }
 std::uint64_t Batch::batch_in_epoch() const noexcept { return slot_ ? slot_->batch_in_epoch : 0; }
 std::size_t Batch::rows() const noexcept { return slot_ ? slot_->rows : 0; }
-std::size_t Batch::cols() const noexcept { return slot_ ? pool_->shape().cols : 0; }
+std::size_t Batch::cols() const noexcept { return slot_ ? slot_->cols : 0; }
 std::size_t Batch::real_rows() const noexcept { return slot_ ? static_cast<std::size_t>(slot_->real_rows) : 0; }
 bool Batch::has_field(BatchField field) const noexcept { return slot_ != nullptr && pool_->shape().chose(field); }
 
@@ -166,7 +167,7 @@ std::span<const T> first(const std::vector<T>& buffer, std::size_t n) noexcept {
 
 // A buffer of rows x cols cells holds this batch's in its first rows() x cols() (fewer rows
 // than the pool's shape under a batch-size schedule).
-std::size_t Batch::cells() const noexcept { return slot_->rows * pool_->shape().cols; }
+std::size_t Batch::cells() const noexcept { return slot_->rows * slot_->cols; }
 
 std::span<const std::int64_t> Batch::x() const {
   return readable(BatchField::x) ? first(slot_->x, cells()) : std::span<const std::int64_t>();

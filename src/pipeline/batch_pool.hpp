@@ -82,11 +82,13 @@ struct BatchSlot {
   bool log_probs_given = false;  // some group of the batch gave log-probs
 
   // Starts filling the slot for a batch of `batch_rows` rows (the shape's, or fewer under a
-  // batch-size schedule: the buffers' first rows x cols cells): its bookkeeping, and empty
-  // sequence and segment lists. Every decoder calls it first.
+  // batch-size schedule: the buffers' first rows x cols cells) of `batch_cols` positions
+  // (0: the cols the slot has, the shape's unless a sequence-length schedule changed them):
+  // its bookkeeping, and empty sequence and segment lists. Every decoder calls it first.
   void begin_batch(std::uint64_t batch_step, std::uint64_t batch_epoch, std::uint64_t index_in_epoch,
-                   std::uint64_t rows_real, std::size_t batch_rows) noexcept {
+                   std::uint64_t rows_real, std::size_t batch_rows, std::size_t batch_cols = 0) noexcept {
     rows = batch_rows;
+    if (batch_cols != 0) cols = batch_cols;
     step = batch_step;
     epoch = batch_epoch;
     batch_in_epoch = index_in_epoch;
@@ -124,6 +126,9 @@ struct BatchSlot {
   std::uint64_t step = 0, epoch = 0, batch_in_epoch = 0;
   std::uint64_t real_rows = 0;
   std::size_t rows = 0;  // this batch's rows (begin_batch): at most the shape's
+  // This batch's positions per row (begin_batch): the shape's cols, or fewer under a
+  // sequence-length schedule (rows are rows x cols contiguous cells at the buffers' start).
+  std::size_t cols = 0;
   // Packed mode: the epoch row the batch starts at, and where the next batch starts.
   std::uint64_t row_in_epoch = 0, next_epoch = 0, next_row_in_epoch = 0;
   // Packed mode with balance_ranks: the rows of the global batch this batch holds, and the

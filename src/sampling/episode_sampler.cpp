@@ -66,6 +66,12 @@ SampledBatch EpisodeSampler::position(std::uint64_t step) const {
   SampledBatch p;
   p.step = step;
   p.rows = rows_at(step);
+  p.ids = count_;
+  if (settings_.schedule) {
+    const std::size_t stage = settings_.schedule->stage_index(step);
+    p.cols = settings_.schedule->stages()[stage].block_size;
+    if (!settings_.ids_per_stage.empty()) p.ids = settings_.ids_per_stage[stage];
+  }
   if (settings_.mode == SamplingMode::random) {
     p.batch_in_epoch = step;
     p.first_row =
@@ -99,7 +105,7 @@ std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t
   if (settings_.mode == SamplingMode::random) {
     // Global row g of the stream, whatever the split of the global batch across ranks.
     const std::uint64_t g = plan.first_row + settings_.rank * plan.rows + row;
-    const std::uint64_t u = CounterRng(random_key_).uniform(g, count_);
+    const std::uint64_t u = CounterRng(random_key_).uniform(g, plan.ids);
     return static_cast<std::int64_t>(id_at(u));
   }
   const std::uint64_t position = plan.first_row + settings_.rank * plan.rows + row;

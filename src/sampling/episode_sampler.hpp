@@ -56,6 +56,8 @@ struct SampledBatch {
   std::uint64_t first_row = 0;              // the global batch's first position: in the epoch's
                                             // order, or (random mode) the global row counter
   std::uint64_t rows = 0;                   // this rank's rows (the batch size in force)
+  std::uint64_t cols = 0;                   // the block size in force; 0: the split's (no schedule)
+  std::uint64_t ids = 0;                    // random mode: the ids drawn from (size(), or the stage's)
   std::shared_ptr<const EpochOrder> order;  // epoch mode only
 };
 
@@ -73,6 +75,10 @@ class EpisodeSampler {
     // The global batch at each step (a batch-size warmup), each stage's a multiple of
     // world_size; null: batch_size x world_size at every step.
     std::shared_ptr<const ShapeSchedule> schedule;
+    // Random mode under a schedule whose stages change the block size: the ids each stage
+    // draws from (a token stream's window starts depend on the window's length), one per
+    // stage of `schedule`; empty: size() at every step.
+    std::vector<std::uint64_t> ids_per_stage;
   };
 
   // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global

@@ -12,7 +12,7 @@ ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
   std::uint64_t first = 0;
   std::uint64_t rows = 0;
   for (std::size_t i = 0; i < given.size(); ++i) {
-    stages_.push_back(Stage{first, given[i].end_step, given[i].global_batch, rows});
+    stages_.push_back(Stage{first, given[i].end_step, given[i].global_batch, rows, given[i].block_size});
     if (!given[i].end_step) break;
     const std::uint64_t steps = *given[i].end_step - first;
     rows = checked_sum(rows,
@@ -21,10 +21,6 @@ ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
                        "the rows before shape_schedule stage " + std::to_string(i + 1));
     first = *given[i].end_step;
   }
-}
-
-ShapeSchedule ShapeSchedule::constant(std::uint64_t global_batch) {
-  return ShapeSchedule({Given{std::nullopt, global_batch}});
 }
 
 std::size_t ShapeSchedule::stage_index(std::uint64_t step) const noexcept {
@@ -45,6 +41,17 @@ std::uint64_t ShapeSchedule::largest_global_batch() const noexcept {
   std::uint64_t largest = 0;
   for (const Stage& s : stages_) largest = std::max(largest, s.global_batch);
   return largest;
+}
+
+std::uint64_t ShapeSchedule::largest_block_size() const noexcept {
+  std::uint64_t largest = 0;
+  for (const Stage& s : stages_) largest = std::max(largest, s.block_size);
+  return largest;
+}
+
+bool ShapeSchedule::changes_block_size() const noexcept {
+  return std::any_of(stages_.begin(), stages_.end(),
+                     [this](const Stage& s) { return s.block_size != stages_.front().block_size; });
 }
 
 // ---- ScheduledEpochs ----

@@ -1,6 +1,6 @@
-// ShapeSchedule: the global batch size in force at each step of a split's stream (a
-// batch-size warmup, config key shape_schedule), and where a stream consumed in sequence
-// stands at any step when its batches change size.
+// ShapeSchedule: the global batch size and block size in force at each step of a split's
+// stream (a batch-size warmup, a sequence-length curriculum: config key shape_schedule), and
+// where a stream consumed in sequence stands at any step when its batches change size.
 //
 // The data is consumed in the same order whatever the shape: global batch k takes the
 // rows that follow batch k-1's, so global row counters and epoch offsets are sums of the
@@ -28,19 +28,19 @@ class ShapeSchedule {
     std::optional<std::uint64_t> end_step;  // exclusive; absent on the last stage
     std::uint64_t global_batch = 1;         // rows per step over the data-parallel ranks
     std::uint64_t rows_before = 0;          // global rows the steps before first_step took
+    std::uint64_t block_size = 0;           // positions per row (0: not scheduled, the split's)
   };
-  // A stage as given: where it ends (absent on the last) and its global batch size.
+  // A stage as given: where it ends (absent on the last), its global batch size and block size.
   struct Given {
     std::optional<std::uint64_t> end_step;
     std::uint64_t global_batch = 1;
+    std::uint64_t block_size = 0;
   };
 
   // REQUIRES: `given` is non-empty, every end but the last's present and increasing, the
   // last's absent, every global batch > 0. Throws Error(config) when the rows before a
   // stage overflow 64 bits.
   explicit ShapeSchedule(const std::vector<Given>& given);
-  // One stage of `global_batch` rows for ever.
-  static ShapeSchedule constant(std::uint64_t global_batch);
 
   const std::vector<Stage>& stages() const noexcept { return stages_; }
   // The index (into stages()) of the stage in force at `step`, and that stage.
@@ -49,8 +49,12 @@ class ShapeSchedule {
   std::uint64_t global_batch_at(std::uint64_t step) const noexcept { return stage_at(step).global_batch; }
   // Global rows the steps before `step` took. Throws Error(config) on overflow.
   std::uint64_t rows_before(std::uint64_t step) const;
-  // The largest global batch of any stage.
+  std::uint64_t block_size_at(std::uint64_t step) const noexcept { return stage_at(step).block_size; }
+  // The largest global batch, and block size, of any stage.
   std::uint64_t largest_global_batch() const noexcept;
+  std::uint64_t largest_block_size() const noexcept;
+  // Whether the stages' block sizes differ (a sequence-length curriculum).
+  bool changes_block_size() const noexcept;
 
  private:
   std::vector<Stage> stages_;

@@ -100,7 +100,7 @@ void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrai
   record.step = slot.step;
   record.global_batch_size = stage.global_batch;
   record.rows = slot.rows;
-  record.block_size = static_cast<std::uint64_t>(config_.block_size);
+  record.block_size = stage.block_size;
   record.rows_before = schedule->rows_before(slot.step);
   if (epochs() != Epochs::none) {
     record.epoch = slot.epoch;
@@ -110,7 +110,7 @@ void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrai
   log_line(LogLevel::info,
            "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) + " from step " +
                std::to_string(slot.step) + ": global_batch_size=" + std::to_string(stage.global_batch) +
-               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(config_.block_size));
+               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(stage.block_size));
 }
 
 void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {

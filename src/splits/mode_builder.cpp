@@ -42,12 +42,15 @@ OrderFields order_fields(const Config& config) {
   fields["dataset_mode"] = to_string(config.dataset_mode);
   fields["batch_sampling_mode"] = to_string(*config.batch_sampling_mode);
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
-  // The train split's batch sizes by step, only when scheduled: a config without one keeps
-  // its fingerprint.
+  // The train split's batch (and block) sizes by step, only when scheduled: a config
+  // without one keeps its fingerprint.
+  // Each stage as FIRST_STEP:GLOBAL_BATCH, and :BLOCK_SIZE when the block sizes change.
   if (const auto schedule = shape_schedule_of(config, "train")) {
     std::string stages;
+    const bool blocks = schedule->changes_block_size();
     for (const ShapeSchedule::Stage& s : schedule->stages()) {
       stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
+      if (blocks) stages += ":" + std::to_string(s.block_size);
     }
     fields["shape_schedule"] = stages;
   }
@@ -79,12 +82,12 @@ EpisodeSampler::Settings sampler_settings(const Config& config, const std::strin
   return settings;
 }
 
-detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask) {
+detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask, std::size_t cols) {
   const bool episode = c.dataset_mode != DatasetMode::token_stream;
   const bool packed = c.dataset_mode == DatasetMode::sft_packed;
   detail::BatchShape shape;
   shape.rows = rows;
-  shape.cols = static_cast<std::size_t>(c.block_size);
+  shape.cols = cols != 0 ? cols : static_cast<std::size_t>(c.block_size);
   shape.with_mask = mask;
   shape.with_document_fields = c.document_aware;
   shape.y_is_labels = !episode || packed;
@@ -114,8 +117,8 @@ std::unique_ptr<DatasetSplit> split_of_sampled_rows(const std::string& name, con
     const ContextParallelShare share{static_cast<std::size_t>(config.context_parallel_size),
                                      static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
                                      pads_sequences_for_context_parallel(config)};
-    source = std::make_unique<ContextParallelSplitSource>(std::move(source),
-                                                          batch_shape_of(whole, shape.rows, shape.with_mask), share);
+    source = std::make_unique<ContextParallelSplitSource>(
+        std::move(source), batch_shape_of(whole, shape.rows, shape.with_mask, shape.full_cols()), share);
     sampled = nullptr;
   }
   if (*config.batch_sampling_mode != SamplingMode::epoch) {

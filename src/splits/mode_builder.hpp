@@ -69,9 +69,10 @@ OrderFields order_fields(const Config& settled);
 EpisodeSampler::Settings sampler_settings(const Config& settled, const std::string& split);
 
 // The shape of the slots a loader with config `c` fills, with `rows` rows, for a split
-// that does (`mask`) or does not return a loss mask; with context_parallel_split, rows of
-// block_size / cp (this rank's share).
-detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask);
+// that does (`mask`) or does not return a loss mask, of `cols` positions (0: block_size; a
+// sequence-length schedule's longest); with context_parallel_split, rows of cols / cp
+// (this rank's share).
+detail::BatchShape batch_shape_of(const Config& c, std::size_t rows, bool mask, std::size_t cols = 0);
 
 // The DatasetSplit of the sampling layout that fits `config` (random or equal epochs)
 // over `data` and `rows`, a source of whole rows sampled by id (sft_episode, token_stream)

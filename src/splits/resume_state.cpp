@@ -151,7 +151,8 @@ std::string explain_field(const std::string& key, const std::string& was, const 
            " here: " + global_batch_fix(was, config);
   }
   if (key == "shape_schedule") {
-    return "the shape_schedule (stage first steps and global batch sizes) is '" + was + "' in the state but '" + is +
+    return "the shape_schedule (stage first steps, global batch sizes and, when they change, block sizes) is '" + was +
+           "' in the state but '" + is +
            "' here, and they differ at or before the state's step: a schedule may change only after it";
   }
   if (key.rfind("content.", 0) == 0 && was == "(absent)") {
@@ -202,35 +203,41 @@ std::string explain_mismatch(const ResumeState& state, const OrderFields& order,
   return out.empty() ? "the fingerprint differs but no order field does" : out;
 }
 
-// The global batch at each stage start of an order's train schedule: its shape_schedule
-// field ("FIRST:G FIRST:G ..."), or without one "0:global_batch_size".
-std::map<std::uint64_t, std::uint64_t> schedule_points(const OrderFields& order) {
-  std::map<std::uint64_t, std::uint64_t> points;
-  const auto schedule = order.find("shape_schedule");
-  const auto global = order.find("global_batch_size");
-  std::string text =
-      schedule != order.end() ? schedule->second : "0:" + (global != order.end() ? global->second : std::string("0"));
+// The shape at each stage start of an order's train schedule, as "GLOBAL_BATCH:BLOCK_SIZE":
+// its shape_schedule field ("FIRST:G FIRST:G ..." or, when the block size changes,
+// "FIRST:G:T ..."), or without one "0:global_batch_size"; a stage without T has the order's
+// block_size.
+std::map<std::uint64_t, std::string> schedule_points(const OrderFields& order) {
+  std::map<std::uint64_t, std::string> points;
+  const auto field = [&order](const char* key, const char* absent) {
+    const auto it = order.find(key);
+    return it != order.end() ? it->second : std::string(absent);
+  };
+  const std::string text =
+      order.count("shape_schedule") ? field("shape_schedule", "") : "0:" + field("global_batch_size", "0");
+  const std::string block = field("block_size", "");
   std::size_t at = 0;
   while (at < text.size()) {
     const std::size_t end = std::min(text.find(' ', at), text.size());
     const std::string_view stage(text.data() + at, end - at);
     const std::size_t colon = stage.find(':');
-    std::uint64_t first = 0, rows = 0;
+    std::uint64_t first = 0;
     if (colon == std::string_view::npos ||
-        std::from_chars(stage.data(), stage.data() + colon, first).ec != std::errc() ||
-        std::from_chars(stage.data() + colon + 1, stage.data() + stage.size(), rows).ec != std::errc()) {
+        std::from_chars(stage.data(), stage.data() + colon, first).ec != std::errc()) {
       return {};  // not a schedule this loader wrote: never taken as agreeing
     }
-    points[first] = rows;
+    std::string shape(stage.substr(colon + 1));
+    if (shape.find(':') == std::string::npos) shape += ":" + block;
+    points[first] = shape;
     at = end + 1;
   }
   return points;
 }
 
-// The global batch at `step` of a schedule's points.
-std::uint64_t batch_at(const std::map<std::uint64_t, std::uint64_t>& points, std::uint64_t step) {
+// The shape at `step` of a schedule's points.
+std::string shape_at(const std::map<std::uint64_t, std::string>& points, std::uint64_t step) {
   auto it = points.upper_bound(step);
-  return it == points.begin() ? 0 : std::prev(it)->second;
+  return it == points.begin() ? std::string() : std::prev(it)->second;
 }
 
 // Whether the state and this loader differ only in the train schedule's batch sizes after
@@ -265,8 +272,8 @@ bool differs_only_after(const ResumeState& state, const OrderFields& order) {
   // Piecewise constant: equal at every stage start before the saved step, equal on the
   // steps taken.
   for (const auto& points : {was, is}) {
-    for (const auto& [first, rows] : points) {
-      if (first < saved && batch_at(was, first) != batch_at(is, first)) return false;
+    for (const auto& [first, shape] : points) {
+      if (first < saved && shape_at(was, first) != shape_at(is, first)) return false;
     }
   }
   return true;

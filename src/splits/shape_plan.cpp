@@ -27,17 +27,41 @@ std::uint64_t end_by_tokens(std::size_t index, std::uint64_t first_step, std::ui
                      stage_where(index) + ": its end step");
 }
 
+// Stage `index`'s block size: its own, or the key's. A block size other than the key's is
+// refused where the rows cannot change length yet, and must meet the key's own rules.
+std::uint64_t stage_block_size(const Config& settled, std::size_t index, const ShapeStage& stage) {
+  if (!stage.block_size || *stage.block_size == settled.block_size)
+    return static_cast<std::uint64_t>(settled.block_size);
+  const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
+  if (settled.dataset_mode != DatasetMode::token_stream || *settled.batch_sampling_mode != SamplingMode::random) {
+    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                       std::to_string(settled.block_size) +
+                                       "); a sequence-length schedule is supported for dataset_mode=token_stream with "
+                                       "batch_sampling_mode=random only so far (this config: dataset_mode=" +
+                                       to_string(settled.dataset_mode) +
+                                       ", batch_sampling_mode=" + to_string(*settled.batch_sampling_mode) + ")");
+  }
+  Config staged = settled;  // the key's rules, for the stage's value
+  staged.block_size = *stage.block_size;
+  try {
+    check_context_parallel_rows(staged);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::config, stage_where(index) + ": " + e.what());
+  }
+  return static_cast<std::uint64_t>(*stage.block_size);
+}
+
 }  // namespace
 
 std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split) {
   if (split != "train" || settled.shape_schedule.empty()) return nullptr;
   const std::uint64_t dp = data_parallel_size(settled);
-  const std::uint64_t block = static_cast<std::uint64_t>(settled.block_size);
   std::vector<ShapeSchedule::Given> given;
   std::uint64_t first = 0, tokens = 0;
   for (std::size_t i = 0; i < settled.shape_schedule.size(); ++i) {
     const ShapeStage& stage = settled.shape_schedule[i];
     const std::string where = stage_where(i);
+    const std::uint64_t block = stage_block_size(settled, i, stage);
     const std::uint64_t global =
         stage.global_batch_size ? static_cast<std::uint64_t>(*stage.global_batch_size) : global_batch_size(settled);
     if (global % dp != 0) {
@@ -47,7 +71,8 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
     }
     // The same bound as batch_size x block_size's (validate_config): cu_seqlens are int32.
     const std::uint64_t rows = global / dp;
-    if (rows > (std::uint64_t{1} << 24) || rows * block >= (std::uint64_t{1} << 31)) {
+    if (rows > (std::uint64_t{1} << 24) || block > (std::uint64_t{1} << 26) ||
+        rows * block >= (std::uint64_t{1} << 31)) {
       throw Error(ErrorKind::config, where + ": " + std::to_string(rows) + " rows per rank x block_size " +
                                          std::to_string(block) +
                                          " exceed the supported batch size of 2^31 - 1 positions");
@@ -63,7 +88,7 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
                                            std::to_string(first) + " (the stage's first step)");
       }
     }
-    given.push_back(ShapeSchedule::Given{end, global});
+    given.push_back(ShapeSchedule::Given{end, global, block});
     if (!end) break;
     tokens = checked_sum(tokens, checked_product(*end - first, per_step, where + ": its positions"),
                          "the positions before " + stage_where(i + 1));
@@ -82,6 +107,18 @@ std::size_t batch_rows_at(const Config& settled, std::string_view split, std::ui
   const auto schedule = shape_schedule_of(settled, split);
   if (!schedule) return static_cast<std::size_t>(settled.batch_size);
   return static_cast<std::size_t>(schedule->global_batch_at(step) / data_parallel_size(settled));
+}
+
+std::size_t largest_block_size(const Config& settled, std::string_view split) {
+  const auto schedule = shape_schedule_of(settled, split);
+  if (!schedule) return static_cast<std::size_t>(settled.block_size);
+  return static_cast<std::size_t>(schedule->largest_block_size());
+}
+
+std::size_t block_size_at(const Config& settled, std::string_view split, std::uint64_t step) {
+  const auto schedule = shape_schedule_of(settled, split);
+  if (!schedule) return static_cast<std::size_t>(settled.block_size);
+  return static_cast<std::size_t>(schedule->block_size_at(step));
 }
 
 }  // namespace tokenfeed

@@ -1,6 +1,7 @@
 // The train split's batch shape at each step: the config's shape_schedule (a batch-size
-// warmup) settled against the data-parallel size, with its until_tokens ends turned into
-// steps. Val splits are never scheduled.
+// warmup, a sequence-length curriculum) settled against the data-parallel size, with its
+// until_tokens ends turned into steps and each stage's block size settled (its own or the
+// key's). Val splits are never scheduled.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -16,7 +17,9 @@ namespace tokenfeed {
 
 // The schedule of split `split` (null for val, and without a shape_schedule). Throws
 // Error(config) naming the stage: a global_batch_size the data-parallel size does not
-// divide, an until_tokens reached before its stage starts, an end not after the previous.
+// divide, an until_tokens reached before its stage starts, an end not after the previous,
+// a block size other than the key's outside token_stream's random windows or against the
+// key's own rules (context parallelism's multiple).
 // REQUIRES: `settled` passed validate_config and its data-parallel size is known.
 std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split);
 
@@ -26,5 +29,10 @@ std::size_t largest_batch_rows(const Config& settled, std::string_view split);
 
 // This rank's rows at global step `step` of `split`.
 std::size_t batch_rows_at(const Config& settled, std::string_view split, std::uint64_t step);
+
+// The longest rows a batch of `split` has (the batch buffers' cols before a context-parallel
+// split), and the block size at global step `step`.
+std::size_t largest_block_size(const Config& settled, std::string_view split);
+std::size_t block_size_at(const Config& settled, std::string_view split, std::uint64_t step);
 
 }  // namespace tokenfeed

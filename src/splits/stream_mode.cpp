@@ -11,9 +11,15 @@ void StreamModeBuilder::add_order_fields(const Config& settled, OrderFields& fie
   fields["block_size"] = std::to_string(settled.block_size);
 }
 
-TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& settled) {
+TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& settled,
+                                                                  const ShapeSchedule* schedule) {
   TokenStreamBatchSource::Options options;
   options.block_size = static_cast<std::size_t>(settled.block_size);
+  if (schedule != nullptr && schedule->changes_block_size()) {
+    for (const ShapeSchedule::Stage& stage : schedule->stages()) {
+      options.block_sizes.push_back(static_cast<std::size_t>(stage.block_size));
+    }
+  }
   options.mode = *settled.batch_sampling_mode;
   options.document_aware = settled.document_aware;
   if (settled.document_aware) options.eos_token_id = settled.eos_token_id;
@@ -34,9 +40,26 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
     TokenStreamBatchSource::check_document_boundaries(stream, config.eos_token_id, "'" + settled.metadata_file() + "'");
   }
   const auto block = static_cast<std::size_t>(config.block_size);
-  const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, *config.batch_sampling_mode);
+  const SamplingMode sampling = *config.batch_sampling_mode;
+  const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, sampling);
   data->fingerprint = stream.fingerprint();
-  data->sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, sampler_settings(config, name));
+  EpisodeSampler::Settings settings = sampler_settings(config, name);
+  const std::shared_ptr<const ShapeSchedule> schedule = settings.schedule;
+  // A sequence-length schedule: each stage draws from the window starts of its length.
+  std::string no_window;
+  if (schedule && schedule->changes_block_size()) {
+    for (std::size_t i = 0; i < schedule->stages().size(); ++i) {
+      const auto stage_block = static_cast<std::size_t>(schedule->stages()[i].block_size);
+      settings.ids_per_stage.push_back(TokenStreamBatchSource::sample_count(stream, stage_block, sampling));
+      if (settings.ids_per_stage.back() == 0 && no_window.empty()) {
+        no_window = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
+                    std::to_string(stream.total_tokens()) +
+                    " tokens but no file holds one window of shape_schedule stage " + std::to_string(i) +
+                    "'s block_size + 1 = " + std::to_string(stage_block + 1) + " tokens";
+      }
+    }
+  }
+  data->sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, std::move(settings));
   data->orders = std::make_unique<EpochOrders>(*data->sampler);
   DatasetSplit::Description description{{"windows", "first_window_ids", "sampled_"},
                                         " windows of block_size + 1",
@@ -53,16 +76,17 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
                                  " dtype=" + (dtype ? to_string(*dtype) : "mixed") + " " +
                                  (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
                                  std::to_string(samples) + " document_aware=" + bool_text(config.document_aware);
-  std::string no_window;
   if (samples == 0) {
     no_window = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
                 std::to_string(stream.total_tokens()) +
                 " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
   }
   const std::size_t rows = largest_batch_rows(config, name);
-  auto windows = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config));
+  auto windows =
+      std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config, schedule.get()));
   auto split = split_of_sampled_rows(name, config, std::move(data), std::move(windows),
-                                     batch_shape_of(config, rows, false), std::move(description));
+                                     batch_shape_of(config, rows, false, largest_block_size(config, name)),
+                                     std::move(description));
   if (no_window.empty()) {
     split->check_forms_a_batch();
   } else {

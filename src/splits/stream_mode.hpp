@@ -24,7 +24,8 @@ class StreamModeBuilder final : public ModeBuilder {
   OpenedSplits open_splits(ResolvedOptions& settled) const override;
 
   // How the batch source cuts and writes windows.
-  static TokenStreamBatchSource::Options source_options(const Config& settled);
+  // `schedule`: the split's shape schedule (null: none), whose block sizes the rows may take.
+  static TokenStreamBatchSource::Options source_options(const Config& settled, const ShapeSchedule* schedule);
 };
 
 }  // namespace tokenfeed
