@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "launch/memory_budget.hpp"
+#include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
 
@@ -23,7 +24,24 @@ void LoaderSplit::set_unusable(std::string why, ErrorKind kind) {
 void LoaderSplit::restore(const SplitPosition& at, PipelineGate& gate) {
   restart_pipeline(gate);  // restarted at the restored step on the next take
   next_ = at;
+  announced_shape_stage_.reset();
   forget_announced();
+}
+
+void LoaderSplit::announce_shape_stage(const ShapeSchedule* schedule, const detail::BatchSlot& slot,
+                                       std::int64_t block_size, AuditTrail& audit) {
+  if (schedule == nullptr) return;
+  const auto& stages = schedule->stages();
+  const ShapeSchedule::Stage& stage = schedule->stage_at(slot.step);
+  const auto index = static_cast<std::size_t>(&stage - stages.data());
+  if (announced_shape_stage_ == index && slot.step != stage.first_step) return;
+  announced_shape_stage_ = index;
+  audit.shape_stage_start({name(), index, stage.first_step, slot.step, stage.global_batch, slot.rows,
+                           static_cast<std::uint64_t>(block_size)});
+  log_line(LogLevel::info, "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) +
+                               " from step " + std::to_string(slot.step) +
+                               ": global_batch_size=" + std::to_string(stage.global_batch) +
+                               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(block_size));
 }
 
 void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {

@@ -44,13 +44,7 @@ OrderFields order_fields(const Config& config) {
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
   // The train split's batch sizes by step, only when scheduled: a config without one keeps
   // its fingerprint.
-  if (const auto schedule = shape_schedule_of(config, "train")) {
-    std::string stages;
-    for (const ShapeSchedule::Stage& s : schedule->stages()) {
-      stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
-    }
-    fields["shape_schedule"] = stages;
-  }
+  if (auto schedule = shape_schedule_field(config)) fields["shape_schedule"] = std::move(*schedule);
   fields["epoch_seed"] = std::to_string(config.epoch_seed);
   fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);

@@ -72,6 +72,21 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
   return std::make_shared<const ShapeSchedule>(given);
 }
 
+std::optional<std::string> shape_schedule_field(const Config& settled) {
+  const auto schedule = shape_schedule_of(settled, "train");
+  if (!schedule) return std::nullopt;
+  std::string stages;
+  for (const ShapeSchedule::Stage& s : schedule->stages()) {
+    stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
+  }
+  return stages;
+}
+
+ShapeSchedule train_steps(const Config& settled) {
+  const auto schedule = shape_schedule_of(settled, "train");
+  return schedule ? *schedule : ShapeSchedule::constant(global_batch_size(settled));
+}
+
 std::size_t largest_batch_rows(const Config& settled, std::string_view split) {
   const auto schedule = shape_schedule_of(settled, split);
   if (!schedule) return static_cast<std::size_t>(settled.batch_size);
