@@ -97,3 +97,65 @@ def test_a_sequence_length_curriculum_draws_windows_at_each_length(stream_dir):
     report = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=schedule), steps=10)["shape_schedule"]
     assert [(s["block_size"], s["tokens_before"]) for s in report["stages"]] == [
         (32, 0), (64, 2 * 4 * 32), (128, 2 * 4 * 32 + 2 * 6 * 64)]
+# ---- A mixture under a batch-size schedule ----
+
+# Global batches 4, 8, 12 (steps 0-2, 3-6, then for ever): the rows before step s.
+MIX_SCHEDULE = [{"until_step": 3, "global_batch_size": 4}, {"until_step": 7, "global_batch_size": 8},
+                {"global_batch_size": 12}]
+
+
+def rows_before(step):
+    return 4 * step if step <= 3 else 12 + 8 * (step - 3) if step <= 7 else 44 + 12 * (step - 7)
+
+
+def mixture_keys(sft_dir, stream_dir, stage_ends, **extra):
+    keys = dict(batch_size=1, block_size=64, audit_log_dir="", prefetch_depth=2, decode_threads=1,
+                mixture=[dict(name="chat", dataset_dir=str(sft_dir), weight=3),
+                         dict(name="web", dataset_dir=str(stream_dir), weight=1, dataset_mode="token_stream")],
+                stages=[dict(until_step=stage_ends[0]), dict(until_step=stage_ends[1], weights={"web": 2}),
+                        dict(weights={"chat": 1, "web": 0.5})])
+    keys.update(extra)
+    return keys
+
+
+def mixture_rows(loaders, steps):
+    """(source, tokens) of each row of `steps` steps over `loaders` (rank order within a step)."""
+    rows = []
+    for _ in range(steps):
+        for loader in loaders:
+            b = loader.get_batch()
+            assert b.shape == loader.batch_shape(b.step)
+            rows.extend((int(b.source_ids[r]), b.tokens[r].tobytes()) for r in range(b.rows))
+    return rows
+
+
+def test_a_mixture_under_a_ramp_is_the_single_row_mixture_in_sequence(sft_dir, stream_dir):
+    # The reference: one row a step, the mixture's stages (at steps 5 and 9) moved to the
+    # rows the ramp takes before them, and a weight change at step 4 (inside the ramp's
+    # second stage) likewise.
+    single = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, (rows_before(5), rows_before(9))))
+    single.set_mixture_weights({"chat": 1}, at_step=rows_before(4))
+    whole = mixture_rows([single], rows_before(12))
+
+    def ramped(world=1, rank=0):
+        loader = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, (5, 9), shape_schedule=MIX_SCHEDULE,
+                                               world_size=world, rank=rank))
+        loader.set_mixture_weights({"chat": 1}, at_step=4)
+        return loader
+
+    assert mixture_rows([ramped()], 12) == whole
+    ranks = [ramped(2, 0), ramped(2, 1)]
+    assert [r.batch_shape(3) for r in ranks] == [(4, 64), (4, 64)]
+    assert mixture_rows(ranks, 12) == whole
+    # Resumed at every step from 2 ranks onto 4.
+    for at in range(12):
+        first = [ramped(2, 0), ramped(2, 1)]
+        assert mixture_rows(first, at) == whole[:rows_before(at)]
+        state = first[0].state_dict()
+        resumed = []
+        for rank in range(4):
+            loader = tokenfeed.Loader(mixture_keys(sft_dir, stream_dir, (5, 9), shape_schedule=MIX_SCHEDULE,
+                                                   world_size=4, rank=rank))
+            loader.load_state_dict(state)
+            resumed.append(loader)
+        assert mixture_rows(resumed, 12 - at) == whole[rows_before(at):], at

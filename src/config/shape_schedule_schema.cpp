@@ -52,10 +52,6 @@ void set_shape_schedule(Config& config, const std::vector<ConfigRecord>& records
 void validate_shape_schedule(const Config& config) {
   const std::vector<ShapeStage>& stages = config.shape_schedule;
   if (stages.empty()) return;
-  if (!config.mixture.empty()) {
-    throw Error(ErrorKind::config,
-                "a shape_schedule is not supported with a mixture yet: schedule the batch size of a single dataset");
-  }
   std::optional<std::int64_t> previous_end;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const ShapeStage& s = stages[i];

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "inspect/mixture_sizes_report.hpp"
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 
@@ -96,8 +97,9 @@ std::optional<MixtureWeightsFromSizes> weights_from_sizes(const Config& config, 
                                                           std::uint64_t steps) {
   std::vector<SizedWeight> weights = mixture_weights_from_sizes(config);
   if (weights.empty()) return std::nullopt;
-  const double rows =
-      static_cast<double>(steps) * static_cast<double>(resolved.batch_size) * static_cast<double>(resolved.world_size);
+  // The global rows of those steps: a batch-size schedule's sizes in sequence, or the
+  // constant global batch.
+  const double rows = static_cast<double>(train_steps(resolved).rows_before(steps));
   MixtureWeightsFromSizes figures;
   figures.temperature = config.mixture_temperature.value_or(1.0);
   figures.planned_steps = config.mixture_planned_steps;

@@ -7,6 +7,7 @@
 #include "mixture/mixture_sizes.hpp"
 #include "launch/parallel_layout.hpp"
 #include "splits/resume_state.hpp"
+#include "splits/shape_plan.hpp"
 #include "modes/context_parallel_split.hpp"
 #include "util/checked_math.hpp"
 #include "tokenfeed/log.hpp"
@@ -20,20 +21,19 @@ namespace {
 // gigabytes: refused at open, with the keys to change.
 constexpr std::uint64_t kMaxEpochsPerStep = std::uint64_t{1} << 16;
 
-void check_epochs_per_step(const LoaderSplit& part, const std::string& source, std::uint64_t rows_per_step) {
+// `steps`: the split's step axis; its largest global batch is the most rows of a step.
+void check_epochs_per_step(const LoaderSplit& part, const std::string& source, const ShapeSchedule& steps) {
   if (part.epochs() == Epochs::none) return;
   const std::uint64_t rows = part.source().batches_in_epoch(0);
+  const std::uint64_t rows_per_step = steps.largest_global_batch();
   if (rows == 0 || rows_per_step / rows <= kMaxEpochsPerStep) return;
-  throw Error(ErrorKind::config, "mixture source '" + source + "': one step of batch_size x world_size = " +
-                                     std::to_string(rows_per_step) + " rows spans up to " +
-                                     std::to_string(rows_per_step / rows) + " epochs of its split '" + part.name() +
-                                     "' (" + std::to_string(rows) + " rows in epoch 0), more than " +
-                                     std::to_string(kMaxEpochsPerStep) + "; lower world_size or batch_size");
-}
-
-// The rows before global batch `step` (every rank's), checked for overflow.
-std::uint64_t rows_before_step(std::uint64_t step, const Config& config) {
-  return checked_product(step, global_batch_size(config), "step x batch_size x world_size");
+  const std::string step = steps.stages().size() == 1 ? "one step of batch_size x world_size"
+                                                      : "the largest step of the shape_schedule, global_batch_size";
+  throw Error(ErrorKind::config, "mixture source '" + source + "': " + step + " = " + std::to_string(rows_per_step) +
+                                     " rows spans up to " + std::to_string(rows_per_step / rows) +
+                                     " epochs of its split '" + part.name() + "' (" + std::to_string(rows) +
+                                     " rows in epoch 0), more than " + std::to_string(kMaxEpochsPerStep) +
+                                     "; lower world_size or batch_size");
 }
 
 }  // namespace
@@ -49,6 +49,7 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
       rows_schedule_(&schedule),
       parts_(std::move(parts)),
       seeds_(std::move(seeds)),
+      shape_schedule_(shape_schedule_of(config, this->name())),
       announced_(parts_.size()) {
   std::vector<MixtureBatchSource::Member> members;
   for (const DatasetSplit* part : parts_) {
@@ -66,8 +67,7 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
   whole.context_parallel = 1;
   source_ = std::make_unique<MixtureBatchSource>(
       std::move(members), schedule, whole,
-      MixtureBatchSource::Options{static_cast<std::uint64_t>(config.batch_size), data_parallel_size(config),
-                                  data_parallel_rank(config)});
+      MixtureBatchSource::Options{data_parallel_size(config), data_parallel_rank(config)});
   if (shape.context_parallel > 1) {
     const ContextParallelShare share{shape.context_parallel,
                                      static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
@@ -101,9 +101,8 @@ SplitInfo MixtureSplit::info() const {
 
 std::optional<std::uint64_t> MixtureSplit::source_epoch_after(std::size_t source, std::uint64_t steps) const {
   if (!source_->has_epochs(source)) return std::nullopt;
-  const std::uint64_t rows = rows_schedule_->rows_before(
-      static_cast<std::uint32_t>(source),
-      checked_product(steps, global_batch_size(config_), "steps x batch_size x world_size"));
+  const std::uint64_t rows =
+      rows_schedule_->rows_before(static_cast<std::uint32_t>(source), rows_schedule_->steps().rows_before(steps));
   return source_->epoch_of(source, rows);
 }
 
@@ -114,13 +113,15 @@ void MixtureSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
   next_.epoch = 0;  // a mixture's position is its step alone
   next_.batch_in_epoch = next_.step;
   announce_stage(step, audit);
+  announce_shape_stage(shape_schedule_.get(), slot, config_.block_size, audit);
   // Each source's epochs that the global batch `step` opened or closed (every rank writes
   // the same events: they follow from the step alone).
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     if (!source_->has_epochs(i)) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    const std::uint64_t before = rows_schedule_->rows_before(index, rows_before_step(step, config_));
-    const std::uint64_t after = rows_schedule_->rows_before(index, rows_before_step(step + 1, config_));
+    const ShapeSchedule& steps = rows_schedule_->steps();
+    const std::uint64_t before = rows_schedule_->rows_before(index, steps.rows_before(step));
+    const std::uint64_t after = rows_schedule_->rows_before(index, steps.rows_before(step + 1));
     if (after != before) follow_source_epochs(i, before, after, audit);
   }
 }
@@ -182,6 +183,7 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   c.mixture_temperature.reset();
   c.mixture_planned_steps.reset();
   c.dataset_dir.clear();
+  c.shape_schedule.clear();  // the mixture's steps are scheduled, never a source's single rows
   for (const auto& [key, value] : source.keys) set_config_value(c, key, value);
   // A source's row k is its batch k at batch_size 1 and world_size 1, read by the mixture's
   // pipeline: the source has no ranks, no audit log and no threads of its own.
@@ -282,7 +284,17 @@ void Mixture::make_schedule() {
     if (stage.until_step) until = static_cast<std::uint64_t>(*stage.until_step);
     specs.push_back({weights, until});
   }
-  schedule_ = std::make_unique<MixtureSchedule>(names_, std::move(specs), global_batch_size(config_));
+  // The train split's steps follow its shape_schedule (a stage's first row is the rows
+  // before its first step); the other splits are never scheduled and keep the constant
+  // global batch, with the same stages.
+  if (shape_schedule_of(config_, "train")) {
+    unscheduled_ = std::make_unique<MixtureSchedule>(names_, specs, global_batch_size(config_));
+  }
+  schedule_ = std::make_unique<MixtureSchedule>(names_, std::move(specs), train_steps(config_));
+}
+
+const MixtureSchedule& Mixture::schedule_of(const std::string& split) const {
+  return unscheduled_ && !shape_schedule_of(config_, split) ? *unscheduled_ : *schedule_;
 }
 
 void Mixture::open_split(const std::string& name) {
@@ -303,7 +315,7 @@ void Mixture::open_split(const std::string& name) {
   bool any_episode = false;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     const DatasetSplit& part = members_[i]->split(name);
-    check_epochs_per_step(part, names_[i], global_batch_size(config_));
+    check_epochs_per_step(part, names_[i], schedule_of(name).steps());
     parts.push_back(&part);
     seeds.push_back(members_[i]->config().epoch_seed);
     any_episode = any_episode || !part.shape().y_is_labels;  // episode rows keep their raw y
@@ -311,7 +323,7 @@ void Mixture::open_split(const std::string& name) {
     shape.with_mask = shape.with_mask || part.mask();
     shape.padded_sequences = shape.padded_sequences || part.shape().padded_sequences;
   }
-  shape.rows = static_cast<std::size_t>(config_.batch_size);
+  shape.rows = largest_batch_rows(config_, name);  // a batch-size schedule's largest stage
   shape.cols = static_cast<std::size_t>(config_.block_size);
   if (splits_rows_for_context_parallel(config_)) {  // this rank's share of the rows
     shape.context_parallel = static_cast<std::size_t>(config_.context_parallel_size);
@@ -323,7 +335,8 @@ void Mixture::open_split(const std::string& name) {
   shape.packed = config_.dataset_mode == DatasetMode::sft_packed;
   shape.with_source_ids = true;
   shape.fields = config_.fields;
-  auto split = std::make_unique<MixtureSplit>(name, config_, *schedule_, std::move(parts), std::move(seeds), shape);
+  auto split =
+      std::make_unique<MixtureSplit>(name, config_, schedule_of(name), std::move(parts), std::move(seeds), shape);
   splits_.emplace(name, split.get());
   own_.emplace(name, std::move(split));
 }
@@ -333,6 +346,9 @@ void Mixture::make_fingerprint() {
   // that a state resumes at another layout; each field named, so that a mismatch says which.
   order_fields_["global_batch_size"] = std::to_string(global_batch_size(config_));
   order_fields_["block_size"] = std::to_string(config_.block_size);
+  // The train split's batch sizes by step, only when scheduled (as for one dataset); the
+  // stages' first steps below are on that step axis.
+  if (auto schedule = shape_schedule_field(config_)) order_fields_["shape_schedule"] = std::move(*schedule);
   order_fields_["dataset_mode"] = to_string(config_.dataset_mode);
   for (std::size_t i = 0; i < members_.size(); ++i) order_fields_["source." + names_[i]] = members_[i]->fingerprint();
   for (std::size_t st = 0; st < schedule_->stages(); ++st) {

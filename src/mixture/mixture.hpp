@@ -60,6 +60,8 @@ class MixtureSplit final : public LoaderSplit {
   std::vector<const DatasetSplit*> parts_;
   std::vector<std::int64_t> seeds_;
   std::unique_ptr<MixtureBatchSource> source_;  // the whole rows
+  // The split's batch-size schedule (shape_stage_start events); null: none.
+  std::shared_ptr<const ShapeSchedule> shape_schedule_;
   // With context_parallel_split: this rank's share of source_'s rows; null otherwise.
   std::unique_ptr<BatchSource> share_;
   // Per source, the epoch whose start was last written to the audit log.
@@ -117,7 +119,11 @@ class Mixture final : public SplitSet {
   DatasetMetadata no_metadata_;
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<SingleDataset>> members_;
+  // The config's stages on the train split's step axis (its shape_schedule, if any).
   std::unique_ptr<MixtureSchedule> schedule_;
+  // The same stages at the constant global batch, for the splits never scheduled (val);
+  // null when the train split is not scheduled either (schedule_ serves every split).
+  std::unique_ptr<MixtureSchedule> unscheduled_;
   std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
   std::string sized_text_;  // for the open line
   // Weight changes, in call order, and the train split's schedule with them (null: none).
@@ -132,6 +138,8 @@ class Mixture final : public SplitSet {
   // Weights "auto": computed from the sources' train splits and written into config_.
   void weigh_by_sizes();
   void make_schedule();
+  // The config's schedule on split `split`'s step axis.
+  const MixtureSchedule& schedule_of(const std::string& split) const;
   void open_split(const std::string& name);
   void make_fingerprint();
   void announce_open();

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "splits/resolved_options.hpp"
+#include "splits/shape_plan.hpp"
 #include "tokenfeed/error.hpp"
 #include "util/checked_math.hpp"
 
@@ -31,8 +32,13 @@ std::vector<SizedWeight> weights_from_dataset_sizes(const Config& config,
   }
   std::optional<std::uint64_t> planned_rows;
   if (config.mixture_planned_steps) {
-    planned_rows = checked_product(static_cast<std::uint64_t>(*config.mixture_planned_steps), global_batch_size(config),
-                                   "planned_steps x batch_size x world_size");
+    // The rows of the planned steps on the train split's step axis (a batch-size schedule's
+    // sizes, or the constant global batch).
+    const auto steps = static_cast<std::uint64_t>(*config.mixture_planned_steps);
+    const auto schedule = shape_schedule_of(config, "train");
+    planned_rows = schedule
+                       ? schedule->rows_before(steps)
+                       : checked_product(steps, global_batch_size(config), "planned_steps x batch_size x world_size");
   }
   const std::vector<WeightFromSize> weights =
       weights_from_sizes(sources, config.mixture_temperature.value_or(1.0), planned_rows);

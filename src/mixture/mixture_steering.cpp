@@ -33,8 +33,10 @@ PreparedWeights Mixture::prepare_weights(std::vector<WeightChange> changes) cons
   MergedStages stages = stages_with_changes(*schedule_, changes, names_);
   // Sharing the stages before the change with the schedule in use.
   const MixtureSchedule* in_use = train_schedule_ ? train_schedule_.get() : schedule_.get();
-  prepared.schedule = std::make_shared<const MixtureSchedule>(names_, std::move(stages.specs),
-                                                              global_batch_size(config_), stages.names, in_use);
+  // On the train split's step axis (its shape_schedule, if any): a change at step N starts
+  // its stage at the rows before N.
+  prepared.schedule = std::make_shared<const MixtureSchedule>(names_, std::move(stages.specs), schedule_->steps(),
+                                                              stages.names, in_use);
   prepared.order = order_fields_;
   set_change_fields(prepared.order, changes);
   prepared.fingerprint = fingerprint_of(kFingerprintFormula, prepared.order);

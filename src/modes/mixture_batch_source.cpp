@@ -45,12 +45,13 @@ std::uint64_t MixtureBatchSource::epoch_first_row(std::size_t source, std::uint6
 }
 
 BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
-  auto rows = std::make_shared<MixturePlan>(options_.batch_size);
-  // The global batch fits 64 bits (global_batch_size); its step-th multiple may not.
-  const std::uint64_t first =
-      checked_sum(checked_product(step, options_.world_size * options_.batch_size, "step x batch_size x world_size"),
-                  options_.rank * options_.batch_size, "the rank's first row");
-  for (std::uint64_t r = 0; r < options_.batch_size; ++r) {
+  // This rank's rows of the step's global batch, which follows the rows of every step
+  // before (the global batch fits 64 bits; the rows before a step may not).
+  const ShapeSchedule& steps = schedule_->steps();
+  const std::uint64_t rows_here = steps.global_batch_at(step) / options_.world_size;
+  auto rows = std::make_shared<MixturePlan>(rows_here);
+  const std::uint64_t first = checked_sum(steps.rows_before(step), options_.rank * rows_here, "the rank's first row");
+  for (std::uint64_t r = 0; r < rows_here; ++r) {
     const MixtureSchedule::Pick pick = schedule_->pick(first + r);
     Member& m = members_[pick.source];
     (*rows)[r].source = pick.source;

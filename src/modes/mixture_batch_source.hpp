@@ -1,15 +1,15 @@
 // MixtureBatchSource: a mixture's batches, each row taken from one source's own stream.
 //
-// Row i of this rank's batch `step` is global row g = step * batch_size * world_size +
-// rank * batch_size + i; the MixtureSchedule says which source it comes from and which row
-// k of that source's stream it is. Each source is a BatchSource over its own dataset opened
-// with batch_size 1 and world_size 1, so its batch k is exactly its row k. A source that
-// samples rows by id (sft_episode, token_stream) names its row k by that id at planning
-// and writes it straight into the mixture's row (SampledRowSource::row_id and
-// decode_row_id); any other source (sft_packed) plans its batch k and decodes it into a
-// one-row slot of its own shape, whose row the mixture copies. A source's rows are
-// therefore bit-identical to its single-source stream, and batch `step` depends on nothing
-// but the step.
+// Row i of this rank's batch `step` is global row g = rows_before(step) + rank * B + i,
+// where rows_before and the step's global batch G come from the schedule's step axis
+// (MixtureSchedule::steps(): G = batch_size * world_size at every step, or a batch-size
+// schedule's) and B = G / world_size is this rank's rows at that step; the MixtureSchedule
+// says which source row g comes from and which row k of that source's stream it is. Each source is a BatchSource over
+// its own dataset opened with batch_size 1 and world_size 1, so its batch k is exactly its row k. A source that samples
+// rows by id (sft_episode, token_stream) names its row k by that id at planning and writes it straight into the
+// mixture's row (SampledRowSource::row_id and decode_row_id); any other source (sft_packed) plans its batch k and
+// decodes it into a one-row slot of its own shape, whose row the mixture copies. A source's rows are therefore
+// bit-identical to its single-source stream, and batch `step` depends on nothing but the step.
 //
 // The mixture's own batches have no epochs (epoch 0, batch_in_epoch == step); each source
 // turns over its own epochs (epoch_of / epoch_first_row).
@@ -43,13 +43,12 @@ class MixtureBatchSource final : public BatchSource {
     Epochs epochs = Epochs::equal;
   };
   struct Options {
-    std::uint64_t batch_size = 1;  // rows per rank
-    std::uint64_t world_size = 1;
+    std::uint64_t world_size = 1;  // the data-parallel size, which divides every step's rows
     std::uint64_t rank = 0;
   };
 
   // REQUIRES: every member's source and the schedule outlive this; shape describes the
-  // mixture's slots (contract fields on, source ids on).
+  // mixture's slots (contract fields on, source ids on; rows: the most of any step).
   MixtureBatchSource(std::vector<Member> members, const MixtureSchedule& schedule, detail::BatchShape shape,
                      Options options);
 
@@ -67,7 +66,8 @@ class MixtureBatchSource final : public BatchSource {
   bool has_epochs(std::size_t source) const noexcept { return members_[source].epochs != Epochs::none; }
 
   // Plans from now on by `schedule` (a weight change). REQUIRES: no pipeline runs over this
-  // source (plan and decode read the schedule); `schedule` outlives this or the next call.
+  // source (plan and decode read the schedule); `schedule` outlives this or the next call,
+  // and has the same step axis.
   void use_schedule(const MixtureSchedule& schedule) noexcept { schedule_ = &schedule; }
 
  private:

@@ -115,15 +115,52 @@ void check_stage_end(const MixtureSchedule::StageSpec& spec, const std::string& 
   }
 }
 
+// Whether two step axes give every step the same rows.
+bool same_steps(const ShapeSchedule& a, const ShapeSchedule& b) {
+  const auto& x = a.stages();
+  const auto& y = b.stages();
+  return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const auto& p, const auto& q) {
+    return p.first_step == q.first_step && p.end_step == q.end_step && p.global_batch == q.global_batch;
+  });
+}
+
+// The global rows before `step` on the step axis `steps`: the first row of the stage
+// `where` starting there. Throws Error(config) naming the stage when they overflow 64 bits
+// (a huge until_step would otherwise start the stage at a wrapped row).
+std::uint64_t first_row_of(const ShapeSchedule& steps, std::uint64_t step, const std::string& where) {
+  const ShapeSchedule::Stage& at = steps.stage_at(step);
+  const std::string what =
+      where + "'s first step (the until_step before it) x " +
+      (steps.stages().size() == 1 ? std::string("batch_size x world_size")
+                                  : "the global_batch_size of shape_schedule stage " +
+                                        std::to_string(&at - steps.stages().data()) + ", after its first step");
+  return checked_sum(at.rows_before, checked_product(step - at.first_step, at.global_batch, what),
+                     where + "'s first row");
+}
+
+// The global rows of steps [from, to) on the step axis `steps`, or `cap` when they are
+// more (never overflowing: a stage stores at most one period of picks).
+std::uint64_t rows_between(const ShapeSchedule& steps, std::uint64_t from, std::uint64_t to, std::uint64_t cap) {
+  std::uint64_t rows = 0;
+  for (const ShapeSchedule::Stage& stage : steps.stages()) {
+    const std::uint64_t begin = std::max(from, stage.first_step);
+    const std::uint64_t end = stage.end_step ? std::min(to, *stage.end_step) : to;
+    if (begin >= end) continue;
+    if (end - begin > (cap - rows) / stage.global_batch) return cap;
+    rows += (end - begin) * stage.global_batch;
+  }
+  return std::min(rows, cap);
+}
+
 }  // namespace
 
-MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> specs,
-                                 std::uint64_t rows_per_step, const std::vector<std::string>& stage_names,
-                                 const MixtureSchedule* reuse)
-    : names_(std::move(names)), rows_per_step_(rows_per_step) {
+MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> specs, ShapeSchedule steps,
+                                 const std::vector<std::string>& stage_names, const MixtureSchedule* reuse)
+    : names_(std::move(names)), steps_(std::move(steps)) {
   const std::size_t n = names_.size();
   std::uint64_t first_step = 0;
-  bool sharing = reuse != nullptr;  // every stage so far is reuse's
+  // Every stage so far is reuse's (which must read the same step axis).
+  bool sharing = reuse != nullptr && same_steps(reuse->steps_, steps_);
   for (std::size_t s = 0; s < specs.size(); ++s) {
     const StageSpec& spec = specs[s];
     const std::string where = s < stage_names.size() ? stage_names[s] : "mixture stage " + std::to_string(s);
@@ -138,19 +175,13 @@ MixtureSchedule::MixtureSchedule(std::vector<std::string> names, std::vector<Sta
     Stage stage;
     stage.first_step = first_step;
     stage.until = spec.until;
-    // until_step x rows per step wraps for a huge until_step: refused, or the stage would
-    // start at a wrapped row (rows of the next stage from step 0).
-    stage.first_row = checked_product(first_step, rows_per_step_,
-                                      where + "'s first step (the until_step before it) x batch_size x world_size");
+    stage.first_row = first_row_of(steps_, first_step, where);
     stage.texts = spec.weights;
     stage.weights = lowest_integer_weights(spec.weights, names_, where);
     for (const std::uint64_t w : stage.weights) stage.total += w;  // <= kMaxPeriod: no wrap
     // One period of the smooth weighted round-robin, or the stage's rows when it ends
     // before a period does (a short stage, as weight changes make, stores only its rows).
-    std::uint64_t picks = stage.total;
-    if (spec.until && *spec.until - first_step <= stage.total / rows_per_step_) {
-      picks = (*spec.until - first_step) * rows_per_step_;
-    }
+    const std::uint64_t picks = spec.until ? rows_between(steps_, first_step, *spec.until, stage.total) : stage.total;
     round_robin_period(stage.weights, stage.total, picks, stage.sequence, stage.positions);
     stage.base.assign(n, 0);
     if (s > 0) {

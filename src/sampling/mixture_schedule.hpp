@@ -1,8 +1,11 @@
 // MixtureSchedule: which source each global row of a mixture comes from, and which row of
 // that source's own stream it is.
 //
-// Global rows are numbered g = step * rows_per_step + i (rows_per_step = batch_size *
-// world_size; rank r holds i in [r * batch_size, (r + 1) * batch_size)). Within a stage,
+// Global rows are numbered in step order: the rows before step s are the step axis's
+// rows_before(s) (a ShapeSchedule: a constant batch_size * world_size a step, or a
+// batch-size schedule's sizes), and row i of step s is global row rows_before(s) + i (rank r
+// holds i in [r * B_s, (r + 1) * B_s), B_s its rows at step s). A stage's first row is
+// rows_before(its first step). Within a stage,
 // rows are assigned by smooth weighted round-robin over the stage's weights: at each pick
 // every source's `current += weight`, the source with the largest `current` wins (ties to
 // the earliest declared) and the winner's `current -= total`; the round-robin restarts at
@@ -24,7 +27,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "sampling/shape_schedule.hpp"
 
 namespace tokenfeed {
 
@@ -51,12 +57,18 @@ class MixtureSchedule {
   // Throws Error(config) naming the source or stage for a malformed weight, a stage whose
   // weights are all zero, a period above kMaxPeriod, or stage ends that do not increase.
   // `stage_names` name the stages in errors ("mixture stage N" for those it lacks).
-  // `reuse`: a schedule of the same names and rows_per_step whose leading stages this one
-  // shares where they are the same (a weight change rebuilds the schedule, and only the
-  // stages from its step on differ), instead of computing them again.
-  // REQUIRES: names.size() == every stage's weights.size(); rows_per_step > 0.
-  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step,
+  // `steps`: the step axis, the global rows of each step (a batch-size schedule, or one
+  // constant size). `reuse`: a schedule of the same names and step axis whose leading stages
+  // this one shares where they are the same (a weight change rebuilds the schedule, and only
+  // the stages from its step on differ), instead of computing them again.
+  // REQUIRES: names.size() == every stage's weights.size().
+  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, ShapeSchedule steps,
                   const std::vector<std::string>& stage_names = {}, const MixtureSchedule* reuse = nullptr);
+  // The same at a constant `rows_per_step` (> 0) rows a step.
+  MixtureSchedule(std::vector<std::string> names, std::vector<StageSpec> stages, std::uint64_t rows_per_step,
+                  const std::vector<std::string>& stage_names = {}, const MixtureSchedule* reuse = nullptr)
+      : MixtureSchedule(std::move(names), std::move(stages), ShapeSchedule::constant(rows_per_step), stage_names,
+                        reuse) {}
 
   struct Pick {
     std::uint32_t source = 0;
@@ -65,6 +77,9 @@ class MixtureSchedule {
   Pick pick(std::uint64_t global_row) const noexcept;
   // Rows of `source` among global rows [0, global_row).
   std::uint64_t rows_before(std::uint32_t source, std::uint64_t global_row) const noexcept;
+
+  // The step axis: the global rows before each step (steps().rows_before(s)) and of each step.
+  const ShapeSchedule& steps() const noexcept { return steps_; }
 
   std::size_t sources() const noexcept { return names_.size(); }
   std::size_t stages() const noexcept { return stages_.size(); }
@@ -90,7 +105,7 @@ class MixtureSchedule {
   std::uint64_t rows_in_stage(const Stage& stage, std::uint32_t source, std::uint64_t local_row) const noexcept;
 
   std::vector<std::string> names_;
-  std::uint64_t rows_per_step_ = 1;
+  ShapeSchedule steps_;
   std::vector<std::shared_ptr<const Stage>> stages_;  // shared with the schedule it reused, if any
 };
 

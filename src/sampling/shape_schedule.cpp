@@ -23,6 +23,10 @@ ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
   }
 }
 
+ShapeSchedule ShapeSchedule::constant(std::uint64_t global_batch, std::uint64_t block_size) {
+  return ShapeSchedule({Given{std::nullopt, global_batch, block_size}});
+}
+
 std::size_t ShapeSchedule::stage_index(std::uint64_t step) const noexcept {
   // The last stage whose first step is <= step (stages are few: a linear scan).
   std::size_t i = 0;

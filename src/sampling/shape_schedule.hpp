@@ -43,6 +43,8 @@ class ShapeSchedule {
   explicit ShapeSchedule(const std::vector<Given>& given);
 
   const std::vector<Stage>& stages() const noexcept { return stages_; }
+  // One stage of `global_batch` rows (of `block_size` positions) for ever.
+  static ShapeSchedule constant(std::uint64_t global_batch, std::uint64_t block_size = 0);
   // The index (into stages()) of the stage in force at `step`, and that stage.
   std::size_t stage_index(std::uint64_t step) const noexcept;
   const Stage& stage_at(std::uint64_t step) const noexcept { return stages_[stage_index(step)]; }

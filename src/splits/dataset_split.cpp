@@ -66,7 +66,8 @@ void DatasetSplit::check_forms_a_batch() {
 }
 
 void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
-  announce_shape_stage(slot, audit);
+  // The split's own schedule (sft_packed's sampler orders episodes and is never scheduled).
+  announce_shape_stage(schedule_.get(), slot, config_.block_size, audit);
   if (!slot.global_rows.empty()) {
     const std::vector<std::uint64_t> rows(slot.global_rows.begin(), slot.global_rows.end());
     audit.rows_balanced(
@@ -83,34 +84,6 @@ void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
     audit.epoch_complete(description_.unit, name(), epoch, epoch_seed_text(config_.epoch_seed, epoch),
                          source_->samples_in_epoch(epoch), units);
   }
-}
-
-void DatasetSplit::announce_shape_stage(const detail::BatchSlot& slot, AuditTrail& audit) {
-  // The split's own schedule (sft_packed's sampler orders episodes and is never scheduled).
-  const ShapeSchedule* schedule = schedule_.get();
-  if (schedule == nullptr) return;
-  const std::size_t index = schedule->stage_index(slot.step);
-  const ShapeSchedule::Stage& stage = schedule->stages()[index];
-  if (announced_stage_ == index && slot.step != stage.first_step) return;
-  announced_stage_ = index;
-  AuditTrail::ShapeStageStart record;
-  record.split = name();
-  record.stage = index;
-  record.first_step = stage.first_step;
-  record.step = slot.step;
-  record.global_batch_size = stage.global_batch;
-  record.rows = slot.rows;
-  record.block_size = stage.block_size;
-  record.rows_before = schedule->rows_before(slot.step);
-  if (epochs() != Epochs::none) {
-    record.epoch = slot.epoch;
-    record.batch_in_epoch = slot.batch_in_epoch;
-  }
-  audit.shape_stage_start(record);
-  log_line(LogLevel::info,
-           "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) + " from step " +
-               std::to_string(slot.step) + ": global_batch_size=" + std::to_string(stage.global_batch) +
-               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(stage.block_size));
 }
 
 void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {

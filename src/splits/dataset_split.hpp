@@ -90,10 +90,7 @@ class DatasetSplit : public LoaderSplit {
   virtual std::string short_of_a_batch() const { return {}; }
 
   void consumed(const detail::BatchSlot& slot, AuditTrail& audit) final;
-  void forget_announced() override {
-    announced_.reset();
-    announced_stage_.reset();
-  }
+  void forget_announced() override { announced_.reset(); }
 
   const Config& config_;
   std::unique_ptr<SplitData> data_;
@@ -106,13 +103,8 @@ class DatasetSplit : public LoaderSplit {
   // The epoch whose start (or resumption) was last logged; a run that starts or resumes
   // mid-epoch logs epoch_resume for it, so that every epoch_complete has an opening line.
   std::optional<std::uint64_t> announced_;
-  // The shape_schedule stage last announced (shape_stage_start), likewise.
-  std::optional<std::size_t> announced_stage_;
 
   void announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const;
-  // Writes shape_stage_start when `slot` is the first batch of a schedule's stage, or the
-  // first taken since a start or resume.
-  void announce_shape_stage(const detail::BatchSlot& slot, AuditTrail& audit);
 };
 
 class RandomSplit final : public DatasetSplit {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "launch/memory_budget.hpp"
+#include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
 
@@ -23,7 +24,35 @@ void LoaderSplit::set_unusable(std::string why, ErrorKind kind) {
 void LoaderSplit::restore(const SplitPosition& at, PipelineGate& gate) {
   restart_pipeline(gate);  // restarted at the restored step on the next take
   next_ = at;
+  announced_shape_stage_.reset();
   forget_announced();
+}
+
+void LoaderSplit::announce_shape_stage(const ShapeSchedule* schedule, const detail::BatchSlot& slot,
+                                       std::int64_t block_size, AuditTrail& audit) {
+  if (schedule == nullptr) return;
+  const std::size_t index = schedule->stage_index(slot.step);
+  const ShapeSchedule::Stage& stage = schedule->stages()[index];
+  if (announced_shape_stage_ == index && slot.step != stage.first_step) return;
+  announced_shape_stage_ = index;
+  AuditTrail::ShapeStageStart record;
+  record.split = name();
+  record.stage = index;
+  record.first_step = stage.first_step;
+  record.step = slot.step;
+  record.global_batch_size = stage.global_batch;
+  record.rows = slot.rows;
+  record.block_size = stage.block_size != 0 ? stage.block_size : static_cast<std::uint64_t>(block_size);
+  record.rows_before = schedule->rows_before(slot.step);
+  if (epochs() != Epochs::none) {
+    record.epoch = slot.epoch;
+    record.batch_in_epoch = slot.batch_in_epoch;
+  }
+  audit.shape_stage_start(record);
+  log_line(LogLevel::info, "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) +
+                               " from step " + std::to_string(slot.step) +
+                               ": global_batch_size=" + std::to_string(stage.global_batch) +
+                               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(record.block_size));
 }
 
 void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {

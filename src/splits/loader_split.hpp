@@ -21,6 +21,7 @@
 #include "pipeline/batch_source.hpp"
 #include "pipeline/split_pipeline.hpp"
 #include "pipeline/stream_position.hpp"
+#include "sampling/shape_schedule.hpp"
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -95,12 +96,19 @@ class LoaderSplit {
   virtual void forget_announced() = 0;
   // For a split that cannot form a batch: get_batch throws Error(kind, why).
   void set_unusable(std::string why, ErrorKind kind);
+  // Writes shape_stage_start (audit log and info line) when `slot` is the first batch of a
+  // stage of `schedule` (null: not scheduled, nothing written), or the first taken since a
+  // start or resume; `block_size` is the stage's when the schedule does not say it.
+  void announce_shape_stage(const ShapeSchedule* schedule, const detail::BatchSlot& slot, std::int64_t block_size,
+                            AuditTrail& audit);
 
   SplitPosition next_;  // step: batches the trainer took
 
  private:
   std::string name_;
   detail::BatchShape shape_;
+  // The shape_schedule stage last announced (announce_shape_stage); reset by restore.
+  std::optional<std::size_t> announced_shape_stage_;
   std::string unusable_;
   ErrorKind unusable_kind_ = ErrorKind::config;
   std::shared_ptr<detail::BatchPool> pool_;

@@ -44,16 +44,7 @@ OrderFields order_fields(const Config& config) {
   fields["global_batch_size"] = std::to_string(global_batch_size(config));
   // The train split's batch (and block) sizes by step, only when scheduled: a config
   // without one keeps its fingerprint.
-  // Each stage as FIRST_STEP:GLOBAL_BATCH, and :BLOCK_SIZE when the block sizes change.
-  if (const auto schedule = shape_schedule_of(config, "train")) {
-    std::string stages;
-    const bool blocks = schedule->changes_block_size();
-    for (const ShapeSchedule::Stage& s : schedule->stages()) {
-      stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
-      if (blocks) stages += ":" + std::to_string(s.block_size);
-    }
-    fields["shape_schedule"] = stages;
-  }
+  if (auto schedule = shape_schedule_field(config)) fields["shape_schedule"] = std::move(*schedule);
   fields["epoch_seed"] = std::to_string(config.epoch_seed);
   fields["epoch_shuffle"] = bool_text(config.epoch_shuffle);
   fields["epoch_drop_last"] = bool_text(config.epoch_drop_last);

@@ -204,6 +204,7 @@ ResolvedOptions resolve_options(Config config) {
   r.config = std::move(config);
   if (r.mixture()) {
     check_balance_ranks(r.config);
+    (void)shape_schedule_of(r.config, "train");  // its stages checked against the data-parallel size now
     return r;
   }
   Config& c = r.config;

@@ -33,6 +33,11 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   if (!stage.block_size || *stage.block_size == settled.block_size)
     return static_cast<std::uint64_t>(settled.block_size);
   const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
+  if (!settled.mixture.empty()) {
+    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                       std::to_string(settled.block_size) +
+                                       "); a sequence-length schedule is not supported with a mixture yet");
+  }
   if (settled.dataset_mode != DatasetMode::token_stream || *settled.batch_sampling_mode != SamplingMode::random) {
     throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
                                        std::to_string(settled.block_size) +
@@ -95,6 +100,24 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
     first = *end;
   }
   return std::make_shared<const ShapeSchedule>(given);
+}
+
+std::optional<std::string> shape_schedule_field(const Config& settled) {
+  const auto schedule = shape_schedule_of(settled, "train");
+  if (!schedule) return std::nullopt;
+  // Each stage as FIRST_STEP:GLOBAL_BATCH, and :BLOCK_SIZE when the block sizes change.
+  std::string stages;
+  const bool blocks = schedule->changes_block_size();
+  for (const ShapeSchedule::Stage& s : schedule->stages()) {
+    stages += (stages.empty() ? "" : " ") + std::to_string(s.first_step) + ":" + std::to_string(s.global_batch);
+    if (blocks) stages += ":" + std::to_string(s.block_size);
+  }
+  return stages;
+}
+
+ShapeSchedule train_steps(const Config& settled) {
+  const auto schedule = shape_schedule_of(settled, "train");
+  return schedule ? *schedule : ShapeSchedule::constant(global_batch_size(settled));
 }
 
 std::size_t largest_batch_rows(const Config& settled, std::string_view split) {

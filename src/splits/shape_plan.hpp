@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "sampling/shape_schedule.hpp"
@@ -26,6 +28,15 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
 // The most rows a batch of `split` has on this rank (the batch buffers' size): batch_size,
 // or the schedule's largest global batch / the data-parallel size.
 std::size_t largest_batch_rows(const Config& settled, std::string_view split);
+
+// The train split's schedule as the fingerprint's order field "shape_schedule" holds it,
+// "FIRST:G FIRST:G ..." (each stage's first step and global batch; resume_state reads it
+// back), or nullopt without a schedule (a config without one keeps its fingerprint).
+std::optional<std::string> shape_schedule_field(const Config& settled);
+
+// The train split's step axis: its schedule, or batch_size x the data-parallel size at every
+// step.
+ShapeSchedule train_steps(const Config& settled);
 
 // This rank's rows at global step `step` of `split`.
 std::size_t batch_rows_at(const Config& settled, std::string_view split, std::uint64_t step);
