@@ -54,6 +54,7 @@ void AuditTrail::stage_start(const std::string& split, std::size_t stage, std::u
 }
 
 void AuditTrail::shape_stage_start(const ShapeStageStart& s) {
+  if (!log_.enabled()) return;  // on the trainer's thread: nothing formatted for no file
   AuditLog::Fields fields{{"split", s.split},
                           {"stage", std::to_string(s.stage)},
                           {"first_step", std::to_string(s.first_step)},
