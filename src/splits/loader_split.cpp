@@ -49,10 +49,10 @@ void LoaderSplit::announce_shape_stage(const ShapeSchedule* schedule, const deta
     record.batch_in_epoch = slot.batch_in_epoch;
   }
   audit.shape_stage_start(record);
-  log_line(LogLevel::info, "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) +
-                               " from step " + std::to_string(slot.step) +
-                               ": global_batch_size=" + std::to_string(stage.global_batch) +
-                               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(record.block_size));
+  log_line(LogLevel::info,
+           "[tokenfeed] split=" + name() + " shape_schedule stage " + std::to_string(index) + " from step " +
+               std::to_string(slot.step) + ": global_batch_size=" + std::to_string(stage.global_batch) +
+               " rows=" + std::to_string(slot.rows) + " block_size=" + std::to_string(record.block_size));
 }
 
 void LoaderSplit::restart_pipeline(PipelineGate& /*gate*/) {
