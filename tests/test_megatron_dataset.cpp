@@ -316,6 +316,7 @@ TEST_CASE("megatron: document starts on hand-made rows, empty documents and a st
       const auto it = std::upper_bound(at.begin(), at.end(), token);
       return it == at.end() ? UINT64_MAX : *it;
     }
+    std::uint64_t document_start(std::uint64_t d) const noexcept override { return at[d]; }
     void check_intact() const override {}
   };
   Starts starts;
@@ -532,4 +533,100 @@ TEST_CASE("megatron: each kind of damage is refused naming the file and the firs
   }
   file.write(dir / "train/a");  // undamaged, it opens
   CHECK(TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens() == 12 * 9);
+}
+
+namespace {
+
+// Each document of `documents` as its tokens (its sequences one after another).
+std::vector<std::vector<std::uint32_t>> document_tokens(const std::vector<Document>& documents) {
+  std::vector<std::vector<std::uint32_t>> out;
+  for (const Document& doc : documents) {
+    out.emplace_back();
+    for (const Sequence& seq : doc) out.back().insert(out.back().end(), seq.begin(), seq.end());
+  }
+  return out;
+}
+
+// `documents` written as an episode-indexed split of `dir`: one episode a document (empty
+// ones too, so that the ids match), no mask.
+void write_as_episodes(const fs::path& dir, const std::string& split,
+                       const std::vector<std::vector<std::uint32_t>>& documents, TokenDtype dtype) {
+  std::vector<TestEpisode> episodes;
+  for (const auto& doc : documents) episodes.push_back({doc, {}});
+  write_split(dir, split, episodes, dtype, false, 2);
+}
+
+}  // namespace
+
+TEST_CASE("megatron: sft_packed and sft_episode read each document of the pairs as an episode, every token trained") {
+  TempDir dir, reference;
+  const std::vector<Document> a = random_documents(150, 11), b = random_documents(90, 12), v = random_documents(60, 13);
+  MegatronWriter(a).write(dir / "train/a_text_document");
+  MegatronWriter(b).write(dir / "train/b_text_document");
+  MegatronWriter(v).write(dir / "val");
+  std::vector<Document> train_docs = a;
+  train_docs.insert(train_docs.end(), b.begin(), b.end());
+  const auto train = document_tokens(train_docs);
+  write_as_episodes(reference.path(), "train", train, TokenDtype::uint16);
+  write_as_episodes(reference.path(), "val", document_tokens(v), TokenDtype::uint16);
+  const std::size_t T = 16;
+  Config c = make_config(dir.path(), 3, T);
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.truncation = Truncation::right;
+  {
+    // The rows against the documents the test wrote: each document's first T + 1 tokens.
+    Loader loader(c);
+    CHECK(loader.split_info("train").episodes == train.size());
+    CHECK(loader.split_info("val").episodes == v.size());
+    std::size_t segments = 0;
+    for (int k = 0; k < 12; ++k) segments += check_document_segments(loader.get_batch(), T, train);
+    CHECK(segments > 36);
+  }
+  for (const DatasetMode mode : {DatasetMode::sft_packed, DatasetMode::sft_episode}) {
+    for (const Truncation truncation : {Truncation::right, Truncation::split}) {
+      CAPTURE(to_string(mode));
+      CAPTURE(to_string(truncation));
+      c.dataset_mode = mode;
+      c.truncation = truncation;
+      Config r = c;
+      r.dataset_dir = reference.path();
+      Loader foreign(c), episodes(r);
+      check_same_batches(foreign, episodes, 40);  // past the first epoch
+      check_same_batches(foreign, episodes, 5, "val");
+    }
+  }
+}
+
+TEST_CASE("megatron: sft_packed over int32 documents, a negative id refused naming the file, a plain shard refused") {
+  TempDir dir;
+  MegatronWriter file(random_documents(40, 21));
+  file.dtype_code = 4;
+  file.write(dir / "train/wide");
+  Config c = make_config(dir.path(), 2, 8);
+  c.dataset_mode = DatasetMode::sft_episode;
+  c.epoch_drop_last = false;
+  {
+    Loader loader(c);
+    CHECK(loader.config().token_dtype == TokenDtype::int32);
+    CHECK_NOTHROW(loader.get_batch());
+  }
+  std::string bin = file.bin_bytes();
+  const std::int32_t negative = -7;
+  const std::size_t bad = *std::next(file.document_starts.begin(), 3) + 1;  // document 3's second token, in its row
+  std::memcpy(bin.data() + 4 * bad, &negative, 4);
+  write_raw(dir / "train/wide.bin", bin.data(), bin.size());
+  const std::string error = error_of(
+      [&] {
+        Loader loader(c);
+        for (int k = 0; k < 40; ++k) loader.get_batch();
+      },
+      ErrorKind::format);
+  CHECK(error.find("wide.bin': token " + std::to_string(bad) + " (episode ") != std::string::npos);
+  CHECK(error.find("is -7, a negative id in an int32 file") != std::string::npos);
+  // A plain .bin beside the pair has no document index: refused naming it.
+  const std::vector<std::uint16_t> plain(64, 3);
+  write_raw(dir / "train/zz_plain.bin", plain.data(), plain.size() * 2);
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
+        std::string::npos);
 }

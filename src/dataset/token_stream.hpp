@@ -42,11 +42,15 @@
 
 namespace tokenfeed {
 
-// Where a file's documents start, from an index beside it (a Megatron .idx): document-aware
-// batches take their boundaries from here instead of from an end-of-text id.
+// Where a file's documents start, from an index beside it (a Megatron .idx, a datatrove
+// .ds.index): document-aware batches take their boundaries from here instead of from an
+// end-of-text id, and the SFT modes read each document as an episode (episode_dataset.hpp).
 class DocumentStarts {
  public:
   virtual ~DocumentStarts() = default;
+  // The token offset where document `d` starts; d == the file's document count gives its
+  // token count. Never past the token count. REQUIRES: d <= the document count.
+  virtual std::uint64_t document_start(std::uint64_t d) const noexcept = 0;
   // The smallest token offset greater than `token` at which a document starts, or
   // UINT64_MAX when none does.
   virtual std::uint64_t next_start_after(std::uint64_t token) const noexcept = 0;
@@ -88,6 +92,8 @@ class TokenStreamSplit {
                         const std::string& val_prefix = {});
 
   const std::vector<StreamFile>& files() const noexcept { return files_; }
+  // The files, moved out (EpisodeSplit::open_documents keeps their maps and indexes).
+  std::vector<StreamFile> take_files() && noexcept { return std::move(files_); }
   std::uint64_t total_tokens() const noexcept { return total_tokens_; }
   // The dtype shared by every file, or nullopt when they differ.
   std::optional<TokenDtype> common_dtype() const noexcept;
