@@ -29,6 +29,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/npy_writer.hpp"
+#include "util/sha256.hpp"
 
 using namespace tokenfeed;
 using namespace tokenfeed::test;
@@ -628,5 +629,141 @@ TEST_CASE("megatron: sft_packed over int32 documents, a negative id refused nami
   write_raw(dir / "train/zz_plain.bin", plain.data(), plain.size() * 2);
   c.token_dtype = TokenDtype::uint16;
   CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
+        std::string::npos);
+}
+
+namespace {
+
+// The val rule of docs/formats.md ("Val by document hash"), written out here from SHA-256:
+// u from the domain, the seed and the tokens as 4 bytes little-endian each.
+double token_split_point(const std::vector<std::uint32_t>& tokens, std::uint64_t seed) {
+  Sha256 sha;
+  sha.update(std::string_view("tokenfeed-token-split-v1\0", 25));
+  for (int i = 0; i < 8; ++i) {
+    const auto b = static_cast<std::uint8_t>(seed >> (8 * i));
+    sha.update(&b, 1);
+  }
+  for (const std::uint32_t t : tokens) {
+    const std::uint8_t bytes[4] = {static_cast<std::uint8_t>(t), static_cast<std::uint8_t>(t >> 8),
+                                   static_cast<std::uint8_t>(t >> 16), static_cast<std::uint8_t>(t >> 24)};
+    sha.update(bytes, 4);
+  }
+  const Sha256::Digest d = sha.finish();
+  std::uint64_t top = 0;
+  for (int i = 0; i < 8; ++i) top = (top << 8) | d[static_cast<std::size_t>(i)];
+  return static_cast<double>(top >> 11) * 0x1.0p-53;
+}
+
+// One split's tokens by the rule, and where its documents start.
+struct ChosenStream {
+  std::vector<std::uint32_t> tokens;
+  std::set<std::uint64_t> starts;
+  std::size_t documents = 0;
+};
+
+ChosenStream chosen_stream(const std::vector<std::vector<std::uint32_t>>& documents, double fraction,
+                           std::uint64_t seed, bool val) {
+  ChosenStream s;
+  for (const auto& doc : documents) {
+    if (doc.empty() || (token_split_point(doc, seed) < fraction) != val) continue;
+    s.starts.insert(s.tokens.size());
+    s.tokens.insert(s.tokens.end(), doc.begin(), doc.end());
+    ++s.documents;
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("megatron: val_fraction makes val the documents chosen by hash, train the others, windows over each") {
+  TempDir dir;
+  const std::vector<Document> a = random_documents(300, 31), b = random_documents(200, 32);
+  MegatronWriter(a).write(dir / "train/a_text_document");
+  MegatronWriter wide(b);
+  wide.dtype_code = 4;  // int32: hashed as the same 4 bytes a token as uint16 files
+  wide.write(dir / "train/b_text_document");
+  std::vector<Document> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  const auto documents = document_tokens(all);
+  const double fraction = 0.2;
+  const std::uint64_t seed = 7;
+  const std::size_t T = 9;
+  for (const bool val : {false, true}) {
+    CAPTURE(val);
+    const ChosenStream expected = chosen_stream(documents, fraction, seed, val);
+    REQUIRE(expected.documents > 20);  // both splits hold many documents, and several runs
+    const char* split = val ? "val" : "train";
+    // Epoch order without shuffling: window i is tokens [i (T+1), (i+1)(T+1)) of the
+    // concatenation of the split's documents, across runs and files.
+    Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+    c.epoch_shuffle = false;
+    c.val_fraction = fraction;
+    c.val_seed = static_cast<std::int64_t>(seed);
+    {
+      Loader loader(c);
+      CHECK(loader.split_info(split).tokens == expected.tokens.size());
+      for (std::size_t w = 0; w < expected.tokens.size() / (T + 1); ++w) {
+        const Batch batch = loader.get_batch(split);
+        CAPTURE(w);
+        for (std::size_t i = 0; i < T; ++i) {
+          CHECK(batch.x()[i] == expected.tokens[w * (T + 1) + i]);
+          CHECK(batch.y()[i] == expected.tokens[w * (T + 1) + i + 1]);
+        }
+      }
+    }
+    // Random windows, document-aware: the documents start where the split's do.
+    c = megatron_config(dir.path(), 4, T, SamplingMode::random);
+    c.document_aware = true;
+    c.val_fraction = fraction;
+    c.val_seed = static_cast<std::int64_t>(seed);
+    Loader loader(c);
+    std::size_t boundaries = 0;
+    for (int k = 0; k < 30; ++k) {
+      boundaries += check_document_rows(loader.get_batch(split), 4, T, expected.tokens, expected.starts);
+    }
+    CHECK(boundaries > 10);
+  }
+  // Another seed chooses other documents; the fingerprint follows.
+  Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  c.val_fraction = fraction;
+  const std::string fingerprint = Loader(c).fingerprint();
+  c.val_seed = 8;
+  CHECK(Loader(c).fingerprint() != fingerprint);
+}
+
+TEST_CASE("megatron: val_fraction refuses a value out of [0, 1), val_prefix beside it, an empty train, plain files") {
+  TempDir dir;
+  MegatronWriter(random_documents(30, 41)).write(dir / "train/a");
+  Config c = megatron_config(dir.path(), 1, 4, SamplingMode::random);
+  for (const double bad : {1.0, -0.1, 2.0}) {
+    c.val_fraction = bad;
+    CHECK(error_of([&] { validate_config(c); }).find("config key 'val_fraction' must be in [0, 1)") !=
+          std::string::npos);
+  }
+  c.val_fraction = 0.1;
+  c.val_prefix = "heldout_";
+  CHECK(error_of([&] { validate_config(c); }).find("'val_prefix' and 'val_fraction' are both set") !=
+        std::string::npos);
+  c.val_prefix.clear();
+  c.val_seed = -1;
+  CHECK(error_of([&] { validate_config(c); }).find("config key 'val_seed' must be >= 0") != std::string::npos);
+  c.val_seed = 0;
+  c.val_fraction = 0.999999999;  // every document goes to val
+  CHECK(error_of([&] { Loader loader(c); }).find("config key 'val_fraction' (") != std::string::npos);
+  c.val_fraction = 0.1;
+  fs::create_directories(dir / "val");
+  MegatronWriter(random_documents(5, 42)).write(dir / "val/v");
+  CHECK(error_of([&] { Loader loader(c); }).find("has a val split of its own") != std::string::npos);
+  fs::remove_all(dir / "val");
+  const std::vector<std::uint16_t> plain(64, 3);
+  write_raw(dir / "train/zz_plain.bin", plain.data(), plain.size() * 2);
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
+        std::string::npos);
+  fs::remove(dir / "train/zz_plain.bin");
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.pad_token_id = 0;
+  c.batch_sampling_mode = SamplingMode::epoch;
+  CHECK(error_of([&] { Loader loader(c); }).find("'val_fraction' (val as a fraction of the documents) is read by") !=
         std::string::npos);
 }

@@ -47,6 +47,13 @@ bool EpisodeModes::reads_documents(const Config& settled, const std::string& nam
 }
 
 EpisodeSplit EpisodeModes::open_episodes(const Config& settled, const std::string& name) {
+  if (settled.val_fraction > 0.0) {
+    throw Error(ErrorKind::config,
+                "config key 'val_fraction' (val as a fraction of the documents) is read by "
+                "dataset_mode=token_stream only; " +
+                    std::string(to_string(settled.dataset_mode)) +
+                    " takes val from a val split (or val_prefix's pairs)");
+  }
   if (reads_documents(settled, name)) {
     return EpisodeSplit::open_documents(settled.dataset_dir, name, split_options(settled), settled.val_prefix);
   }
