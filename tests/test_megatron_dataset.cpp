@@ -731,7 +731,7 @@ TEST_CASE("megatron: val_fraction makes val the documents chosen by hash, train 
   CHECK(Loader(c).fingerprint() != fingerprint);
 }
 
-TEST_CASE("megatron: val_fraction refuses a value out of [0, 1), val_prefix beside it, an empty train, plain files") {
+TEST_CASE("megatron: val_fraction refuses a value outside 0 to 1, val_prefix beside it, an empty train, plain files") {
   TempDir dir;
   MegatronWriter(random_documents(30, 41)).write(dir / "train/a");
   Config c = megatron_config(dir.path(), 1, 4, SamplingMode::random);
