@@ -258,3 +258,18 @@ TEST_CASE("datatrove: sft_packed reads each document of datatrove's files as an 
     check_same_batches(foreign, prepared, 30);
   }
 }
+
+TEST_CASE("datatrove: val_fraction splits datatrove's documents by hash, train and val together the whole file") {
+  TempDir dir;
+  copy_fixture(dir.path(), "web_00000_unshuffled");
+  const Expected e = expected(50000);
+  Config c = stream_config(dir.path(), 1, 3);
+  c.batch_sampling_mode = SamplingMode::epoch;
+  c.val_fraction = 0.3;
+  Loader loader(c);
+  const std::uint64_t train = loader.split_info("train").tokens, val = loader.split_info("val").tokens;
+  CHECK(train > 0);
+  CHECK(val > 0);
+  CHECK(train + val == e.tokens.size());
+  CHECK_NOTHROW(loader.get_batch("val"));
+}
