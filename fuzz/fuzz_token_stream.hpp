@@ -1,6 +1,7 @@
 // Shared by the fuzz targets of token files that index their documents (Megatron .idx,
 // datatrove .ds.index): what an opened split offers read, bounded so that one input stays
-// fast, and a document-aware loader taking a few batches.
+// fast, and a document-aware loader taking a few batches (and an sft_packed one over the
+// documents, and one whose val is a fraction of them by hash).
 #pragma once
 
 #include <algorithm>
@@ -54,6 +55,25 @@ inline void take_document_aware_batches(const std::filesystem::path& dataset, st
     Loader loader(c);
     for (int k = 0; k < 4; ++k) (void)loader.get_batch();
   } catch (const Error&) {
+  }
+  // The same files' documents as episodes (sft_packed), and split by document hash
+  // (val_fraction: windows across runs of documents), train's and val's batches.
+  Config packed = c;
+  packed.dataset_mode = DatasetMode::sft_packed;
+  packed.document_aware = false;
+  packed.pad_token_id = 0;
+  packed.truncation = Truncation::split;
+  packed.batch_sampling_mode = SamplingMode::epoch;
+  packed.epoch_drop_last = false;
+  Config by_hash = c;
+  by_hash.val_fraction = 0.5;
+  for (const Config& other : {packed, by_hash}) {
+    try {
+      Loader loader(other);
+      for (int k = 0; k < 4; ++k) (void)loader.get_batch();
+      if (loader.has_split("val")) (void)loader.get_batch("val");
+    } catch (const Error&) {
+    }
   }
 }
 

@@ -217,3 +217,59 @@ TEST_CASE("datatrove: each kind of damage is refused naming the file and the fir
   CHECK(open_error(dir.path()).find("orphan.ds.index' holds document ends, but its token file 'orphan.ds'") !=
         std::string::npos);
 }
+
+TEST_CASE("datatrove: sft_packed reads each document of datatrove's files as an episode, as prepared episodes would") {
+  for (const auto& fixture : {std::tuple{"web_00000_unshuffled", 50000u, TokenDtype::uint16},
+                              std::tuple{"wide_00000_unshuffled", 120000u, TokenDtype::uint32}}) {
+    const std::string stem = std::get<0>(fixture);
+    const std::uint32_t vocab = std::get<1>(fixture);
+    const TokenDtype dtype = std::get<2>(fixture);
+    CAPTURE(stem);
+    TempDir dir, reference;
+    copy_fixture(dir.path(), stem);
+    const Expected e = expected(vocab);
+    // The documents from the tokens and the starts the fixture script describes.
+    std::vector<std::vector<std::uint32_t>> documents;
+    std::vector<TestEpisode> episodes;
+    for (auto it = e.starts.begin(); it != e.starts.end(); ++it) {
+      const std::uint64_t end = std::next(it) == e.starts.end() ? e.tokens.size() : *std::next(it);
+      documents.emplace_back(e.tokens.begin() + static_cast<std::ptrdiff_t>(*it),
+                             e.tokens.begin() + static_cast<std::ptrdiff_t>(end));
+      episodes.push_back({documents.back(), {}});
+    }
+    REQUIRE(documents.size() == kDocuments);
+    write_split(reference.path(), "train", episodes, dtype, false, 1);
+    const std::size_t T = 10;
+    Config c = make_config(dir.path(), 2, T);
+    c.dataset_mode = DatasetMode::sft_packed;
+    c.truncation = Truncation::right;
+    {
+      Loader loader(c);
+      CHECK(loader.config().token_dtype == dtype);
+      std::size_t segments = 0;
+      for (int k = 0; k < 6; ++k) segments += check_document_segments(loader.get_batch(), T, documents);
+      CHECK(segments >= 12);
+    }
+    c.truncation = Truncation::split;
+    Config r = c;
+    r.dataset_dir = reference.path();
+    r.token_dtype = dtype;
+    Loader foreign(c), prepared(r);
+    check_same_batches(foreign, prepared, 30);
+  }
+}
+
+TEST_CASE("datatrove: val_fraction splits datatrove's documents by hash, train and val together the whole file") {
+  TempDir dir;
+  copy_fixture(dir.path(), "web_00000_unshuffled");
+  const Expected e = expected(50000);
+  Config c = stream_config(dir.path(), 1, 3);
+  c.batch_sampling_mode = SamplingMode::epoch;
+  c.val_fraction = 0.3;
+  Loader loader(c);
+  const std::uint64_t train = loader.split_info("train").tokens, val = loader.split_info("val").tokens;
+  CHECK(train > 0);
+  CHECK(val > 0);
+  CHECK(train + val == e.tokens.size());
+  CHECK_NOTHROW(loader.get_batch("val"));
+}

@@ -29,6 +29,7 @@
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
 #include "tokenfeed/npy_writer.hpp"
+#include "util/sha256.hpp"
 
 using namespace tokenfeed;
 using namespace tokenfeed::test;
@@ -316,6 +317,7 @@ TEST_CASE("megatron: document starts on hand-made rows, empty documents and a st
       const auto it = std::upper_bound(at.begin(), at.end(), token);
       return it == at.end() ? UINT64_MAX : *it;
     }
+    std::uint64_t document_start(std::uint64_t d) const noexcept override { return at[d]; }
     void check_intact() const override {}
   };
   Starts starts;
@@ -532,4 +534,236 @@ TEST_CASE("megatron: each kind of damage is refused naming the file and the firs
   }
   file.write(dir / "train/a");  // undamaged, it opens
   CHECK(TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens() == 12 * 9);
+}
+
+namespace {
+
+// Each document of `documents` as its tokens (its sequences one after another).
+std::vector<std::vector<std::uint32_t>> document_tokens(const std::vector<Document>& documents) {
+  std::vector<std::vector<std::uint32_t>> out;
+  for (const Document& doc : documents) {
+    out.emplace_back();
+    for (const Sequence& seq : doc) out.back().insert(out.back().end(), seq.begin(), seq.end());
+  }
+  return out;
+}
+
+// `documents` written as an episode-indexed split of `dir`: one episode a document (empty
+// ones too, so that the ids match), no mask.
+void write_as_episodes(const fs::path& dir, const std::string& split,
+                       const std::vector<std::vector<std::uint32_t>>& documents, TokenDtype dtype) {
+  std::vector<TestEpisode> episodes;
+  for (const auto& doc : documents) episodes.push_back({doc, {}});
+  write_split(dir, split, episodes, dtype, false, 2);
+}
+
+}  // namespace
+
+TEST_CASE("megatron: sft_packed and sft_episode read each document of the pairs as an episode, every token trained") {
+  TempDir dir, reference;
+  const std::vector<Document> a = random_documents(150, 11), b = random_documents(90, 12), v = random_documents(60, 13);
+  MegatronWriter(a).write(dir / "train/a_text_document");
+  MegatronWriter(b).write(dir / "train/b_text_document");
+  MegatronWriter(v).write(dir / "val");
+  std::vector<Document> train_docs = a;
+  train_docs.insert(train_docs.end(), b.begin(), b.end());
+  const auto train = document_tokens(train_docs);
+  write_as_episodes(reference.path(), "train", train, TokenDtype::uint16);
+  write_as_episodes(reference.path(), "val", document_tokens(v), TokenDtype::uint16);
+  const std::size_t T = 16;
+  Config c = make_config(dir.path(), 3, T);
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.truncation = Truncation::right;
+  {
+    // The rows against the documents the test wrote: each document's first T + 1 tokens.
+    Loader loader(c);
+    CHECK(loader.split_info("train").episodes == train.size());
+    CHECK(loader.split_info("val").episodes == v.size());
+    std::size_t segments = 0;
+    for (int k = 0; k < 12; ++k) segments += check_document_segments(loader.get_batch(), T, train);
+    CHECK(segments > 36);
+  }
+  for (const DatasetMode mode : {DatasetMode::sft_packed, DatasetMode::sft_episode}) {
+    for (const Truncation truncation : {Truncation::right, Truncation::split}) {
+      CAPTURE(to_string(mode));
+      CAPTURE(to_string(truncation));
+      c.dataset_mode = mode;
+      c.truncation = truncation;
+      Config r = c;
+      r.dataset_dir = reference.path();
+      Loader foreign(c), episodes(r);
+      check_same_batches(foreign, episodes, 40);  // past the first epoch
+      check_same_batches(foreign, episodes, 5, "val");
+    }
+  }
+}
+
+TEST_CASE("megatron: sft_packed over int32 documents, a negative id refused naming the file, a plain shard refused") {
+  TempDir dir;
+  MegatronWriter file(random_documents(40, 21));
+  file.dtype_code = 4;
+  file.write(dir / "train/wide");
+  Config c = make_config(dir.path(), 2, 8);
+  c.dataset_mode = DatasetMode::sft_episode;
+  c.epoch_drop_last = false;
+  {
+    Loader loader(c);
+    CHECK(loader.config().token_dtype == TokenDtype::int32);
+    CHECK_NOTHROW(loader.get_batch());
+  }
+  std::string bin = file.bin_bytes();
+  const std::int32_t negative = -7;
+  const std::size_t bad = *std::next(file.document_starts.begin(), 3) + 1;  // document 3's second token, in its row
+  std::memcpy(bin.data() + 4 * bad, &negative, 4);
+  write_raw(dir / "train/wide.bin", bin.data(), bin.size());
+  const std::string error = error_of(
+      [&] {
+        Loader loader(c);
+        for (int k = 0; k < 40; ++k) loader.get_batch();
+      },
+      ErrorKind::format);
+  CHECK(error.find("wide.bin': token " + std::to_string(bad) + " (episode ") != std::string::npos);
+  CHECK(error.find("is -7, a negative id in an int32 file") != std::string::npos);
+  // A plain .bin beside the pair has no document index: refused naming it.
+  const std::vector<std::uint16_t> plain(64, 3);
+  write_raw(dir / "train/zz_plain.bin", plain.data(), plain.size() * 2);
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
+        std::string::npos);
+}
+
+namespace {
+
+// The val rule of docs/formats.md ("Val by document hash"), written out here from SHA-256:
+// u from the domain, the seed and the tokens as 4 bytes little-endian each.
+double token_split_point(const std::vector<std::uint32_t>& tokens, std::uint64_t seed) {
+  Sha256 sha;
+  sha.update(std::string_view("tokenfeed-token-split-v1\0", 25));
+  for (int i = 0; i < 8; ++i) {
+    const auto b = static_cast<std::uint8_t>(seed >> (8 * i));
+    sha.update(&b, 1);
+  }
+  for (const std::uint32_t t : tokens) {
+    const std::uint8_t bytes[4] = {static_cast<std::uint8_t>(t), static_cast<std::uint8_t>(t >> 8),
+                                   static_cast<std::uint8_t>(t >> 16), static_cast<std::uint8_t>(t >> 24)};
+    sha.update(bytes, 4);
+  }
+  const Sha256::Digest d = sha.finish();
+  std::uint64_t top = 0;
+  for (int i = 0; i < 8; ++i) top = (top << 8) | d[static_cast<std::size_t>(i)];
+  return static_cast<double>(top >> 11) * 0x1.0p-53;
+}
+
+// One split's tokens by the rule, and where its documents start.
+struct ChosenStream {
+  std::vector<std::uint32_t> tokens;
+  std::set<std::uint64_t> starts;
+  std::size_t documents = 0;
+};
+
+ChosenStream chosen_stream(const std::vector<std::vector<std::uint32_t>>& documents, double fraction,
+                           std::uint64_t seed, bool val) {
+  ChosenStream s;
+  for (const auto& doc : documents) {
+    if (doc.empty() || (token_split_point(doc, seed) < fraction) != val) continue;
+    s.starts.insert(s.tokens.size());
+    s.tokens.insert(s.tokens.end(), doc.begin(), doc.end());
+    ++s.documents;
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("megatron: val_fraction makes val the documents chosen by hash, train the others, windows over each") {
+  TempDir dir;
+  const std::vector<Document> a = random_documents(300, 31), b = random_documents(200, 32);
+  MegatronWriter(a).write(dir / "train/a_text_document");
+  MegatronWriter wide(b);
+  wide.dtype_code = 4;  // int32: hashed as the same 4 bytes a token as uint16 files
+  wide.write(dir / "train/b_text_document");
+  std::vector<Document> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  const auto documents = document_tokens(all);
+  const double fraction = 0.2;
+  const std::uint64_t seed = 7;
+  const std::size_t T = 9;
+  for (const bool val : {false, true}) {
+    CAPTURE(val);
+    const ChosenStream expected = chosen_stream(documents, fraction, seed, val);
+    REQUIRE(expected.documents > 20);  // both splits hold many documents, and several runs
+    const char* split = val ? "val" : "train";
+    // Epoch order without shuffling: window i is tokens [i (T+1), (i+1)(T+1)) of the
+    // concatenation of the split's documents, across runs and files.
+    Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+    c.epoch_shuffle = false;
+    c.val_fraction = fraction;
+    c.val_seed = static_cast<std::int64_t>(seed);
+    {
+      Loader loader(c);
+      CHECK(loader.split_info(split).tokens == expected.tokens.size());
+      for (std::size_t w = 0; w < expected.tokens.size() / (T + 1); ++w) {
+        const Batch batch = loader.get_batch(split);
+        CAPTURE(w);
+        for (std::size_t i = 0; i < T; ++i) {
+          CHECK(batch.x()[i] == expected.tokens[w * (T + 1) + i]);
+          CHECK(batch.y()[i] == expected.tokens[w * (T + 1) + i + 1]);
+        }
+      }
+    }
+    // Random windows, document-aware: the documents start where the split's do.
+    c = megatron_config(dir.path(), 4, T, SamplingMode::random);
+    c.document_aware = true;
+    c.val_fraction = fraction;
+    c.val_seed = static_cast<std::int64_t>(seed);
+    Loader loader(c);
+    std::size_t boundaries = 0;
+    for (int k = 0; k < 30; ++k) {
+      boundaries += check_document_rows(loader.get_batch(split), 4, T, expected.tokens, expected.starts);
+    }
+    CHECK(boundaries > 10);
+  }
+  // Another seed chooses other documents; the fingerprint follows.
+  Config c = megatron_config(dir.path(), 1, T, SamplingMode::epoch);
+  c.val_fraction = fraction;
+  const std::string fingerprint = Loader(c).fingerprint();
+  c.val_seed = 8;
+  CHECK(Loader(c).fingerprint() != fingerprint);
+}
+
+TEST_CASE("megatron: val_fraction refuses a value outside 0 to 1, val_prefix beside it, an empty train, plain files") {
+  TempDir dir;
+  MegatronWriter(random_documents(30, 41)).write(dir / "train/a");
+  Config c = megatron_config(dir.path(), 1, 4, SamplingMode::random);
+  for (const double bad : {1.0, -0.1, 2.0}) {
+    c.val_fraction = bad;
+    CHECK(error_of([&] { validate_config(c); }).find("config key 'val_fraction' must be in [0, 1)") !=
+          std::string::npos);
+  }
+  c.val_fraction = 0.1;
+  c.val_prefix = "heldout_";
+  CHECK(error_of([&] { validate_config(c); }).find("'val_prefix' and 'val_fraction' are both set") !=
+        std::string::npos);
+  c.val_prefix.clear();
+  c.val_seed = -1;
+  CHECK(error_of([&] { validate_config(c); }).find("config key 'val_seed' must be >= 0") != std::string::npos);
+  c.val_seed = 0;
+  c.val_fraction = 0.999999999;  // every document goes to val
+  CHECK(error_of([&] { Loader loader(c); }).find("config key 'val_fraction' (") != std::string::npos);
+  c.val_fraction = 0.1;
+  fs::create_directories(dir / "val");
+  MegatronWriter(random_documents(5, 42)).write(dir / "val/v");
+  CHECK(error_of([&] { Loader loader(c); }).find("has a val split of its own") != std::string::npos);
+  fs::remove_all(dir / "val");
+  const std::vector<std::uint16_t> plain(64, 3);
+  write_raw(dir / "train/zz_plain.bin", plain.data(), plain.size() * 2);
+  c.token_dtype = TokenDtype::uint16;
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
+        std::string::npos);
+  fs::remove(dir / "train/zz_plain.bin");
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.pad_token_id = 0;
+  c.batch_sampling_mode = SamplingMode::epoch;
+  CHECK(error_of([&] { Loader loader(c); }).find("'val_fraction' (val as a fraction of the documents) is read by") !=
+        std::string::npos);
 }

@@ -307,6 +307,12 @@ struct Config {
   // the pairs whose NAME starts with this prefix form the val split, the others train.
   // Empty: every pair is train. Ignored by datasets with train/ or train.bin.
   std::string val_prefix;
+  // Megatron pairs and datatrove files (documents indexed): the fraction of the train
+  // files' documents that form the val split, each chosen by SHA-256 over
+  // "tokenfeed-token-split-v1\0", val_seed and its tokens (docs/formats.md, "Val by
+  // document hash"); train keeps the others. 0: off. In [0, 1).
+  double val_fraction = 0.0;
+  std::int64_t val_seed = 0;  // the seed of that hash, >= 0
   // The label value that means "no loss here" (PyTorch's cross_entropy default).
   std::int64_t ignore_index = -100;
 

@@ -311,6 +311,10 @@ const std::vector<KeyHandler>& key_handlers() {
        [](const Config& c) { return optional_int_text(c.eos_token_id); }},
       {"val_prefix", [](Config& c, std::string_view v) { c.val_prefix = std::string(trim(v)); },
        [](const Config& c) { return c.val_prefix; }},
+      {"val_fraction", [](Config& c, std::string_view v) { c.val_fraction = parse_config_number("val_fraction", v); },
+       [](const Config& c) { return shortest_text(c.val_fraction); }},
+      {"val_seed", [](Config& c, std::string_view v) { c.val_seed = parse_int("val_seed", v); },
+       [](const Config& c) { return std::to_string(c.val_seed); }},
       {"ignore_index", [](Config& c, std::string_view v) { c.ignore_index = parse_int("ignore_index", v); },
        [](const Config& c) { return std::to_string(c.ignore_index); }},
       {"audit_log_dir", [](Config& c, std::string_view v) { c.audit_log_dir = std::string(trim(v)); },
@@ -678,6 +682,16 @@ void validate_config(const Config& c) {
   if (c.epoch_seed < 0 || c.epoch_seed > 0xffffffffLL) {
     config_error("config key 'epoch_seed' must be in [0, 2^32-1] (numpy RandomState seeds), got " +
                  std::to_string(c.epoch_seed));
+  }
+  if (!(c.val_fraction >= 0.0 && c.val_fraction < 1.0)) {
+    config_error("config key 'val_fraction' must be in [0, 1) (the fraction of documents that form val), got " +
+                 shortest_text(c.val_fraction));
+  }
+  if (c.val_seed < 0) config_error("config key 'val_seed' must be >= 0, got " + std::to_string(c.val_seed));
+  if (c.val_fraction > 0.0 && !c.val_prefix.empty()) {
+    config_error(
+        "config keys 'val_prefix' and 'val_fraction' are both set: val is either the pairs named by the "
+        "prefix or a fraction of the documents, not both");
   }
   if (c.prefetch_depth < 0 || c.prefetch_depth > 4096) {
     config_error("config key 'prefetch_depth' must be auto (0) or in [1, 4096], got " +

@@ -57,6 +57,8 @@ class DatatroveIndex final : public DocumentStarts {
   std::uint64_t documents() const noexcept { return documents_; }
   // Token offset where document `d` ends. REQUIRES: d < documents().
   std::uint64_t document_end(std::uint64_t d) const noexcept;
+  // Where document `d` starts: where d - 1 ends (0 for the first).
+  std::uint64_t document_start(std::uint64_t d) const noexcept override { return d == 0 ? 0 : document_end(d - 1); }
 
   std::uint64_t next_start_after(std::uint64_t token) const noexcept override;
   void check_intact() const override { map_.check_intact(); }

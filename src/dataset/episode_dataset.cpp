@@ -341,6 +341,51 @@ void EpisodeSplit::Opening::check_masks() {
   }
 }
 
+EpisodeSplit EpisodeSplit::open_documents(const fs::path& dataset_dir, const std::string& split_name,
+                                          const EpisodeSplitOptions& options, const std::string& val_prefix) {
+  TokenStreamSplit stream = TokenStreamSplit::open(dataset_dir, split_name, options.token_dtype, val_prefix);
+  const std::uint64_t stream_fingerprint = stream.fingerprint();
+  std::vector<StreamFile> files = std::move(stream).take_files();
+  EpisodeSplit split;
+  split.dir_ = dataset_dir / split_name;
+  Hasher hasher;
+  hasher.add(std::string_view("documents of a token stream"));
+  hasher.add(stream_fingerprint);
+  const StreamFile* first = nullptr;
+  for (const StreamFile& f : files) {
+    if (!f.document_starts) {
+      format_error("'" + f.map.path().string() +
+                   "' does not index its documents (neither a Megatron NAME.bin + NAME.idx pair nor a datatrove "
+                   "NAME.ds + NAME.ds.index), so sft_episode and sft_packed cannot read its documents as episodes; "
+                   "use dataset_mode=token_stream, or prepare it with prepare-text --format episodes");
+    }
+    if (first != nullptr && f.dtype != first->dtype) {
+      format_error("'" + f.map.path().string() + "' holds " + to_string(f.dtype) + " tokens but '" +
+                   first->map.path().string() + "' " + to_string(first->dtype) +
+                   ": the documents of one split are read as episodes of one token dtype");
+    }
+    if (first == nullptr) first = &f;
+  }
+  split.token_dtype_ = first->dtype;  // TokenStreamSplit::open found at least one file
+  for (StreamFile& f : files) {
+    EpisodeShard shard;
+    shard.dir = f.map.path();
+    shard.documents = f.document_starts;
+    shard.first_episode = split.num_episodes_;
+    shard.episodes = *f.documents;
+    shard.token_count = f.tokens;
+    for (std::uint64_t d = 0; d < shard.episodes; ++d) {
+      split.shortest_episode_ = std::min(split.shortest_episode_, shard.span(d).length);
+    }
+    split.num_episodes_ += shard.episodes;
+    split.total_tokens_ += shard.token_count;
+    shard.tokens = std::move(f.map);
+    split.shards_.push_back(std::move(shard));
+  }
+  split.fingerprint_ = hasher.digest();
+  return split;
+}
+
 std::size_t EpisodeSplit::shard_of(std::uint64_t episode) const noexcept {
   return EpisodeSpans::shard_index(shards_, episode);
 }

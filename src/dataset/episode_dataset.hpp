@@ -7,6 +7,11 @@
 // little-endian uint64 pairs (start, length), start being an offset into the shard's own
 // tokens.bin.
 //
+// A token stream whose files index their documents (Megatron NAME.bin + NAME.idx, datatrove
+// NAME.ds + NAME.ds.index; token_stream.hpp) opens as an episode split too
+// (open_documents): each file is a shard, each of its documents an episode with every
+// token trained (no mask), read through the file's index where it is mapped.
+//
 // Nothing of the files is copied into memory: episodes.idx, tokens and masks are read
 // through mmap (spans() reads the index records where they are mapped), so a split of
 // 100M episodes holds a few hundred bytes per shard. A file truncated while mapped reads
@@ -19,11 +24,13 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "dataset/token_stream.hpp"
 #include "io/mapped_file.hpp"
 #include "tokenfeed/dtype.hpp"
 #include "util/id_list.hpp"
@@ -36,18 +43,26 @@ struct EpisodeSpan {
 };
 
 struct EpisodeShard {
-  std::filesystem::path dir;
+  std::filesystem::path dir;  // a foreign file's shard: the file (NAME.bin, NAME.ds)
   MappedFile tokens;
   MappedFile mask;                  // empty (size 0, no path) when not mapped
-  MappedFile index;                 // episodes.idx: `episodes` records of 16 bytes
+  MappedFile index;                 // episodes.idx: `episodes` records of 16 bytes (empty for a foreign file)
+  std::shared_ptr<const DocumentStarts> documents;  // a foreign file's index, whose documents are the episodes
   std::uint64_t first_episode = 0;  // global id of its first episode
   std::uint64_t episodes = 0;
   std::uint64_t token_count = 0;
   bool has_mask_file = false;
 
-  // Record `record` of episodes.idx (little-endian start, length). REQUIRES: record < episodes.
+  // Record `record` of episodes.idx (little-endian start, length), or document `record` of
+  // a foreign file. REQUIRES: record < episodes.
   EpisodeSpan span(std::uint64_t record) const noexcept {
     EpisodeSpan s;
+    if (documents) {  // starts are validated non-decreasing; bounded should the index change under us
+      s.start = documents->document_start(record);
+      const std::uint64_t end = documents->document_start(record + 1);
+      s.length = end > s.start ? end - s.start : 0;
+      return s;
+    }
     const std::byte* p = index.bytes().data() + 16 * record;
     std::memcpy(&s.start, p, 8);
     std::memcpy(&s.length, p + 8, 8);
@@ -100,6 +115,13 @@ class EpisodeSplit {
   // Opens and validates `split_dir`. Throws Error(io) for missing directories or files and
   // Error(format) for invalid content, naming the file and record.
   static EpisodeSplit open(const std::filesystem::path& split_dir, const EpisodeSplitOptions& options = {});
+  // Opens split `split` of the token stream in `dataset_dir` (TokenStreamSplit::open, which
+  // validates its files; `val_prefix` as there) as an episode split whose episodes are its
+  // files' documents, in file order, without masks. Every file must index its documents
+  // (a Megatron pair or a datatrove file) and all must share one token dtype; otherwise
+  // Error(format) naming the file. options.token_dtype is not used: the files say.
+  static EpisodeSplit open_documents(const std::filesystem::path& dataset_dir, const std::string& split,
+                                     const EpisodeSplitOptions& options, const std::string& val_prefix = {});
 
   // True when `split_dir` holds an episode-indexed layout (episodes.idx directly or in
   // shard_* directories); used for dataset_mode auto-detection.
@@ -132,6 +154,7 @@ class EpisodeSplit {
   // miss that hints issued a few rows ahead overlap. REQUIRES: episode < num_episodes().
   void prefetch_record(std::uint64_t episode) const noexcept {
     const EpisodeShard& shard = shards_[shard_of(episode)];
+    if (shard.documents) return;  // found through the foreign index's arrays: nothing to hint
     __builtin_prefetch(shard.index.bytes().data() + 16 * (episode - shard.first_episode));
   }
   // Where token offset `offset` of shard `shard` lies, for messages: ", episode E position P"

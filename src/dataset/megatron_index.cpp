@@ -1,5 +1,6 @@
 #include "dataset/megatron_index.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string_view>
@@ -176,7 +177,7 @@ std::uint64_t MegatronIndex::document_start(std::uint64_t d) const noexcept {
   // Validated at open: s <= S. The bound is kept so that an index rewritten in place under
   // a running loader (not supported, formats.md) cannot make this read outside the map.
   if (s >= header_.sequences) return tokens_;
-  return static_cast<std::uint64_t>(pointer(s)) / size_of(dtype_);
+  return std::min(static_cast<std::uint64_t>(pointer(s)) / size_of(dtype_), tokens_);
 }
 
 std::uint64_t MegatronIndex::next_start_after(std::uint64_t token) const noexcept {

@@ -84,7 +84,7 @@ class MegatronIndex final : public DocumentStarts {
 
   // Token offset in NAME.bin where document `d` starts; d == documents() gives tokens().
   // REQUIRES: d <= documents().
-  std::uint64_t document_start(std::uint64_t d) const noexcept;
+  std::uint64_t document_start(std::uint64_t d) const noexcept override;
 
   std::uint64_t next_start_after(std::uint64_t token) const noexcept override;
   void check_intact() const override { map_.check_intact(); }

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "dataset/datatrove_index.hpp"
+#include "dataset/document_split.hpp"
 #include "dataset/megatron_index.hpp"
 #include "util/hash.hpp"
 #include "io/npy.hpp"
@@ -291,9 +292,84 @@ void check_indexes_paired(const SplitFiles& files) {
   }
 }
 
+// The document starts of a split chosen by hash, in the offsets of the concatenation of
+// its runs: every run's first token, and the starts its file's index gives inside it.
+class RangeStarts final : public DocumentStarts {
+ public:
+  RangeStarts(std::vector<DocumentRange> ranges, const std::vector<StreamFile>& files, std::uint64_t total)
+      : ranges_(std::move(ranges)), total_(total) {
+    for (const DocumentRange& r : ranges_) {
+      first_document_.push_back(documents_);
+      documents_ += r.documents;
+      files_.push_back(files[r.file].document_starts);
+    }
+  }
+
+  std::uint64_t next_start_after(std::uint64_t token) const noexcept override {
+    if (token >= total_) return UINT64_MAX;
+    const std::size_t r = range_holding(token);
+    const DocumentRange& range = ranges_[r];
+    const std::uint64_t next = files_[r]->next_start_after(range.offset + (token - range.first_token));
+    if (next < range.offset + range.tokens) return range.first_token + (next - range.offset);
+    return r + 1 < ranges_.size() ? ranges_[r + 1].first_token : UINT64_MAX;
+  }
+
+  std::uint64_t document_start(std::uint64_t d) const noexcept override {
+    if (d >= documents_) return total_;
+    const auto it = std::upper_bound(first_document_.begin(), first_document_.end(), d);
+    const auto r = static_cast<std::size_t>(it - first_document_.begin()) - 1;
+    const DocumentRange& range = ranges_[r];
+    const std::uint64_t start = files_[r]->document_start(range.first_document + (d - first_document_[r]));
+    return range.first_token + (std::clamp(start, range.offset, range.offset + range.tokens) - range.offset);
+  }
+
+  void check_intact() const override {
+    for (const auto& f : files_) f->check_intact();
+  }
+
+  // The run holding concatenation offset `token` (the last whose first token is <= it).
+  std::size_t range_holding(std::uint64_t token) const noexcept {
+    const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), token,
+                                     [](std::uint64_t t, const DocumentRange& r) { return t < r.first_token; });
+    return static_cast<std::size_t>(it - ranges_.begin()) - 1;
+  }
+
+ private:
+  std::vector<DocumentRange> ranges_;
+  std::vector<std::shared_ptr<const DocumentStarts>> files_;  // each run's file's index
+  std::vector<std::uint64_t> first_document_;                 // each run's first document in the split
+  std::uint64_t documents_ = 0;
+  std::uint64_t total_ = 0;
+};
+
+// With val_fraction: the dataset has no val split of its own (its val is train's documents
+// chosen by hash), and every file of train indexes its documents.
+void check_hash_split(const fs::path& dataset_dir, const std::vector<StreamFile>& files,
+                      const std::string& val_prefix) {
+  std::error_code ec;
+  if (fs::exists(dataset_dir / "val.bin", ec) || fs::exists(dataset_dir / "val", ec) ||
+      !loose_pairs(dataset_dir, "val", val_prefix).empty()) {
+    throw Error(ErrorKind::config, "config key 'val_fraction' makes val a fraction of train's documents, but '" +
+                                       dataset_dir.string() + "' has a val split of its own; unset val_fraction");
+  }
+  for (const StreamFile& f : files) {
+    if (f.document_starts) continue;
+    throw Error(ErrorKind::format, "'" + f.map.path().string() +
+                                       "' does not index its documents (neither a Megatron NAME.bin + NAME.idx pair "
+                                       "nor a datatrove NAME.ds + NAME.ds.index), so config key 'val_fraction' cannot "
+                                       "choose its documents");
+  }
+}
+
 }  // namespace
 
-bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix) {
+std::size_t TokenStreamSplit::range_of(std::uint64_t token) const noexcept {
+  return static_cast<const RangeStarts&>(*range_starts_).range_holding(token);
+}
+
+bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string& split, const std::string& val_prefix,
+                                 DocumentHashSplit by_hash) {
+  if (by_hash.fraction > 0.0 && split == "val") return has_split(dataset_dir, "train", val_prefix);
   std::error_code ec;
   if (fs::is_regular_file(dataset_dir / (split + ".bin"), ec)) return true;
   if (!fs::is_directory(dataset_dir / split, ec)) return !loose_pairs(dataset_dir, split, val_prefix).empty();
@@ -304,7 +380,9 @@ bool TokenStreamSplit::has_split(const fs::path& dataset_dir, const std::string&
 }
 
 TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::string& split,
-                                        std::optional<TokenDtype> bin_dtype, const std::string& val_prefix) {
+                                        std::optional<TokenDtype> bin_dtype, const std::string& val_prefix,
+                                        DocumentHashSplit by_hash) {
+  if (by_hash.fraction > 0.0) return open_by_hash(dataset_dir, split, bin_dtype, val_prefix, by_hash);
   const SplitFiles files = list_split_files(dataset_dir, split, val_prefix);
   check_indexes_paired(files);
   TokenStreamSplit result;
@@ -342,6 +420,32 @@ TokenStreamSplit TokenStreamSplit::open(const fs::path& dataset_dir, const std::
     }
     shard->documents = check_docs_file(path, *shard);
   }
+  return result;
+}
+
+TokenStreamSplit TokenStreamSplit::open_by_hash(const fs::path& dataset_dir, const std::string& split,
+                                                std::optional<TokenDtype> bin_dtype, const std::string& val_prefix,
+                                                DocumentHashSplit by_hash) {
+  TokenStreamSplit result = open(dataset_dir, "train", bin_dtype, val_prefix);
+  check_hash_split(dataset_dir, result.files_, val_prefix);
+  result.ranges_ = choose_documents(result.files_, by_hash.fraction, by_hash.seed, split == "val");
+  result.total_tokens_ = result.ranges_.empty() ? 0 : result.ranges_.back().first_token + result.ranges_.back().tokens;
+  if (split == "train" && result.ranges_.empty()) {
+    throw Error(ErrorKind::config, "config key 'val_fraction' (" + std::to_string(by_hash.fraction) +
+                                       ") leaves train no document of '" + dataset_dir.string() +
+                                       "': every document was chosen for val; lower it or change val_seed");
+  }
+  result.range_starts_ = std::make_shared<const RangeStarts>(result.ranges_, result.files_, result.total_tokens_);
+  Hasher hasher;
+  hasher.add(result.fingerprint_);
+  hasher.add(std::string_view(split == "val" ? "val by document hash" : "train by document hash"));
+  std::uint64_t fraction_bits = 0;
+  std::memcpy(&fraction_bits, &by_hash.fraction, 8);
+  hasher.add(fraction_bits);
+  hasher.add(by_hash.seed);
+  hasher.add(static_cast<std::uint64_t>(result.ranges_.size()));
+  hasher.add(result.total_tokens_);
+  result.fingerprint_ = hasher.digest();
   return result;
 }
 

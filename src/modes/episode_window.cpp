@@ -18,6 +18,27 @@ EpisodeWindows::EpisodeWindows(const EpisodeSplit& split, std::size_t S, Truncat
   }
 }
 
+namespace {
+
+// Calls read(episode_offset, count, out_offset) for the parts of kept positions
+// [first, first + count) that fall in the head and in the tail.
+template <typename Read>
+void for_kept_range(const SftWindow& w, std::size_t first, std::size_t count, Read&& read) {
+  const std::size_t head = w.head_end - w.head_begin;
+  std::size_t done = 0;
+  if (first < head) {
+    const std::size_t n = std::min(count, head - first);
+    read(w.head_begin + first, n, 0);
+    done = n;
+  }
+  if (done < count) {
+    const std::size_t tail_first = first + done - head;
+    read(w.tail_begin + tail_first, count - done, done);
+  }
+}
+
+}  // namespace
+
 SftWindow EpisodeWindows::window(const EpisodeData& e) const {
   SftWindow w;
   if (e.length <= S_ || truncation_ != Truncation::drop_oldest_turns) {  // split: its first piece
@@ -39,36 +60,35 @@ EpisodeWindows::Kept EpisodeWindows::kept(std::uint64_t id, const DocumentPieces
     k.episode = id;
     k.data = data(id);
     k.window = window(k.data);
-    return k;
+  } else {
+    const DocumentPieces::Piece piece = pieces->piece(id);
+    k.episode = piece.episode;
+    k.data = data(piece.episode);
+    k.window.head_begin = static_cast<std::size_t>(piece.first);
+    k.window.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(k.data.length, piece.first + S_));
   }
-  const DocumentPieces::Piece piece = pieces->piece(id);
-  k.episode = piece.episode;
-  k.data = data(piece.episode);
-  k.window.head_begin = static_cast<std::size_t>(piece.first);
-  k.window.head_end = static_cast<std::size_t>(std::min<std::uint64_t>(k.data.length, piece.first + S_));
+  if (split_.token_dtype() == TokenDtype::int32) check_signed(k);
   return k;
 }
 
-namespace {
-
-// Calls read(episode_offset, count, out_offset) for the parts of kept positions
-// [first, first + count) that fall in the head and in the tail.
-template <typename Read>
-void for_kept_range(const SftWindow& w, std::size_t first, std::size_t count, Read&& read) {
-  const std::size_t head = w.head_end - w.head_begin;
-  std::size_t done = 0;
-  if (first < head) {
-    const std::size_t n = std::min(count, head - first);
-    read(w.head_begin + first, n, 0);
-    done = n;
-  }
-  if (done < count) {
-    const std::size_t tail_first = first + done - head;
-    read(w.tail_begin + tail_first, count - done, done);
-  }
+void EpisodeWindows::check_signed(const Kept& k) const {
+  // An int32 token is read as its uint32 bits: a negative one is above INT32_MAX.
+  const auto* tokens = reinterpret_cast<const std::uint32_t*>(k.data.tokens);
+  std::size_t bad = SIZE_MAX;
+  for_kept_range(k.window, 0, k.window.size(), [&](std::size_t offset, std::size_t n, std::size_t) {
+    for (std::size_t i = 0; i < n && bad == SIZE_MAX; ++i) {
+      if (tokens[offset + i] > static_cast<std::uint32_t>(INT32_MAX)) bad = offset + i;
+    }
+  });
+  if (bad == SIZE_MAX) return;
+  const EpisodeShard& shard = split_.shards()[split_.shard_of(k.episode)];
+  const std::uint64_t offset = shard.span(k.episode - shard.first_episode).start + bad;
+  throw Error(ErrorKind::format, "'" + shard.tokens.path().string() + "': token " + std::to_string(offset) +
+                                     " (episode " + std::to_string(k.episode) + " position " + std::to_string(bad) +
+                                     ") is " + std::to_string(static_cast<std::int32_t>(tokens[bad])) +
+                                     ", a negative id in an int32 file (its .idx says int32; token ids are never "
+                                     "negative)");
 }
-
-}  // namespace
 
 void EpisodeWindows::read_tokens(const EpisodeData& e, const SftWindow& window, std::size_t first, std::size_t count,
                                  std::int64_t* out) const noexcept {

@@ -42,6 +42,8 @@ class EpisodeWindows {
     EpisodeData data;
     SftWindow window;
   };
+  // In an int32 split (a Megatron file's documents), a negative token in the kept window
+  // is Error(format) naming the file and the token's offset.
   Kept kept(std::uint64_t id, const DocumentPieces* pieces) const;
   // The episode of sampled id `id` (as kept() resolves it).
   static std::uint64_t episode_of(std::uint64_t id, const DocumentPieces* pieces) noexcept {
@@ -82,6 +84,7 @@ class EpisodeWindows {
   Truncation truncation() const noexcept { return truncation_; }
 
  private:
+  void check_signed(const Kept& k) const;  // kept()'s int32 check
   // The tokens (and mask) of an episode from its own position `offset` on.
   NextTokenSource source(const EpisodeData& episode, std::size_t offset, bool with_mask) const noexcept;
   // One token, one mask value (0 or 1 from a uint8 mask) of an episode's own position.

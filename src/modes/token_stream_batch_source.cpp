@@ -20,6 +20,7 @@ std::uint64_t samples_in_file(std::uint64_t tokens, std::size_t block_size, Samp
 
 std::uint64_t TokenStreamBatchSource::sample_count(const TokenStreamSplit& split, std::size_t block_size,
                                                    SamplingMode mode) {
+  if (split.range_starts() != nullptr) return samples_in_file(split.total_tokens(), block_size, mode);
   std::uint64_t total = 0;
   for (const StreamFile& f : split.files()) total += samples_in_file(f.tokens, block_size, mode);
   return total;
@@ -42,7 +43,10 @@ void TokenStreamBatchSource::check_document_boundaries(const TokenStreamSplit& s
 
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
-    : SampledRowSource(orders), split_(split), options_(std::move(options)) {
+    : SampledRowSource(orders),
+      split_(split),
+      options_(std::move(options)),
+      ranges_(split.range_starts() != nullptr) {
   std::vector<std::size_t> blocks{options_.block_size};
   for (const std::size_t b : options_.block_sizes) {
     if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
@@ -50,6 +54,10 @@ TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, co
   for (const std::size_t block : blocks) {
     FirstSamples& table = first_samples_.emplace_back();
     table.block_size = block;
+    if (ranges_) {  // one stream: the concatenation of the split's runs of documents
+      table.first.push_back(0);
+      continue;
+    }
     std::uint64_t next = 0;
     for (const StreamFile& f : split.files()) {
       table.first.push_back(next);
@@ -79,9 +87,38 @@ TokenStreamBatchSource::Location TokenStreamBatchSource::locate(std::uint64_t id
     loc.window_id = static_cast<std::int64_t>(id);
   } else {
     loc.offset = local;
-    loc.window_id = static_cast<std::int64_t>(split_.files()[loc.file].first_token + local);
+    loc.window_id = static_cast<std::int64_t>(ranges_ ? local : split_.files()[loc.file].first_token + local);
   }
   return loc;
+}
+
+void TokenStreamBatchSource::read_ranges(std::uint64_t offset, std::size_t count, std::int64_t* out) const {
+  for (std::size_t r = split_.range_of(offset), done = 0; done < count; ++r) {
+    const DocumentRange& range = split_.ranges()[r];
+    const std::uint64_t in_range = offset + done - range.first_token;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(count - done, range.tokens - in_range));
+    split_.read(range.file, range.offset + in_range, n, out + done);
+    const StreamFile& f = split_.files()[range.file];
+    for (std::size_t i = 0; f.dtype == TokenDtype::int32 && i < n; ++i) {
+      if (out[done + i] <= INT32_MAX) continue;
+      throw Error(ErrorKind::format, "'" + f.map.path().string() + "': token " +
+                                         std::to_string(range.offset + in_range + i) + " is " +
+                                         std::to_string(static_cast<std::int32_t>(out[done + i])) +
+                                         ", a negative id in an int32 file (its .idx says int32; token ids are never "
+                                         "negative)");
+    }
+    done += n;
+  }
+}
+
+void TokenStreamBatchSource::write_ranges_window(const Location& loc, std::size_t T,
+                                                 const NextTokenFields& fields) const {
+  read_ranges(loc.offset, T, fields.x);
+  std::int64_t* targets = fields.y != nullptr ? fields.y : fields.labels;
+  std::copy(fields.x + 1, fields.x + T, targets);
+  read_ranges(loc.offset + T, 1, targets + T - 1);
+  if (fields.weights != nullptr) std::fill(fields.weights, fields.weights + T, 1.0f);
+  if (fields.positions != nullptr) std::iota(fields.positions, fields.positions + T, 0);
 }
 
 void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
@@ -117,15 +154,21 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   } else {
     fields.y = y;
   }
-  write_window(loc, T, fields);
-  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, T, x, y);
+  if (ranges_) {
+    write_ranges_window(loc, T, fields);
+  } else {
+    write_window(loc, T, fields);
+    if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, T, x, y);
+  }
   if (plain) {
     if (contract) slot.add_sequence(T);
     return;
   }
   std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
   const StreamFile& file = split_.files()[loc.file];
-  if (file.document_starts) {
+  if (ranges_) {
+    apply_document_starts(*split_.range_starts(), loc.offset, y, doc_ids, positions, T, options_.ignore_index);
+  } else if (file.document_starts) {
     apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, T, options_.ignore_index);
   } else {
     // Checked at open (check_document_boundaries): a file without document starts has an eos id.
@@ -204,9 +247,9 @@ std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::in
 }
 
 void TokenStreamBatchSource::prefetch_id(std::int64_t id) const noexcept {
-  // Under a sequence-length schedule the id's window depends on its batch's block size,
-  // which this hint is not told: it does nothing there.
-  if (id < 0 || !options_.block_sizes.empty()) return;
+  // A window over runs of documents is read without hints; under a sequence-length schedule
+  // the id's window depends on its batch's block size, which this hint is not told.
+  if (id < 0 || ranges_ || !options_.block_sizes.empty()) return;
   const Location loc = locate(static_cast<std::uint64_t>(id));
   const StreamFile& f = split_.files()[loc.file];
   NextTokenSource source;

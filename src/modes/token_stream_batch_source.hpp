@@ -1,6 +1,9 @@
 // TokenStreamBatchSource: the token_stream mode's batches. Each row is a window w of
 // block_size + 1 consecutive tokens of one file (a window never straddles two files),
-// x = w[:-1], y = w[1:].
+// x = w[:-1], y = w[1:]. A split chosen by document hash (TokenStreamSplit::ranges) is one
+// stream instead, its runs of documents one after another: its windows are cut over that
+// concatenation and may straddle runs (and files), its documents start where the runs and
+// their files' indexes say.
 //
 //  - epoch mode: each file is carved into non-overlapping windows starting at
 //    i * (block_size + 1) (the remainder of a file is unused); windows are numbered
@@ -97,9 +100,16 @@ class TokenStreamBatchSource final : public SampledRowSource {
   };
   const TokenStreamSplit& split_;
   Options options_;
+  bool ranges_ = false;                      // the split is runs of documents chosen by hash: one stream over them
   std::vector<FirstSamples> first_samples_;  // options_.block_size's first
 
   const std::vector<std::uint64_t>& first_samples(std::size_t block_size) const noexcept;
+  // With ranges_: tokens [offset, offset + count) of the concatenation of the runs into
+  // `out`; an int32 file's negative id is Error(format) naming the file and the token.
+  void read_ranges(std::uint64_t offset, std::size_t count, std::int64_t* out) const;
+  // With ranges_: the window of `T` inputs at `loc` (an offset into the concatenation), as
+  // write_window.
+  void write_ranges_window(const Location& loc, std::size_t T, const NextTokenFields& fields) const;
   // Writes the window at `loc` (`T` inputs and their targets) into `fields`.
   void write_window(const Location& loc, std::size_t T, const NextTokenFields& fields) const noexcept;
   // The window of `T` inputs at `loc` of an int32 file, written to x and y (unmasked):

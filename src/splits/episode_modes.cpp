@@ -4,6 +4,7 @@
 #include <system_error>
 #include <utility>
 
+#include "dataset/token_stream.hpp"
 #include "splits/shape_plan.hpp"
 #include "tokenfeed/log.hpp"
 
@@ -40,11 +41,30 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
 }
 
+bool EpisodeModes::reads_documents(const Config& settled, const std::string& name) {
+  return !EpisodeSplit::looks_like_episode_split(settled.dataset_dir / name) &&
+         TokenStreamSplit::has_split(settled.dataset_dir, name, settled.val_prefix);
+}
+
+EpisodeSplit EpisodeModes::open_episodes(const Config& settled, const std::string& name) {
+  if (settled.val_fraction > 0.0) {
+    throw Error(ErrorKind::config,
+                "config key 'val_fraction' (val as a fraction of the documents) is read by "
+                "dataset_mode=token_stream only; " +
+                    std::string(to_string(settled.dataset_mode)) +
+                    " takes val from a val split (or val_prefix's pairs)");
+  }
+  if (reads_documents(settled, name)) {
+    return EpisodeSplit::open_documents(settled.dataset_dir, name, split_options(settled), settled.val_prefix);
+  }
+  return EpisodeSplit::open(settled.dataset_dir / name, split_options(settled));
+}
+
 std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& settled, const std::string& name) const {
   const Config& config = settled.config;
   const std::filesystem::path dir = config.dataset_dir / name;
   auto data = std::make_unique<SplitData>();
-  const EpisodeSplit& episodes = data->episodes.emplace(EpisodeSplit::open(dir, split_options(config)));
+  const EpisodeSplit& episodes = data->episodes.emplace(open_episodes(config, name));
   IdList kept = kept_episodes(episodes, static_cast<std::uint64_t>(config.episode_min_tokens));
   if (kept.empty()) {
     throw Error(
@@ -85,7 +105,7 @@ OpenedSplits EpisodeModes::open_splits(ResolvedOptions& settled) const {
   OpenedSplits splits;
   std::error_code ec;
   for (const char* name : kSplitNames) {
-    if (!std::filesystem::exists(c.dataset_dir / name, ec)) continue;
+    if (!std::filesystem::exists(c.dataset_dir / name, ec) && !reads_documents(c, name)) continue;
     const DatasetSplit& split = *splits.emplace(name, open_split(settled, name)).first->second;
     // The dtype inferred for train is the dataset's: val is validated with it rather than
     // inferred on its own, so the two can never be read at different widths.

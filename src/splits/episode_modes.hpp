@@ -1,5 +1,6 @@
 // The SFT modes' builders (mode_builder.hpp). EpisodeModes is what sft_episode and
-// sft_packed share: an episode-indexed split opened at the settled dtypes, the episodes
+// sft_packed share: an episode-indexed split opened at the settled dtypes (or the
+// documents of a Megatron or datatrove token stream, each an episode), the episodes
 // episode_min_tokens keeps, what a row keeps of each (EpisodeWindows: block_size + 1
 // tokens, cut by truncation), the sampler over them, the split's description, and after
 // open the token dtype, mask dtype and use_loss_mask=auto the split files settle.
@@ -31,6 +32,11 @@ class EpisodeModes : public ModeBuilder {
   // How an episode split is opened: the settled dtypes; masks mapped unless use_loss_mask
   // is false (auto maps the masks that exist).
   static EpisodeSplitOptions split_options(const Config& settled);
+  // True when split `name` is a token stream (no episodes.idx), whose files' documents are
+  // read as the episodes (EpisodeSplit::open_documents).
+  static bool reads_documents(const Config& settled, const std::string& name);
+  // Split `name`, episode-indexed or the documents of a token stream.
+  static EpisodeSplit open_episodes(const Config& settled, const std::string& name);
   // What a row keeps of each episode of `split`: block_size + 1 tokens, cut by truncation.
   // REQUIRES: split outlives the result.
   static std::unique_ptr<EpisodeWindows> windows(const ResolvedOptions& settled, const EpisodeSplit& split);

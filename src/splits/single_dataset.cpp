@@ -24,7 +24,8 @@ fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
 }
 
 // The content fingerprint of split `name`: its directory's or NAME.bin's data files, or, for
-// Megatron pairs placed directly in dataset_dir, the pairs it opened.
+// Megatron pairs placed directly in dataset_dir and a val chosen by document hash from
+// train's files, the files it opened (with their indexes).
 std::uint64_t split_content(const fs::path& dataset_dir, const std::string& name, const SplitData& data) {
   std::error_code ec;
   if (!data.stream || fs::is_directory(dataset_dir / name, ec) || fs::exists(dataset_dir / (name + ".bin"), ec)) {
@@ -33,7 +34,8 @@ std::uint64_t split_content(const fs::path& dataset_dir, const std::string& name
   std::vector<fs::path> files;
   for (const StreamFile& f : data.stream->files()) {
     files.push_back(f.map.path());
-    files.push_back(fs::path(f.map.path()).replace_extension(".idx"));
+    if (f.format == StreamFileFormat::megatron) files.push_back(fs::path(f.map.path()).replace_extension(".idx"));
+    if (f.format == StreamFileFormat::datatrove) files.push_back(f.map.path().string() + ".index");
   }
   return content_fingerprint(files, dataset_dir);
 }

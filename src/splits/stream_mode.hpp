@@ -1,7 +1,8 @@
 // StreamModeBuilder: token_stream's builder (mode_builder.hpp). A split is a token stream
 // (NAME.bin, or the *.bin / *.npy files of NAME/) cut into windows of block_size + 1
 // tokens: an epoch order of window ids, or random window starts; document_aware rows
-// restart positions at every end-of-text id.
+// restart positions at every end-of-text id. With val_fraction, train and val are the
+// documents of train's files not chosen and chosen by hash (document_split.hpp).
 //
 // Thread-safety: as ModeBuilder.
 #pragma once
@@ -26,6 +27,8 @@ class StreamModeBuilder final : public ModeBuilder {
   // How the batch source cuts and writes windows.
   // `schedule`: the split's shape schedule (null: none), whose block sizes the rows may take.
   static TokenStreamBatchSource::Options source_options(const Config& settled, const ShapeSchedule* schedule);
+  // val_fraction and val_seed: val as a fraction of train's documents, chosen by hash.
+  static DocumentHashSplit by_hash(const Config& settled);
 };
 
 }  // namespace tokenfeed

@@ -51,6 +51,12 @@ void Sha256::update(const void* data, std::size_t size) {
   }
 }
 
+void Sha256::restart_from(const Sha256& prefix) {
+  if (EVP_MD_CTX_copy_ex(ctx_.get(), prefix.ctx_.get()) != 1) {
+    throw Error(ErrorKind::pipeline, "OpenSSL cannot copy a SHA-256 digest state: " + openssl_error());
+  }
+}
+
 Sha256::Digest Sha256::finish() {
   Digest digest{};
   unsigned int length = 0;

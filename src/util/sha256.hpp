@@ -32,6 +32,9 @@ class Sha256 {
   void update(std::string_view bytes) { update(bytes.data(), bytes.size()); }
   // Finishes and returns the digest; the object must not be updated afterwards.
   Digest finish();
+  // Makes this digest continue from `prefix`'s state (what it has been given so far), as
+  // if given the same bytes: one context reused for many digests of a common prefix.
+  void restart_from(const Sha256& prefix);
 
   static std::string hex(const Digest& digest);
 
