@@ -47,8 +47,7 @@ double finish_point(Sha256& sha, const std::byte* tokens, std::uint64_t count, T
 
 }  // namespace
 
-double token_document_split_point(const std::byte* tokens, std::uint64_t count, TokenDtype dtype,
-                                  std::uint64_t seed) {
+double token_document_split_point(const std::byte* tokens, std::uint64_t count, TokenDtype dtype, std::uint64_t seed) {
   Sha256 sha = split_prefix(seed);
   return finish_point(sha, tokens, count, dtype);
 }

@@ -25,8 +25,7 @@
 namespace tokenfeed {
 
 // u for a document of `count` tokens of `dtype` at `tokens` (see above).
-double token_document_split_point(const std::byte* tokens, std::uint64_t count, TokenDtype dtype,
-                                  std::uint64_t seed);
+double token_document_split_point(const std::byte* tokens, std::uint64_t count, TokenDtype dtype, std::uint64_t seed);
 
 // The runs of documents of `files` that split `val` (true: the chosen documents; false:
 // the others) holds, in order, adjacent documents of one file merged into one run and

@@ -43,10 +43,7 @@ void TokenStreamBatchSource::check_document_boundaries(const TokenStreamSplit& s
 
 TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders,
                                                Options options)
-    : SampledRowSource(orders),
-      split_(split),
-      options_(std::move(options)),
-      ranges_(split.range_starts() != nullptr) {
+    : SampledRowSource(orders), split_(split), options_(std::move(options)), ranges_(split.range_starts() != nullptr) {
   std::vector<std::size_t> blocks{options_.block_size};
   for (const std::size_t b : options_.block_sizes) {
     if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
