@@ -38,13 +38,14 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
                                        std::to_string(settled.block_size) +
                                        "); a sequence-length schedule is not supported with a mixture yet");
   }
-  if (settled.dataset_mode != DatasetMode::token_stream || *settled.batch_sampling_mode != SamplingMode::random) {
-    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                       std::to_string(settled.block_size) +
-                                       "); a sequence-length schedule is supported for dataset_mode=token_stream with "
-                                       "batch_sampling_mode=random only so far (this config: dataset_mode=" +
-                                       to_string(settled.dataset_mode) +
-                                       ", batch_sampling_mode=" + to_string(*settled.batch_sampling_mode) + ")");
+  // Settled configs have a sampling mode; one without is not taken as random.
+  const SamplingMode sampling = settled.batch_sampling_mode.value_or(SamplingMode::epoch);
+  if (settled.dataset_mode != DatasetMode::token_stream || sampling != SamplingMode::random) {
+    throw Error(ErrorKind::config,
+                where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) +
+                    "); a sequence-length schedule is supported for dataset_mode=token_stream with "
+                    "batch_sampling_mode=random only so far (this config: dataset_mode=" +
+                    to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) + ")");
   }
   Config staged = settled;  // the key's rules, for the stage's value
   staged.block_size = *stage.block_size;
