@@ -6,7 +6,8 @@
 // ring, so release batches promptly (a trainer typically holds one at a time).
 //
 // One batch contract for every mode (dataset_mode sft_episode, sft_packed, token_stream).
-// Every array is row-major, rows() x cols() = batch_size x block_size unless noted:
+// Every array is row-major, rows() x cols() = batch_size x block_size (under a
+// shape_schedule, the step's) unless noted:
 //
 //   tokens        int64   the inputs
 //   labels        int64   the next-token targets, ignore_index where no loss applies
@@ -154,7 +155,7 @@ class TOKENFEED_API Batch {
   std::uint64_t epoch() const noexcept;           // 0 in random mode
   std::uint64_t batch_in_epoch() const noexcept;  // == step in random mode
   std::size_t rows() const noexcept;              // batch_size (the schedule's at this step)
-  std::size_t cols() const noexcept;              // block_size
+  std::size_t cols() const noexcept;              // block_size (the schedule's at this step)
   std::size_t real_rows() const noexcept;         // rows holding an episode; the rest are fill rows
 
   // Whether Config::fields chose `field` (false for an invalid Batch).
