@@ -13,7 +13,6 @@
 #include "launch/parallel_layout.hpp"
 #include "splits/resolved_options.hpp"
 #include "splits/resume_state.hpp"
-#include "splits/shape_plan.hpp"
 #include "splits/single_dataset.hpp"
 #include "splits/split_set.hpp"
 #include "tokenfeed/error.hpp"
@@ -172,13 +171,7 @@ bool Loader::has_split(std::string_view split) const noexcept {
 SplitInfo Loader::split_info(std::string_view name) const { return impl_->data->find(name).info(); }
 
 StepShape Loader::batch_shape(std::string_view name, std::uint64_t step) const {
-  const LoaderSplit& split = impl_->data->find(name);
-  const Config& c = impl_->config();
-  // The buffers' cols are the longest block size (divided by cp with context_parallel_split);
-  // the step's are its block size's share of them.
-  const std::size_t cols =
-      split.shape().cols * block_size_at(c, split.name(), step) / largest_block_size(c, split.name());
-  return StepShape{batch_rows_at(c, split.name(), step), cols};
+  return impl_->data->find(name).step_shape(step);
 }
 
 DatasetVocabulary Loader::vocabulary() const { return vocabulary_of(impl_->data->metadata()); }

@@ -113,7 +113,7 @@ void MixtureSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
   next_.epoch = 0;  // a mixture's position is its step alone
   next_.batch_in_epoch = next_.step;
   announce_stage(step, audit);
-  announce_shape_stage(shape_schedule_.get(), slot, config_.block_size, audit);
+  announce_shape_stage(slot, config_.block_size, audit);
   // Each source's epochs that the global batch `step` opened or closed (every rank writes
   // the same events: they follow from the step alone).
   for (std::size_t i = 0; i < parts_.size(); ++i) {

@@ -44,6 +44,7 @@ class MixtureSplit final : public LoaderSplit {
   SplitPosition resume_position(const SplitPosition& saved) const override;
   // The sources' totals; a mixture has no epochs of its own.
   SplitInfo info() const override;
+  const ShapeSchedule* shape_schedule() const noexcept override { return shape_schedule_.get(); }
   // The epoch source `source` is in after the first `steps` batches; nullopt when it has no
   // epochs. REQUIRES: source < the number of sources.
   std::optional<std::uint64_t> source_epoch_after(std::size_t source, std::uint64_t steps) const;

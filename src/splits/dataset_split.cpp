@@ -67,7 +67,7 @@ void DatasetSplit::check_forms_a_batch() {
 
 void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
   // The split's own schedule (sft_packed's sampler orders episodes and is never scheduled).
-  announce_shape_stage(schedule_.get(), slot, config_.block_size, audit);
+  announce_shape_stage(slot, config_.block_size, audit);
   if (!slot.global_rows.empty()) {
     const std::vector<std::uint64_t> rows(slot.global_rows.begin(), slot.global_rows.end());
     audit.rows_balanced(

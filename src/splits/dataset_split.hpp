@@ -62,6 +62,7 @@ class DatasetSplit : public LoaderSplit {
   // row. Null otherwise.
   SampledRowSource* sampled_rows() const noexcept { return sampled_; }
   SplitInfo info() const override;
+  const ShapeSchedule* shape_schedule() const noexcept override { return schedule_.get(); }
   SplitPosition resume_position(const SplitPosition& saved) const final;
 
   const SplitData& data() const noexcept { return *data_; }

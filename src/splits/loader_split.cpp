@@ -4,12 +4,16 @@
 #include <utility>
 
 #include "launch/memory_budget.hpp"
+#include "splits/resolved_options.hpp"
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
 
 LoaderSplit::LoaderSplit(std::string name, const detail::BatchShape& shape, const Config& config)
-    : name_(std::move(name)), shape_(shape) {
+    : name_(std::move(name)),
+      shape_(shape),
+      batch_size_(static_cast<std::uint64_t>(config.batch_size)),
+      data_parallel_size_(data_parallel_size(config)) {
   stats_.prefetch_depth = static_cast<std::uint64_t>(config.prefetch_depth);
   stats_.decode_threads = static_cast<std::uint64_t>(config.decode_threads);
 }
@@ -28,8 +32,20 @@ void LoaderSplit::restore(const SplitPosition& at, PipelineGate& gate) {
   forget_announced();
 }
 
-void LoaderSplit::announce_shape_stage(const ShapeSchedule* schedule, const detail::BatchSlot& slot,
-                                       std::int64_t block_size, AuditTrail& audit) {
+StepShape LoaderSplit::step_shape(std::uint64_t step) const noexcept {
+  const ShapeSchedule* schedule = shape_schedule();
+  if (schedule == nullptr) return StepShape{static_cast<std::size_t>(batch_size_), shape_.cols};
+  // The buffers' cols are the longest block size (divided by cp with context_parallel_split);
+  // the step's are its block size's share of them.
+  const ShapeSchedule::Stage& stage = schedule->stage_at(step);
+  const std::uint64_t longest = schedule->largest_block_size();  // 0: a schedule of batch sizes only
+  const std::size_t cols =
+      longest == 0 ? shape_.cols : static_cast<std::size_t>(shape_.cols * stage.block_size / longest);
+  return StepShape{static_cast<std::size_t>(stage.global_batch / data_parallel_size_), cols};
+}
+
+void LoaderSplit::announce_shape_stage(const detail::BatchSlot& slot, std::int64_t block_size, AuditTrail& audit) {
+  const ShapeSchedule* schedule = shape_schedule();
   if (schedule == nullptr) return;
   const std::size_t index = schedule->stage_index(slot.step);
   const ShapeSchedule::Stage& stage = schedule->stages()[index];

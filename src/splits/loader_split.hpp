@@ -64,6 +64,12 @@ class LoaderSplit {
   virtual SplitPosition resume_position(const SplitPosition& saved) const = 0;
   // The figures of split_info.
   virtual SplitInfo info() const = 0;
+  // The split's shape schedule, settled at open (null: not scheduled, every step has the
+  // config's shape). Lives as long as the split.
+  virtual const ShapeSchedule* shape_schedule() const noexcept = 0;
+  // This rank's rows and cols at global step `step` (Loader::batch_shape): the schedule's
+  // stage, read from the schedule the split holds (no config is settled again).
+  StepShape step_shape(std::uint64_t step) const noexcept;
 
   // Where the next batch comes from.
   const SplitPosition& next_position() const noexcept { return next_; }
@@ -97,16 +103,17 @@ class LoaderSplit {
   // For a split that cannot form a batch: get_batch throws Error(kind, why).
   void set_unusable(std::string why, ErrorKind kind);
   // Writes shape_stage_start (audit log and info line) when `slot` is the first batch of a
-  // stage of `schedule` (null: not scheduled, nothing written), or the first taken since a
+  // stage of shape_schedule() (null: not scheduled, nothing written), or the first taken since a
   // start or resume; `block_size` is the stage's when the schedule does not say it.
-  void announce_shape_stage(const ShapeSchedule* schedule, const detail::BatchSlot& slot, std::int64_t block_size,
-                            AuditTrail& audit);
+  void announce_shape_stage(const detail::BatchSlot& slot, std::int64_t block_size, AuditTrail& audit);
 
   SplitPosition next_;  // step: batches the trainer took
 
  private:
   std::string name_;
   detail::BatchShape shape_;
+  std::uint64_t batch_size_;          // config key batch_size: the rows of an unscheduled step
+  std::uint64_t data_parallel_size_;  // what divides a stage's global batch into this rank's rows
   // The shape_schedule stage last announced (announce_shape_stage); reset by restore.
   std::optional<std::size_t> announced_shape_stage_;
   std::string unusable_;
