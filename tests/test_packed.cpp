@@ -395,6 +395,22 @@ TEST_CASE("truncation=drop_oldest_turns drops whole oldest exchanges, keeps the 
   CHECK(row1.back() == 39);
   CHECK(b.mask()[21] == 1.0f);
 
+  // Under a sequence-length curriculum each batch keeps its episodes' turns at its own
+  // length: 18 positions (S = 19) hold the first episode whole, then 11 drop its first
+  // exchange as above.
+  Config curriculum = c;
+  curriculum.shape_schedule = {ShapeStage{1, std::nullopt, std::nullopt, 18}, ShapeStage{}};
+  Loader staged(curriculum);
+  Batch wide = staged.get_batch();
+  REQUIRE(wide.cols() == 18);
+  CHECK(std::vector<std::int64_t>(wide.x().begin(), wide.x().begin() + 18) ==
+        std::vector<std::int64_t>(ids.begin(), ids.begin() + 18));
+  CHECK(wide.y()[18 + 17] == EOT);  // the long episode still ends with its final end-of-turn
+  Batch narrow = staged.get_batch();
+  REQUIRE(narrow.cols() == 11);
+  CHECK(std::vector<std::int64_t>(narrow.x().begin(), narrow.x().begin() + 11) == kept);
+  CHECK(std::vector<std::int64_t>(narrow.x().begin() + 11, narrow.x().end()) == row1);
+
   Config right = c;
   right.truncation = Truncation::right;
   Loader plain(right);

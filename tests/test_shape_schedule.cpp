@@ -134,8 +134,15 @@ std::vector<ShapeStage> three_stages() {
           ShapeStage{std::nullopt, std::nullopt, 12, std::nullopt}};
 }
 
+// Global batches 4, 8, 12 at block sizes 16 (the key's), 32, then 8: a sequence-length
+// curriculum over the episodes (2 to 31 tokens: 8 truncates most, 32 none).
+std::vector<ShapeStage> episode_curriculum() {
+  return {ShapeStage{3, std::nullopt, 4, std::nullopt}, ShapeStage{7, std::nullopt, 8, 32},
+          ShapeStage{std::nullopt, std::nullopt, 12, 8}};
+}
+
 Config config_of(const Dataset& data, SamplingMode sampling, bool drop_last, std::int64_t world, std::int64_t rank,
-                 bool scheduled = true) {
+                 bool scheduled = true, const std::vector<ShapeStage>& stages = three_stages()) {
   Config c = make_config(data.dir.path(), 1, 16);
   c.dataset_mode = DatasetMode::sft_episode;
   c.batch_sampling_mode = sampling;
@@ -146,7 +153,7 @@ Config config_of(const Dataset& data, SamplingMode sampling, bool drop_last, std
   c.rank = rank;
   c.decode_threads = 1;
   c.prefetch_depth = 3;
-  if (scheduled) c.shape_schedule = three_stages();
+  if (scheduled) c.shape_schedule = stages;
   return c;
 }
 
@@ -180,18 +187,22 @@ std::vector<Row> take(std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t
 }
 
 std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, SamplingMode sampling, bool drop_last,
-                                                std::int64_t world) {
+                                                std::int64_t world,
+                                                const std::vector<ShapeStage>& stages = three_stages()) {
   std::vector<std::unique_ptr<Loader>> ranks;
   for (std::int64_t r = 0; r < world; ++r) {
-    ranks.push_back(std::make_unique<Loader>(config_of(data, sampling, drop_last, world, r)));
+    ranks.push_back(std::make_unique<Loader>(config_of(data, sampling, drop_last, world, r, true, stages)));
   }
   return ranks;
 }
 
 // The unscheduled stream of single rows: in epoch mode each epoch's order (drop_last=false
-// at batch 1 keeps every id), in random mode the draws of global rows 0, 1, ...
-std::vector<std::vector<Row>> single_rows(const Dataset& data, SamplingMode sampling, std::uint64_t rows) {
+// at batch 1 keeps every id), in random mode the draws of global rows 0, 1, ...; rows of
+// `block` positions.
+std::vector<std::vector<Row>> single_rows(const Dataset& data, SamplingMode sampling, std::uint64_t rows,
+                                          std::int64_t block) {
   Config c = config_of(data, sampling, false, 1, 0, false);
+  c.block_size = block;
   Loader loader(c);
   std::vector<std::vector<Row>> epochs(1);
   for (std::uint64_t i = 0; i < rows; ++i) {
@@ -203,31 +214,39 @@ std::vector<std::vector<Row>> single_rows(const Dataset& data, SamplingMode samp
   return epochs;
 }
 
-// What the scheduled run of `steps` steps must give: the single rows consumed in sequence,
-// an epoch's remainder smaller than the batch in force skipped (drop_last) or completed with
-// fill rows (id -1, pad tokens).
-std::vector<Row> expected_stream(const Dataset& data, SamplingMode sampling, bool drop_last, std::uint64_t steps) {
-  const std::vector<ShapeStage> stages = three_stages();
-  const auto size_at = [&](std::uint64_t step) {
+// What the scheduled run of `steps` steps over `stages` must give: the single rows consumed
+// in sequence (each stage's at its block size, 16 unless it sets one), an epoch's remainder
+// smaller than the batch in force skipped (drop_last) or completed with fill rows (id -1,
+// pad tokens).
+std::vector<Row> expected_stream(const Dataset& data, SamplingMode sampling, bool drop_last, std::uint64_t steps,
+                                 const std::vector<ShapeStage>& stages = three_stages()) {
+  const auto stage_at = [&](std::uint64_t step) -> const ShapeStage& {
     for (const ShapeStage& s : stages) {
-      if (!s.until_step || step < static_cast<std::uint64_t>(*s.until_step))
-        return static_cast<std::size_t>(*s.global_batch_size);
+      if (!s.until_step || step < static_cast<std::uint64_t>(*s.until_step)) return s;
     }
-    return std::size_t{0};
+    return stages.back();
   };
-  const auto single = single_rows(data, sampling, 400);
+  std::map<std::int64_t, std::vector<std::vector<Row>>> single;  // by block size
+  for (const ShapeStage& s : stages) {
+    const std::int64_t block = s.block_size.value_or(16);
+    if (single.count(block) == 0) single[block] = single_rows(data, sampling, 400, block);
+  }
   std::vector<Row> out;
   std::size_t epoch = 0, offset = 0;
   for (std::uint64_t step = 0; step < steps; ++step) {
-    const std::size_t g = size_at(step);
-    const std::vector<Row>& order = single[epoch];
-    if (sampling == SamplingMode::epoch && (offset >= order.size() || (drop_last && offset + g > order.size()))) {
+    const ShapeStage& stage = stage_at(step);
+    const auto g = static_cast<std::size_t>(*stage.global_batch_size);
+    const std::int64_t block = stage.block_size.value_or(16);
+    const std::vector<std::vector<Row>>& epochs = single.at(block);
+    const std::size_t in_epoch = epochs[epoch].size();
+    if (sampling == SamplingMode::epoch && (offset >= in_epoch || (drop_last && offset + g > in_epoch))) {
       ++epoch;
       offset = 0;
     }
     for (std::size_t i = 0; i < g; ++i, ++offset) {
-      const std::vector<Row>& in = single[epoch];
-      out.push_back(offset < in.size() ? in[offset] : Row{-1, std::vector<std::int64_t>(16, 0)});
+      const std::vector<Row>& in = epochs[epoch];
+      out.push_back(offset < in.size() ? in[offset]
+                                       : Row{-1, std::vector<std::int64_t>(static_cast<std::size_t>(block), 0)});
     }
   }
   return out;
@@ -272,6 +291,44 @@ TEST_CASE("shape schedule: a resume at every step of a 3-stage schedule, and fro
         CHECK(rest == std::vector<Row>(whole.begin() + static_cast<std::ptrdiff_t>(rows_before), whole.end()));
       }
       rows_before += static_cast<std::size_t>(first[0]->batch_shape("train", at).rows * 2);
+    }
+  }
+}
+
+TEST_CASE(
+    "shape schedule: sft_episode under a sequence-length curriculum keeps each episode at its batch's length, in "
+    "sequence, on 1, 2 and 4 ranks and across resumes" *
+    doctest::timeout(120)) {
+  const Dataset data;
+  const std::vector<ShapeStage> stages = episode_curriculum();
+  for (const SamplingMode sampling : {SamplingMode::epoch, SamplingMode::random}) {
+    CAPTURE(static_cast<int>(sampling));
+    const std::vector<Row> expected = expected_stream(data, sampling, true, 20, stages);
+    // The lengths differ: episode 1000k + p tokens are cut at 8, whole at 32.
+    REQUIRE(expected[0].tokens.size() == 16);
+    REQUIRE(expected[12].tokens.size() == 32);
+    REQUIRE(expected[44].tokens.size() == 8);
+    for (const std::int64_t world : {1, 2, 4}) {
+      CAPTURE(world);
+      auto ranks = open_ranks(data, sampling, true, world, stages);
+      CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
+      CHECK(ranks[0]->batch_shape("train", 3).cols == 32);
+      CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
+      CHECK(take(ranks, 20) == expected);
+    }
+    // Resume on 4 ranks from a state of 2 at every step of the first 12 (boundaries at 3, 7).
+    const std::vector<Row> whole = expected_stream(data, sampling, true, 14, stages);
+    std::size_t rows_before = 0;
+    for (std::uint64_t at = 0; at < 12; ++at) {
+      CAPTURE(at);
+      auto first = open_ranks(data, sampling, true, 2, stages);
+      (void)take(first, at);
+      const std::string state = first[0]->save_state();
+      auto resumed = open_ranks(data, sampling, true, 4, stages);
+      for (auto& loader : resumed) loader->load_state(state);
+      CHECK(take(resumed, 14 - at) ==
+            std::vector<Row>(whole.begin() + static_cast<std::ptrdiff_t>(rows_before), whole.end()));
+      rows_before += first[0]->batch_shape("train", at).rows * 2;
     }
   }
 }
@@ -335,6 +392,7 @@ TEST_CASE("shape schedule: its config from XML, its checks naming the stage, and
                   "data-parallel size 2") != std::string::npos);
   Config longer = c;
   longer.shape_schedule[1].block_size = 32;
+  longer.dataset_mode = DatasetMode::sft_packed;  // (sft_episode's rows take a stage's length)
   CHECK(error_of([&] { Loader{longer}; }).find("shape_schedule stage 1: block_size=32 differs") != std::string::npos);
   Config early = c;
   early.shape_schedule[1].until_tokens = 100;
@@ -560,18 +618,28 @@ TEST_CASE(
 
 TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its report") {
   const Stream data;
-  for (const bool epoch : {true, false}) {
+  const std::string refused =
+      "shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a sequence-length schedule "
+      "is supported for dataset_mode=token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode "
+      "without truncation=split only so far";
+  {
     Config c = stream_config(data, 1, 0);
     c.shape_schedule = curriculum();
-    if (epoch) {
-      c.batch_sampling_mode = SamplingMode::epoch;
-    } else {
-      c.dataset_mode = DatasetMode::sft_episode;
-    }
-    CHECK(error_of([&] { Loader{c}; })
-              .find("shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a "
-                    "sequence-length schedule is supported for dataset_mode=token_stream with "
-                    "batch_sampling_mode=random only so far") != std::string::npos);
+    c.batch_sampling_mode = SamplingMode::epoch;
+    CHECK(error_of([&] {
+            Loader{c};
+          }).find(refused + " (this config: dataset_mode=token_stream, batch_sampling_mode=epoch") !=
+          std::string::npos);
+  }
+  // Packed rows, and pieces of truncation=split (the sampled ids change with the length).
+  {
+    const Dataset episodes;
+    Config c = config_of(episodes, SamplingMode::epoch, true, 1, 0, true, episode_curriculum());
+    c.truncation = Truncation::split;
+    CHECK(error_of([&] { Loader{c}; }).find(refused) != std::string::npos);
+    c.truncation = Truncation::right;
+    c.dataset_mode = DatasetMode::sft_packed;
+    CHECK(error_of([&] { Loader{c}; }).find(refused) != std::string::npos);
   }
   // A stage longer than every file: refused at open, naming the stage.
   {

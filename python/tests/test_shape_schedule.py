@@ -49,14 +49,35 @@ def test_resume_inside_and_across_stages(sft_dir):
     ([{"until_step": 3, "rows": 4}, {}], "shape_schedule stage 0: unknown key 'rows'"),
     ([{"until_step": 3, "global_batch_size": 0}, {}], "shape_schedule stage 0: config key 'global_batch_size' must be > 0"),
     ([{"global_batch_size": 8}, {"global_batch_size": 4}], "shape_schedule stage 0 has no until_step"),
-    ([{"until_step": 3, "block_size": 128}, {}],
-     "a sequence-length schedule is supported for dataset_mode=token_stream with batch_sampling_mode=random"),
     ([{"until_step": "soon"}, {}], "shape_schedule stage 0: config key 'until_step'"),
     ("until_step=3", "shape_schedule"),
 ])
 def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
     with pytest.raises(tokenfeed.ConfigError, match=message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
+
+
+@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"), dict(truncation="split")])
+def test_a_curriculum_where_rows_cannot_change_length_is_refused(sft_dir, keys):
+    with pytest.raises(tokenfeed.ConfigError, match="a sequence-length schedule is supported for dataset_mode="
+                       "token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode without "
+                       "truncation=split only so far"):
+        tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}], **keys))
+
+
+def test_sft_episode_rows_take_each_stage_length(sft_dir):
+    # Steps 0-2 at block_size 64 (the key's), then 128: the same episodes in the epoch's
+    # order, each row its episode at the batch's length.
+    keys = base_keys(sft_dir, dataset_mode="sft_episode", shape_schedule=[{"until_step": 3}, {"block_size": 128}])
+    loader = tokenfeed.Loader(keys)
+    batches = [(b.episode_ids.copy(), b.tokens.copy()) for b in loader.iter(steps=5)]
+    for step, (ids, tokens) in enumerate(batches):
+        cols = 64 if step < 3 else 128
+        assert tokens.shape == (4, cols) == loader.batch_shape(step)
+        at_length = tokenfeed.Loader(base_keys(sft_dir, dataset_mode="sft_episode", block_size=cols))
+        want = [(b.episode_ids.copy(), b.tokens.copy()) for b in at_length.iter(steps=step + 1)][step]
+        np.testing.assert_array_equal(ids, want[0])
+        np.testing.assert_array_equal(tokens, want[1])
 
 
 def test_inspect_reports_each_stage(stream_dir):

@@ -1,6 +1,7 @@
 #include "modes/episode_batch_source.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace tokenfeed {
 
@@ -16,8 +17,25 @@ void finish_row_padding(detail::BatchSlot& slot, std::size_t row, std::size_t co
   if (real < cols) slot.add_sequence(cols - real);
 }
 
+EpisodeBatchSource::EpisodeBatchSource(const EpisodeSplit& split, const EpochOrders& orders,
+                                       const EpisodeWindows& windows, Options options,
+                                       std::vector<const EpisodeWindows*> stage_windows)
+    : SampledRowSource(orders), split_(split), windows_(std::move(stage_windows)), options_(options) {
+  windows_.insert(windows_.begin(), &windows);
+  for (const EpisodeWindows* w : windows_) longest_ = std::max(longest_, w->S());
+  split_.advise_random_access();  // rows are read in shuffled order; see will_need
+}
+
+const EpisodeWindows& EpisodeBatchSource::windows_for(std::size_t cols) const noexcept {
+  for (const EpisodeWindows* w : windows_) {
+    if (w->S() == cols + 1) return *w;
+  }
+  return *windows_.front();  // unreachable for a settled schedule (see REQUIRES)
+}
+
 void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
-  const std::size_t T = options_.block_size;
+  const std::size_t T = slot.cols;  // the batch's block size (options_.block_size unless scheduled)
+  const EpisodeWindows& windows = windows_for(T);
   const std::int64_t pad = options_.pad_token_id;
   const bool contract = options_.contract_fields;
   // What the trainer does not read (Config::fields) is left unwritten.
@@ -53,15 +71,15 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
     return f;
   };
   if (id >= 0) {
-    const EpisodeWindows::Kept kept = windows_.kept(static_cast<std::uint64_t>(id), sampler_.pieces());
+    const EpisodeWindows::Kept kept = windows.kept(static_cast<std::uint64_t>(id), sampler_.pieces());
     const EpisodeData& episode = kept.data;
     const SftWindow& window = kept.window;
     const std::size_t n = window.size();
     const std::size_t x_count = std::min(n, T);  // real tokens in x: t[0:min(n, T)]
     y_count = n == 0 ? 0 : std::min(n - 1, T);
-    windows_.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
+    windows.write_targets(episode, window, y_count, options_.with_mask, row, options_.ignore_index);
     write_padding_run(T - y_count, padding_from(y_count), pad, options_.ignore_index);
-    if (x_count > y_count) windows_.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
+    if (x_count > y_count) windows.read_tokens(episode, window, y_count, x_count - y_count, row.x + y_count);
   } else {
     write_padding_run(T, padding_from(0), pad, options_.ignore_index);
   }
@@ -74,11 +92,11 @@ void EpisodeBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std
 }
 
 void EpisodeBatchSource::prefetch_id(std::int64_t id) const noexcept {
-  if (id >= 0) windows_.prefetch_start(episode_of(id), options_.with_mask);
+  if (id >= 0) windows_.front()->prefetch_start(episode_of(id), options_.with_mask);
 }
 
 void EpisodeBatchSource::will_need_id(std::int64_t id) const noexcept {
-  split_.prefetch_episode(episode_of(id), options_.block_size + 1);
+  split_.prefetch_episode(episode_of(id), longest_);
 }
 
 }  // namespace tokenfeed

@@ -8,12 +8,14 @@
 // where there is a loss (not padding, mask non-zero), else ignore_index; one sequence of
 // n - 1 positions per row, then the row's padding. With truncation=split the sampled ids
 // are piece numbers (DocumentPieces) and each row is one piece: t is the piece's tokens,
-// the row's id its episode's.
+// the row's id its episode's. Under a sequence-length schedule each batch has its own
+// block_size (the slot's cols) and a row keeps its episode's window at that length.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "pipeline/batch_pool.hpp"
 #include "pipeline/batch_source.hpp"
@@ -41,11 +43,11 @@ class EpisodeBatchSource final : public SampledRowSource {
   };
 
   // REQUIRES: split, orders (and its sampler) and windows outlive the source.
+  // `windows`: the windows at options.block_size (S = block_size + 1); under a
+  // sequence-length schedule, also those of every other stage length (`stage_windows`),
+  // each batch's found by its cols.
   EpisodeBatchSource(const EpisodeSplit& split, const EpochOrders& orders, const EpisodeWindows& windows,
-                     Options options) noexcept
-      : SampledRowSource(orders), split_(split), windows_(windows), options_(options) {
-    split_.advise_random_access();  // rows are read in shuffled order; see will_need
-  }
+                     Options options, std::vector<const EpisodeWindows*> stage_windows = {});
 
   void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of the row's episode.
@@ -57,8 +59,13 @@ class EpisodeBatchSource final : public SampledRowSource {
 
  private:
   const EpisodeSplit& split_;
-  const EpisodeWindows& windows_;
+  std::vector<const EpisodeWindows*> windows_;  // [0]: options_.block_size's
   Options options_;
+  std::size_t longest_ = 0;  // the longest kept sequence of any batch (will_need's reach)
+
+  // The windows of a batch of `cols` positions per row. REQUIRES: one of windows_ has
+  // S() == cols + 1 (the schedule's stages, settled at open).
+  const EpisodeWindows& windows_for(std::size_t cols) const noexcept;
 
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
   // The episode of sampled id `id` >= 0 (a piece number with truncation=split).

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dataset/episode_dataset.hpp"
 #include "dataset/token_stream.hpp"
@@ -34,6 +35,8 @@ struct SplitData {
   std::optional<EpisodeSplit> episodes;     // the SFT modes
   std::optional<TokenStreamSplit> stream;   // token_stream
   std::unique_ptr<EpisodeWindows> windows;  // the SFT modes: what a row keeps of an episode
+  // sft_episode under a sequence-length schedule: the windows of each other stage length.
+  std::vector<std::unique_ptr<EpisodeWindows>> stage_windows;
   std::unique_ptr<EpisodeSampler> sampler;  // over kept episode ids, pieces or windows
   std::unique_ptr<EpochOrders> orders;      // the sampler's orders in use
   std::uint64_t fingerprint = 0;            // the split's layout, lengths and dtype

@@ -1,5 +1,6 @@
 #include "splits/episode_modes.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -93,7 +94,9 @@ std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& se
                                  " tokens=" + std::to_string(episodes.total_tokens()) +
                                  " shards=" + std::to_string(episodes.shards().size()) +
                                  " dtype=" + to_string(episodes.token_dtype()) + " mask=" + bool_text(mask);
-  const detail::BatchShape shape = batch_shape_of(config, largest_batch_rows(config, name), mask);
+  // The buffers hold the longest rows of any stage (a sequence-length schedule's).
+  const detail::BatchShape shape =
+      batch_shape_of(config, largest_batch_rows(config, name), mask, largest_block_size(config, name));
   std::unique_ptr<DatasetSplit> split = split_over(settled, name, std::move(data), shape, std::move(description));
   split->check_forms_a_batch();
   log_line(LogLevel::debug, debug_line);
@@ -152,8 +155,23 @@ std::unique_ptr<DatasetSplit> EpisodeModeBuilder::split_over(const ResolvedOptio
                                                              const detail::BatchShape& shape,
                                                              DatasetSplit::Description description) const {
   const Config& config = settled.config;
-  auto episodes = std::make_unique<EpisodeBatchSource>(*data->episodes, *data->orders, *data->windows,
-                                                       source_options(config, shape.with_mask));
+  // Under a sequence-length schedule a row keeps its episode's window at its batch's length:
+  // the windows of every stage length other than the key's.
+  std::vector<const EpisodeWindows*> stage_windows;
+  if (const auto schedule = shape_schedule_of(config, name)) {
+    for (const ShapeSchedule::Stage& stage : schedule->stages()) {
+      const auto S = static_cast<std::size_t>(stage.block_size) + 1;
+      const bool known = S == data->windows->S() || std::any_of(stage_windows.begin(), stage_windows.end(),
+                                                                [S](const EpisodeWindows* w) { return w->S() == S; });
+      if (known) continue;
+      data->stage_windows.push_back(
+          std::make_unique<EpisodeWindows>(*data->episodes, S, config.truncation, settled.metadata.special_tokens));
+      stage_windows.push_back(data->stage_windows.back().get());
+    }
+  }
+  auto episodes =
+      std::make_unique<EpisodeBatchSource>(*data->episodes, *data->orders, *data->windows,
+                                           source_options(config, shape.with_mask), std::move(stage_windows));
   return split_of_sampled_rows(name, config, std::move(data), std::move(episodes), shape, std::move(description));
 }
 
