@@ -311,6 +311,91 @@ TEST_CASE("rl: identical batches from a deterministic sampler, and after save_st
   CHECK(error_of([&] { resumed.load_state("nope"); }, ErrorKind::state).find("JSON") != std::string::npos);
 }
 
+// Batches 0-2: 4 rows of 12 (global 8 over 2 data-parallel ranks); 3-5: 4 rows of 24; then
+// 5 rows (batch_size) of 8, which truncates most sequences.
+GroupBatcherOptions scheduled_options() {
+  GroupBatcherOptions o = options(5, 20);
+  o.data_parallel_size = 2;
+  o.shape_schedule = {ShapeStage{3, std::nullopt, 8, 12}, ShapeStage{6, std::nullopt, 8, 24},
+                      ShapeStage{std::nullopt, std::nullopt, std::nullopt, 8}};
+  return o;
+}
+
+TEST_CASE("rl: a shape_schedule shapes batch k by its stage, groups stay in pull order, resume is exact") {
+  ToySampler sampler;
+  sampler.flat = {4, 9};
+  const std::vector<std::pair<std::size_t, std::size_t>> shapes = {{4, 12}, {4, 12}, {4, 12}, {4, 24}, {4, 24},
+                                                                   {4, 24}, {5, 8},  {5, 8},  {5, 8}};
+  std::vector<Snapshot> straight;
+  std::vector<std::string> states;
+  GroupBatcher batcher(scheduled_options());
+  std::int64_t last_group = -1;
+  std::set<std::int64_t> placed;
+  for (std::size_t step = 0; step < shapes.size(); ++step) {
+    CAPTURE(step);
+    states.push_back(batcher.save_state());
+    Batch b = batcher.next_batch(sampler);
+    REQUIRE(b.rows() == shapes[step].first);
+    REQUIRE(b.cols() == shapes[step].second);
+    // Every sequence cut for this batch's own block size (a group left over from the batch
+    // before is cut again), with its fields as in any batch.
+    check_batch(b, sampler, Advantage::grpo, b.cols());
+    // Its truncated sequences counted at its block size.
+    std::uint64_t truncated = 0;
+    std::set<std::int64_t> groups;
+    for (std::size_t s = 0; s < b.num_sequences(); ++s) {
+      const std::int64_t gid = b.group_ids()[s];
+      if (gid < 0) continue;
+      groups.insert(gid);
+      const ScoredGroup g = sampler(static_cast<std::uint64_t>(gid));
+      const std::int64_t first = b.labels()[static_cast<std::size_t>(b.cu_seqlens()[s]) + g.prompt.size() - 1];
+      const auto k = static_cast<std::size_t>((first - 100000 * (gid + 1)) / 100);
+      if (g.prompt.size() + g.completions[k].size() > b.cols() + 1) ++truncated;
+    }
+    CHECK(batcher.batch_metrics().truncated_sequences == truncated);
+    // Whole groups in pull order: this batch's come after every earlier batch's.
+    REQUIRE(!groups.empty());
+    CHECK(*groups.begin() > last_group);
+    last_group = *groups.rbegin();
+    placed.insert(groups.begin(), groups.end());
+    straight.push_back(snap(b));
+  }
+  // Every valid group up to the last placed one, none twice (sets), none skipped.
+  for (std::int64_t i = 0; i <= last_group; ++i)
+    CHECK(placed.count(i) == (sampler.flat.count(static_cast<std::uint64_t>(i)) ? 0u : 1u));
+  for (std::size_t at = 0; at < shapes.size(); ++at) {
+    CAPTURE(at);
+    GroupBatcher resumed(scheduled_options());
+    resumed.load_state(states[at]);
+    for (std::size_t step = at; step < shapes.size(); ++step)
+      CHECK(snap(resumed.next_batch(sampler)) == straight[step]);
+  }
+}
+
+TEST_CASE("rl: a GroupBatcher's shape_schedule is checked, naming the stage") {
+  GroupBatcherOptions odd = scheduled_options();
+  odd.shape_schedule[1].global_batch_size = 7;
+  CHECK(error_of([&] { GroupBatcher{odd}; }, ErrorKind::config)
+            .find("GroupBatcher: shape_schedule stage 1: global_batch_size=7 is not a multiple of the data-parallel "
+                  "size 2") != std::string::npos);
+  GroupBatcherOptions open_end = scheduled_options();
+  open_end.shape_schedule[1].until_step.reset();
+  CHECK(error_of([&] { GroupBatcher{open_end}; }, ErrorKind::config)
+            .find("shape_schedule stage 1 has no until_step or until_tokens") != std::string::npos);
+  GroupBatcherOptions zero = scheduled_options();
+  zero.shape_schedule[2].block_size = 0;
+  CHECK(error_of([&] { GroupBatcher{zero}; }, ErrorKind::config).find("stage 2: block_size must be > 0") !=
+        std::string::npos);
+  // A prompt must leave room in the shortest block size, whichever batch it would open.
+  GroupBatcherOptions short_rows = scheduled_options();
+  short_rows.shape_schedule[2].block_size = 3;
+  GroupBatcher batcher(short_rows);
+  ToySampler sampler;  // prompts of 2 + i % 4 tokens: index 2 has 4
+  CHECK(error_of([&] { (void)batcher.next_batch([&](std::uint64_t) { return sampler(2); }); }, ErrorKind::usage)
+            .find("has a prompt of 4 tokens: block_size 3 (the shape_schedule's shortest) leaves no room for a "
+                  "completion") != std::string::npos);
+}
+
 TEST_CASE("rl: an exception from the sampler reaches the caller unchanged, the batcher stays where it was") {
   ToySampler sampler;
   GroupBatcher batcher(options(4, 24));
@@ -436,6 +521,16 @@ TEST_CASE("rl: prompts follow the epoch order, sliced by rank, skipping prompts 
   CHECK(a.fingerprint() == b.fingerprint());
   CHECK(a.fingerprint() != c.fingerprint());
   CHECK(error_of([&] { RLPrompts tiny(config, 2); }).find("fewer than the data-parallel size") != std::string::npos);
+  // A shape_schedule (the GroupBatcher's) leaves the order alone; prompts longer than its
+  // shortest block size are never drawn.
+  Config scheduled = config;
+  scheduled.shape_schedule = {ShapeStage{2, std::nullopt, 2, 6}, ShapeStage{std::nullopt, std::nullopt, 4, 16}};
+  RLPrompts staged(scheduled, 10);
+  std::size_t at_most_6 = 0;
+  for (const auto& e : episodes) at_most_6 += e.tokens.size() <= 6 ? 1 : 0;
+  CHECK(staged.size() == at_most_6);
+  for (std::uint64_t i = 0; i < staged.per_epoch(); ++i) CHECK(staged.at(i).tokens.size() <= 6);
+  CHECK(staged.config().shape_schedule.size() == 2);
 }
 
 TEST_CASE("rl: prompts settle their config with the loader's rules: the train split's shuffle, the pad id") {

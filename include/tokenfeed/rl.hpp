@@ -100,6 +100,15 @@ struct GroupBatcherOptions {
   std::uint64_t vocab_size = 0;      // token ids must be below it; 0: unknown (ids only checked >= 0)
   std::int64_t pad_token_id = 0;
   std::int64_t ignore_index = -100;
+  // A batch-size warmup and sequence-length curriculum by batch (step k is the k-th batch
+  // emitted): the Loader's stages (config.hpp's ShapeStage; RLPrompts::config() carries a
+  // config's), batch k having its stage's global_batch_size / data_parallel_size rows of its
+  // block_size positions (a stage without one: batch_size x data_parallel_size, block_size).
+  // Empty: batch_size x block_size at every step. Groups are still placed in pull order; a
+  // group left over from one batch opens the next, cut again for its block size. Every
+  // prompt must leave room for a completion in the shortest block size.
+  std::vector<ShapeStage> shape_schedule;
+  std::size_t data_parallel_size = 1;  // what divides a stage's global_batch_size, > 0
 };
 
 // Counts over some batches: one batch (GroupBatcher::batch_metrics) or all emitted ones
@@ -192,7 +201,9 @@ struct Prompt {
 // train split's epoch_shuffle (or random mode), this rank's slice of rank/world_size (index i is
 // position i*world_size + rank of the stream, the remainder of an epoch smaller than
 // world_size skipped), episodes shorter than episode_min_tokens or longer than
-// `max_tokens` never drawn. Prompt i is a pure function of i.
+// `max_tokens` (and than any block_size of the config's shape_schedule, whose stages are
+// the GroupBatcher's to follow: GroupBatcherOptions::shape_schedule) never drawn. Prompt i
+// is a pure function of i.
 class TOKENFEED_API RLPrompts {
  public:
   // Throws Error as the Loader does for a bad config or dataset, and Error(config) when no

@@ -112,8 +112,14 @@ void bind_rl(nb::module_& m) {
           "__init__",
           [](tokenfeed::GroupBatcher* self, std::size_t batch_size, std::size_t block_size, std::size_t group_size,
              double eps, const std::string& advantage, std::uint64_t max_attempts, std::int64_t pad_token_id,
-             std::int64_t ignore_index, std::uint64_t vocab_size, bool skip_failed_prompts) {
+             std::int64_t ignore_index, std::uint64_t vocab_size, bool skip_failed_prompts,
+             const tokenfeed::RLPrompts* prompts) {
             tokenfeed::GroupBatcherOptions o;
+            if (prompts != nullptr) {  // the prompts' config's shape_schedule, over its data-parallel ranks
+              o.shape_schedule = prompts->config().shape_schedule;
+              const tokenfeed::Config& c = prompts->config();  // settled: its data-parallel size is derived
+              o.data_parallel_size = static_cast<std::size_t>(c.data_parallel_size.value_or(c.world_size));
+            }
             o.batch_size = batch_size;
             o.block_size = block_size;
             o.group_size = group_size;
@@ -127,7 +133,7 @@ void bind_rl(nb::module_& m) {
             new (self) tokenfeed::GroupBatcher(o);
           },
           "batch_size"_a, "block_size"_a, "group_size"_a, "eps"_a, "advantage"_a, "max_attempts"_a, "pad_token_id"_a,
-          "ignore_index"_a, "vocab_size"_a, "skip_failed_prompts"_a)
+          "ignore_index"_a, "vocab_size"_a, "skip_failed_prompts"_a, "prompts"_a.none())
       .def(
           "next_batch",
           [](tokenfeed::GroupBatcher& b, nb::callable pull) {

@@ -454,3 +454,30 @@ def test_a_state_is_refused_by_a_copy_of_the_prompts_with_one_token_changed(prom
     with pytest.raises(tokenfeed.StateError, match="another prompt dataset or order"):
         other.load_state_dict(state)
     make_loader(prompts_dir).load_state_dict(state)  # the original still takes it
+
+
+def test_a_shape_schedule_shapes_each_batch_and_resumes_exactly(prompts_dir):
+    root, _ = prompts_dir
+    # Batches 0-1: 2 rows of 12 positions; then batch_size 3 rows of 30.
+    config = {"dataset_dir": str(root), "audit_log_dir": "",
+              "shape_schedule": [{"until_step": 2, "global_batch_size": 2, "block_size": 12}, {"block_size": 30}]}
+
+    def loader():
+        return tokenfeed.RLLoader(config, toy_group, group_size=GROUP, batch_size=3, block_size=20)
+
+    first = loader()
+    straight, states, groups = [], [], []
+    for step in range(6):
+        states.append(first.state_dict())
+        batch = next(first)
+        assert batch.tokens.shape == ((2, 12) if step < 2 else (3, 30))
+        ids = sorted(set(int(g) for g in batch.group_ids if g >= 0))
+        assert not groups or ids[0] > groups[-1]  # whole groups, in pull order
+        groups.extend(ids)
+        straight.append(copy_of(batch))
+    assert groups == list(range(groups[-1] + 1))  # toy_group's rewards always vary: none dropped
+    for at in (1, 2, 3):
+        resumed = loader()
+        resumed.load_state_dict(states[at])
+        for step in range(at, 6):
+            assert same(copy_of(next(resumed)), straight[step]), step

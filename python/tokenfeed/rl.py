@@ -202,6 +202,12 @@ class RLLoader:
     KeyboardInterrupt too) or ``close()``, a sampler still running there is abandoned, and
     the next thread waits for it before sampling again.
 
+    A ``shape_schedule`` in ``prompts_config`` (the Loader's stages: ``until_step`` or
+    ``until_tokens``, ``global_batch_size``, ``block_size``) shapes the batches by step: batch
+    k has its stage's ``global_batch_size`` / the data-parallel size rows of its
+    ``block_size``; groups still go in pull order, a group left over opening the next batch,
+    and prompts longer than the shortest block size are never drawn.
+
     ``state_dict()`` holds the prompt cursor and the metrics; after ``load_state_dict`` the
     sampler is asked for the same prompts in the same order as in the run that saved it.
     Keyword ``overrides`` set single keys of ``prompts_config``. One trainer thread."""
@@ -231,7 +237,7 @@ class RLLoader:
         self.vocab_size: Optional[int] = vocab_size if vocab_size is not None else (self._prompts.vocab_size or None)
         self._batcher = _core._GroupBatcher(batch_size, block_size, group_size, float(eps), str(advantage),
                                             max_attempts, self._prompts.pad_token_id, self._prompts.ignore_index,
-                                            self.vocab_size or 0, bool(skip_failed_prompts))
+                                            self.vocab_size or 0, bool(skip_failed_prompts), self._prompts)
 
     # The group of pull index `index`: its prompt, the sampler's result, normalized.
     def _sample(self, index: int) -> Tuple[Any, ...]:

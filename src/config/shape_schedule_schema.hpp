@@ -24,10 +24,9 @@ namespace tokenfeed {
 void set_shape_schedule(Config& config, const std::vector<ConfigRecord>& records);
 
 // Checks the stages against each other and the config: each but the last ends (by
-// until_step or until_tokens, not both), the last does not, until_step increases, the
-// values are positive, block_size is the key's (a sequence-length curriculum is not
-// implemented), and a schedule is given only where it is implemented (not with a mixture).
-// Throws Error(config) naming the stage.
+// until_step or until_tokens, not both), the last does not, until_step increases and the
+// values are positive. Where a stage's block size may differ from the key's is settled at
+// open (splits/shape_plan.hpp). Throws Error(config) naming the stage.
 void validate_shape_schedule(const Config& config);
 
 // The schedule as one line of text (Loader::config's entry, the fingerprint's field):

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/batch_pool.hpp"
+#include "sampling/shape_schedule.hpp"
+#include "splits/shape_plan.hpp"
 #include "modes/episode_batch_source.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/log.hpp"
@@ -44,7 +46,8 @@ constexpr const char* kStateFormat = "tokenfeed-rl-state";
 // metrics its pull (and the dropped pulls just before it) add to the batch that takes it.
 struct PreparedGroup {
   ScoredGroup group;
-  std::vector<std::size_t> kept;  // completion tokens kept, per completion
+  std::vector<std::size_t> kept;  // completion tokens kept, per completion, at block size `cut_for`
+  std::size_t cut_for = 0;        // the block size `kept` was cut for (cut())
   std::vector<double> advantages;
   std::uint64_t next_index = 0;  // the pull index after this group
   RLMetrics metrics;
@@ -63,6 +66,8 @@ std::string where(std::uint64_t index, const ScoredGroup& g) {
 
 struct GroupBatcher::Impl {
   GroupBatcherOptions options;
+  // options.shape_schedule settled (null: batch_size x block_size at every step).
+  std::shared_ptr<const ShapeSchedule> schedule;
   std::shared_ptr<detail::BatchPool> pool;
 
   // The state: where a resumed run starts, and the metrics of the emitted batches.
@@ -75,10 +80,13 @@ struct GroupBatcher::Impl {
   std::uint64_t cursor = 0;
   std::optional<PreparedGroup> pending;
 
-  explicit Impl(GroupBatcherOptions o) : options(o) {
-    detail::BatchShape shape;
-    shape.rows = options.batch_size;
-    shape.cols = options.block_size;
+  explicit Impl(GroupBatcherOptions o)
+      : options(std::move(o)),
+        schedule(settle_shape_stages(options.shape_schedule, options.batch_size * options.data_parallel_size,
+                                     options.block_size, options.data_parallel_size)) {
+    detail::BatchShape shape;  // the largest stage's (a schedule's) rows and cols
+    shape.rows = schedule ? schedule->largest_global_batch() / options.data_parallel_size : options.batch_size;
+    shape.cols = schedule ? schedule->largest_block_size() : options.block_size;
     shape.y_is_labels = true;
     shape.contract_fields = true;
     shape.packed = true;
@@ -139,11 +147,7 @@ struct GroupBatcher::Impl {
                                         " completions out of " + std::to_string(n));
     }
     if (g.prompt.empty()) throw Error(ErrorKind::usage, where(index, g) + " has an empty prompt");
-    if (g.prompt.size() > options.block_size) {
-      throw Error(ErrorKind::usage, where(index, g) + " has a prompt of " + std::to_string(g.prompt.size()) +
-                                        " tokens: block_size " + std::to_string(options.block_size) +
-                                        " leaves no room for a completion");
-    }
+    check_prompt_fits(g, index, shortest_block());
     for (std::size_t i = 0; i < n; ++i) {
       if (g.completions[i].empty())
         throw Error(ErrorKind::usage, where(index, g) + ": completion " + std::to_string(i) + " is empty");
@@ -172,9 +176,6 @@ struct GroupBatcher::Impl {
     PreparedGroup p;
     p.next_index = index + 1;
     p.advantages.resize(n);
-    p.kept.resize(n);
-    // A sequence of n tokens takes n - 1 input positions; at most block_size + 1 tokens.
-    const std::size_t room = options.block_size + 1 - g.prompt.size();
     for (std::size_t i = 0; i < n; ++i) {
       p.advantages[i] =
           options.advantage == Advantage::grpo ? (g.rewards[i] - mean) / (sd + options.eps) : g.rewards[i] - mean;
@@ -184,8 +185,6 @@ struct GroupBatcher::Impl {
                                           ") is not finite in float32, the batch's type for token_weights; "
                                           "scale the rewards down");
       }
-      p.kept[i] = std::min(g.completions[i].size(), room);
-      if (p.kept[i] < g.completions[i].size()) ++p.metrics.truncated_sequences;
       p.metrics.reward_sum += g.rewards[i];
       p.metrics.advantage_sum += p.advantages[i];
       p.metrics.abs_advantage_sum += std::abs(p.advantages[i]);
@@ -195,6 +194,38 @@ struct GroupBatcher::Impl {
     if (g.group_id < 0) g.group_id = static_cast<std::int64_t>(index);
     p.group = std::move(g);
     return p;
+  }
+
+  // The shortest block size of any step: a prompt must leave room for a completion in it.
+  std::size_t shortest_block() const noexcept {
+    if (!schedule) return options.block_size;
+    std::uint64_t shortest = schedule->stages().front().block_size;
+    for (const ShapeSchedule::Stage& stage : schedule->stages()) shortest = std::min(shortest, stage.block_size);
+    return static_cast<std::size_t>(shortest);
+  }
+
+  void check_prompt_fits(const ScoredGroup& g, std::uint64_t index, std::size_t block) const {
+    if (g.prompt.size() <= block) return;
+    throw Error(ErrorKind::usage, where(index, g) + " has a prompt of " + std::to_string(g.prompt.size()) +
+                                      " tokens: block_size " + std::to_string(block) +
+                                      (schedule ? " (the shape_schedule's shortest)" : "") +
+                                      " leaves no room for a completion");
+  }
+
+  // Cuts `p`'s completions for rows of `block` positions (a sequence of n tokens takes n - 1
+  // input positions; at most block + 1 tokens), counting the truncated ones. Again when a
+  // group left over from a batch opens one of another block size.
+  static void cut(PreparedGroup& p, std::size_t block) {
+    if (p.cut_for == block) return;
+    const ScoredGroup& g = p.group;
+    const std::size_t room = block + 1 - g.prompt.size();  // >= 1: check_prompt_fits
+    p.kept.resize(g.completions.size());
+    p.metrics.truncated_sequences = 0;
+    for (std::size_t i = 0; i < g.completions.size(); ++i) {
+      p.kept[i] = std::min(g.completions[i].size(), room);
+      if (p.kept[i] < g.completions[i].size()) ++p.metrics.truncated_sequences;
+    }
+    p.cut_for = block;
   }
 
   // Pulls from `cursor` until a group's rewards vary.
@@ -254,12 +285,14 @@ struct GroupBatcher::Impl {
 
   // Where each sequence of a group goes (first fit over the rows, in order), given the
   // positions used per row; false when one does not fit.
-  bool fit(const PreparedGroup& p, std::vector<std::size_t>& used, std::vector<std::size_t>& rows) const {
+  // REQUIRES: `p` cut for `block`, the batch's block size.
+  static bool fit(const PreparedGroup& p, std::size_t block, std::vector<std::size_t>& used,
+                  std::vector<std::size_t>& rows) {
     rows.assign(p.kept.size(), 0);
     for (std::size_t i = 0; i < p.kept.size(); ++i) {
       const std::size_t positions = p.group.prompt.size() + p.kept[i] - 1;
       std::size_t r = 0;
-      while (r < used.size() && used[r] + positions > options.block_size) ++r;
+      while (r < used.size() && used[r] + positions > block) ++r;
       if (r == used.size()) return false;
       rows[i] = r;
       used[r] += positions;
@@ -267,12 +300,14 @@ struct GroupBatcher::Impl {
     return true;
   }
 
-  // Writes completion `i` of `p` at (row, column); returns its input positions.
-  std::size_t write(BatchSlot& slot, const PreparedGroup& p, std::size_t i, std::size_t row, std::size_t column) const {
+  // Writes completion `i` of `p` at (row, column) of a batch of `cols` positions per row;
+  // returns its input positions.
+  std::size_t write(BatchSlot& slot, const PreparedGroup& p, std::size_t i, std::size_t row, std::size_t column,
+                    std::size_t cols) const {
     const ScoredGroup& g = p.group;
     const std::size_t P = g.prompt.size();
     const std::size_t positions = P + p.kept[i] - 1;
-    const std::size_t at = row * options.block_size + column;
+    const std::size_t at = row * cols + column;
     const auto token = [&](std::size_t k) { return k < P ? g.prompt[k] : g.completions[i][k - P]; };
     const float advantage = static_cast<float>(p.advantages[i]);
     const bool lp = !g.log_probs.empty();
@@ -308,9 +343,13 @@ struct GroupBatcher::Impl {
   }
 
   Batch fill(BatchSlot& slot, const Pull& pull) {
-    const std::size_t rows = options.batch_size, T = options.block_size;
     const std::uint64_t step = totals.batches;
-    slot.begin_batch(step, 0, step, 0, rows);
+    // The step's shape: its shape_schedule stage's, or the options' at every step.
+    const std::size_t rows =
+        schedule ? static_cast<std::size_t>(schedule->global_batch_at(step) / options.data_parallel_size)
+                 : options.batch_size;
+    const std::size_t T = schedule ? static_cast<std::size_t>(schedule->block_size_at(step)) : options.block_size;
+    slot.begin_batch(step, 0, step, 0, rows, T);
     slot.log_probs_given = false;
     std::fill(slot.log_probs.begin(), slot.log_probs.end(), 0.0f);
     std::vector<std::size_t> used(rows, 0), trial, where_rows;
@@ -321,8 +360,9 @@ struct GroupBatcher::Impl {
     std::uint64_t next_committed = committed_cursor;
     for (;;) {
       if (!pending) pending = pull_valid(pull);
+      cut(*pending, T);
       trial = used;
-      if (!fit(*pending, trial, where_rows)) {
+      if (!fit(*pending, T, trial, where_rows)) {
         if (groups.empty()) {
           std::size_t positions = 0;
           for (std::size_t k : pending->kept) positions += pending->group.prompt.size() + k - 1;
@@ -341,7 +381,7 @@ struct GroupBatcher::Impl {
       if (!g.group.log_probs.empty()) slot.log_probs_given = true;
       for (std::size_t i = 0; i < g.kept.size(); ++i) {
         const std::size_t r = where_rows[i];
-        const std::size_t positions = write(slot, g, i, r, used[r]);
+        const std::size_t positions = write(slot, g, i, r, used[r], T);
         placed[r].push_back({groups.size() - 1, i, used[r], positions});
         used[r] += positions;
       }
@@ -389,7 +429,12 @@ GroupBatcher::GroupBatcher(GroupBatcherOptions options) {
     throw Error(ErrorKind::config, "GroupBatcher: eps must be finite and >= 0, got " + shortest_text(options.eps));
   }
   if (options.max_attempts == 0) throw Error(ErrorKind::config, "GroupBatcher: max_attempts must be > 0");
-  impl_ = std::make_unique<Impl>(options);
+  if (options.data_parallel_size == 0) throw Error(ErrorKind::config, "GroupBatcher: data_parallel_size must be > 0");
+  try {
+    impl_ = std::make_unique<Impl>(std::move(options));
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string("GroupBatcher: ") + e.what());
+  }
 }
 
 GroupBatcher::~GroupBatcher() = default;

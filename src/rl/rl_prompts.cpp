@@ -28,7 +28,11 @@ namespace {
 // Train's order with one prompt per pull index and every pull a real prompt (an epoch's
 // remainder smaller than the data-parallel size skipped).
 EpisodeSampler::Settings prompt_order_settings(const Config& settled) {
-  EpisodeSampler::Settings order = sampler_settings(settled, "train");
+  // One prompt per pull index, whatever the batches' shapes: a shape_schedule is the
+  // GroupBatcher's.
+  Config unscheduled = settled;
+  unscheduled.shape_schedule.clear();
+  EpisodeSampler::Settings order = sampler_settings(unscheduled, "train");
   order.batch_size = 1;
   order.drop_last = true;
   return order;
@@ -48,6 +52,11 @@ struct RLPrompts::Impl {
 
 RLPrompts::RLPrompts(Config config, std::size_t max_tokens) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  // A prompt must leave room for a completion in every stage's rows.
+  for (const ShapeStage& stage : config.shape_schedule) {
+    if (stage.block_size && *stage.block_size > 0)
+      max_tokens = std::min(max_tokens, static_cast<std::size_t>(*stage.block_size));
+  }
   ResolvedOptions settled = resolve_prompt_options(std::move(config), max_tokens);
   Config& c = settled.config;
   s.pad = c.pad_token_id.value_or(0);

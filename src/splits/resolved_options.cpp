@@ -106,11 +106,7 @@ std::uint64_t global_batch_size(const Config& config) {
 ResolvedOptions resolve_prompt_options(Config config, std::size_t max_tokens) {
   if (config.batch_size <= 0) config.batch_size = 1;
   if (config.block_size <= 0) config.block_size = static_cast<std::int64_t>(max_tokens);
-  validate_config(config);
-  if (!config.shape_schedule.empty()) {
-    throw Error(ErrorKind::config,
-                "an RL prompt source takes no shape_schedule: its batches are the groups the trainer scores");
-  }
+  validate_config(config);  // a shape_schedule is the GroupBatcher's (GroupBatcherOptions), not the prompts'
   check_dataset_dir(config);
   ResolvedOptions r;
   settle_ranks(config, r);

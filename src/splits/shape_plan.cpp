@@ -1,5 +1,6 @@
 #include "splits/shape_plan.hpp"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,19 +64,43 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   return static_cast<std::uint64_t>(*stage.block_size);
 }
 
-}  // namespace
+// Stage `index`'s values on their own (validate_shape_schedule's rules, for stages that did
+// not come through a config: an RL GroupBatcher's).
+void check_stage_values(std::size_t index, std::size_t count, const ShapeStage& stage) {
+  const std::string where = stage_where(index);
+  const auto positive = [&where](const char* key, const std::optional<std::int64_t>& value) {
+    if (value && *value <= 0) {
+      throw Error(ErrorKind::config, where + ": " + key + " must be > 0, got " + std::to_string(*value));
+    }
+  };
+  positive("until_step", stage.until_step);
+  positive("until_tokens", stage.until_tokens);
+  positive("global_batch_size", stage.global_batch_size);
+  positive("block_size", stage.block_size);
+  const bool ends = stage.until_step || stage.until_tokens;
+  if (stage.until_step && stage.until_tokens) {
+    throw Error(ErrorKind::config, where + " has both until_step and until_tokens; a stage ends by one of them");
+  }
+  if (ends == (index + 1 == count)) {
+    throw Error(ErrorKind::config, where + (ends ? " is the last stage and has an end; the last stage holds for ever"
+                                                 : " has no until_step or until_tokens; only the last stage has none"));
+  }
+}
 
-std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split) {
-  if (split != "train" || settled.shape_schedule.empty()) return nullptr;
-  const std::uint64_t dp = data_parallel_size(settled);
+// `stages` settled: each stage's global batch (`global` where it sets none; a multiple of
+// `dp`) and block size (`block_of`), its until_tokens end turned into a step.
+std::shared_ptr<const ShapeSchedule> settle(
+    const std::vector<ShapeStage>& stages, std::uint64_t global_default, std::uint64_t dp,
+    const std::function<std::uint64_t(std::size_t, const ShapeStage&)>& block_of) {
   std::vector<ShapeSchedule::Given> given;
   std::uint64_t first = 0, tokens = 0;
-  for (std::size_t i = 0; i < settled.shape_schedule.size(); ++i) {
-    const ShapeStage& stage = settled.shape_schedule[i];
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const ShapeStage& stage = stages[i];
+    check_stage_values(i, stages.size(), stage);
     const std::string where = stage_where(i);
-    const std::uint64_t block = stage_block_size(settled, i, stage);
+    const std::uint64_t block = block_of(i, stage);
     const std::uint64_t global =
-        stage.global_batch_size ? static_cast<std::uint64_t>(*stage.global_batch_size) : global_batch_size(settled);
+        stage.global_batch_size ? static_cast<std::uint64_t>(*stage.global_batch_size) : global_default;
     if (global % dp != 0) {
       throw Error(ErrorKind::config, where + ": global_batch_size=" + std::to_string(global) +
                                          " is not a multiple of the data-parallel size " + std::to_string(dp) +
@@ -107,6 +132,24 @@ std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, st
     first = *end;
   }
   return std::make_shared<const ShapeSchedule>(given);
+}
+
+}  // namespace
+
+std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split) {
+  if (split != "train" || settled.shape_schedule.empty()) return nullptr;
+  return settle(
+      settled.shape_schedule, global_batch_size(settled), data_parallel_size(settled),
+      [&settled](std::size_t index, const ShapeStage& stage) { return stage_block_size(settled, index, stage); });
+}
+
+std::shared_ptr<const ShapeSchedule> settle_shape_stages(const std::vector<ShapeStage>& stages,
+                                                         std::uint64_t global_batch, std::uint64_t block_size,
+                                                         std::uint64_t data_parallel_size) {
+  if (stages.empty()) return nullptr;
+  return settle(stages, global_batch, data_parallel_size, [block_size](std::size_t, const ShapeStage& stage) {
+    return stage.block_size ? static_cast<std::uint64_t>(*stage.block_size) : block_size;
+  });
 }
 
 std::optional<std::string> shape_schedule_field(const Config& settled) {

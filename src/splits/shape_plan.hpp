@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sampling/shape_schedule.hpp"
 #include "tokenfeed/config.hpp"
@@ -24,6 +25,16 @@ namespace tokenfeed {
 // key's own rules (context parallelism's multiple).
 // REQUIRES: `settled` passed validate_config and its data-parallel size is known.
 std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split);
+
+// `stages` (an RL GroupBatcher's schedule, which no config settles) as a ShapeSchedule over
+// `data_parallel_size` ranks: a stage without global_batch_size has `global_batch`, one
+// without block_size has `block_size`, any block size allowed; null for no stages. Throws
+// Error(config) naming the stage, for what shape_schedule_of refuses and what
+// validate_shape_schedule checks of a config's stages (values > 0, exactly the last stage
+// without an end).
+std::shared_ptr<const ShapeSchedule> settle_shape_stages(const std::vector<ShapeStage>& stages,
+                                                         std::uint64_t global_batch, std::uint64_t block_size,
+                                                         std::uint64_t data_parallel_size);
 
 // The most rows a batch of `split` has on this rank (the batch buffers' size): batch_size,
 // or the schedule's largest global batch / the data-parallel size.
