@@ -166,7 +166,7 @@ void print_content(const SplitReport& s) {
                 s.layout_free_fingerprint.c_str());
   }
   if (!s.content_sha256.empty()) {
-    std::printf("  deep         content sha256 %s (layout-free: every token and document%s)\n",
+    std::printf("  sha256       %s (content whatever the shards: every token and document%s)\n",
                 s.content_sha256.c_str(), s.episodes && s.episodes->mask ? ", every mask value" : "");
   }
 }

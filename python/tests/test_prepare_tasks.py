@@ -199,8 +199,8 @@ def content_lines(cli, dataset):
     for words in (line.split() for line in r.stdout.splitlines()):
         if words[:1] == ["content"]:
             values.append(words[1])
-        elif words[:3] == ["deep", "content", "sha256"]:
-            values.append(words[3])
+        elif words[:1] == ["sha256"]:
+            values.append(words[1])
     assert len(values) == 4, r.stdout
     return values
 
