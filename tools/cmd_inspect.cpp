@@ -159,6 +159,18 @@ void print_checksums(const ChecksumCheck& c) {
   }
 }
 
+// The layout-free content identity: the same for the same documents in any shards.
+void print_content(const SplitReport& s) {
+  if (!s.layout_free_fingerprint.empty()) {
+    std::printf("  content      %s (layout-free fingerprint: sampled tokens, every document)\n",
+                s.layout_free_fingerprint.c_str());
+  }
+  if (!s.content_sha256.empty()) {
+    std::printf("  sha256       %s (content whatever the shards: every token and document%s)\n",
+                s.content_sha256.c_str(), s.episodes && s.episodes->mask ? ", every mask value" : "");
+  }
+}
+
 void print_episode_split(const InspectRequest& r, const SplitReport& s) {
   std::printf("split %s (%s)\n", s.name.c_str(), s.dir.c_str());
   if (!s.episodes) {
@@ -183,6 +195,7 @@ void print_episode_split(const InspectRequest& r, const SplitReport& s) {
     if (f.all_zero) print_all_zero(*f.all_zero);
     print_checksums(*s.checksums);
   }
+  print_content(s);
   std::printf("  verdict      %s\n", s.verdict.c_str());
 }
 
@@ -246,6 +259,7 @@ void print_stream_split(const InspectRequest& r, const SplitReport& s) {
   }
   if (r.deep) print_vocab(s.vocab);
   if (s.checksums) print_checksums(*s.checksums);
+  print_content(s);
   std::printf("  verdict      %s\n", s.verdict.c_str());
 }
 
@@ -303,7 +317,8 @@ void add_inspect_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--deep", options->request.deep,
                 "Also check every token against vocab_size, mask values (uint8 not 0/1, float32 negative), all-zero "
-                "masks, and each shard against the content checksums in dataset_metadata.json");
+                "masks, each shard against the content checksums in dataset_metadata.json, and print each split's "
+                "layout-free content SHA-256 (every token and document, whatever the shards)");
   cmd->add_option("--eos-id", options->eos_id, "End-of-text id for counting documents in a token stream")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--token-dtype", options->token_dtype,

@@ -146,6 +146,7 @@ nb::dict deep_dict(const SplitReport& s) {
                        return located;
                      }))}});
   });
+  d["content_sha256"] = s.content_sha256.empty() ? nb::none() : nb::cast(s.content_sha256);
   d["checksums"] = optional_of(s.checksums, [](const ChecksumCheck& c) {
     return dict_of(
         {{"recorded", nb::cast(c.recorded)}, {"shards", nb::cast(c.shards)}, {"problems", nb::cast(c.problems)}});
@@ -171,6 +172,7 @@ nb::dict split_dict(const DatasetReport& report, const SplitReport& s) {
       dict_of({{"verdict", nb::cast(s.verdict)}, {"valid", nb::cast(s.valid())}, {"error", refusal_dict(s.refusal)}});
   if (s.episodes) add_episode_figures(report, *s.episodes, d);
   if (s.stream) add_stream_figures(*s.stream, d);
+  if (!s.layout_free_fingerprint.empty()) d["layout_free_fingerprint"] = s.layout_free_fingerprint;
   const bool checked = s.vocab || s.checksums || (s.episodes && (s.episodes->mask_values || s.episodes->all_zero));
   d["deep"] = report.deep && (checked || s.stream) ? nb::object(deep_dict(s)) : nb::none();
   return d;

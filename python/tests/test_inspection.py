@@ -91,6 +91,9 @@ def test_token_stream_figures_match_the_command(stream_dir, cli):
         # Flat .bin files record no checksums; vocab_size is not recorded either.
         assert split["deep"]["vocab"] is None and split["deep"]["checksums"] is None
         assert got["deep"] == ["token ids not checked: dataset_metadata.json has no vocab_size"]
+        # The content identity, whatever the files: its fingerprint, and deep its SHA-256.
+        assert got["content"][0].split()[0] == split["layout_free_fingerprint"]
+        assert got["sha256"][0].split()[0] == split["deep"]["content_sha256"]
     assert report["config"]["dataset_mode"] == "token_stream" and report["config"]["document_aware"] == "true"
 
 

@@ -190,6 +190,51 @@ def test_byte_ranges_of_one_large_file_give_every_document_exactly_once(cli, tmp
     assert meta["skipped"]["not_a_string"] == 30 and meta["documents"]["blank_lines"] > 0
 
 
+def content_lines(cli, dataset):
+    """Each split's content identity as `tokenfeed inspect --deep` prints it: its fingerprint and
+    its SHA-256, train's then val's."""
+    r = subprocess.run([cli, "inspect", str(dataset), "--deep"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    values = []
+    for words in (line.split() for line in r.stdout.splitlines()):
+        if words[:1] == ["content"]:
+            values.append(words[1])
+        elif words[:1] == ["sha256"]:
+            values.append(words[1])
+    assert len(values) == 4, r.stdout
+    return values
+
+
+@pytest.mark.parametrize("fmt", ["tokens", "episodes"])
+def test_one_process_and_merged_tasks_are_the_same_content_in_other_shards(cli, tmp_path, fmt):
+    """Issue 42: the content identity inspect prints does not depend on where the shards end; one
+    token changed changes it (the fingerprint and the SHA-256)."""
+    write_corpus(tmp_path / "in", {"a.jsonl": 300, "b.jsonl": 700}, seed=3)
+    common = [tmp_path / "in" / "*.jsonl", "--val-split", "0.1", "--format", fmt, "--progress-seconds", "0"]
+    run(cli, *common, "--shard-tokens", "3000", "--output-dir", tmp_path / "one")
+    for i in range(3):
+        run(cli, *common, "--shard-tokens", "2000", "--output-dir", tmp_path / "m", "--task", i, "--num-tasks", 3,
+            "--max-part-bytes", 20000)
+    run(cli, "--merge", tmp_path / "m")
+    shards = {d: sorted(str(p.relative_to(tmp_path / d)) for p in (tmp_path / d / "train").iterdir())
+              for d in ("one", "m")}
+    assert shards["one"] != shards["m"]
+    tokens = {d: tokenfeed.inspect(tmp_path / d)["splits"]["train"]["tokens"] for d in ("one", "m")}
+    assert tokens["one"] == tokens["m"]
+    one = content_lines(cli, tmp_path / "one")
+    assert content_lines(cli, tmp_path / "m") == one
+    report = tokenfeed.inspect(tmp_path / "m", deep=True)["splits"]["train"]
+    assert [report["layout_free_fingerprint"], report["deep"]["content_sha256"]] == one[:2]
+    # One token of the merged dataset's second train shard changed.
+    name = "shard_00001.npy" if fmt == "tokens" else "shard_00001/tokens.bin"
+    path = tmp_path / "m" / "train" / name
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 1
+    path.write_bytes(bytes(data))
+    report = tokenfeed.inspect(tmp_path / "m", deep=True)["splits"]["train"]
+    assert report["layout_free_fingerprint"] != one[0] and report["deep"]["content_sha256"] != one[1]
+
+
 def test_the_python_doors_prepare_a_task_and_merge(tmp_path, monkeypatch):
     write_corpus(tmp_path / "in", {"a.jsonl": 400, "b.jsonl": 900}, seed=2)
     inputs = [str(tmp_path / "in" / "*.jsonl")]

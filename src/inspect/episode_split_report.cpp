@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "dataset/content_checksum.hpp"
+#include "dataset/layout_free_content.hpp"
 #include "dataset/mask_values.hpp"
 #include "inspect/split_reports.hpp"
 #include "splits/episode_modes.hpp"
+#include "splits/fingerprint.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -162,7 +164,11 @@ SplitReport inspect_episode_split(const InspectRequest& r, const ResolvedOptions
     return report;
   }
   if (r.block_size > 0) report.episodes->block = truncation_and_packing(r, run, name, split, kept);
-  if (r.deep) deep_checks(r, run, split, kept, report);
+  report.layout_free_fingerprint = hex64(layout_free_fingerprint(split).content);
+  if (r.deep) {
+    deep_checks(r, run, split, kept, report);
+    report.content_sha256 = layout_free_digest(split);
+  }
   report.verdict = report.bad_token_ids     ? "INVALID: token ids out of vocabulary"
                    : report.bad_mask_values ? "INVALID: mask values out of range"
                    : report.bad_checksums   ? "INVALID: content checksum mismatch"

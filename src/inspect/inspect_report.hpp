@@ -177,6 +177,10 @@ struct SplitReport {
   // flat token stream, which nothing records).
   std::optional<VocabCheck> vocab;
   std::optional<ChecksumCheck> checksums;
+  // The split's layout-free content identity (dataset/layout_free_content.hpp), the same for
+  // the same documents in any shards: its fingerprint (16 hex digits) when it opened, and
+  // deep its SHA-256 over every byte (64 hex digits). Empty when not computed.
+  std::string layout_free_fingerprint, content_sha256;
   std::string verdict;             // "ok" or "INVALID: why"
   std::optional<Refusal> refusal;  // what the loader would raise for this split
   bool bad_token_ids = false, bad_mask_values = false, bad_checksums = false;

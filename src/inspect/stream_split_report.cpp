@@ -9,9 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "dataset/layout_free_content.hpp"
 #include "dataset/token_stream.hpp"
 #include "inspect/split_reports.hpp"
 #include "modes/token_stream_batch_source.hpp"
+#include "splits/fingerprint.hpp"
 
 namespace tokenfeed {
 namespace {
@@ -106,6 +108,8 @@ SplitReport inspect_stream_split(const InspectRequest& r, const DatasetMetadata&
   const std::optional<std::int64_t> eos = end_of_text_id(r.eos_id, meta);
   if (eos || report.vocab) scan_tokens(split, eos, report.vocab, *report.stream);
   report.bad_token_ids = report.vocab && report.vocab->out_of_vocab > 0;
+  report.layout_free_fingerprint = hex64(layout_free_fingerprint(split).content);
+  if (r.deep) report.content_sha256 = layout_free_digest(split);
   // A sharded stream's files (shards and their .docs.npy) are recorded under the split's
   // name, as prepare-text records them; nothing records a flat <split>.bin|.npy.
   std::error_code ec;

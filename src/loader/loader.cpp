@@ -133,7 +133,8 @@ void Loader::load_state(std::string_view text) {
   std::optional<PreparedWeights> adopted =
       mixture != nullptr ? mixture->adopt_state_changes(state.weight_changes) : std::nullopt;
   check_state_matches(state, adopted ? adopted->fingerprint : data.fingerprint(),
-                      adopted ? adopted->order : data.order_fields(), data.config());
+                      adopted ? adopted->order : data.order_fields(), data.config(),
+                      adopted ? adopted->earlier_fingerprints : data.earlier_fingerprints());
   // Where each split resumes, all checked before any split moves: a refused state leaves
   // the loader unchanged.
   std::map<std::string, SplitPosition, std::less<>> positions;

@@ -357,6 +357,17 @@ void Mixture::make_fingerprint() {
     order_fields_["stage." + std::to_string(st)] = stage;
   }
   fingerprint_ = fingerprint_of(kFingerprintFormula, order_fields_);
+  earlier_fingerprints_ = earlier_fingerprints_of(order_fields_);
+}
+
+std::vector<std::string> Mixture::earlier_fingerprints_of(const OrderFields& order) const {
+  OrderFields earlier = order;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    const std::vector<std::string>& theirs = members_[i]->earlier_fingerprints();
+    if (!theirs.empty()) earlier["source." + names_[i]] = theirs.front();
+  }
+  if (earlier == order) return {};
+  return {fingerprint_of(kFingerprintFormula, earlier)};
 }
 
 void Mixture::announce_open() {

@@ -143,6 +143,10 @@ class Mixture final : public SplitSet {
   const MixtureSchedule& schedule_of(const std::string& split) const;
   void open_split(const std::string& name);
   void make_fingerprint();
+  // The fingerprints of `order` with each source's earlier fingerprint in place of its own
+  // (SplitSet::earlier_fingerprints): what an earlier tokenfeed gave this order. Empty when
+  // no source has one.
+  std::vector<std::string> earlier_fingerprints_of(const OrderFields& order) const;
   void announce_open();
 };
 

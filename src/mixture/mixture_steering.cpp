@@ -40,6 +40,7 @@ PreparedWeights Mixture::prepare_weights(std::vector<WeightChange> changes) cons
   prepared.order = order_fields_;
   set_change_fields(prepared.order, changes);
   prepared.fingerprint = fingerprint_of(kFingerprintFormula, prepared.order);
+  prepared.earlier_fingerprints = earlier_fingerprints_of(prepared.order);
   prepared.changes = std::move(changes);
   return prepared;
 }
@@ -96,6 +97,7 @@ void Mixture::commit_weights(PreparedWeights prepared, PipelineGate& gate) {
   changes_ = std::move(prepared.changes);
   order_fields_ = std::move(prepared.order);
   fingerprint_ = std::move(prepared.fingerprint);
+  earlier_fingerprints_ = std::move(prepared.earlier_fingerprints);
 }
 
 }  // namespace tokenfeed

@@ -1,5 +1,6 @@
 #include "splits/resume_state.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <iterator>
 #include <map>
@@ -162,8 +163,9 @@ std::string explain_field(const std::string& key, const std::string& was, const 
   }
   if (key.rfind("content.", 0) == 0) {
     return "the content of the dataset's '" + key.substr(8) + "' split differs (content hash " + was +
-           " in the state, " + is +
-           " here) though its lengths may not: point dataset_dir at the dataset the state "
+           " in the state, " + is + " here" +
+           (config.dataset_mode == DatasetMode::token_stream ? ", over its files' names, sizes and bytes" : "") +
+           ") though its lengths may not: point dataset_dir at the dataset the state "
            "was saved with";
   }
   if (key.rfind(kWeightChangeField, 0) == 0) {
@@ -173,6 +175,15 @@ std::string explain_field(const std::string& key, const std::string& was, const 
   if (key.rfind("source.", 0) == 0) {
     return "mixture " + key + " differs (its fingerprint " + was + " in the state, " + is +
            " here): its dataset or its order settings changed";
+  }
+  if (key.rfind("data.", 0) == 0 && config.dataset_mode == DatasetMode::token_stream) {
+    return "the files of the token stream's '" + key.substr(5) +
+           "' split differ (their names, token counts and dtypes "
+           "hash to " +
+           was + " in the state, " + is +
+           " here): a token stream's windows never cross a file, so even the same documents in other shards (a "
+           "prepare-text --merge of N tasks and a one-process run) make other batches; point dataset_dir at the "
+           "dataset the state was saved with";
   }
   if (key.rfind("data.", 0) == 0) {
     return "the dataset's '" + key.substr(5) + "' split differs (content fingerprint " + was + " in the state, " + is +
@@ -282,8 +293,11 @@ bool differs_only_after(const ResumeState& state, const OrderFields& order) {
 }  // namespace
 
 void check_state_matches(const ResumeState& state, const std::string& fingerprint, const OrderFields& order,
-                         const Config& config) {
-  if (state.fingerprint != fingerprint && differs_only_after(state, order)) {
+                         const Config& config, const std::vector<std::string>& earlier) {
+  if (std::find(earlier.begin(), earlier.end(), state.fingerprint) != earlier.end()) {
+    log_line(LogLevel::info, "[tokenfeed] resume: the state was saved by an earlier tokenfeed, whose fingerprint " +
+                                 state.fingerprint + " hashed this dataset's shard layout; accepted as " + fingerprint);
+  } else if (state.fingerprint != fingerprint && differs_only_after(state, order)) {
     log_line(LogLevel::info, "[tokenfeed] resume: the shape_schedule differs from the state's only after its step " +
                                  std::to_string(state.splits.at("train").step) +
                                  " (the batches so far had the same sizes): accepted, the run continues on this "

@@ -48,9 +48,11 @@ ResumeState parse_resume_state(std::string_view text);
 
 // Throws Error(state) unless `state` was saved by a loader of this dataset and order
 // (`fingerprint`, with the `order` fields it hashes: the message names each field that
-// differs and what to set) and records train. REQUIRES: config's ranks settled.
+// differs and what to set) and records train. A state holding one of `earlier` (what an
+// earlier tokenfeed gave the same data and order: SplitSet::earlier_fingerprints) matches
+// too. REQUIRES: config's ranks settled.
 void check_state_matches(const ResumeState& state, const std::string& fingerprint, const OrderFields& order,
-                         const Config& config);
+                         const Config& config, const std::vector<std::string>& earlier = {});
 
 // Throws Error(state) for a step of split `name` no run reaches (beyond 2^53 batches, or
 // whose rows overflow the sample counter). REQUIRES: a validated config.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dataset/content_fingerprint.hpp"
+#include "dataset/layout_free_content.hpp"
 #include "launch/memory_budget.hpp"
 #include "splits/mode_builder.hpp"
 #include "launch/parallel_layout.hpp"
@@ -61,12 +62,30 @@ void SingleDataset::make_fingerprint() {
   const Config& c = config();
   OrderFields& fields = order_fields_;
   fields = tokenfeed::order_fields(settled_.config);
+  // What a tokenfeed before layout-free episode content gave: the layout's hashes throughout.
+  OrderFields earlier = fields;
   for (const auto& [name, split] : own_) {
-    fields["data." + name] = hex64(split->data().fingerprint);  // layout, lengths, dtype
+    const SplitData& data = split->data();
+    earlier["data." + name] = hex64(data.fingerprint);  // layout, lengths, dtype
     // The tokens themselves (dataset/content_fingerprint.hpp: every byte, or sampled blocks).
-    fields["content." + name] = hex64(split_content(c.dataset_dir, name, split->data()));
+    earlier["content." + name] = hex64(split_content(c.dataset_dir, name, data));
+    if (data.episodes) {
+      // Episodes are numbered globally and read by id, so that their batches are the same
+      // however the split is sharded: the documents and their content, whatever the files
+      // (dataset/layout_free_content.hpp), a `prepare-text --merge` of N tasks as a
+      // one-process run.
+      const LayoutFreeFingerprint layout_free = layout_free_fingerprint(*data.episodes);
+      fields["data." + name] = hex64(layout_free.documents);
+      fields["content." + name] = hex64(layout_free.content);
+    } else {
+      // A token stream's windows never cross a file: its files are part of its order.
+      fields["data." + name] = earlier["data." + name];
+      fields["content." + name] = earlier["content." + name];
+    }
   }
   fingerprint_ = fingerprint_of("tokenfeed-order-v2", fields);
+  const std::string earlier_fingerprint = fingerprint_of("tokenfeed-order-v2", earlier);
+  if (earlier_fingerprint != fingerprint_) earlier_fingerprints_.push_back(earlier_fingerprint);
 }
 
 void SingleDataset::announce_open() {

@@ -38,6 +38,10 @@ class SplitSet {
   LoaderSplit& find(std::string_view name) const;
   const OrderFields& order_fields() const noexcept { return order_fields_; }
   const std::string& fingerprint() const noexcept { return fingerprint_; }
+  // The fingerprints an earlier tokenfeed gave this same data and order (before episode
+  // content was hashed whatever its shards), which a state it saved holds: taken as
+  // fingerprint(). Empty when they are the same.
+  const std::vector<std::string>& earlier_fingerprints() const noexcept { return earlier_fingerprints_; }
   AuditTrail& audit() const noexcept { return *audit_; }
   // Where this process sits in the parallel layout (resolve_options settled it).
   const ParallelLayout& layout() const noexcept { return layout_; }
@@ -46,6 +50,7 @@ class SplitSet {
   std::map<std::string, LoaderSplit*, std::less<>> splits_;  // owned by the subclass
   OrderFields order_fields_;
   std::string fingerprint_;
+  std::vector<std::string> earlier_fingerprints_;
   std::unique_ptr<AuditTrail> audit_;
   ParallelLayout layout_;
 };

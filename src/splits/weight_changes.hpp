@@ -71,6 +71,7 @@ struct PreparedWeights {
   std::shared_ptr<const MixtureSchedule> schedule;
   OrderFields order;
   std::string fingerprint;
+  std::vector<std::string> earlier_fingerprints;  // SplitSet::earlier_fingerprints of `order`
 };
 
 // The prefix of those fields' keys.
