@@ -84,12 +84,33 @@ void check_request(const InspectRequest& r) {
   }
 }
 
-// Combinations that make no sense for this dataset: packing a token stream, cutting turns
-// the metadata cannot find, a .bin stream whose dtype nothing says.
+// --packed over a token stream reads its files' documents as episodes, as sft_packed does:
+// a stream with a file that does not index them (a plain .bin or .npy) has no episodes to
+// pack. (A stream that does not open is left to its split's report.)
+void check_packs_documents(const InspectRequest& r, std::optional<TokenDtype> dtype) {
+  std::optional<TokenStreamSplit> train;
+  try {
+    train.emplace(TokenStreamSplit::open(r.dataset_dir, "train", dtype));
+  } catch (const Error&) {
+    return;
+  }
+  for (const StreamFile& f : train->files()) {
+    if (f.document_starts) continue;
+    throw Error(ErrorKind::usage,
+                "inspect --packed reports how sft_packed packs episodes (of an episode-indexed "
+                "dataset, or the documents of Megatron pairs and datatrove files), but '" +
+                    r.dataset_dir + "' is a token stream whose file '" + f.map.path().string() +
+                    "' does not index its documents");
+  }
+}
+
+// Combinations that make no sense for this dataset: packing a token stream of unindexed
+// files, cutting turns the metadata cannot find, a .bin stream whose dtype nothing says.
 void check_request_against(const InspectRequest& r, const DatasetMetadata& meta, Layout mode,
                            std::optional<TokenDtype> dtype, const std::vector<std::string>& splits) {
   const fs::path root(r.dataset_dir);
   const std::string metadata_file = (root / "dataset_metadata.json").string();
+  if (r.packed && mode == Layout::stream) check_packs_documents(r, dtype);
   if (r.packed && r.truncation == Truncation::drop_oldest_turns && !meta.special_tokens) {
     throw Error(ErrorKind::usage,
                 "inspect --truncation drop_oldest_turns finds turns from the chat template's ids, but '" +
