@@ -362,15 +362,15 @@ void check_document_files(const std::vector<StreamFile>& files) {
   }
 }
 
-// The runs of file `file`'s documents that `ranges` (a split by document hash) hold, as a
-// shard's runs, and their document count.
-std::uint64_t shard_runs(const std::vector<DocumentRange>& ranges, std::size_t file,
+// The runs of file `file`'s documents that `ranges` (a split by document hash, in file
+// order) hold from ranges[next] on, as a shard's runs, and their document count; `next`
+// moves past them (one pass over the ranges for all the files).
+std::uint64_t shard_runs(const std::vector<DocumentRange>& ranges, std::size_t file, std::size_t& next,
                          std::vector<EpisodeShard::DocumentRun>& runs) {
   std::uint64_t episodes = 0;
-  for (const DocumentRange& r : ranges) {
-    if (r.file != file) continue;
-    runs.push_back({episodes, r.first_document});
-    episodes += r.documents;
+  for (; next < ranges.size() && ranges[next].file == file; ++next) {
+    runs.push_back({episodes, ranges[next].first_document});
+    episodes += ranges[next].documents;
   }
   return episodes;
 }
@@ -389,13 +389,14 @@ EpisodeSplit EpisodeSplit::open_documents(const fs::path& dataset_dir, const std
   EpisodeSplit split;
   split.dir_ = dataset_dir / split_name;
   split.token_dtype_ = files.front().dtype;  // TokenStreamSplit::open found at least one file
+  std::size_t next_range = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
     StreamFile& f = files[i];
     EpisodeShard shard;
     shard.dir = f.map.path();
     shard.documents = f.document_starts;
     shard.first_episode = split.num_episodes_;
-    shard.episodes = by_hash.fraction > 0.0 ? shard_runs(ranges, i, shard.runs) : *f.documents;
+    shard.episodes = by_hash.fraction > 0.0 ? shard_runs(ranges, i, next_range, shard.runs) : *f.documents;
     shard.token_count = f.tokens;
     for (std::uint64_t d = 0; d < shard.episodes; ++d) {
       split.shortest_episode_ = std::min(split.shortest_episode_, shard.span(d).length);
