@@ -1,7 +1,8 @@
 // Shared by the fuzz targets of token files that index their documents (Megatron .idx,
 // datatrove .ds.index): what an opened split offers read, bounded so that one input stays
 // fast, and a document-aware loader taking a few batches (and an sft_packed one over the
-// documents, and one whose val is a fraction of them by hash).
+// documents, one whose val is a fraction of them by hash, and an sft_packed one over those
+// two splits of the documents).
 #pragma once
 
 #include <algorithm>
@@ -56,8 +57,9 @@ inline void take_document_aware_batches(const std::filesystem::path& dataset, st
     for (int k = 0; k < 4; ++k) (void)loader.get_batch();
   } catch (const Error&) {
   }
-  // The same files' documents as episodes (sft_packed), and split by document hash
-  // (val_fraction: windows across runs of documents), train's and val's batches.
+  // The same files' documents as episodes (sft_packed), split by document hash
+  // (val_fraction: windows across runs of documents), and both (episodes of the runs'
+  // documents), train's and val's batches.
   Config packed = c;
   packed.dataset_mode = DatasetMode::sft_packed;
   packed.document_aware = false;
@@ -67,7 +69,9 @@ inline void take_document_aware_batches(const std::filesystem::path& dataset, st
   packed.epoch_drop_last = false;
   Config by_hash = c;
   by_hash.val_fraction = 0.5;
-  for (const Config& other : {packed, by_hash}) {
+  Config packed_by_hash = packed;  // the documents by hash, as episodes
+  packed_by_hash.val_fraction = 0.5;
+  for (const Config& other : {packed, by_hash, packed_by_hash}) {
     try {
       Loader loader(other);
       for (int k = 0; k < 4; ++k) (void)loader.get_batch();

@@ -356,6 +356,24 @@ def test_megatron(tmp):
         f.write(snippet(r.stdout))
     d = run("dump", "--config", config, "--out", os.path.join(tmp, "megatron_dump"), "--batches", "1")
     check(d.returncode == 0, f"megatron: the snippet loads without a token_dtype: {d.stderr}")
+    # val_fraction: each split's documents of the files; the snippet (token stream, then
+    # --packed's sft_packed over the documents as episodes) loads both splits.
+    r = run("inspect", root, "--block-size", "8", "--val-fraction", "0.3", "--val-seed", "1", "--print-config")
+    counts = [int(n) for n in re.findall(r"val_fraction 0.3 \(val_seed 1\): this split is (\d+) documents", r.stdout)]
+    check(r.returncode == 0 and len(counts) == 2 and sum(counts) == 22 and min(counts) > 0
+          and "<val_fraction>0.3</val_fraction>" in r.stdout, f"megatron --val-fraction: {r.returncode} {r.stdout} {r.stderr}")
+    for packed in ([], ["--packed"]):
+        r = run("inspect", root, "--block-size", "8", "--val-fraction", "0.3", "--val-seed", "1", *packed,
+                "--print-config")
+        check(r.returncode == 0 and (not packed or r.stdout.count("packing      sft_packed:") == 2),
+              f"megatron --val-fraction {packed}: {r.returncode} {r.stdout} {r.stderr}")
+        with open(config, "w") as f:
+            f.write(snippet(r.stdout))
+        # (--packed's snippet fits its batch to train's rows; val's 6 documents pack into fewer.)
+        for split in ("train", "val")[:2 - len(packed)]:
+            d = run("dump", "--config", config, "--split", split, "--out", os.path.join(tmp, "megatron_val_dump"),
+                    "--batches", "1")
+            check(d.returncode == 0, f"megatron --val-fraction {packed}: the snippet loads {split}: {d.stderr}")
     with open(os.path.join(root, "train", "b.idx"), "ab") as f:
         f.write(b"\x00")
     r = run("inspect", root)

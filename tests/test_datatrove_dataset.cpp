@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dataset/datatrove_index.hpp"
+#include "dataset/episode_dataset.hpp"
 #include "dataset/token_stream.hpp"
 #include "document_rows.hpp"
 #include "inspect/inspect_dataset.hpp"
@@ -272,4 +273,39 @@ TEST_CASE("datatrove: val_fraction splits datatrove's documents by hash, train a
   CHECK(val > 0);
   CHECK(train + val == e.tokens.size());
   CHECK_NOTHROW(loader.get_batch("val"));
+}
+
+TEST_CASE("datatrove: val_fraction in sft_packed holds the token stream's val documents as episodes, train the rest") {
+  TempDir dir;
+  copy_fixture(dir.path(), "web_00000_unshuffled");
+  const Expected e = expected(50000);
+  const DocumentHashSplit by_hash{0.3, 0};
+  std::uint64_t tokens = 0, episodes = 0;
+  for (const char* name : {"train", "val"}) {
+    CAPTURE(name);
+    const TokenStreamSplit stream = TokenStreamSplit::open(dir.path(), name, std::nullopt, {}, by_hash);
+    const EpisodeSplit split = EpisodeSplit::open_documents(dir.path(), name, {}, {}, by_hash);
+    // Episode k is the stream split's k-th document, where the stream's index puts it.
+    std::vector<std::uint64_t> starts;
+    for (const DocumentRange& r : stream.ranges()) {
+      for (std::uint64_t d = 0; d < r.documents; ++d) {
+        starts.push_back(stream.files()[r.file].document_starts->document_start(r.first_document + d));
+      }
+    }
+    REQUIRE(split.num_episodes() == starts.size());
+    CHECK(split.num_episodes() > 3);
+    for (std::uint64_t k = 0; k < split.num_episodes(); ++k) CHECK(split.spans()[k].start == starts[k]);
+    CHECK(split.total_tokens() == stream.total_tokens());
+    tokens += split.total_tokens();
+    episodes += split.num_episodes();
+  }
+  CHECK(tokens == e.tokens.size());
+  CHECK(episodes == kDocuments);  // the fixture has no empty document
+  Config c = make_config(dir.path(), 2, 10);
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.val_fraction = by_hash.fraction;
+  Loader loader(c);
+  CHECK(loader.split_info("train").episodes + loader.split_info("val").episodes == kDocuments);
+  CHECK_NOTHROW(loader.get_batch("val"));
+  CHECK_NOTHROW(loader.get_batch());
 }

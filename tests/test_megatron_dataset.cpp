@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dataset/episode_dataset.hpp"
 #include "dataset/megatron_index.hpp"
 #include "document_rows.hpp"
 #include "dataset/token_stream.hpp"
@@ -557,6 +558,29 @@ void write_as_episodes(const fs::path& dir, const std::string& split,
   write_split(dir, split, episodes, dtype, false, 2);
 }
 
+// The batches of `c` (documents as episodes) against those of the same config over the
+// prepared `reference` (without val_fraction: its splits are written), in both SFT modes,
+// truncation right and split, past the first epoch of train and in val.
+void check_as_prepared(Config c, const fs::path& reference) {
+  for (const DatasetMode mode : {DatasetMode::sft_packed, DatasetMode::sft_episode}) {
+    for (const Truncation truncation : {Truncation::right, Truncation::split}) {
+      CAPTURE(to_string(mode));
+      CAPTURE(to_string(truncation));
+      c.dataset_mode = mode;
+      c.truncation = truncation;
+      Config r = c;
+      r.dataset_dir = reference;
+      r.val_fraction = 0.0;
+      r.val_seed = 0;
+      Loader foreign(c), prepared(r);
+      CHECK(foreign.split_info("val").episodes == prepared.split_info("val").episodes);
+      CHECK(foreign.split_info("val").tokens == prepared.split_info("val").tokens);
+      check_same_batches(foreign, prepared, 40);
+      check_same_batches(foreign, prepared, 5, "val");
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("megatron: sft_packed and sft_episode read each document of the pairs as an episode, every token trained") {
@@ -583,19 +607,7 @@ TEST_CASE("megatron: sft_packed and sft_episode read each document of the pairs 
     for (int k = 0; k < 12; ++k) segments += check_document_segments(loader.get_batch(), T, train);
     CHECK(segments > 36);
   }
-  for (const DatasetMode mode : {DatasetMode::sft_packed, DatasetMode::sft_episode}) {
-    for (const Truncation truncation : {Truncation::right, Truncation::split}) {
-      CAPTURE(to_string(mode));
-      CAPTURE(to_string(truncation));
-      c.dataset_mode = mode;
-      c.truncation = truncation;
-      Config r = c;
-      r.dataset_dir = reference.path();
-      Loader foreign(c), episodes(r);
-      check_same_batches(foreign, episodes, 40);  // past the first epoch
-      check_same_batches(foreign, episodes, 5, "val");
-    }
-  }
+  check_as_prepared(c, reference.path());
 }
 
 TEST_CASE("megatron: sft_packed over int32 documents, a negative id refused naming the file, a plain shard refused") {
@@ -760,10 +772,246 @@ TEST_CASE("megatron: val_fraction refuses a value outside 0 to 1, val_prefix bes
   c.token_dtype = TokenDtype::uint16;
   CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
         std::string::npos);
-  fs::remove(dir / "train/zz_plain.bin");
+  // The SFT modes read val_fraction too (the tests below), and refuse a plain file alike.
   c.dataset_mode = DatasetMode::sft_packed;
   c.pad_token_id = 0;
   c.batch_sampling_mode = SamplingMode::epoch;
-  CHECK(error_of([&] { Loader loader(c); }).find("'val_fraction' (val as a fraction of the documents) is read by") !=
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::format).find("zz_plain.bin' does not index its documents") !=
         std::string::npos);
+}
+
+namespace {
+
+// A document of a split by document hash: its file and its index there.
+using DocumentAt = std::pair<std::size_t, std::uint64_t>;
+
+// The documents of split `val` by the rule of docs/formats.md ("Val by document hash"),
+// as episodes: each file's chosen documents in order, and an empty document where it
+// follows one of the split's in its file (it joins that run), else in neither split.
+std::vector<DocumentAt> chosen_episodes(const std::vector<std::vector<std::vector<std::uint32_t>>>& files,
+                                        double fraction, std::uint64_t seed, bool val) {
+  std::vector<DocumentAt> out;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    bool open_run = false;
+    for (std::uint64_t d = 0; d < files[f].size(); ++d) {
+      if (files[f][d].empty()) {
+        if (open_run) out.emplace_back(f, d);
+        continue;
+      }
+      open_run = (token_split_point(files[f][d], seed) < fraction) == val;
+      if (open_run) out.emplace_back(f, d);
+    }
+  }
+  return out;
+}
+
+// Split `split`'s episodes as (file, document): the shard and the document its runs map the
+// episode to, its tokens checked against the document's.
+std::vector<DocumentAt> episodes_of(const EpisodeSplit& split,
+                                    const std::vector<std::vector<std::vector<std::uint32_t>>>& files) {
+  std::vector<DocumentAt> out;
+  for (std::uint64_t e = 0; e < split.num_episodes(); ++e) {
+    const std::size_t s = split.shard_of(e);
+    const EpisodeShard& shard = split.shards()[s];
+    out.emplace_back(s, shard.document_of(e - shard.first_episode));
+    const std::vector<std::uint32_t>& doc = files[s][out.back().second];
+    std::vector<std::int64_t> tokens(split.spans()[e].length);
+    split.read_tokens(e, 0, tokens.size(), tokens.data());
+    CHECK(std::vector<std::uint32_t>(tokens.begin(), tokens.end()) == doc);
+  }
+  return out;
+}
+
+// The token stream's split under `by_hash` as (file, document): its runs' documents.
+std::vector<DocumentAt> stream_documents(const fs::path& dir, const std::string& split, DocumentHashSplit by_hash) {
+  std::vector<DocumentAt> out;
+  const TokenStreamSplit stream = TokenStreamSplit::open(dir, split, std::nullopt, {}, by_hash);
+  for (const DocumentRange& r : stream.ranges()) {
+    for (std::uint64_t d = 0; d < r.documents; ++d) out.emplace_back(r.file, r.first_document + d);
+  }
+  return out;
+}
+
+// Two uint16 pairs of `count_a` and `count_b` random documents (from `seed` and seed + 1)
+// in DIR/train, a_text_document and b_text_document: each file's documents' tokens.
+std::vector<std::vector<std::vector<std::uint32_t>>> write_pairs(const fs::path& dir, std::size_t count_a,
+                                                                 std::size_t count_b, std::uint32_t seed) {
+  const std::vector<Document> a = random_documents(count_a, seed), b = random_documents(count_b, seed + 1);
+  MegatronWriter(a).write(dir / "train/a_text_document");
+  MegatronWriter(b).write(dir / "train/b_text_document");
+  return {document_tokens(a), document_tokens(b)};
+}
+
+}  // namespace
+
+TEST_CASE("megatron: val_fraction in the SFT modes holds the token stream's val documents, train the rest") {
+  TempDir dir;
+  const std::vector<std::vector<std::vector<std::uint32_t>>> files = write_pairs(dir.path(), 300, 200, 51);
+  const DocumentHashSplit by_hash{0.25, 9};
+  std::set<DocumentAt> seen;
+  std::uint64_t tokens = 0;
+  for (const bool val : {false, true}) {
+    CAPTURE(val);
+    const std::string name = val ? "val" : "train";
+    const EpisodeSplit split = EpisodeSplit::open_documents(dir.path(), name, {}, {}, by_hash);
+    const std::vector<DocumentAt> episodes = episodes_of(split, files);
+    // The same documents as the token stream's split, and as the rule written out here.
+    CHECK(episodes == stream_documents(dir.path(), name, by_hash));
+    CHECK(episodes == chosen_episodes(files, by_hash.fraction, by_hash.seed, val));
+    CHECK(std::is_sorted(episodes.begin(), episodes.end()));  // in file and index order
+    REQUIRE(episodes.size() > 40);
+    for (const DocumentAt& at : episodes) CHECK(seen.insert(at).second);  // disjoint
+    tokens += split.total_tokens();
+  }
+  // Together every document with tokens (an empty one may be in neither: it is invisible).
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    for (std::uint64_t d = 0; d < files[f].size(); ++d) {
+      if (!files[f][d].empty()) CHECK(seen.count({f, d}) == 1);
+    }
+  }
+  CHECK(tokens == TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens());
+}
+
+TEST_CASE("megatron: val_fraction in sft_packed and sft_episode gives the batches of the chosen documents prepared") {
+  TempDir dir, reference;
+  const std::vector<std::vector<std::vector<std::uint32_t>>> files = write_pairs(dir.path(), 200, 150, 61);
+  const double fraction = 0.3;
+  const std::uint64_t seed = 4;
+  for (const bool val : {false, true}) {
+    std::vector<std::vector<std::uint32_t>> documents;
+    for (const auto& [f, d] : chosen_episodes(files, fraction, seed, val)) documents.push_back(files[f][d]);
+    write_as_episodes(reference.path(), val ? "val" : "train", documents, TokenDtype::uint16);
+  }
+  Config c = make_config(dir.path(), 3, 16);
+  c.val_fraction = fraction;
+  c.val_seed = static_cast<std::int64_t>(seed);
+  check_as_prepared(c, reference.path());
+  // Resume: a state saved mid-epoch continues with the same batches; one of another seed
+  // or fraction (other documents) is refused.
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.truncation = Truncation::right;
+  Loader first(c);
+  for (int k = 0; k < 7; ++k) first.get_batch();
+  const std::string state = first.save_state();
+  Loader resumed(c);
+  resumed.load_state(state);
+  check_same_batches(first, resumed, 10);
+  Config other = c;
+  other.val_seed = 5;
+  CHECK(Loader(other).fingerprint() != first.fingerprint());
+  CHECK(error_of([&] { Loader(other).load_state(state); }, ErrorKind::state).find("fingerprint") != std::string::npos);
+  other = c;
+  other.val_fraction = 0.31;
+  CHECK(Loader(other).fingerprint() != first.fingerprint());
+}
+
+TEST_CASE("megatron: val_fraction in the SFT modes refuses episode datasets, a val split, an empty train or val") {
+  TempDir dir, episodes;
+  MegatronWriter(random_documents(30, 71)).write(dir / "train/a");
+  Config c = make_config(dir.path(), 1, 8);
+  c.dataset_mode = DatasetMode::sft_packed;
+  c.val_fraction = 0.999999999;  // every document goes to val
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::config).find("config key 'val_fraction' (") !=
+        std::string::npos);
+  c.val_fraction = 1e-12;  // none does
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::config).find("config key 'val_fraction' (") !=
+        std::string::npos);
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::config).find("leaves val no document") != std::string::npos);
+  c.val_fraction = 0.3;
+  MegatronWriter(random_documents(5, 72)).write(dir / "val/v");
+  CHECK(error_of([&] { Loader loader(c); }, ErrorKind::config).find("has a val split of its own") != std::string::npos);
+  fs::remove_all(dir / "val");
+  CHECK_NOTHROW(Loader{c});
+  // tokenfeed's own episode dataset: its val is its val split.
+  write_split(episodes.path(), "train", numbered_episodes(20, {5, 9}), TokenDtype::uint16, false, 1);
+  c.dataset_dir = episodes.path();
+  for (const DatasetMode mode : {DatasetMode::sft_packed, DatasetMode::sft_episode}) {
+    c.dataset_mode = mode;
+    const std::string error = error_of([&] { Loader loader(c); }, ErrorKind::config);
+    CHECK(error.find("config key 'val_fraction'") != std::string::npos);
+    CHECK(error.find("is an episode-indexed dataset") != std::string::npos);
+  }
+}
+
+TEST_CASE("megatron: inspect reports val_fraction's split, and --packed packs the documents as a prepared split") {
+  TempDir dir, reference;
+  const std::vector<std::vector<std::vector<std::uint32_t>>> files = write_pairs(dir.path(), 200, 120, 81);
+  InspectRequest request;
+  request.dataset_dir = dir.path().string();
+  request.block_size = 8;
+  request.val_fraction = 0.3;
+  request.val_seed = 2;
+  std::uint64_t documents[2] = {0, 0};
+  for (const bool val : {false, true}) {
+    std::vector<std::vector<std::uint32_t>> chosen;
+    for (const auto& [f, d] : chosen_episodes(files, 0.3, 2, val)) chosen.push_back(files[f][d]);
+    write_as_episodes(reference.path(), val ? "val" : "train", chosen, TokenDtype::uint16);
+    for (const auto& doc : chosen) documents[val] += doc.empty() ? 0 : 1;
+  }
+  {
+    const DatasetReport report = inspect_dataset(request);
+    REQUIRE(report.splits.size() == 2);
+    std::uint64_t tokens = 0;
+    for (const SplitReport& split : report.splits) {
+      CAPTURE(split.name);
+      CHECK(split.verdict == "ok");
+      REQUIRE(split.stream);
+      REQUIRE(split.stream->by_hash);
+      const StreamFigures::ByHash& by_hash = *split.stream->by_hash;
+      CHECK(by_hash.seed == 2);
+      CHECK(by_hash.runs > 10);
+      // Its documents with tokens (a run's empty ones are counted with it).
+      std::uint64_t nonempty = 0;
+      for (const auto& [f, d] : stream_documents(dir.path(), split.name, {0.3, 2})) nonempty += !files[f][d].empty();
+      CHECK(nonempty == documents[split.name == "val"]);
+      tokens += split.stream->tokens;
+    }
+    CHECK(tokens == TokenStreamSplit::open(dir.path(), "train", std::nullopt).total_tokens());
+    // The snippet carries the keys.
+    const auto has = [&report](const std::string& key, const std::string& value) {
+      return std::any_of(report.suggested_config.begin(), report.suggested_config.end(),
+                         [&](const SuggestedKey& k) { return k.key == key && k.value == value; });
+    };
+    CHECK(has("val_fraction", "0.3"));
+    CHECK(has("val_seed", "2"));
+  }
+  // --packed: the documents as episodes, packed as the same documents prepared would be.
+  request.packed = true;
+  request.truncation = Truncation::split;
+  InspectRequest prepared = request;
+  prepared.dataset_dir = reference.path().string();
+  prepared.val_fraction = 0.0;
+  prepared.val_seed = 0;
+  const DatasetReport foreign = inspect_dataset(request), expected = inspect_dataset(prepared);
+  CHECK(foreign.layout == DatasetLayout::episodes);
+  REQUIRE(foreign.splits.size() == 2);
+  REQUIRE(expected.splits.size() == 2);
+  for (std::size_t s = 0; s < 2; ++s) {
+    CAPTURE(foreign.splits[s].name);
+    CHECK(foreign.splits[s].verdict == "ok");
+    REQUIRE(foreign.splits[s].episodes);
+    const EpisodeFigures& f = *foreign.splits[s].episodes;
+    const EpisodeFigures& e = *expected.splits[s].episodes;
+    CHECK(f.documents);
+    CHECK(f.dtype_source == DtypeSource::megatron_index);
+    CHECK(f.episodes == e.episodes);
+    CHECK(f.kept == e.kept);
+    CHECK(f.tokens == e.tokens);
+    REQUIRE(f.block);
+    REQUIRE(f.block->packing);
+    REQUIRE(e.block->packing);
+    const PackingFigures& p = *f.block->packing;
+    const PackingFigures& q = *e.block->packing;
+    CHECK(p.packed_rows == q.packed_rows);
+    CHECK(p.packed_positions == q.packed_positions);
+    CHECK(p.episode_positions == q.episode_positions);
+    REQUIRE(p.split);
+    CHECK(p.split->cut == q.split->cut);
+    CHECK(p.split->pieces == q.split->pieces);
+  }
+  // Over tokenfeed's own episodes, val_fraction is refused as the loader refuses it.
+  prepared.val_fraction = 0.3;
+  const DatasetReport refused = inspect_dataset(prepared);
+  REQUIRE(refused.failure);
+  CHECK(refused.failure->message.find("config key 'val_fraction'") != std::string::npos);
 }

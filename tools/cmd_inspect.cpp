@@ -183,9 +183,14 @@ void print_episode_split(const InspectRequest& r, const SplitReport& s) {
   std::printf("  episodes     %llu (%llu with >= %llu tokens)\n", static_cast<ull>(f.episodes),
               static_cast<ull>(f.kept), static_cast<ull>(f.min_tokens));
   std::printf("  tokens       %llu, dtype %s%s\n", static_cast<ull>(f.tokens), to_string(f.dtype),
-              f.dtype_source == DtypeSource::metadata ? " (from dataset_metadata.json)"
-              : f.dtype_source == DtypeSource::given  ? " (from --token-dtype)"
-                                                      : " (inferred)");
+              f.dtype_source == DtypeSource::metadata             ? " (from dataset_metadata.json)"
+              : f.dtype_source == DtypeSource::given              ? " (from --token-dtype)"
+              : f.dtype_source == DtypeSource::megatron_index     ? " (from the Megatron .idx)"
+              : f.dtype_source == DtypeSource::datatrove_metadata ? " (from the .ds.metadata)"
+                                                                  : " (inferred)");
+  if (f.documents)
+    std::printf("  documents    each document of the files an episode (%s)\n",
+                r.val_fraction > 0.0 ? "those --val-fraction chose for this split" : "all of them");
   std::printf("  mask         %s\n", f.mask ? to_string(*f.mask) : "absent");
   if (f.lengths) print_lengths("lengths     ", *f.lengths);
   if (f.block) print_block(r, f);
@@ -193,7 +198,7 @@ void print_episode_split(const InspectRequest& r, const SplitReport& s) {
     print_vocab(s.vocab);
     if (f.mask_values) print_mask_values(*f.mask_values);
     if (f.all_zero) print_all_zero(*f.all_zero);
-    print_checksums(*s.checksums);
+    if (s.checksums) print_checksums(*s.checksums);
   }
   print_content(s);
   std::printf("  verdict      %s\n", s.verdict.c_str());
@@ -224,6 +229,12 @@ void print_stream_files(const StreamFigures& f, const std::string& name) {
     }
   }
   std::printf("  tokens       %llu\n", static_cast<ull>(f.tokens));
+  if (f.by_hash) {
+    std::printf(
+        "  val_fraction %g (val_seed %llu): this split is %llu documents of the files, %llu tokens, in %llu runs\n",
+        f.by_hash->fraction, static_cast<ull>(f.by_hash->seed), static_cast<ull>(f.by_hash->documents),
+        static_cast<ull>(f.tokens), static_cast<ull>(f.by_hash->runs));
+  }
   if (with_docs[0] > 0) {
     std::printf("  docs.npy     %llu documents, offsets beside %llu of %zu files\n", static_cast<ull>(documents[0]),
                 static_cast<ull>(with_docs[0]), f.files.size());
@@ -324,6 +335,13 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--token-dtype", options->token_dtype,
                   "Token dtype of .bin files when dataset_metadata.json does not record it (nanoGPT train.bin/val.bin)")
       ->check(CLI::IsMember({"uint16", "uint32"}));
+  cmd->add_option("--val-fraction", options->request.val_fraction,
+                  "val_fraction: val as this fraction of train's documents, chosen by hash (Megatron pairs, datatrove "
+                  "files); reports each split's documents and tokens")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--val-seed", options->request.val_seed, "--val-fraction: val_seed, the hash's seed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_flag("--print-config", options->print_config, "Print a ready-to-use <training> config for this dataset");
   cmd->add_flag("--packed", options->request.packed,
                 "With --block-size: the packing efficiency of sft_packed against padded sft_episode rows");

@@ -132,6 +132,12 @@ void add_stream_figures(const StreamFigures& f, nb::dict& d) {
                     {"trailing_tokens", nb::cast(doc.trailing)},
                     {"lengths", nb::cast(optional_of(doc.lengths, lengths_dict))}});
   });
+  d["val_fraction"] = optional_of(f.by_hash, [](const StreamFigures::ByHash& h) {
+    return dict_of({{"fraction", nb::cast(h.fraction)},
+                    {"seed", nb::cast(h.seed)},
+                    {"documents", nb::cast(h.documents)},
+                    {"runs", nb::cast(h.runs)}});
+  });
 }
 
 // deep: what the checks the loader does not make found (None for a check that did not run).
@@ -219,6 +225,8 @@ InspectRequest request_from_python(nb::handle source, bool deep) {
   r.block_size = config.block_size;
   r.token_dtype = config.token_dtype;
   r.eos_id = config.eos_token_id;
+  r.val_fraction = config.val_fraction;
+  r.val_seed = config.val_seed;
   r.packed = config.dataset_mode == DatasetMode::sft_packed;
   if (r.packed) {
     r.truncation = config.truncation;

@@ -242,3 +242,49 @@ def test_a_mixture_report_refuses_what_it_cannot_describe(sft_dir, tmp_path):
         tokenfeed.inspect(sft_dir, steps=3)
     with pytest.raises(tokenfeed.ConfigError, match="mixture source 'chat'.*batch_size"):
         tokenfeed.inspect(dict(keys, mixture=[dict(keys["mixture"][0], batch_size=2)]), steps=3)
+
+
+def write_megatron_pair(prefix, documents):
+    """NAME.bin + NAME.idx (Megatron MMIDIDX, version 1, uint16 code 8), one sequence a
+    document, from the published format (docs/formats.md, "Megatron indexed datasets")."""
+    import numpy as np
+
+    lengths = np.array([len(d) for d in documents], dtype="<i4")
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1], dtype="<i8") * 2]).astype("<i8")
+    header = b"MMIDIDX\x00\x00" + np.array([1], "<u8").tobytes() + bytes([8])
+    header += np.array([len(documents), len(documents) + 1], "<u8").tobytes()
+    body = lengths.tobytes() + pointers.tobytes() + np.arange(len(documents) + 1, dtype="<i8").tobytes()
+    Path(str(prefix) + ".idx").write_bytes(header + body)
+    Path(str(prefix) + ".bin").write_bytes(np.concatenate(documents).astype("<u2").tobytes())
+
+
+def test_a_config_with_val_fraction_splits_megatron_documents(tmp_path, cli):
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    documents = [rng.integers(2, 1000, size=int(rng.integers(3, 40))) for _ in range(120)]
+    (tmp_path / "train").mkdir()
+    write_megatron_pair(tmp_path / "train" / "a_text_document", documents)
+    keys = base_keys(tmp_path, dataset_mode="sft_packed", block_size=16, batch_size=2, pad_token_id=0,
+                     val_fraction="0.25", val_seed=3, truncation="split")
+    report = tokenfeed.inspect(keys)
+    assert report["valid"] and report["layout"] == "episodes", report
+    train, val = report["splits"]["train"], report["splits"]["val"]
+    # Every document an episode of one split (none is empty), every token in one of them.
+    assert train["episodes"] + val["episodes"] == 120 and min(train["episodes"], val["episodes"]) > 10
+    assert train["tokens"] + val["tokens"] == sum(len(d) for d in documents)
+    assert train["block"]["packing"]["packed_rows"] > 0
+    assert report["config"]["val_fraction"] == "0.25" and report["config"]["val_seed"] == "3"
+    # The command's --val-fraction reads the same split; the token stream's documents are those.
+    status, lines, _ = cli_lines(cli, tmp_path, "--block-size", 16, "--val-fraction", 0.25, "--val-seed", 3)
+    assert status == 0
+    chosen = [int(re.search(r"this split is (\d+) documents", lines[s]["val_fraction"][0]).group(1))
+              for s in ("train", "val")]
+    assert chosen == [train["episodes"], val["episodes"]]
+    stream = tokenfeed.inspect({**keys, "dataset_mode": "token_stream"})
+    assert [stream["splits"][s]["val_fraction"]["documents"] for s in ("train", "val")] == [
+        train["episodes"], val["episodes"]]
+    # A loader over the config reads both splits; its val episodes are inspect's.
+    loader = tokenfeed.Loader(keys)
+    assert loader.info("val")["episodes"] == val["episodes"]
+    loader.get_batch("val")

@@ -17,8 +17,9 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[i
     figures as a dict (the GIL is released while the files are read).
 
     ``path_or_config``: a dataset directory; or a config (an XML file or a mapping of its
-    keys) naming one in ``dataset_dir``, whose ``block_size``, ``token_dtype`` and
-    ``eos_token_id`` are used as ``--block-size``, ``--token-dtype`` and ``--eos-id`` are,
+    keys) naming one in ``dataset_dir``, whose ``block_size``, ``token_dtype``,
+    ``eos_token_id``, ``val_fraction`` and ``val_seed`` are used as ``--block-size``,
+    ``--token-dtype``, ``--eos-id``, ``--val-fraction`` and ``--val-seed`` are,
     and with ``dataset_mode=sft_packed`` its ``truncation``, ``pack_lookahead``,
     ``epoch_seed`` and ``context_parallel_size`` as ``--packed`` uses them. A config with a
     mixture needs ``steps`` (below); without it, ``UsageError``.
@@ -38,7 +39,7 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[i
     name: each with its ``verdict`` line, ``valid``, ``error`` and, when it opened, its
     figures: for episodes ``shards``, ``episodes``, ``kept_episodes``, ``tokens``,
     ``token_dtype``, ``mask``, ``lengths`` percentiles, ``block``; for token streams
-    ``files``, ``tokens``, ``windows``, ``documents``; with ``deep``, what each deep check
+    ``files``, ``tokens``, ``windows``, ``documents``, ``val_fraction``; with ``deep``, what each deep check
     found, under ``deep``), ``val_ignored``, ``missing_train``, and ``config``: the keys of
     ``--print-config``'s ``<training>`` snippet (empty when the loader refuses the dataset).
 

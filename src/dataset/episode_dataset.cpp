@@ -341,16 +341,10 @@ void EpisodeSplit::Opening::check_masks() {
   }
 }
 
-EpisodeSplit EpisodeSplit::open_documents(const fs::path& dataset_dir, const std::string& split_name,
-                                          const EpisodeSplitOptions& options, const std::string& val_prefix) {
-  TokenStreamSplit stream = TokenStreamSplit::open(dataset_dir, split_name, options.token_dtype, val_prefix);
-  const std::uint64_t stream_fingerprint = stream.fingerprint();
-  std::vector<StreamFile> files = std::move(stream).take_files();
-  EpisodeSplit split;
-  split.dir_ = dataset_dir / split_name;
-  Hasher hasher;
-  hasher.add(std::string_view("documents of a token stream"));
-  hasher.add(stream_fingerprint);
+namespace {
+
+// The files of a split read as documents must all index them and share one token dtype.
+void check_document_files(const std::vector<StreamFile>& files) {
   const StreamFile* first = nullptr;
   for (const StreamFile& f : files) {
     if (!f.document_starts) {
@@ -366,22 +360,61 @@ EpisodeSplit EpisodeSplit::open_documents(const fs::path& dataset_dir, const std
     }
     if (first == nullptr) first = &f;
   }
-  split.token_dtype_ = first->dtype;  // TokenStreamSplit::open found at least one file
-  for (StreamFile& f : files) {
+}
+
+// The runs of file `file`'s documents that `ranges` (a split by document hash, in file
+// order) hold from ranges[next] on, as a shard's runs, and their document count; `next`
+// moves past them (one pass over the ranges for all the files).
+std::uint64_t shard_runs(const std::vector<DocumentRange>& ranges, std::size_t file, std::size_t& next,
+                         std::vector<EpisodeShard::DocumentRun>& runs) {
+  std::uint64_t episodes = 0;
+  for (; next < ranges.size() && ranges[next].file == file; ++next) {
+    runs.push_back({episodes, ranges[next].first_document});
+    episodes += ranges[next].documents;
+  }
+  return episodes;
+}
+
+}  // namespace
+
+EpisodeSplit EpisodeSplit::open_documents(const fs::path& dataset_dir, const std::string& split_name,
+                                          const EpisodeSplitOptions& options, const std::string& val_prefix,
+                                          DocumentHashSplit by_hash) {
+  TokenStreamSplit stream = TokenStreamSplit::open(dataset_dir, split_name, options.token_dtype, val_prefix, by_hash);
+  const std::uint64_t stream_fingerprint = stream.fingerprint();
+  const std::uint64_t stream_tokens = stream.total_tokens();  // with by_hash: the split's documents' only
+  const std::vector<DocumentRange> ranges = stream.ranges();
+  std::vector<StreamFile> files = std::move(stream).take_files();
+  check_document_files(files);
+  EpisodeSplit split;
+  split.dir_ = dataset_dir / split_name;
+  split.token_dtype_ = files.front().dtype;  // TokenStreamSplit::open found at least one file
+  std::size_t next_range = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    StreamFile& f = files[i];
     EpisodeShard shard;
     shard.dir = f.map.path();
     shard.documents = f.document_starts;
     shard.first_episode = split.num_episodes_;
-    shard.episodes = *f.documents;
+    shard.episodes = by_hash.fraction > 0.0 ? shard_runs(ranges, i, next_range, shard.runs) : *f.documents;
     shard.token_count = f.tokens;
     for (std::uint64_t d = 0; d < shard.episodes; ++d) {
       split.shortest_episode_ = std::min(split.shortest_episode_, shard.span(d).length);
     }
     split.num_episodes_ += shard.episodes;
-    split.total_tokens_ += shard.token_count;
     shard.tokens = std::move(f.map);
     split.shards_.push_back(std::move(shard));
   }
+  split.total_tokens_ = stream_tokens;
+  if (by_hash.fraction > 0.0 && split.num_episodes_ == 0) {
+    throw Error(ErrorKind::config, "config key 'val_fraction' (" + std::to_string(by_hash.fraction) + ") leaves " +
+                                       split_name + " no document of '" + dataset_dir.string() + "' (val_seed " +
+                                       std::to_string(by_hash.seed) + "); raise it, or change val_seed");
+  }
+  // The stream's fingerprint names the split, the fraction and the seed under by_hash.
+  Hasher hasher;
+  hasher.add(std::string_view("documents of a token stream"));
+  hasher.add(stream_fingerprint);
   split.fingerprint_ = hasher.digest();
   return split;
 }

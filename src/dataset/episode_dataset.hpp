@@ -10,7 +10,10 @@
 // A token stream whose files index their documents (Megatron NAME.bin + NAME.idx, datatrove
 // NAME.ds + NAME.ds.index; token_stream.hpp) opens as an episode split too
 // (open_documents): each file is a shard, each of its documents an episode with every
-// token trained (no mask), read through the file's index where it is mapped.
+// token trained (no mask), read through the file's index where it is mapped. With
+// val_fraction (DocumentHashSplit) a split holds the documents document_split.hpp assigns
+// it: each file is still a shard, its episodes the split's documents of it in index order
+// (EpisodeShard::runs maps them to the file's documents).
 //
 // Nothing of the files is copied into memory: episodes.idx, tokens and masks are read
 // through mmap (spans() reads the index records where they are mapped), so a split of
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,6 +52,14 @@ struct EpisodeShard {
   MappedFile mask;                  // empty (size 0, no path) when not mapped
   MappedFile index;                 // episodes.idx: `episodes` records of 16 bytes (empty for a foreign file)
   std::shared_ptr<const DocumentStarts> documents;  // a foreign file's index, whose documents are the episodes
+  // A foreign file under a split by document hash: the runs of its documents the split
+  // holds, in order (empty: every document). Episode `first_episode` of a run (counted in
+  // this shard) is document `first_document` of the file, the next ones follow it.
+  struct DocumentRun {
+    std::uint64_t first_episode = 0;
+    std::uint64_t first_document = 0;
+  };
+  std::vector<DocumentRun> runs;
   std::uint64_t first_episode = 0;  // global id of its first episode
   std::uint64_t episodes = 0;
   std::uint64_t token_count = 0;
@@ -58,8 +70,9 @@ struct EpisodeShard {
   EpisodeSpan span(std::uint64_t record) const noexcept {
     EpisodeSpan s;
     if (documents) {  // starts are validated non-decreasing; bounded should the index change under us
-      s.start = documents->document_start(record);
-      const std::uint64_t end = documents->document_start(record + 1);
+      const std::uint64_t d = document_of(record);
+      s.start = documents->document_start(d);
+      const std::uint64_t end = documents->document_start(d + 1);
       s.length = end > s.start ? end - s.start : 0;
       return s;
     }
@@ -67,6 +80,15 @@ struct EpisodeShard {
     std::memcpy(&s.start, p, 8);
     std::memcpy(&s.length, p + 8, 8);
     return s;
+  }
+
+  // A foreign file's document that episode `record` of this shard is (itself without runs).
+  std::uint64_t document_of(std::uint64_t record) const noexcept {
+    if (runs.empty()) return record;
+    const auto it = std::upper_bound(runs.begin(), runs.end(), record,
+                                     [](std::uint64_t r, const DocumentRun& run) { return r < run.first_episode; });
+    const DocumentRun& run = *std::prev(it);  // runs.front().first_episode is 0
+    return run.first_document + (record - run.first_episode);
   }
 };
 
@@ -120,8 +142,12 @@ class EpisodeSplit {
   // files' documents, in file order, without masks. Every file must index its documents
   // (a Megatron pair or a datatrove file) and all must share one token dtype; otherwise
   // Error(format) naming the file. options.token_dtype is not used: the files say.
+  // `by_hash` (fraction > 0): the split is the documents of train's files that
+  // TokenStreamSplit::open assigns it (its refusals apply), episode ids numbering them in
+  // order; a split left without a document is Error(config) naming val_fraction.
   static EpisodeSplit open_documents(const std::filesystem::path& dataset_dir, const std::string& split,
-                                     const EpisodeSplitOptions& options, const std::string& val_prefix = {});
+                                     const EpisodeSplitOptions& options, const std::string& val_prefix = {},
+                                     DocumentHashSplit by_hash = {});
 
   // True when `split_dir` holds an episode-indexed layout (episodes.idx directly or in
   // shard_* directories); used for dataset_mode auto-detection.

@@ -42,7 +42,9 @@ VocabCheck check_token_ids(const EpisodeSplit& split, std::int64_t vocab_size) {
       if (split.token_at(s, i) < vocab) continue;
       ++check.out_of_vocab;
       if (check.first) continue;
-      check.first.emplace(VocabCheck::First{split.token_at(s, i), i, (split.shards()[s].dir / "tokens.bin").string(),
+      const EpisodeShard& shard = split.shards()[s];  // a foreign file's shard is the file
+      check.first.emplace(VocabCheck::First{split.token_at(s, i), i,
+                                            (shard.documents ? shard.dir : shard.dir / "tokens.bin").string(),
                                             std::nullopt, std::nullopt});
       if (const auto at = episode_at(split, s, i)) std::tie(check.first->episode, check.first->position) = *at;
     }
@@ -111,6 +113,11 @@ EpisodeFigures describe(const ResolvedOptions& run, const fs::path& dir, const E
                    : run.config.token_dtype ? DtypeSource::given
                                             : DtypeSource::inferred;
   f.mask = split.mask_dtype();
+  f.documents = !split.shards().empty() && split.shards().front().documents != nullptr;
+  if (f.documents) {  // the files say: a Megatron .idx, a datatrove .ds.metadata
+    f.dtype_source =
+        split.shards().front().dir.extension() == ".ds" ? DtypeSource::datatrove_metadata : DtypeSource::megatron_index;
+  }
   std::vector<std::uint64_t> lengths;
   lengths.reserve(split.num_episodes());
   for (std::uint64_t e = 0; e < split.num_episodes(); ++e) lengths.push_back(split.spans()[e].length);
@@ -132,6 +139,7 @@ void deep_checks(const InspectRequest& r, const ResolvedOptions& run, const Epis
     report.bad_mask_values = f.mask_values->count > 0;
     f.all_zero = find_all_zero_masks(split, kept);
   }
+  if (report.episodes->documents) return;  // nothing records a foreign file's checksums
   report.checksums = check_checksums(fs::path(r.dataset_dir), meta, report.name, split);
   report.bad_checksums = !report.checksums->problems.empty();
 }
@@ -145,7 +153,9 @@ SplitReport inspect_episode_split(const InspectRequest& r, const ResolvedOptions
   report.dir = dir.string();
   std::optional<EpisodeSplit> opened;
   try {
-    opened.emplace(EpisodeSplit::open(dir, EpisodeModes::split_options(run.config)));
+    // As the loader opens it: episodes.idx, or a token stream's documents (val_fraction's
+    // split of them when set).
+    opened.emplace(EpisodeModes::open_episodes(run.config, name));
   } catch (const Error& e) {
     report.verdict = std::string("INVALID: ") + e.what();
     report.refusal = Refusal{e.kind(), e.what()};

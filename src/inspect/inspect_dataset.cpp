@@ -61,6 +61,10 @@ void check_request(const InspectRequest& r) {
     throw Error(ErrorKind::usage,
                 "inspect --context-parallel-size must be in [1, 2^20], got " + std::to_string(r.context_parallel_size));
   }
+  if (!(r.val_fraction >= 0.0 && r.val_fraction < 1.0) || r.val_seed < 0) {
+    throw Error(ErrorKind::usage, "inspect --val-fraction must be in [0, 1) and --val-seed >= 0 (got " +
+                                      std::to_string(r.val_fraction) + ", " + std::to_string(r.val_seed) + ")");
+  }
   if (r.context_parallel_size > 1 && !r.packed) {
     throw Error(ErrorKind::usage,
                 "inspect --context-parallel-size describes the packing that --packed reports; add "
@@ -80,18 +84,33 @@ void check_request(const InspectRequest& r) {
   }
 }
 
-// Combinations that make no sense for this dataset: packing a token stream, cutting turns
-// the metadata cannot find, a .bin stream whose dtype nothing says.
+// --packed over a token stream reads its files' documents as episodes, as sft_packed does:
+// a stream with a file that does not index them (a plain .bin or .npy) has no episodes to
+// pack. (A stream that does not open is left to its split's report.)
+void check_packs_documents(const InspectRequest& r, std::optional<TokenDtype> dtype) {
+  std::optional<TokenStreamSplit> train;
+  try {
+    train.emplace(TokenStreamSplit::open(r.dataset_dir, "train", dtype));
+  } catch (const Error&) {
+    return;
+  }
+  for (const StreamFile& f : train->files()) {
+    if (f.document_starts) continue;
+    throw Error(ErrorKind::usage,
+                "inspect --packed reports how sft_packed packs episodes (of an episode-indexed "
+                "dataset, or the documents of Megatron pairs and datatrove files), but '" +
+                    r.dataset_dir + "' is a token stream whose file '" + f.map.path().string() +
+                    "' does not index its documents");
+  }
+}
+
+// Combinations that make no sense for this dataset: packing a token stream of unindexed
+// files, cutting turns the metadata cannot find, a .bin stream whose dtype nothing says.
 void check_request_against(const InspectRequest& r, const DatasetMetadata& meta, Layout mode,
                            std::optional<TokenDtype> dtype, const std::vector<std::string>& splits) {
   const fs::path root(r.dataset_dir);
   const std::string metadata_file = (root / "dataset_metadata.json").string();
-  if (r.packed && mode == Layout::stream) {
-    throw Error(ErrorKind::usage,
-                "inspect --packed reports how sft_packed packs the episodes of an episode-indexed "
-                "dataset, but '" +
-                    r.dataset_dir + "' is a token stream");
-  }
+  if (r.packed && mode == Layout::stream) check_packs_documents(r, dtype);
   if (r.packed && r.truncation == Truncation::drop_oldest_turns && !meta.special_tokens) {
     throw Error(ErrorKind::usage,
                 "inspect --truncation drop_oldest_turns finds turns from the chat template's ids, but '" +
@@ -166,6 +185,8 @@ ResolvedOptions assumed_run(const InspectRequest& r, const DatasetMetadata& meta
   c.pack_lookahead = r.pack_lookahead;
   c.epoch_seed = r.seed;
   c.context_parallel_size = r.context_parallel_size;
+  c.val_fraction = r.val_fraction;
+  c.val_seed = r.val_seed;
   return run;
 }
 
@@ -199,19 +220,23 @@ DatasetReport inspect_dataset_directly(const InspectRequest& r) {
   }
   std::vector<std::string> splits;
   if (train != Layout::none) splits.push_back("train");
-  const bool val = mode == Layout::episodes ? fs::exists(root / "val", ec) : TokenStreamSplit::has_split(root, "val");
+  const DocumentHashSplit by_hash{r.val_fraction, static_cast<std::uint64_t>(r.val_seed)};
+  const bool val =
+      mode == Layout::episodes ? fs::exists(root / "val", ec) : TokenStreamSplit::has_split(root, "val", {}, by_hash);
   if (val) splits.push_back("val");
   check_request_against(r, meta, mode, dtype, splits);
 
   DatasetReport report;
   report.dataset_dir = r.dataset_dir;
   report.metadata_present = meta.present;
-  report.layout = mode == Layout::episodes ? DatasetLayout::episodes : DatasetLayout::token_stream;
+  // With --packed, a token stream's splits are reported as the episodes sft_packed reads.
+  report.layout = mode == Layout::episodes || r.packed ? DatasetLayout::episodes : DatasetLayout::token_stream;
   report.deep = r.deep;
   report.block_size = r.block_size;
   for (const std::string& name : splits) {
-    report.splits.push_back(mode == Layout::episodes ? inspect_episode_split(r, run, name)
-                                                     : inspect_stream_split(r, meta, dtype, name));
+    // --packed over a token stream: its files' documents as episodes, as sft_packed reads them.
+    report.splits.push_back(mode == Layout::episodes || r.packed ? inspect_episode_split(r, run, name)
+                                                                 : inspect_stream_split(r, meta, dtype, name));
   }
   if (mode == Layout::episodes && !val && TokenStreamSplit::has_split(root, "val")) {
     report.val_ignored = "val.bin is a token stream; an episode-indexed dataset reads val/ only";

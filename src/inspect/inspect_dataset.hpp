@@ -13,8 +13,8 @@ namespace tokenfeed {
 
 // Describes and validates `request.dataset_dir`. A refusal the loader would make is
 // reported (DatasetReport::failure), not thrown. Throws Error(usage) for options that make
-// no sense for the dataset (packed without block_size, packed over a token stream,
-// drop_oldest_turns without special_tokens, a .bin stream with no dtype known, a
+// no sense for the dataset (packed without block_size, val_fraction outside [0, 1)
+// or val_seed negative, drop_oldest_turns without special_tokens, a .bin stream with no dtype known, a
 // token_dtype the metadata contradicts), Error(io) for a missing directory or one with
 // neither train nor val, Error(format) for an invalid dataset_metadata.json.
 DatasetReport inspect_dataset(const InspectRequest& request);

@@ -34,8 +34,13 @@ struct InspectRequest {
   bool deep = false;                      // the checks the loader does not make (above)
   std::optional<std::int64_t> eos_id;     // overrides the metadata's end-of-text id (token streams)
   std::optional<TokenDtype> token_dtype;  // for files that do not record theirs (.bin streams, episodes)
-  // How a run with dataset_mode=sft_packed and these settings packs epoch 0 (episodes;
-  // needs block_size).
+  // val_fraction and val_seed: val as a fraction of train's documents chosen by hash
+  // (Megatron pairs, datatrove files; docs/formats.md, "Val by document hash"), as a run
+  // with these keys reads it, in either layout inspect reads (with packed: as episodes).
+  double val_fraction = 0.0;
+  std::int64_t val_seed = 0;
+  // How a run with dataset_mode=sft_packed and these settings packs epoch 0 (episodes, or
+  // the documents of Megatron pairs and datatrove files read as episodes; needs block_size).
   bool packed = false;
   std::int64_t pack_lookahead = 64;
   Truncation truncation = Truncation::right;
@@ -140,6 +145,7 @@ struct EpisodeFigures {
   std::optional<EpisodeBlockFigures> block;   // with block_size and kept episodes
   std::optional<MaskValueCheck> mask_values;  // deep, with a mask
   std::optional<AllZeroMasks> all_zero;       // deep, with a mask
+  bool documents = false;  // the documents of a token stream's files (Megatron, datatrove), each an episode
 };
 
 struct StreamFileFigures {
@@ -166,6 +172,14 @@ struct StreamFigures {
     std::optional<LengthPercentiles> lengths;
   };
   std::optional<Documents> documents;  // nullopt: no end-of-text id known
+  // With val_fraction: the split is the documents of train's files the hash assigns it
+  // (`tokens` above is theirs); how many.
+  struct ByHash {
+    double fraction = 0.0;
+    std::uint64_t seed = 0;
+    std::uint64_t documents = 0, runs = 0;
+  };
+  std::optional<ByHash> by_hash;
 };
 
 struct SplitReport {

@@ -95,7 +95,8 @@ SplitReport inspect_stream_split(const InspectRequest& r, const DatasetMetadata&
   report.dir = (fs::path(r.dataset_dir) / name).string();
   std::optional<TokenStreamSplit> opened;
   try {
-    opened.emplace(TokenStreamSplit::open(r.dataset_dir, name, dtype));
+    opened.emplace(TokenStreamSplit::open(r.dataset_dir, name, dtype, {},
+                                          {r.val_fraction, static_cast<std::uint64_t>(r.val_seed)}));
   } catch (const Error& e) {
     report.verdict = std::string("INVALID: ") + e.what();
     report.refusal = Refusal{e.kind(), e.what()};
@@ -103,6 +104,12 @@ SplitReport inspect_stream_split(const InspectRequest& r, const DatasetMetadata&
   }
   const TokenStreamSplit& split = *opened;
   report.stream = describe(meta, split);
+  if (r.val_fraction > 0.0) {
+    std::uint64_t documents = 0;
+    for (const DocumentRange& range : split.ranges()) documents += range.documents;
+    report.stream->by_hash =
+        StreamFigures::ByHash{r.val_fraction, static_cast<std::uint64_t>(r.val_seed), documents, split.ranges().size()};
+  }
   const std::optional<std::string> refusal = count_windows(r, split, *report.stream);
   if (r.deep && meta.vocab_size) report.vocab = VocabCheck{*meta.vocab_size, 0, std::nullopt};
   const std::optional<std::int64_t> eos = end_of_text_id(r.eos_id, meta);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "util/shortest_text.hpp"
 #include "inspect/split_reports.hpp"
 
 namespace tokenfeed {
@@ -144,6 +145,10 @@ std::vector<SuggestedKey> suggest_config(const InspectRequest& r, const Resolved
   }
   const std::optional<TokenDtype> unrecorded = run.metadata.token_dtype ? std::nullopt : unrecorded_dtype(report);
   if (unrecorded) keys.push_back({"token_dtype", to_string(*unrecorded), ""});
+  if (r.val_fraction > 0.0) {
+    keys.push_back({"val_fraction", shortest_text(r.val_fraction), ""});
+    keys.push_back({"val_seed", std::to_string(r.val_seed), ""});
+  }
   return keys;
 }
 

@@ -42,21 +42,27 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
 }
 
+DocumentHashSplit EpisodeModes::by_hash(const Config& settled) {
+  return {settled.val_fraction, static_cast<std::uint64_t>(settled.val_seed)};
+}
+
 bool EpisodeModes::reads_documents(const Config& settled, const std::string& name) {
   return !EpisodeSplit::looks_like_episode_split(settled.dataset_dir / name) &&
-         TokenStreamSplit::has_split(settled.dataset_dir, name, settled.val_prefix);
+         TokenStreamSplit::has_split(settled.dataset_dir, name, settled.val_prefix, by_hash(settled));
 }
 
 EpisodeSplit EpisodeModes::open_episodes(const Config& settled, const std::string& name) {
-  if (settled.val_fraction > 0.0) {
+  if (settled.val_fraction > 0.0 && !reads_documents(settled, "train")) {
     throw Error(ErrorKind::config,
-                "config key 'val_fraction' (val as a fraction of the documents) is read by "
-                "dataset_mode=token_stream only; " +
+                "config key 'val_fraction' (val as a fraction of the documents) chooses among the documents of "
+                "Megatron pairs or datatrove files, but '" +
+                    settled.dataset_dir.string() + "' is an episode-indexed dataset (" +
                     std::string(to_string(settled.dataset_mode)) +
-                    " takes val from a val split (or val_prefix's pairs)");
+                    " takes its val from its val split); unset val_fraction");
   }
   if (reads_documents(settled, name)) {
-    return EpisodeSplit::open_documents(settled.dataset_dir, name, split_options(settled), settled.val_prefix);
+    return EpisodeSplit::open_documents(settled.dataset_dir, name, split_options(settled), settled.val_prefix,
+                                        by_hash(settled));
   }
   return EpisodeSplit::open(settled.dataset_dir / name, split_options(settled));
 }

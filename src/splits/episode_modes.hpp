@@ -32,10 +32,15 @@ class EpisodeModes : public ModeBuilder {
   // How an episode split is opened: the settled dtypes; masks mapped unless use_loss_mask
   // is false (auto maps the masks that exist).
   static EpisodeSplitOptions split_options(const Config& settled);
+  // val_fraction and val_seed: a split as a fraction of train's documents, chosen by hash
+  // (EpisodeSplit::open_documents).
+  static DocumentHashSplit by_hash(const Config& settled);
   // True when split `name` is a token stream (no episodes.idx), whose files' documents are
-  // read as the episodes (EpisodeSplit::open_documents).
+  // read as the episodes (EpisodeSplit::open_documents); with val_fraction, val is when
+  // train is.
   static bool reads_documents(const Config& settled, const std::string& name);
-  // Split `name`, episode-indexed or the documents of a token stream.
+  // Split `name`, episode-indexed or the documents of a token stream (with val_fraction,
+  // those the hash assigns it; refused over an episode-indexed dataset).
   static EpisodeSplit open_episodes(const Config& settled, const std::string& name);
   // What a row keeps of each episode of `split`: block_size + 1 tokens, cut by truncation.
   // REQUIRES: split outlives the result.

@@ -24,21 +24,41 @@ fs::path split_data_path(const fs::path& dataset_dir, const std::string& name) {
   return dataset_dir / (name + ".bin");
 }
 
+// The data files of a split read in place from foreign files (a token stream's, or the
+// documents of one read as episodes), each with its index.
+std::vector<fs::path> foreign_files(const SplitData& data) {
+  std::vector<fs::path> files;
+  const auto add = [&files](const fs::path& path, bool megatron, bool datatrove) {
+    files.push_back(path);
+    if (megatron) files.push_back(fs::path(path).replace_extension(".idx"));
+    if (datatrove) files.push_back(path.string() + ".index");
+  };
+  if (data.stream) {
+    for (const StreamFile& f : data.stream->files()) {
+      add(f.map.path(), f.format == StreamFileFormat::megatron, f.format == StreamFileFormat::datatrove);
+    }
+  } else {
+    for (const EpisodeShard& shard : data.episodes->shards()) {  // a foreign file's shard is the file
+      const bool datatrove = shard.dir.extension() == ".ds";
+      add(shard.dir, !datatrove, datatrove);
+    }
+  }
+  return files;
+}
+
 // The content fingerprint of split `name`: its directory's or NAME.bin's data files, or, for
 // Megatron pairs placed directly in dataset_dir and a val chosen by document hash from
-// train's files, the files it opened (with their indexes).
+// train's files (read as a token stream or as episodes), the files it opened (with their
+// indexes).
 std::uint64_t split_content(const fs::path& dataset_dir, const std::string& name, const SplitData& data) {
   std::error_code ec;
-  if (!data.stream || fs::is_directory(dataset_dir / name, ec) || fs::exists(dataset_dir / (name + ".bin"), ec)) {
+  const bool foreign_episodes =
+      data.episodes && !data.episodes->shards().empty() && data.episodes->shards().front().documents;
+  if ((!data.stream && !foreign_episodes) || fs::is_directory(dataset_dir / name, ec) ||
+      fs::exists(dataset_dir / (name + ".bin"), ec)) {
     return content_fingerprint(split_data_path(dataset_dir, name));
   }
-  std::vector<fs::path> files;
-  for (const StreamFile& f : data.stream->files()) {
-    files.push_back(f.map.path());
-    if (f.format == StreamFileFormat::megatron) files.push_back(fs::path(f.map.path()).replace_extension(".idx"));
-    if (f.format == StreamFileFormat::datatrove) files.push_back(f.map.path().string() + ".index");
-  }
-  return content_fingerprint(files, dataset_dir);
+  return content_fingerprint(foreign_files(data), dataset_dir);
 }
 
 }  // namespace
