@@ -458,9 +458,10 @@ def test_a_state_is_refused_by_a_copy_of_the_prompts_with_one_token_changed(prom
 
 def test_a_shape_schedule_shapes_each_batch_and_resumes_exactly(prompts_dir):
     root, _ = prompts_dir
-    # Batches 0-1: 2 rows of 12 positions; then batch_size 3 rows of 30.
+    # Batches 0-1: 4 rows of 12 positions (a group's 4 sequences fit any batch); then
+    # batch_size 3 rows of 30.
     config = {"dataset_dir": str(root), "audit_log_dir": "",
-              "shape_schedule": [{"until_step": 2, "global_batch_size": 2, "block_size": 12}, {"block_size": 30}]}
+              "shape_schedule": [{"until_step": 2, "global_batch_size": 4, "block_size": 12}, {"block_size": 30}]}
 
     def loader():
         return tokenfeed.RLLoader(config, toy_group, group_size=GROUP, batch_size=3, block_size=20)
@@ -470,7 +471,7 @@ def test_a_shape_schedule_shapes_each_batch_and_resumes_exactly(prompts_dir):
     for step in range(6):
         states.append(first.state_dict())
         batch = next(first)
-        assert batch.tokens.shape == ((2, 12) if step < 2 else (3, 30))
+        assert batch.tokens.shape == ((4, 12) if step < 2 else (3, 30))
         ids = sorted(set(int(g) for g in batch.group_ids if g >= 0))
         assert not groups or ids[0] > groups[-1]  # whole groups, in pull order
         groups.extend(ids)
