@@ -42,13 +42,9 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
 }
 
-DocumentHashSplit EpisodeModes::by_hash(const Config& settled) {
-  return {settled.val_fraction, static_cast<std::uint64_t>(settled.val_seed)};
-}
-
 bool EpisodeModes::reads_documents(const Config& settled, const std::string& name) {
   return !EpisodeSplit::looks_like_episode_split(settled.dataset_dir / name) &&
-         TokenStreamSplit::has_split(settled.dataset_dir, name, settled.val_prefix, by_hash(settled));
+         TokenStreamSplit::has_split(settled.dataset_dir, name, settled.val_prefix, document_hash_split(settled));
 }
 
 EpisodeSplit EpisodeModes::open_episodes(const Config& settled, const std::string& name) {
@@ -62,7 +58,7 @@ EpisodeSplit EpisodeModes::open_episodes(const Config& settled, const std::strin
   }
   if (reads_documents(settled, name)) {
     return EpisodeSplit::open_documents(settled.dataset_dir, name, split_options(settled), settled.val_prefix,
-                                        by_hash(settled));
+                                        document_hash_split(settled));
   }
   return EpisodeSplit::open(settled.dataset_dir / name, split_options(settled));
 }

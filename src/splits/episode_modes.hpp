@@ -32,9 +32,6 @@ class EpisodeModes : public ModeBuilder {
   // How an episode split is opened: the settled dtypes; masks mapped unless use_loss_mask
   // is false (auto maps the masks that exist).
   static EpisodeSplitOptions split_options(const Config& settled);
-  // val_fraction and val_seed: a split as a fraction of train's documents, chosen by hash
-  // (EpisodeSplit::open_documents).
-  static DocumentHashSplit by_hash(const Config& settled);
   // True when split `name` is a token stream (no episodes.idx), whose files' documents are
   // read as the episodes (EpisodeSplit::open_documents); with val_fraction, val is when
   // train is.

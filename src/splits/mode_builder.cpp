@@ -59,6 +59,10 @@ OrderFields order_fields(const Config& config) {
   return fields;
 }
 
+DocumentHashSplit document_hash_split(const Config& settled) {
+  return {settled.val_fraction, static_cast<std::uint64_t>(settled.val_seed)};
+}
+
 EpisodeSampler::Settings sampler_settings(const Config& config, const std::string& split) {
   EpisodeSampler::Settings settings;
   settings.mode = *config.batch_sampling_mode;

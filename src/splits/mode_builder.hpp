@@ -64,6 +64,10 @@ OpenedSplits open_dataset_splits(ResolvedOptions& settled);
 // then its builder's.
 OrderFields order_fields(const Config& settled);
 
+// val_fraction and val_seed: a split as a fraction of train's documents, chosen by hash
+// (document_split.hpp), as the token stream and the episode modes both read it.
+DocumentHashSplit document_hash_split(const Config& settled);
+
 // The sampler of `split` in every mode: the epoch order (or random draws) and this rank's
 // ids of each batch, from the settled sampling keys and data-parallel coordinates.
 EpisodeSampler::Settings sampler_settings(const Config& settled, const std::string& split);

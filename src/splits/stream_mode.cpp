@@ -11,10 +11,6 @@ void StreamModeBuilder::add_order_fields(const Config& settled, OrderFields& fie
   fields["block_size"] = std::to_string(settled.block_size);
 }
 
-DocumentHashSplit StreamModeBuilder::by_hash(const Config& settled) {
-  return {settled.val_fraction, static_cast<std::uint64_t>(settled.val_seed)};
-}
-
 TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& settled,
                                                                   const ShapeSchedule* schedule) {
   TokenStreamBatchSource::Options options;
@@ -38,8 +34,8 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
                                                             const std::string& name) const {
   const Config& config = settled.config;
   auto data = std::make_unique<SplitData>();
-  const TokenStreamSplit& stream = data->stream.emplace(
-      TokenStreamSplit::open(config.dataset_dir, name, config.token_dtype, config.val_prefix, by_hash(config)));
+  const TokenStreamSplit& stream = data->stream.emplace(TokenStreamSplit::open(
+      config.dataset_dir, name, config.token_dtype, config.val_prefix, document_hash_split(config)));
   if (config.document_aware) {
     TokenStreamBatchSource::check_document_boundaries(stream, config.eos_token_id, "'" + settled.metadata_file() + "'");
   }
@@ -107,7 +103,7 @@ OpenedSplits StreamModeBuilder::open_splits(ResolvedOptions& settled) const {
   OpenedSplits splits;
   for (const char* name : kSplitNames) {
     if (std::string_view(name) == "train" ||
-        TokenStreamSplit::has_split(c.dataset_dir, name, c.val_prefix, by_hash(c))) {
+        TokenStreamSplit::has_split(c.dataset_dir, name, c.val_prefix, document_hash_split(c))) {
       splits.emplace(name, open_split(settled, name));
     }
   }

@@ -27,8 +27,6 @@ class StreamModeBuilder final : public ModeBuilder {
   // How the batch source cuts and writes windows.
   // `schedule`: the split's shape schedule (null: none), whose block sizes the rows may take.
   static TokenStreamBatchSource::Options source_options(const Config& settled, const ShapeSchedule* schedule);
-  // val_fraction and val_seed: val as a fraction of train's documents, chosen by hash.
-  static DocumentHashSplit by_hash(const Config& settled);
 };
 
 }  // namespace tokenfeed
