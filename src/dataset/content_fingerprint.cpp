@@ -81,10 +81,7 @@ std::uint64_t content_fingerprint_of(std::vector<DataFile> listed, const fs::pat
     starts.push_back(0);
   } else {
     length = kContentBlockBytes;
-    for (std::uint64_t k = 0; k < kContentBlocks; ++k) {
-      starts.push_back(k * ((total - kContentBlockBytes) / (kContentBlocks - 1)));
-    }
-    starts.back() = total - kContentBlockBytes;
+    starts = evenly_spaced_blocks(total, kContentBlockBytes, kContentBlocks);
   }
   Hasher h;
   h.add(std::string_view("tokenfeed-content-v1"));
@@ -114,6 +111,13 @@ std::uint64_t content_fingerprint_of(std::vector<DataFile> listed, const fs::pat
 }
 
 }  // namespace
+
+std::vector<std::uint64_t> evenly_spaced_blocks(std::uint64_t total, std::uint64_t length, std::uint64_t count) {
+  std::vector<std::uint64_t> starts;
+  for (std::uint64_t k = 0; k < count; ++k) starts.push_back(k * ((total - length) / (count - 1)));
+  starts.back() = total - length;
+  return starts;
+}
 
 std::uint64_t content_fingerprint(const fs::path& split_path) {
   return content_fingerprint_of(data_files(split_path), split_path);

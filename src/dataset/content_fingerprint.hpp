@@ -22,6 +22,11 @@ inline constexpr std::uint64_t kContentFullBytes = std::uint64_t{4} << 20;
 inline constexpr std::uint64_t kContentBlocks = 64;
 inline constexpr std::uint64_t kContentBlockBytes = std::uint64_t{64} << 10;
 
+// The starts of `count` blocks of `length` evenly spaced over [0, total), the first at 0
+// and the last ending at total: what a sampled hash reads of a stream too large to read
+// whole (here, and the layout-free fingerprint's tokens). REQUIRES: total > length, count >= 2.
+std::vector<std::uint64_t> evenly_spaced_blocks(std::uint64_t total, std::uint64_t length, std::uint64_t count);
+
 // The hash of the split at `split_path`: a directory (its data files, recursively) or one
 // data file (a token stream's NAME.bin). Throws Error(io) naming a file that cannot be read.
 std::uint64_t content_fingerprint(const std::filesystem::path& split_path);

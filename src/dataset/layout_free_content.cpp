@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataset/content_fingerprint.hpp"
 #include "io/mapped_file.hpp"
 #include "io/npy.hpp"
 #include "tokenfeed/error.hpp"
@@ -109,13 +110,7 @@ Blocks every_token(std::uint64_t total) { return Blocks{{0}, total}; }
 
 Blocks sampled_tokens(std::uint64_t total) {
   if (total <= kLayoutFreeFullTokens) return every_token(total);
-  Blocks blocks;
-  blocks.length = kLayoutFreeBlockTokens;
-  for (std::uint64_t k = 0; k < kLayoutFreeBlocks; ++k) {
-    blocks.starts.push_back(k * ((total - kLayoutFreeBlockTokens) / (kLayoutFreeBlocks - 1)));
-  }
-  blocks.starts.back() = total - kLayoutFreeBlockTokens;
-  return blocks;
+  return Blocks{evenly_spaced_blocks(total, kLayoutFreeBlockTokens, kLayoutFreeBlocks), kLayoutFreeBlockTokens};
 }
 
 // A run of the stream where it is mapped: `count` tokens, and their mask values when the
