@@ -147,7 +147,7 @@ struct GroupBatcher::Impl {
                                         " completions out of " + std::to_string(n));
     }
     if (g.prompt.empty()) throw Error(ErrorKind::usage, where(index, g) + " has an empty prompt");
-    check_prompt_fits(g, index, shortest_block());
+    check_prompt_fits(g, index);
     for (std::size_t i = 0; i < n; ++i) {
       if (g.completions[i].empty())
         throw Error(ErrorKind::usage, where(index, g) + ": completion " + std::to_string(i) + " is empty");
@@ -198,13 +198,11 @@ struct GroupBatcher::Impl {
 
   // The shortest block size of any step: a prompt must leave room for a completion in it.
   std::size_t shortest_block() const noexcept {
-    if (!schedule) return options.block_size;
-    std::uint64_t shortest = schedule->stages().front().block_size;
-    for (const ShapeSchedule::Stage& stage : schedule->stages()) shortest = std::min(shortest, stage.block_size);
-    return static_cast<std::size_t>(shortest);
+    return schedule ? static_cast<std::size_t>(schedule->shortest_block_size()) : options.block_size;
   }
 
-  void check_prompt_fits(const ScoredGroup& g, std::uint64_t index, std::size_t block) const {
+  void check_prompt_fits(const ScoredGroup& g, std::uint64_t index) const {
+    const std::size_t block = shortest_block();
     if (g.prompt.size() <= block) return;
     throw Error(ErrorKind::usage, where(index, g) + " has a prompt of " + std::to_string(g.prompt.size()) +
                                       " tokens: block_size " + std::to_string(block) +

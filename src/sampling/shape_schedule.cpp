@@ -53,6 +53,12 @@ std::uint64_t ShapeSchedule::largest_block_size() const noexcept {
   return largest;
 }
 
+std::uint64_t ShapeSchedule::shortest_block_size() const noexcept {
+  std::uint64_t shortest = stages_.front().block_size;
+  for (const Stage& s : stages_) shortest = std::min(shortest, s.block_size);
+  return shortest;
+}
+
 bool ShapeSchedule::changes_block_size() const noexcept {
   return std::any_of(stages_.begin(), stages_.end(),
                      [this](const Stage& s) { return s.block_size != stages_.front().block_size; });

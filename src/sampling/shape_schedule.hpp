@@ -55,6 +55,8 @@ class ShapeSchedule {
   // The largest global batch, and block size, of any stage.
   std::uint64_t largest_global_batch() const noexcept;
   std::uint64_t largest_block_size() const noexcept;
+  // The shortest block size of any stage.
+  std::uint64_t shortest_block_size() const noexcept;
   // Whether the stages' block sizes differ (a sequence-length curriculum).
   bool changes_block_size() const noexcept;
 
