@@ -179,9 +179,12 @@ TEST_CASE("config: per-split epoch settings in <train> and <val>, and max_held_b
   for (const auto& [key, value] : config_entries(flat))
     listed = listed || (key == "val.epoch_shuffle" && value == "false");
   CHECK(listed);
+  CHECK(error_of([] { parse("<val><seed>3</seed></val>"); })
+            .find("unknown key 'seed' in <val> (per-split keys: epoch_shuffle, epoch_drop_last, batch_size, "
+                  "block_size)") != std::string::npos);
   CHECK(error_of([] {
-          parse("<val><batch_size>3</batch_size></val>");
-        }).find("unknown key 'batch_size' in <val> (per-split keys: epoch_shuffle, epoch_drop_last)") !=
+          parse("<train><batch_size>3</batch_size></train>");
+        }).find("unknown key 'batch_size' in <train> (per-split keys: epoch_shuffle, epoch_drop_last;") !=
         std::string::npos);
   CHECK(error_of([] { parse("<val><epoch_shuffle>maybe</epoch_shuffle></val>"); }).find("val.epoch_shuffle") !=
         std::string::npos);

@@ -111,8 +111,8 @@ struct ShapeStage {
   // Rows per step over the data-parallel ranks; each rank's batch_size is it divided by the
   // data-parallel size, which must divide it. Absent: batch_size x the data-parallel size.
   std::optional<std::int64_t> global_batch_size;
-  // Positions per row. Only the block_size key's value is supported (a sequence-length
-  // curriculum is not implemented yet); absent: block_size.
+  // Positions per row (a sequence-length curriculum; docs/schedules.md says which modes
+  // take one); absent: block_size.
   std::optional<std::int64_t> block_size;
 };
 
@@ -165,9 +165,16 @@ struct Config {
   // element holding those keys, e.g. <val><epoch_shuffle>false</epoch_shuffle></val>; as a
   // single key (set_config_value, Python): "val.epoch_shuffle". Absent: the global value.
   // Both are part of the resume fingerprint.
+  // Val may also have a shape of its own (docs/schedules.md, "Val's own shape"):
+  // <val><batch_size>..</batch_size><block_size>..</block_size></val>, "val.batch_size",
+  // "val.block_size": its rows per rank and positions per row, under the keys' rules; val is
+  // never scheduled. Absent: the batch_size and block_size keys. (Train's shape is the keys
+  // themselves and its shape_schedule: train_overrides never sets these two.)
   struct SplitOverrides {
     std::optional<bool> epoch_shuffle;
     std::optional<bool> epoch_drop_last;
+    std::optional<std::int64_t> batch_size;
+    std::optional<std::int64_t> block_size;
   };
   SplitOverrides train_overrides;
   SplitOverrides val_overrides;
@@ -177,6 +184,14 @@ struct Config {
   }
   bool drop_last_for(std::string_view split) const noexcept {
     return overrides_for(split).epoch_drop_last.value_or(epoch_drop_last);
+  }
+  // The rows per rank and positions per row of `split` without a shape schedule: val's own
+  // shape where it sets one, else the keys.
+  std::int64_t batch_size_for(std::string_view split) const noexcept {
+    return overrides_for(split).batch_size.value_or(batch_size);
+  }
+  std::int64_t block_size_for(std::string_view split) const noexcept {
+    return overrides_for(split).block_size.value_or(block_size);
   }
   const SplitOverrides& overrides_for(std::string_view split) const noexcept {
     static const SplitOverrides kNone{};

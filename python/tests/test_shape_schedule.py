@@ -180,3 +180,22 @@ def test_a_mixture_under_a_ramp_is_the_single_row_mixture_in_sequence(sft_dir, s
             loader.load_state_dict(state)
             resumed.append(loader)
         assert mixture_rows(resumed, 12 - at) == whole[rows_before(at):], at
+
+
+def test_val_has_its_own_shape_from_the_dict(sft_dir):
+    # "val.batch_size" / "val.block_size": val's batches are those of a loader keyed at that
+    # shape, train's keep the keys' (and the schedule's) shape.
+    keys = base_keys(sft_dir, shape_schedule=SCHEDULE, **{"val.batch_size": 6, "val.block_size": 96,
+                                                         "val.epoch_shuffle": False})
+    loader = tokenfeed.Loader(keys)
+    assert loader.batch_shape(0, split="val") == (6, 96)
+    assert loader.batch_shape(0) == (2, 64)
+    assert loader.config["val.batch_size"] == "6" and loader.config["val.block_size"] == "96"
+    keyed = tokenfeed.Loader(base_keys(sft_dir, batch_size=6, block_size=96, **{"val.epoch_shuffle": False}))
+    for got, want in zip(loader.iter("val", steps=3), keyed.iter("val", steps=3)):
+        assert got.shape == (6, 96)
+        np.testing.assert_array_equal(got.episode_ids, want.episode_ids)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.labels, want.labels)
+    with pytest.raises(tokenfeed.ConfigError, match="val.block_size"):
+        tokenfeed.Loader(base_keys(sft_dir, **{"val.block_size": 0}))

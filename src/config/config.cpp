@@ -216,6 +216,12 @@ const std::vector<KeyHandler>& key_handlers() {
       {"val.epoch_drop_last",
        [](Config& c, std::string_view v) { c.val_overrides.epoch_drop_last = parse_bool("val.epoch_drop_last", v); },
        [](const Config& c) { return optional_bool_text(c.val_overrides.epoch_drop_last); }},
+      {"val.batch_size",
+       [](Config& c, std::string_view v) { c.val_overrides.batch_size = parse_positive("val.batch_size", v); },
+       [](const Config& c) { return optional_int_text(c.val_overrides.batch_size); }},
+      {"val.block_size",
+       [](Config& c, std::string_view v) { c.val_overrides.block_size = parse_positive("val.block_size", v); },
+       [](const Config& c) { return optional_int_text(c.val_overrides.block_size); }},
       {"epoch_seed", [](Config& c, std::string_view v) { c.epoch_seed = parse_int("epoch_seed", v); },
        [](const Config& c) { return std::to_string(c.epoch_seed); }},
       {"pad_token_id", [](Config& c, std::string_view v) { c.pad_token_id = parse_int("pad_token_id", v); },
@@ -349,9 +355,12 @@ void apply_split_element(Config& config, pugi::xml_node element, const std::stri
     if (child.type() == pugi::node_comment) continue;
     if (child.type() != pugi::node_element) config_error(origin + ": <" + split + "> holds keys, not text");
     const std::string name = child.name();
-    if (name != "epoch_shuffle" && name != "epoch_drop_last") {
-      config_error(origin + ": unknown key '" + name + "' in <" + split +
-                   "> (per-split keys: epoch_shuffle, epoch_drop_last)");
+    const bool shape = name == "batch_size" || name == "block_size";  // val's own shape only
+    if (name != "epoch_shuffle" && name != "epoch_drop_last" && !(shape && split == "val")) {
+      config_error(origin + ": unknown key '" + name + "' in <" + split + "> (per-split keys: " +
+                   (split == "val" ? "epoch_shuffle, epoch_drop_last, batch_size, block_size)"
+                                   : "epoch_shuffle, epoch_drop_last; train's shape is the batch_size and "
+                                     "block_size keys and shape_schedule)"));
     }
     if (!seen.insert(name).second) config_error(origin + ": config key '" + split + "." + name + "' is given twice");
     try {
@@ -667,6 +676,37 @@ void validate_mode_keys(const Config& c) {
   }
 }
 
+// The limits of one batch's shape (rows per rank, positions per row), named by the keys
+// that gave them. REQUIRES: both > 0.
+void check_batch_limits(const std::string& batch_key, std::int64_t batch, const std::string& block_key,
+                        std::int64_t block) {
+  // No batch is this large: refused before the product of the two can overflow a buffer size.
+  if (block > kMaxBatchPositions || batch > kMaxBatchPositions / block) {
+    config_error(batch_key + " * " + block_key + " = " + std::to_string(batch) + " * " + std::to_string(block) +
+                 " exceeds 2^34 positions per batch");
+  }
+  // cu_seqlens holds offsets up to batch_size * block_size as int32.
+  if (batch > (1LL << 24) || block > (1LL << 26) || batch * block >= (1LL << 31)) {
+    config_error("config keys '" + batch_key + "' x '" + block_key + "' (" + std::to_string(batch) + " x " +
+                 std::to_string(block) + ") exceed the supported batch size of 2^31 - 1 positions");
+  }
+}
+
+// Val's own shape (val.batch_size, val.block_size): the keys' rules, for a single dataset.
+void check_val_shape(const Config& c) {
+  const Config::SplitOverrides& val = c.val_overrides;
+  if (!val.batch_size && !val.block_size) return;
+  if (val.batch_size) require_positive("val.batch_size", *val.batch_size);
+  if (val.block_size) require_positive("val.block_size", *val.block_size);
+  if (!c.mixture.empty()) {
+    config_error(
+        "config keys 'val.batch_size' / 'val.block_size' (val's own shape) apply to a single dataset; a "
+        "<mixture>'s val has the batch_size and block_size keys' shape: remove them");
+  }
+  check_batch_limits(val.batch_size ? "val.batch_size" : "batch_size", c.batch_size_for("val"),
+                     val.block_size ? "val.block_size" : "block_size", c.block_size_for("val"));
+}
+
 }  // namespace
 
 void validate_config(const Config& c) {
@@ -705,11 +745,8 @@ void validate_config(const Config& c) {
     config_error("config key 'max_memory_mb' must be auto (0) or in [1, 1073741824] (MiB), got " +
                  std::to_string(c.max_memory_mb));
   }
-  // No batch is this large: refused before the product of the two can overflow a buffer size.
-  if (c.block_size > kMaxBatchPositions || c.batch_size > kMaxBatchPositions / c.block_size) {
-    config_error("batch_size * block_size = " + std::to_string(c.batch_size) + " * " + std::to_string(c.block_size) +
-                 " exceeds 2^34 positions per batch");
-  }
+  check_batch_limits("batch_size", c.batch_size, "block_size", c.block_size);
+  check_val_shape(c);
   if (c.decode_threads < 0 || c.decode_threads > 256) {
     config_error("config key 'decode_threads' must be in [0, 256] (0 = one per hardware thread), got " +
                  std::to_string(c.decode_threads));
@@ -727,11 +764,6 @@ void validate_config(const Config& c) {
   validate_mode_keys(c);
   if (c.pack_lookahead < 1 || c.pack_lookahead > 65536) {
     config_error("config key 'pack_lookahead' must be in [1, 65536], got " + std::to_string(c.pack_lookahead));
-  }
-  // cu_seqlens holds offsets up to batch_size * block_size as int32.
-  if (c.batch_size > (1LL << 24) || c.block_size > (1LL << 26) || c.batch_size * c.block_size >= (1LL << 31)) {
-    config_error("config keys 'batch_size' x 'block_size' (" + std::to_string(c.batch_size) + " x " +
-                 std::to_string(c.block_size) + ") exceed the supported batch size of 2^31 - 1 positions");
   }
   // Labels equal to ignore_index mean "no loss": a value a token id can take would silently
   // drop the loss on that token.

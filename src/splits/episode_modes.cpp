@@ -111,7 +111,7 @@ OpenedSplits EpisodeModes::open_splits(ResolvedOptions& settled) const {
   std::error_code ec;
   for (const char* name : kSplitNames) {
     if (!std::filesystem::exists(c.dataset_dir / name, ec) && !reads_documents(c, name)) continue;
-    const DatasetSplit& split = *splits.emplace(name, open_split(settled, name)).first->second;
+    const DatasetSplit& split = *splits.emplace(name, open_split(settled.for_split(name), name)).first->second;
     // The dtype inferred for train is the dataset's: val is validated with it rather than
     // inferred on its own, so the two can never be read at different widths.
     if (!c.token_dtype) c.token_dtype = split.data().episodes->token_dtype();

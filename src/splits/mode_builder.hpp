@@ -56,7 +56,8 @@ class ModeBuilder {
 // The builder of a settled dataset mode (REQUIRES: not auto_detect).
 const ModeBuilder& mode_builder(DatasetMode mode);
 
-// Every split of `settled`'s dataset, opened by its mode's builder (open_splits above).
+// Every split of `settled`'s dataset, opened by its mode's builder (open_splits above),
+// each with settled.for_split(name): val with its own shape when it has one.
 OpenedSplits open_dataset_splits(ResolvedOptions& settled);
 
 // What the order of a single dataset's batches depends on among the settled settings, by

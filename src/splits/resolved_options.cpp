@@ -72,6 +72,13 @@ void settle_ranks(Config& config, ResolvedOptions& r) {
   config.data_parallel_size = r.layout.data_parallel_size;
   if (r.layout.context_parallel_rank >= 0) config.context_parallel_rank = r.layout.context_parallel_rank;
   global_batch_size(config);
+  const std::uint64_t world = data_parallel_size(config);
+  if (config.val_overrides.batch_size &&
+      static_cast<std::uint64_t>(*config.val_overrides.batch_size) > kMaxGlobalBatch / world) {
+    throw Error(ErrorKind::config, "config key 'val.batch_size' x the data-parallel size = " +
+                                       std::to_string(*config.val_overrides.batch_size) + " x " +
+                                       std::to_string(world) + " exceed 2^40 rows per step");
+  }
 }
 
 }  // namespace
@@ -135,15 +142,20 @@ void check_context_parallel_rows(const Config& c) {
   const bool pads = pads_sequences_for_context_parallel(c);
   if (!pads && !splits_rows_for_context_parallel(c)) return;
   const std::int64_t multiple = 2 * c.context_parallel_size;
-  if (c.block_size % multiple == 0) return;
-  const std::string why =
-      pads ? std::string("dataset_mode=") + to_string(c.dataset_mode) + (c.document_aware ? " (document_aware)" : "") +
-                 " pads every sequence of a row to a multiple of 2 x context_parallel_size"
-           : std::string("context_parallel_split=true cuts every row into 2 x context_parallel_size chunks");
-  throw Error(ErrorKind::config, "config key 'block_size' is " + std::to_string(c.block_size) + " but " + why +
-                                     " = 2 x " + std::to_string(c.context_parallel_size) + " = " +
-                                     std::to_string(multiple) + ", so block_size must be a multiple of " +
-                                     std::to_string(multiple));
+  const auto check = [&](const std::string& key, std::int64_t block_size) {
+    if (block_size % multiple == 0) return;
+    const std::string why =
+        pads
+            ? std::string("dataset_mode=") + to_string(c.dataset_mode) + (c.document_aware ? " (document_aware)" : "") +
+                  " pads every sequence of a row to a multiple of 2 x context_parallel_size"
+            : std::string("context_parallel_split=true cuts every row into 2 x context_parallel_size chunks");
+    throw Error(ErrorKind::config, "config key '" + key + "' is " + std::to_string(block_size) + " but " + why +
+                                       " = 2 x " + std::to_string(c.context_parallel_size) + " = " +
+                                       std::to_string(multiple) + ", so " + key + " must be a multiple of " +
+                                       std::to_string(multiple));
+  };
+  check("block_size", c.block_size);
+  if (c.val_overrides.block_size) check("val.block_size", *c.val_overrides.block_size);
 }
 
 void settle_context_parallel_padding(ResolvedOptions& r) {
@@ -294,6 +306,35 @@ void settle_use_loss_mask(Config& config, const std::string& with, const std::st
              "although the dataset has mask.bin (split " +
                  with + ")");
   }
+}
+
+// ---- ResolvedOptions: each split's view ----
+
+namespace {
+
+// `settled` with val's own shape in place of the keys.
+Config with_val_shape(const Config& settled) {
+  Config c = settled;
+  c.batch_size = settled.batch_size_for("val");
+  c.block_size = settled.block_size_for("val");
+  return c;
+}
+
+}  // namespace
+
+const ResolvedOptions& ResolvedOptions::for_split(std::string_view name) {
+  const Config::SplitOverrides& own = config.overrides_for(name);
+  if (name != "val" || (!own.batch_size && !own.block_size)) return *this;
+  if (!val_view) {
+    val_view = std::make_shared<ResolvedOptions>(*this);
+    val_view->val_view.reset();
+  }
+  val_view->config = with_val_shape(config);
+  return *val_view;
+}
+
+void ResolvedOptions::sync_split_views() {
+  if (val_view) val_view->config = with_val_shape(config);
 }
 
 }  // namespace tokenfeed

@@ -76,6 +76,16 @@ struct ResolvedOptions {
   // Whether the trainer's thread has a CPU of the process's share to itself beside the
   // decode threads (share > decode_threads): only then does get_batch spin before it sleeps.
   bool trainer_may_spin = true;
+  // for_split("val")'s copy, once made (null: val opens with these options).
+  std::shared_ptr<ResolvedOptions> val_view;
+
+  // What split `name` opens with: these options, or for a val with a shape of its own
+  // (val.batch_size, val.block_size) a copy whose batch_size and block_size are val's. The
+  // copy is held here, because an opened split keeps a reference to its config, and stays
+  // this object's: call it on the options that outlive the splits. sync_split_views()
+  // copies into it what the splits settle afterwards (dtypes, use_loss_mask).
+  const ResolvedOptions& for_split(std::string_view name);
+  void sync_split_views();
 
   bool mixture() const noexcept { return !config.mixture.empty(); }
   // The SFT modes read episode-indexed datasets.

@@ -128,6 +128,9 @@ void SingleDataset::announce_open() {
     line +=
         " " + name + "=" + std::to_string(split->data().sampler->kept_size()) + "_" + split->description().unit.plural;
   }
+  if (c.val_overrides.batch_size || c.val_overrides.block_size) {  // val's own shape
+    line += " val_shape=" + std::to_string(c.batch_size_for("val")) + "x" + std::to_string(c.block_size_for("val"));
+  }
   line += std::string(" mask=") + bool_text(c.use_loss_mask.value_or(false)) + " " +
           ranks_text(layout_, settled_.rank_source, c.data_loading) +
           " decode_threads=" + std::to_string(c.decode_threads) + " (" + settled_.decode_threads_source + ")";

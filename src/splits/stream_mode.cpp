@@ -104,7 +104,7 @@ OpenedSplits StreamModeBuilder::open_splits(ResolvedOptions& settled) const {
   for (const char* name : kSplitNames) {
     if (std::string_view(name) == "train" ||
         TokenStreamSplit::has_split(c.dataset_dir, name, c.val_prefix, document_hash_split(c))) {
-      splits.emplace(name, open_split(settled, name));
+      splits.emplace(name, open_split(settled.for_split(name), name));
     }
   }
   if (!c.token_dtype) c.token_dtype = splits.at("train")->data().stream->common_dtype();
