@@ -393,13 +393,13 @@ TEST_CASE(
   odd.shape_schedule[0].global_batch_size = 6;
   CHECK(error_of([&] { Loader{odd}; }).find("shape_schedule stage 0: global_batch_size=6 is not a multiple") !=
         std::string::npos);
-  // A stage block size (a sequence-length curriculum) is a single dataset's so far.
+  // A stage block size (a sequence-length curriculum) takes episode sources only (below).
   Config longer = ramped(d, 1, 0);
   longer.shape_schedule[1].block_size = longer.block_size * 2;
   CHECK(error_of([&] { Loader{longer}; })
-            .find("shape_schedule stage 1: block_size=" + std::to_string(longer.block_size * 2) +
-                  " differs from config key 'block_size' (" + std::to_string(longer.block_size) +
-                  "); a sequence-length schedule is not supported with a mixture yet") != std::string::npos);
+            .find("mixture source 'web' has dataset_mode=token_stream; a mixture's shape_schedule "
+                  "that changes block_size takes sft_episode sources without truncation=split only so far") !=
+        std::string::npos);
 }
 
 TEST_CASE("mixture under a shape schedule: planned_steps and the report count the ramp's rows" *
@@ -451,3 +451,77 @@ TEST_CASE("mixture under a shape schedule: planned_steps and the report count th
 }
 
 }  // namespace
+
+// ---- A sequence-length schedule over episode sources ----
+
+// chat and code only (episode sources), the ramp's global batches at block sizes 16 (the
+// key's), 24, then 8, on `world` ranks; stages as ramped's. With `block` > 0 instead: the
+// reference, one row a step at that block size, the stages at the ramp's rows.
+Config episode_mixture(const Datasets& d, std::int64_t world, std::int64_t rank, std::int64_t block = 0) {
+  const bool reference = block > 0;
+  Config c = reference ? mixture(d, 1, 1, 0, {ramp_rows_before(5), ramp_rows_before(9)}, true)
+                       : mixture(d, 1, world, rank, {5, 9}, true);
+  c.dataset_mode = Config{}.dataset_mode;  // the sources' own (sft_episode)
+  if (reference) {
+    c.block_size = block;
+  } else {
+    c.shape_schedule = ramp();
+    c.shape_schedule[1].block_size = 24;
+    c.shape_schedule[2].block_size = 8;
+  }
+  return c;
+}
+
+TEST_CASE("mixture under a sequence-length schedule: each row is the single-row mixture's at its step's length" *
+          doctest::timeout(120)) {
+  const Datasets d;
+  // Row g of the run is row g of the single-row mixture, kept at the length of its step.
+  std::map<std::int64_t, std::vector<Row>> at_length;
+  const std::uint64_t total = static_cast<std::uint64_t>(ramp_rows_before(kSteps));
+  for (const std::int64_t T : {16, 24, 8}) {
+    Loader reference(episode_mixture(d, 1, 0, T));
+    at_length[T] = take_rows(reference, total);
+  }
+  std::vector<Row> expected;
+  for (std::int64_t step = 0; step < kSteps; ++step) {
+    const std::int64_t T = step < 3 ? 16 : step < 7 ? 24 : 8;
+    for (std::int64_t g = ramp_rows_before(step); g < ramp_rows_before(step + 1); ++g) {
+      expected.push_back(at_length[T][static_cast<std::size_t>(g)]);
+    }
+  }
+  for (const std::int64_t world : {1, 2, 4}) {
+    CAPTURE(world);
+    Ranks ranks;
+    for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(episode_mixture(d, world, r)));
+    CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
+    CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
+    CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
+    CHECK(ranks[0]->batch_shape("val", 7).cols == 16);  // val is never scheduled
+    CHECK(take(ranks, kSteps) == expected);
+  }
+  // Resumed at a step inside each stage, from 2 onto 4 ranks.
+  for (const std::int64_t at : {2, 4, 8}) {
+    CAPTURE(at);
+    Ranks two;
+    for (std::int64_t r = 0; r < 2; ++r) two.push_back(std::make_unique<Loader>(episode_mixture(d, 2, r)));
+    take(two, static_cast<std::uint64_t>(at));
+    const std::string state = two[0]->save_state();
+    Ranks four;
+    for (std::int64_t r = 0; r < 4; ++r) {
+      four.push_back(std::make_unique<Loader>(episode_mixture(d, 4, r)));
+      four.back()->load_state(state);
+    }
+    CHECK(take(four, static_cast<std::uint64_t>(kSteps - at)) ==
+          rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
+  }
+  // Sources whose rows cannot change length are refused naming the source.
+  Config with_stream = ramped(d, 1, 0);
+  with_stream.shape_schedule[1].block_size = 24;
+  CHECK(error_of([&] { Loader{with_stream}; }).find("mixture source 'web' has dataset_mode=token_stream") !=
+        std::string::npos);
+  Config packed = ramped(d, 1, 0, true);
+  packed.shape_schedule[1].block_size = 24;
+  CHECK(error_of([&] { Loader{packed}; })
+            .find("a mixture's sequence-length schedule takes sft_episode sources only, and not "
+                  "dataset_mode=sft_packed yet") != std::string::npos);
+}

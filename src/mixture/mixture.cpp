@@ -212,7 +212,27 @@ ResolvedOptions resolve_member(const Config& config, const MixtureSource& source
   settled.config.context_parallel_split = config.context_parallel_split;  // the rules as the mixture's rows meet them
   settle_context_parallel_padding(settled);
   settled.config.context_parallel_split = false;
+  // Under the mixture's sequence-length schedule its rows are kept at each stage's length.
+  const auto schedule = shape_schedule_of(config, "train");
+  if (schedule && schedule->changes_block_size()) {
+    for (const ShapeSchedule::Stage& stage : schedule->stages())
+      settled.mixture_block_sizes.push_back(stage.block_size);
+  }
   return settled;
+}
+
+void Mixture::check_takes_curriculum(const SingleDataset& member, const std::string& who) const {
+  const auto schedule = shape_schedule_of(config_, "train");
+  if (!schedule || !schedule->changes_block_size()) return;
+  const Config& c = member.config();
+  // Its rows are sampled episodes, each kept at the step's length by its own truncation rule;
+  // pieces (truncation=split) and token windows change with the length.
+  if (c.dataset_mode == DatasetMode::sft_episode && c.truncation != Truncation::split) return;
+  throw Error(ErrorKind::config,
+              who + " has dataset_mode=" + to_string(c.dataset_mode) +
+                  (c.dataset_mode == DatasetMode::sft_episode ? " with truncation=split" : "") +
+                  "; a mixture's shape_schedule that changes block_size takes sft_episode sources without "
+                  "truncation=split only so far");
 }
 
 void Mixture::open_members() {
@@ -236,6 +256,7 @@ void Mixture::open_members() {
                               : "; sft_packed is set for the whole mixture (dataset_mode=sft_packed in <training>), "
                                 "not per source"));
     }
+    check_takes_curriculum(*members_.back(), who);
     names_.push_back(source.name);
   }
   if (config_.context_parallel_size > 1 && !padded.empty() && !whole.empty()) {
@@ -324,7 +345,7 @@ void Mixture::open_split(const std::string& name) {
     shape.padded_sequences = shape.padded_sequences || part.shape().padded_sequences;
   }
   shape.rows = largest_batch_rows(config_, name);  // a batch-size schedule's largest stage
-  shape.cols = static_cast<std::size_t>(config_.block_size);
+  shape.cols = largest_block_size(config_, name);  // and a sequence-length schedule's longest
   if (splits_rows_for_context_parallel(config_)) {  // this rank's share of the rows
     shape.context_parallel = static_cast<std::size_t>(config_.context_parallel_size);
     shape.cols /= shape.context_parallel;

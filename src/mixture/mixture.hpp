@@ -136,6 +136,9 @@ class Mixture final : public SplitSet {
   PreparedWeights prepare_weights(std::vector<WeightChange> changes) const;
 
   void open_members();
+  // Under a shape_schedule that changes block_size: throws Error(config) naming `who` unless
+  // `member`'s rows can be kept at each stage's length.
+  void check_takes_curriculum(const SingleDataset& member, const std::string& who) const;
   // Weights "auto": computed from the sources' train splits and written into config_.
   void weigh_by_sizes();
   void make_schedule();

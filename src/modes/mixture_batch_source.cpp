@@ -80,8 +80,11 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
 
 void MixtureBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& slot) const {
   const MixturePlan& rows = batch_plan.mode_data_as<MixturePlan>();
-  const std::size_t T = shape_.cols;
-  slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size(), rows.size());
+  // The step's block size: a sequence-length schedule's (its sources keep their rows at any
+  // stage's length), else the shape's.
+  const std::uint64_t scheduled = schedule_->steps().block_size_at(batch_plan.step);
+  const std::size_t T = scheduled != 0 ? static_cast<std::size_t>(scheduled) : shape_.cols;
+  slot.begin_batch(batch_plan.step, 0, batch_plan.step, rows.size(), rows.size(), T);
   std::vector<std::unique_ptr<detail::BatchSlot>> scratch;  // sized when a source needs one
   // Hints ahead of the rows, as a single source's decode gives them: the records of the
   // next few rows, the data of the next one.

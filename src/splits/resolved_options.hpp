@@ -78,6 +78,10 @@ struct ResolvedOptions {
   bool trainer_may_spin = true;
   // for_split("val")'s copy, once made (null: val opens with these options).
   std::shared_ptr<ResolvedOptions> val_view;
+  // A mixture's source under the mixture's sequence-length schedule: the block sizes its
+  // train rows take besides block_size (the source itself is never scheduled). Empty
+  // otherwise.
+  std::vector<std::uint64_t> mixture_block_sizes;
 
   // What split `name` opens with: these options, or for a val with a shape of its own
   // (val.batch_size, val.block_size) a copy whose batch_size and block_size are val's. The

@@ -28,6 +28,18 @@ std::uint64_t end_by_tokens(std::size_t index, std::uint64_t first_step, std::ui
                      stage_where(index) + ": its end step");
 }
 
+// Stage `index`'s block size `block_size`, checked by the key's rules.
+std::uint64_t checked_stage_block_size(const Config& settled, std::size_t index, std::int64_t block_size) {
+  Config staged = settled;  // the key's rules, for the stage's value
+  staged.block_size = block_size;
+  try {
+    check_context_parallel_rows(staged);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::config, stage_where(index) + ": " + e.what());
+  }
+  return static_cast<std::uint64_t>(block_size);
+}
+
 // Stage `index`'s block size: its own, or the key's. A block size other than the key's is
 // refused where the rows cannot change length yet, and must meet the key's own rules.
 std::uint64_t stage_block_size(const Config& settled, std::size_t index, const ShapeStage& stage) {
@@ -35,9 +47,19 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
     return static_cast<std::uint64_t>(settled.block_size);
   const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
   if (!settled.mixture.empty()) {
-    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                       std::to_string(settled.block_size) +
-                                       "); a sequence-length schedule is not supported with a mixture yet");
+    // A mixture's rows are its sources' rows kept at the step's length: sources that sample
+    // whole episodes by id (sft_episode, checked per source when they open).
+    const char* refused = settled.dataset_mode == DatasetMode::sft_packed ? "dataset_mode=sft_packed"
+                          : splits_rows_for_context_parallel(settled)     ? "context_parallel_split=true"
+                                                                          : nullptr;
+    if (refused != nullptr) {
+      throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                         std::to_string(settled.block_size) +
+                                         "); a mixture's sequence-length schedule takes sft_episode sources only, "
+                                         "and not " +
+                                         refused + " yet");
+    }
+    return checked_stage_block_size(settled, index, *stage.block_size);
   }
   // Settled configs have a sampling mode; one without is not taken as random.
   const SamplingMode sampling = settled.batch_sampling_mode.value_or(SamplingMode::epoch);
@@ -54,14 +76,7 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
                     to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) +
                     ", truncation=" + to_string(settled.truncation) + ")");
   }
-  Config staged = settled;  // the key's rules, for the stage's value
-  staged.block_size = *stage.block_size;
-  try {
-    check_context_parallel_rows(staged);
-  } catch (const Error& e) {
-    throw Error(ErrorKind::config, stage_where(index) + ": " + e.what());
-  }
-  return static_cast<std::uint64_t>(*stage.block_size);
+  return checked_stage_block_size(settled, index, *stage.block_size);
 }
 
 // Stage `index`'s values on their own (validate_shape_schedule's rules, for stages that did
