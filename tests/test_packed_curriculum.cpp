@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "inspect/shape_schedule_report.hpp"
 #include "sampling/numpy_random.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
@@ -100,8 +101,9 @@ std::ostream& operator<<(std::ostream& os, const RefRow& r) {
 // The reference stream of global rows: each epoch's numpy order packed from global row G on,
 // row g holding block_size(step_of_row(g)) positions, an episode of n tokens kept to
 // min(n, T + 1) and occupying its positions rounded up to `multiple`.
+// `epochs`, when given, receives each row's epoch.
 std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::size_t rows_wanted,
-                                   std::uint64_t multiple = 1) {
+                                   std::uint64_t multiple = 1, std::vector<std::uint64_t>* epochs = nullptr) {
   const auto occupied = [&](std::int64_t id, std::uint64_t T) {
     const std::uint64_t n = std::min<std::uint64_t>(data.episodes[static_cast<std::size_t>(id)].tokens.size(), T + 1);
     return (n - 1 + multiple - 1) / multiple * multiple;
@@ -136,10 +138,14 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::siz
         refill();
       }
       rows.push_back(row);
+      if (epochs != nullptr) epochs->push_back(epoch);
     }
     if (!drop_last) {  // the epoch's last batch completed with fill rows
       const std::uint64_t end = rows_before(step_of_row(rows.size() - 1) + 1);
-      while (rows.size() < end) rows.push_back(RefRow{stage_at(step_of_row(rows.size())).block_size, {}});
+      while (rows.size() < end) {
+        rows.push_back(RefRow{stage_at(step_of_row(rows.size())).block_size, {}});
+        if (epochs != nullptr) epochs->push_back(epoch);
+      }
     }
   }
   return rows;
@@ -371,6 +377,34 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
     }
     for (std::uint64_t g = rows_before(step); g < rows_before(step + 1); ++g) want.insert(plain[g].ids);
     CHECK(got == want);
+  }
+}
+
+TEST_CASE("packed curriculum: inspect's report gives each stage's first epoch and batch in epoch") {
+  const Dataset data;
+  for (const bool drop_last : {true, false}) {
+    CAPTURE(drop_last);
+    std::vector<std::uint64_t> epochs;
+    (void)reference_rows(data, drop_last, rows_before(10), 1, &epochs);
+    // The epoch of a step is its first row's; its batch in epoch counts the earlier steps
+    // whose first row is in the same epoch.
+    const auto epoch_of = [&](std::uint64_t step) { return epochs[rows_before(step)]; };
+    const ShapeScheduleReport report = shape_schedule_report(curriculum_config(data, drop_last, 2, 1), 10, "steps");
+    REQUIRE(report.stages.size() == 3);
+    const std::uint64_t firsts[] = {0, 3, 7};
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const ShapeStageFigures& s = report.stages[i];
+      CHECK(s.first_step == firsts[i]);
+      CHECK(s.block_size == kStages[i].block_size);
+      CHECK(s.rows == kStages[i].global_batch / 2);
+      CHECK(s.rows_before == rows_before(firsts[i]));
+      std::uint64_t batch_in_epoch = 0;
+      for (std::uint64_t step = 0; step < firsts[i]; ++step) batch_in_epoch += epoch_of(step) == epoch_of(firsts[i]);
+      REQUIRE(s.reached);
+      CHECK(s.reached->epoch == epoch_of(firsts[i]));
+      CHECK(s.reached->batch_in_epoch == batch_in_epoch);
+    }
   }
 }
 
