@@ -78,19 +78,20 @@ def packed_steps(loader, steps):
 
 
 def test_sft_packed_rows_take_each_stage_length(sft_dir):
-    # 64 positions a row (the key's) for 3 steps, 128 for 2, then 32: every row holds its
+    # 4 rows of 64 positions (the key's) for 3 steps, 4 of 128 for 2, then 16 of 32: every row holds its
     # episodes at its own length, each episode once an epoch, and a resume at each step
     # continues the same stream.
     keys = base_keys(sft_dir, dataset_mode="sft_packed",
-                     shape_schedule=[{"until_step": 3}, {"until_step": 5, "block_size": 128}, {"block_size": 32}])
+                     shape_schedule=[{"until_step": 3}, {"until_step": 5, "block_size": 128},
+                                     {"block_size": 32, "global_batch_size": 16}])
     loader = tokenfeed.Loader(keys)
     stream = []
     for step, (shape, segments) in enumerate(packed_steps(loader, 40)):
         cols = 64 if step < 3 else 128 if step < 5 else 32
-        assert shape == (4, cols) == loader.batch_shape(step)
+        assert shape == (4 if step < 5 else 16, cols) == loader.batch_shape(step)
         assert all(s["column"] + s["positions"] <= cols for s in segments)
         stream.extend(episodes(segments))
-    kept = loader.split_info("train")["kept_episodes"]
+    kept = loader.info("train")["kept_episodes"]
     assert len(stream) > kept
     assert len(set(stream[:kept])) == kept
     whole = [episodes(segments) for _, segments in packed_steps(tokenfeed.Loader(keys), 8)]

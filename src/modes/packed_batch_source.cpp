@@ -20,6 +20,15 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
     at.block_size = w->S() - 1;
     at.windows = w;
   }
+  if (curriculum_) {
+    for (const ShapeSchedule::Stage& stage : options_.schedule->stages()) {
+      if (std::none_of(lengths_.begin(), lengths_.end(),
+                       [&stage](const Length& at) { return at.block_size == stage.block_size; })) {
+        throw Error(ErrorKind::config, "sft_packed: no windows of shape_schedule block_size=" +
+                                           std::to_string(stage.block_size) + " were given to the packed rows");
+      }
+    }
+  }
   for (Length& at : lengths_) {
     if (pieces_ != nullptr) {
       // Units are piece numbers: a piece of t[first:first+S] has min(S, n - first) - 1
@@ -55,12 +64,6 @@ const PackedBatchSource::Length& PackedBatchSource::length(std::size_t block_siz
     if (at.block_size == block_size) return at;
   }
   return lengths_.front();  // unreachable: every stage length has its windows (open_split)
-}
-
-std::vector<std::size_t> PackedBatchSource::block_sizes() const {
-  std::vector<std::size_t> sizes;
-  for (const Length& at : lengths_) sizes.push_back(at.block_size);
-  return sizes;
 }
 
 std::uint64_t PackedBatchSource::rows_at_length(std::uint64_t epoch, std::size_t block_size) const {

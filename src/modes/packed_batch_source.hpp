@@ -114,7 +114,10 @@ class PackedBatchSource final : public BatchSource {
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
   // The batches of an epoch entered at its first row (epoch 0, or any epoch with
-  // drop_last=false); see batches_in_epoch_at for an epoch entered mid-batch.
+  // drop_last=false); see batches_in_epoch_at for an epoch entered mid-batch. Under a
+  // sequence-length schedule: the batches whose first row is in the epoch, its first row
+  // found by packing the epochs before it (a walk; the loader itself uses
+  // batches_in_epoch_at).
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const override;
   // The batches whose first row is in the epoch of `at`, the position of one of them.
   std::uint64_t batches_in_epoch_at(const SplitPosition& at) const;
@@ -131,10 +134,8 @@ class PackedBatchSource final : public BatchSource {
   std::uint64_t first_row_of(const SplitPosition& at) const;
   // Whether the rows change length (a sequence-length schedule).
   bool changes_length() const noexcept { return curriculum_; }
-  // The block sizes of the stages (one: the key's without a sequence-length schedule).
-  std::vector<std::size_t> block_sizes() const;
   // The rows of the epoch packed at one length throughout (not cached). REQUIRES:
-  // block_size is one of block_sizes().
+  // block_size is the key's or a stage's.
   std::uint64_t rows_at_length(std::uint64_t epoch, std::size_t block_size) const;
 
  private:
