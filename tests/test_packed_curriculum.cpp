@@ -426,7 +426,8 @@ TEST_CASE("packed curriculum: truncation=split is refused naming the stage, and 
     const Batch b = loader.get_batch();
     ++batches[b.epoch()];
   }
-  for (const auto& [epoch, count] : batches) {
+  for (const auto& [epoch_key, count] : batches) {
+    const std::uint64_t epoch = epoch_key;
     if (epoch + 1 == batches.size()) break;  // the last epoch is not complete
     CAPTURE(epoch);
     CHECK(reported.at(epoch) == count);

@@ -83,7 +83,7 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 }
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch, std::uint64_t first_row) const {
-  const auto stage_of = [this](const Length& at, std::uint64_t row) {
+  const auto stage_of = [](const Length& at, std::uint64_t row) {
     return PackStage{row, static_cast<std::uint32_t>(at.block_size), &at.positions_of,
                      at.occupied.empty() ? nullptr : &at.occupied};
   };
