@@ -392,7 +392,8 @@ TEST_CASE("shape schedule: its config from XML, its checks naming the stage, and
                   "data-parallel size 2") != std::string::npos);
   Config longer = c;
   longer.shape_schedule[1].block_size = 32;
-  longer.dataset_mode = DatasetMode::sft_packed;  // (sft_episode's rows take a stage's length)
+  longer.dataset_mode = DatasetMode::sft_packed;  // (packed rows take a stage's length, but not pieces)
+  longer.truncation = Truncation::split;
   CHECK(error_of([&] { Loader{longer}; }).find("shape_schedule stage 1: block_size=32 differs") != std::string::npos);
   Config early = c;
   early.shape_schedule[1].until_tokens = 100;
@@ -621,7 +622,7 @@ TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its repor
   const std::string refused =
       "shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a sequence-length schedule "
       "is supported for dataset_mode=token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode "
-      "without truncation=split only so far";
+      "or sft_packed without truncation=split only so far";
   {
     Config c = stream_config(data, 1, 0);
     c.shape_schedule = curriculum();
@@ -631,15 +632,18 @@ TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its repor
           }).find(refused + " (this config: dataset_mode=token_stream, batch_sampling_mode=epoch") !=
           std::string::npos);
   }
-  // Packed rows, and pieces of truncation=split (the sampled ids change with the length).
+  // Pieces of truncation=split (the sampled ids change with the length), episodes or packed.
   {
     const Dataset episodes;
     Config c = config_of(episodes, SamplingMode::epoch, true, 1, 0, true, episode_curriculum());
     c.truncation = Truncation::split;
-    CHECK(error_of([&] { Loader{c}; }).find(refused) != std::string::npos);
-    c.truncation = Truncation::right;
+    const std::string pieces =
+        "shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); dataset_mode=sft_episode "
+        "with truncation=split cannot change length";
+    CHECK(error_of([&] { Loader{c}; }).find(pieces) != std::string::npos);
     c.dataset_mode = DatasetMode::sft_packed;
-    CHECK(error_of([&] { Loader{c}; }).find(refused) != std::string::npos);
+    CHECK(error_of([&] { Loader{c}; }).find("dataset_mode=sft_packed with truncation=split cannot change length") !=
+          std::string::npos);
   }
   // A stage longer than every file: refused at open, naming the stage.
   {

@@ -57,12 +57,51 @@ def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
 
 
-@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"), dict(truncation="split")])
-def test_a_curriculum_where_rows_cannot_change_length_is_refused(sft_dir, keys):
-    with pytest.raises(tokenfeed.ConfigError, match="a sequence-length schedule is supported for dataset_mode="
-                       "token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode without "
-                       "truncation=split only so far"):
-        tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}], **keys))
+@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"), dict(dataset_mode="sft_episode")])
+def test_a_curriculum_of_pieces_is_refused(sft_dir, keys):
+    # truncation=split: the pieces are the sampled ids and would change with the length.
+    with pytest.raises(tokenfeed.ConfigError, match="shape_schedule stage 0: block_size=128 differs from config key "
+                       "'block_size' \\(64\\); dataset_mode=" + keys["dataset_mode"] + " with truncation=split "
+                       "cannot change length"):
+        tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}],
+                                   truncation="split", **keys))
+
+
+def episodes(segments):
+    """The episode ids of a batch's rows, row after row."""
+    return [int(s["episode"]) for s in sorted(segments, key=lambda s: (s["row"], s["column"]))]
+
+
+def packed_steps(loader, steps):
+    """Each batch's shape and a copy of its segments."""
+    return [(b.shape, b.segments.copy()) for b in loader.iter(steps=steps)]
+
+
+def test_sft_packed_rows_take_each_stage_length(sft_dir):
+    # 4 rows of 64 positions (the key's) for 3 steps, 4 of 128 for 2, then 16 of 32: every row holds its
+    # episodes at its own length, each episode once an epoch, and a resume at each step
+    # continues the same stream.
+    keys = base_keys(sft_dir, dataset_mode="sft_packed",
+                     shape_schedule=[{"until_step": 3}, {"until_step": 5, "block_size": 128},
+                                     {"block_size": 32, "global_batch_size": 16}])
+    loader = tokenfeed.Loader(keys)
+    stream = []
+    for step, (shape, segments) in enumerate(packed_steps(loader, 40)):
+        cols = 64 if step < 3 else 128 if step < 5 else 32
+        assert shape == (4 if step < 5 else 16, cols) == loader.batch_shape(step)
+        assert all(s["column"] + s["positions"] <= cols for s in segments)
+        stream.extend(episodes(segments))
+    kept = loader.info("train")["kept_episodes"]
+    assert len(stream) > kept
+    assert len(set(stream[:kept])) == kept
+    whole = [episodes(segments) for _, segments in packed_steps(tokenfeed.Loader(keys), 8)]
+    for at in range(1, 7):
+        first = tokenfeed.Loader(keys)
+        for _ in first.iter(steps=at):
+            pass
+        resumed = tokenfeed.Loader(keys)
+        resumed.load_state_dict(first.state_dict())
+        assert [episodes(segments) for _, segments in packed_steps(resumed, 8 - at)] == whole[at:]
 
 
 def test_sft_episode_rows_take_each_stage_length(sft_dir):

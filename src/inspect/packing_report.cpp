@@ -55,7 +55,10 @@ PackingFigures packing(const InspectRequest& r, const ResolvedOptions& run, cons
   const std::unique_ptr<EpisodeSampler> sampler =
       EpisodeModes::sampler(run.config, split, kept, PackedModeBuilder::order_settings(run.config, name));
   const EpochOrders orders(*sampler);
-  const PackedBatchSource source(split, *windows, orders, PackedModeBuilder::packing_options(run.config, name, false));
+  // At the key's block_size throughout (a sequence-length schedule's other lengths aside).
+  PackedBatchSource::Options options = PackedModeBuilder::packing_options(run.config, name, false);
+  options.schedule = nullptr;
+  const PackedBatchSource source(split, *windows, orders, options);
   const std::shared_ptr<const PackedEpoch> packed = source.packing(0);
   PackingFigures f;
   f.packed_rows = packed->rows();

@@ -10,49 +10,141 @@
 namespace tokenfeed {
 
 PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows,
-                                     const EpochOrders& orders, Options options)
-    : split_(split), windows_(windows), orders_(orders), options_(options), pieces_(orders.sampler().pieces()) {
-  if (pieces_ != nullptr) {
-    // Units are piece numbers: a piece of t[first:first+S] has min(S, n - first) - 1 positions.
-    positions_of_.assign(pieces_->size(), 0);
-    follows_.assign(pieces_->size(), false);
-    const std::uint64_t S = pieces_->S();
-    for (std::uint64_t k = 0; k < pieces_->kept().size(); ++k) {
-      const std::uint64_t n = split.spans()[pieces_->kept()[k]].length;
-      for (std::uint64_t u = pieces_->first_piece(k); u < pieces_->first_piece(k + 1); ++u) {
-        const std::uint64_t first = (u - pieces_->first_piece(k)) * (S - 1);
-        positions_of_[u] = static_cast<std::uint32_t>(std::min(S, n - first) - 1);
-        follows_[u] = u != pieces_->first_piece(k);
+                                     const EpochOrders& orders, Options options,
+                                     std::vector<const EpisodeWindows*> stage_windows)
+    : split_(split), orders_(orders), options_(options), pieces_(orders.sampler().pieces()) {
+  curriculum_ = options_.schedule && options_.schedule->changes_block_size();
+  stage_windows.insert(stage_windows.begin(), &windows);
+  for (const EpisodeWindows* w : stage_windows) {
+    Length& at = lengths_.emplace_back();
+    at.block_size = w->S() - 1;
+    at.windows = w;
+  }
+  if (curriculum_) {
+    for (const ShapeSchedule::Stage& stage : options_.schedule->stages()) {
+      if (std::none_of(lengths_.begin(), lengths_.end(),
+                       [&stage](const Length& at) { return at.block_size == stage.block_size; })) {
+        throw Error(ErrorKind::config, "sft_packed: no windows of shape_schedule block_size=" +
+                                           std::to_string(stage.block_size) + " were given to the packed rows");
       }
     }
-  } else {
-    positions_of_.assign(split.num_episodes(), 0);
-    const EpisodeSampler& order = orders.sampler();
-    for (std::uint64_t i = 0; i < order.size(); ++i) {
-      const std::uint64_t id = order.id_at(i);
-      const std::size_t n = windows.window(id).size();
-      positions_of_[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+  }
+  for (Length& at : lengths_) {
+    if (pieces_ != nullptr) {
+      // Units are piece numbers: a piece of t[first:first+S] has min(S, n - first) - 1
+      // positions (truncation=split has one length: a schedule of lengths is refused).
+      at.positions_of.assign(pieces_->size(), 0);
+      follows_.assign(pieces_->size(), false);
+      const std::uint64_t S = pieces_->S();
+      for (std::uint64_t k = 0; k < pieces_->kept().size(); ++k) {
+        const std::uint64_t n = split.spans()[pieces_->kept()[k]].length;
+        for (std::uint64_t u = pieces_->first_piece(k); u < pieces_->first_piece(k + 1); ++u) {
+          const std::uint64_t first = (u - pieces_->first_piece(k)) * (S - 1);
+          at.positions_of[u] = static_cast<std::uint32_t>(std::min(S, n - first) - 1);
+          follows_[u] = u != pieces_->first_piece(k);
+        }
+      }
+    } else {
+      at.positions_of.assign(split.num_episodes(), 0);
+      const EpisodeSampler& order = orders.sampler();
+      for (std::uint64_t i = 0; i < order.size(); ++i) {
+        const std::uint64_t id = order.id_at(i);
+        const std::size_t n = at.windows->window(id).size();
+        at.positions_of[id] = static_cast<std::uint32_t>(n - 1);  // kept episodes have n >= 2
+      }
+    }
+    if (options_.sequence_multiple > 1) {
+      at.occupied = occupied_padded(at.positions_of, static_cast<std::uint32_t>(options_.sequence_multiple));
     }
   }
-  if (options_.sequence_multiple > 1) {
-    occupied_ = occupied_padded(positions_of_, static_cast<std::uint32_t>(options_.sequence_multiple));
+}
+
+const PackedBatchSource::Length& PackedBatchSource::length(std::size_t block_size) const noexcept {
+  for (const Length& at : lengths_) {
+    if (at.block_size == block_size) return at;
   }
+  return lengths_.front();  // unreachable: every stage length has its windows (open_split)
 }
 
-std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoch) const {
-  return packings_.get(epoch, [this, epoch] { return make_packing(epoch); });
+std::uint64_t PackedBatchSource::rows_at_length(std::uint64_t epoch, std::size_t block_size) const {
+  const Length& at = length(block_size);
+  return pack_episodes(*orders_.get(epoch), at.positions_of, static_cast<std::uint32_t>(at.block_size),
+                       options_.lookahead, follows_, at.occupied.empty() ? nullptr : &at.occupied)
+      .rows();
 }
 
-PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch) const {
-  return pack_episodes(*orders_.get(epoch), positions_of_, static_cast<std::uint32_t>(options_.block_size),
-                       options_.lookahead, follows_, occupied_.empty() ? nullptr : &occupied_);
+std::size_t PackedBatchSource::block_size_at(std::uint64_t step) const noexcept {
+  return curriculum_ ? static_cast<std::size_t>(options_.schedule->block_size_at(step)) : options_.block_size;
+}
+
+std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoch, std::uint64_t first_row) const {
+  const std::pair<std::uint64_t, std::uint64_t> key{epoch, curriculum_ ? first_row : 0};
+  return packings_.get(key, [this, key] { return make_packing(key.first, key.second); });
+}
+
+PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch, std::uint64_t first_row) const {
+  const auto stage_of = [](const Length& at, std::uint64_t row) {
+    return PackStage{row, static_cast<std::uint32_t>(at.block_size), &at.positions_of,
+                     at.occupied.empty() ? nullptr : &at.occupied};
+  };
+  std::vector<PackStage> stages;
+  if (!curriculum_) {
+    stages.push_back(stage_of(lengths_.front(), 0));
+  } else {
+    // Row r of the epoch is global row first_row + r: each schedule stage from the one
+    // holding first_row on gives the rows from its first one their length.
+    for (const ShapeSchedule::Stage& s : options_.schedule->stages()) {
+      const std::uint64_t row = s.rows_before > first_row ? s.rows_before - first_row : 0;
+      if (s.end_step && options_.schedule->rows_before(*s.end_step) <= first_row) continue;  // ended before
+      if (!stages.empty() && stages.back().first_row == row) stages.pop_back();
+      stages.push_back(stage_of(length(static_cast<std::size_t>(s.block_size)), row));
+    }
+  }
+  return pack_episodes(*orders_.get(epoch), stages, options_.lookahead, follows_);
+}
+
+std::uint64_t PackedBatchSource::first_row_of(const SplitPosition& at) const {
+  if (!curriculum_) return 0;
+  const std::uint64_t before = options_.schedule->rows_before(at.step);
+  if (at.row_in_epoch > before) {
+    throw Error(ErrorKind::state, "invalid resume state: row_in_epoch=" + std::to_string(at.row_in_epoch) +
+                                      " exceeds the " + std::to_string(before) + " global rows before step " +
+                                      std::to_string(at.step) + " under the shape_schedule");
+  }
+  return before - at.row_in_epoch;
+}
+
+std::uint64_t PackedBatchSource::next_first_row(std::uint64_t first_row, std::uint64_t rows) const {
+  if (!curriculum_) return 0;
+  // With drop_last the next epoch's rows follow on; without it the epoch's last batch is
+  // completed with fill rows, and the next epoch starts with the next step's rows.
+  if (options_.drop_last || rows == 0) return first_row + rows;
+  const ShapeSchedule& schedule = *options_.schedule;
+  return schedule.rows_before(schedule.step_of_row(first_row + rows - 1) + 1);
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch(std::uint64_t epoch) const {
-  return batches_in_epoch_at(SplitPosition{0, epoch, 0, 0});
+  if (!curriculum_) return batches_in_epoch_at(SplitPosition{0, epoch, 0, 0});
+  // The epoch's first row, from epoch 0's on; its batches are those from the first step
+  // that starts in it to the step holding its last row.
+  std::uint64_t first_row = 0;
+  for (std::uint64_t e = 0; e < epoch; ++e) first_row = next_first_row(first_row, packing(e, first_row)->rows());
+  const ShapeSchedule& schedule = *options_.schedule;
+  const std::uint64_t rows = packing(epoch, first_row)->rows();
+  std::uint64_t first = schedule.step_of_row(first_row);
+  if (schedule.rows_before(first) < first_row) ++first;  // that batch belongs to the epoch before
+  const std::uint64_t last = schedule.step_of_row(first_row + rows - 1);
+  return last >= first ? last - first + 1 : 0;
 }
 
 std::uint64_t PackedBatchSource::batches_in_epoch_at(const SplitPosition& at) const {
+  if (curriculum_) {
+    // The steps from at.step to the one holding the epoch's last row.
+    const std::uint64_t first_row = first_row_of(at);
+    const std::uint64_t rows = packing(at.epoch, first_row)->rows();
+    if (at.row_in_epoch >= rows) return at.batch_in_epoch;
+    return at.batch_in_epoch + options_.schedule->step_of_row(first_row + rows - 1) + 1 - at.step;
+  }
   const std::uint64_t rows = packing(at.epoch)->rows();
   const std::uint64_t global = global_batch_at(at.step);
   const std::uint64_t left = rows > at.row_in_epoch ? rows - at.row_in_epoch : 0;
@@ -63,7 +155,10 @@ std::uint64_t PackedBatchSource::global_batch_at(std::uint64_t step) const noexc
   return options_.schedule ? options_.schedule->global_batch_at(step) : options_.batch_size * options_.world_size;
 }
 
-std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const { return packing(epoch)->episodes.size(); }
+std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const {
+  // Every unit of the order is packed once, whatever the rows' lengths.
+  return orders_.get(epoch)->size();
+}
 
 void PackedBatchSource::seek(const SplitPosition& at) {
   MutexLock lock(mutex_);
@@ -82,13 +177,18 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   p.batch_in_epoch = next_.batch_in_epoch;
   auto packed_plan = std::make_shared<PackedPlan>();
   packed_plan->row_in_epoch = next_.row_in_epoch;
+  packed_plan->block_size = block_size_at(step);
   // Take the global batch's rows from the stream of epochs: all of them with drop_last
   // (continuing into the next epochs as needed), else up to the end of this epoch.
   std::uint64_t need = global_batch_at(step);
   packed_plan->rank_rows = need / options_.world_size;
   std::uint64_t epoch = next_.epoch, row = next_.row_in_epoch;
+  std::uint64_t first_row = first_row_of(next_);  // the global row where `epoch` starts
+  const std::uint64_t batch_first_row = first_row;
+  std::uint64_t next_epoch_first_row = 0;  // where p.epoch + 1 starts, once known
+  bool next_known = false;
   while (need > 0) {
-    auto packed = packing(epoch);
+    auto packed = packing(epoch, first_row);
     const std::uint64_t rows = packed->rows();
     const std::uint64_t take = std::min(need, rows - std::min(row, rows));
     if (take > 0) packed_plan->runs.push_back({std::move(packed), row, take});
@@ -97,16 +197,22 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
     if (row >= rows) {
       ++epoch;
       row = 0;
+      first_row = next_first_row(first_row, rows);
+      if (!next_known) next_epoch_first_row = first_row;
+      next_known = true;
       if (!options_.drop_last) break;
     }
   }
+  if (!next_known) next_epoch_first_row = next_first_row(batch_first_row, packing(p.epoch, batch_first_row)->rows());
+  if (curriculum_) check_fits(*packed_plan, step);
   packed_plan->next_epoch = epoch;
   packed_plan->next_row_in_epoch = row;
   if (options_.balance_attention && options_.world_size > 1) balance(*packed_plan);
   p.mode_data = std::move(packed_plan);
   // The next epoch's order and packing are made in the background, ready before the
   // sampler reaches them (an epoch boundary would otherwise stall the trainer).
-  packings_.prefetch(p.epoch + 1, [this, next = p.epoch + 1] { return make_packing(next); });
+  const std::pair<std::uint64_t, std::uint64_t> ahead{p.epoch + 1, next_epoch_first_row};
+  packings_.prefetch(ahead, [this, ahead] { return make_packing(ahead.first, ahead.second); });
   next_.step = step + 1;
   next_.batch_in_epoch = epoch == next_.epoch ? next_.batch_in_epoch + 1 : 0;
   next_.epoch = epoch;
@@ -114,16 +220,36 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
   return p;
 }
 
+void PackedBatchSource::check_fits(const PackedPlan& plan, std::uint64_t step) const {
+  const Length& at = length(static_cast<std::size_t>(plan.block_size));
+  const std::vector<std::uint32_t>& occupies = at.occupied.empty() ? at.positions_of : at.occupied;
+  for (const PackedPlan::Run& run : plan.runs) {
+    const PackedEpoch& packed = *run.packing;
+    for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row) {
+      std::uint64_t used = 0;
+      for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k)
+        used += occupies[packed.episodes[k]];
+      if (used > at.block_size) {
+        throw Error(ErrorKind::pipeline, "packed row " + std::to_string(row) + " holds " + std::to_string(used) +
+                                             " positions, more than block_size " + std::to_string(at.block_size) +
+                                             " of step " + std::to_string(step) +
+                                             " (its epoch was packed for other lengths)");
+      }
+    }
+  }
+}
+
 void PackedBatchSource::balance(PackedPlan& plan) const {
   const std::uint64_t B = plan.rank_rows, W = options_.world_size;
   // Each row's attention cost, Σ n² over its episodes; fill rows (past the runs) cost 0.
   std::vector<std::uint64_t> costs(B * W, 0);
+  const std::vector<std::uint32_t>& positions_of = length(static_cast<std::size_t>(plan.block_size)).positions_of;
   std::size_t g = 0;
   for (const PackedPlan::Run& run : plan.runs) {
     const PackedEpoch& packed = *run.packing;
     for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row, ++g) {
       for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k) {
-        const std::uint64_t n = positions_of_[packed.episodes[k]];
+        const std::uint64_t n = positions_of[packed.episodes[k]];
         costs[g] += n * n;
       }
     }
@@ -143,9 +269,14 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   const BatchPlan& plan = batch_plan;
   const PackedPlan& packed_plan = batch_plan.mode_data_as<PackedPlan>();
   const auto rows = static_cast<std::size_t>(packed_plan.rank_rows);
-  const std::size_t T = options_.block_size;
+  const auto T = static_cast<std::size_t>(packed_plan.block_size);
+  const Length& at_length = length(T);
+  const EpisodeWindows& windows = *at_length.windows;
   const bool context_parallel = options_.sequence_multiple > 1 || options_.split_ranks > 1;
-  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0, rows);  // real rows counted below
+  // Under a sequence-length schedule the rows are the step's length (this rank's share of it
+  // with context_parallel_split); else the slot's.
+  slot.begin_batch(plan.step, plan.epoch, plan.batch_in_epoch, 0, rows,  // real rows counted below
+                   curriculum_ ? T / options_.split_ranks : 0);
   slot.row_in_epoch = packed_plan.row_in_epoch;
   slot.next_epoch = packed_plan.next_epoch;
   slot.next_row_in_epoch = packed_plan.next_row_in_epoch;
@@ -173,13 +304,13 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
       ++slot.real_rows;
     }
     if (context_parallel) {
-      slot.real_positions += decode_padded_row(packed, global_row, r, slot);
+      slot.real_positions += decode_padded_row(at_length, packed, global_row, r, slot);
       continue;
     }
     for (std::uint64_t k = packed != nullptr ? packed->row_begin[global_row] : 0,
                        end = packed != nullptr ? packed->row_begin[global_row + 1] : 0;
          k < end; ++k) {
-      const EpisodeWindows::Kept kept = windows_.kept(packed->episodes[k], pieces_);
+      const EpisodeWindows::Kept kept = windows.kept(packed->episodes[k], pieces_);
       const std::uint64_t episode = kept.episode;
       const std::size_t positions = kept.window.size() - 1;
       const std::size_t at = r * T + column;
@@ -189,7 +320,7 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
       fields.weights = slot.token_weights.data() + at;
       fields.labels = slot.labels.data() + at;
       fields.positions = slot.position_ids.data() + at;
-      windows_.write_targets(kept.data, kept.window, positions, options_.with_mask, fields, options_.ignore_index);
+      windows.write_targets(kept.data, kept.window, positions, options_.with_mask, fields, options_.ignore_index);
       slot.add_sequence(positions);
       slot.segments[slot.segment_count++] = {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(column),
                                              static_cast<std::uint32_t>(positions), static_cast<std::int64_t>(episode)};
@@ -200,9 +331,10 @@ void PackedBatchSource::decode(const BatchPlan& batch_plan, detail::BatchSlot& s
   }
 }
 
-std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
-                                                 detail::BatchSlot& slot) const {
-  const std::size_t T = options_.block_size;
+std::size_t PackedBatchSource::decode_padded_row(const Length& at_length, const PackedEpoch* packed, std::uint64_t row,
+                                                 std::size_t r, detail::BatchSlot& slot) const {
+  const std::size_t T = at_length.block_size;
+  const EpisodeWindows& windows = *at_length.windows;
   const std::size_t multiple = options_.sequence_multiple;
   const std::size_t cp = options_.split_ranks;  // 1: the whole rows
   const std::size_t rank = options_.split_rank;
@@ -213,10 +345,10 @@ std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std:
   // column / cp of its share of the row.
   const auto place = [&](const EpisodeWindows::Kept* kept, std::size_t n, std::size_t padded) {
     const std::size_t at = r * (T / cp) + column / cp;
-    if (cp == 1) return write_sequence_part(kept, n, 0, padded, at, slot);
+    if (cp == 1) return write_sequence_part(windows, kept, n, 0, padded, at, slot);
     const std::size_t chunk = padded / (2 * cp);
-    write_sequence_part(kept, n, rank * chunk, chunk, at, slot);
-    write_sequence_part(kept, n, (2 * cp - 1 - rank) * chunk, chunk, at + chunk, slot);
+    write_sequence_part(windows, kept, n, rank * chunk, chunk, at, slot);
+    write_sequence_part(windows, kept, n, (2 * cp - 1 - rank) * chunk, chunk, at + chunk, slot);
   };
   const auto padded_of = [multiple](std::size_t positions) { return (positions + multiple - 1) / multiple * multiple; };
   // A rank's chunks are too short for the hardware prefetcher to follow: the next
@@ -226,19 +358,19 @@ std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std:
     const std::size_t chunk = padded_of(n) / (2 * cp);
     for (const std::size_t c : {rank, 2 * cp - 1 - rank}) {
       if (c * chunk < n) {
-        windows_.prefetch_range(kept.data, kept.window, c * chunk, std::min(chunk, n - c * chunk), options_.with_mask);
+        windows.prefetch_range(kept.data, kept.window, c * chunk, std::min(chunk, n - c * chunk), options_.with_mask);
       }
     }
   };
   const std::uint64_t begin = packed != nullptr ? packed->row_begin[row] : 0;
   const std::uint64_t end = packed != nullptr ? packed->row_begin[row + 1] : 0;
   EpisodeWindows::Kept next;
-  if (begin < end) next = windows_.kept(packed->episodes[begin], pieces_);
+  if (begin < end) next = windows.kept(packed->episodes[begin], pieces_);
   for (std::uint64_t k = begin; k < end; ++k) {
     const EpisodeWindows::Kept kept = next;
     if (k + 2 < end) split_.prefetch_record(EpisodeWindows::episode_of(packed->episodes[k + 2], pieces_));
     if (k + 1 < end) {
-      next = windows_.kept(packed->episodes[k + 1], pieces_);
+      next = windows.kept(packed->episodes[k + 1], pieces_);
       if (cp > 1) hint_chunks(next);
     }
     const std::size_t positions = kept.window.size() - 1;
@@ -259,8 +391,9 @@ std::size_t PackedBatchSource::decode_padded_row(const PackedEpoch* packed, std:
   return real;
 }
 
-void PackedBatchSource::write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first,
-                                            std::size_t count, std::size_t at, detail::BatchSlot& slot) const noexcept {
+void PackedBatchSource::write_sequence_part(const EpisodeWindows& windows, const EpisodeWindows::Kept* kept,
+                                            std::size_t real, std::size_t first, std::size_t count, std::size_t at,
+                                            detail::BatchSlot& slot) const noexcept {
   NextTokenFields fields;
   fields.x = slot.x.data() + at;
   fields.weights = slot.token_weights.data() + at;
@@ -270,7 +403,7 @@ void PackedBatchSource::write_sequence_part(const EpisodeWindows::Kept* kept, st
   std::size_t i = first;
   if (kept != nullptr && i < real) {
     const std::size_t n = std::min(end, real) - i;
-    windows_.write_targets(kept->data, kept->window, i, n, options_.with_mask, fields, options_.ignore_index);
+    windows.write_targets(kept->data, kept->window, i, n, options_.with_mask, fields, options_.ignore_index);
     i += n;
   }
   if (i == end) return;

@@ -18,6 +18,15 @@
 // episodes (the sampler's piece numbers, DocumentPieces), each packed as an episode of its
 // own (its segment carrying its episode's id), a document's pieces in order in the stream.
 //
+// Under a sequence-length schedule (shape_schedule stages of different block_size) global
+// row g has the block size T of the step whose rows hold it, and an epoch starting at
+// global row G is packed with row r's capacity T(G + r): where T changes, the packer goes on
+// with the episodes not yet placed at the new length (pack_episodes' PackStage), so the
+// rest of the epoch is re-packed from the episode reached, nothing skipped or repeated. A
+// row keeps each episode at its T + 1 tokens (the windows of that length). G follows from
+// the position: G = rows_before(step) - row_in_epoch (ShapeSchedule), so an epoch's packing
+// is a pure function of (epoch, G). docs/schedules.md states the rule.
+//
 // A batch belongs to the epoch of its first row, and batches are numbered within that
 // epoch. The position in the stream is (epoch, row in epoch, batch in epoch), advanced by
 // the serial planning stage; the rows of epoch e are a pure function of e.
@@ -29,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
@@ -54,6 +64,7 @@ struct PackedPlan {
   };
   std::vector<Run> runs;
   std::uint64_t row_in_epoch = 0;
+  std::uint64_t block_size = 0;  // the rows' length at this step
   std::uint64_t next_epoch = 0, next_row_in_epoch = 0;
   // balance_ranks=attention: this rank's rows of the global batch, in increasing order
   // (balance_rows), and the ranks' attention costs under the plain slicing and balanced.
@@ -92,9 +103,10 @@ class PackedBatchSource final : public BatchSource {
   };
 
   // `orders` gives each epoch's episode order (its sampler's batch settings are not used).
-  // REQUIRES: split, windows and orders outlive the source.
+  // Under a sequence-length schedule, `stage_windows` are the windows of every stage length
+  // other than `windows`'. REQUIRES: split, windows and orders outlive the source.
   PackedBatchSource(const EpisodeSplit& split, const EpisodeWindows& windows, const EpochOrders& orders,
-                    Options options);
+                    Options options, std::vector<const EpisodeWindows*> stage_windows = {});
 
   // Plans `step`, which must follow the previous plan (or the seek); throws
   // Error(pipeline) otherwise.
@@ -102,7 +114,10 @@ class PackedBatchSource final : public BatchSource {
   void decode(const BatchPlan& plan, detail::BatchSlot& slot) const override;
   void check_intact() const override { split_.check_intact(); }
   // The batches of an epoch entered at its first row (epoch 0, or any epoch with
-  // drop_last=false); see batches_in_epoch_at for an epoch entered mid-batch.
+  // drop_last=false); see batches_in_epoch_at for an epoch entered mid-batch. Under a
+  // sequence-length schedule: the batches whose first row is in the epoch, its first row
+  // found by packing the epochs before it (a walk; the loader itself uses
+  // batches_in_epoch_at).
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const override;
   // The batches whose first row is in the epoch of `at`, the position of one of them.
   std::uint64_t batches_in_epoch_at(const SplitPosition& at) const;
@@ -110,38 +125,65 @@ class PackedBatchSource final : public BatchSource {
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const override;
   void seek(const SplitPosition& at) override;
 
-  // The packing of an epoch (cached: the two most recent).
-  std::shared_ptr<const PackedEpoch> packing(std::uint64_t epoch) const;
+  // The packing of an epoch that starts at global row `first_row` (cached: the two most
+  // recent). Without a sequence-length schedule the packing does not depend on first_row.
+  std::shared_ptr<const PackedEpoch> packing(std::uint64_t epoch, std::uint64_t first_row = 0) const;
+  // The global row where the epoch of `at` starts (0 without a sequence-length schedule,
+  // where it does not matter). Throws Error(state) when at.row_in_epoch exceeds the rows
+  // before at.step.
+  std::uint64_t first_row_of(const SplitPosition& at) const;
+  // Whether the rows change length (a sequence-length schedule).
+  bool changes_length() const noexcept { return curriculum_; }
+  // The rows of the epoch packed at one length throughout (not cached). REQUIRES:
+  // block_size is the key's or a stage's.
+  std::uint64_t rows_at_length(std::uint64_t epoch, std::size_t block_size) const;
 
  private:
   // Rows of the global batch at `step`: the schedule's, or batch_size x world_size.
   std::uint64_t global_batch_at(std::uint64_t step) const noexcept;
   const EpisodeSplit& split_;
-  const EpisodeWindows& windows_;
   const EpochOrders& orders_;
   Options options_;
-  const DocumentPieces* pieces_;             // truncation=split: the units are its pieces; else null
-  std::vector<std::uint32_t> positions_of_;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
-  std::vector<bool> follows_;                // per piece: it follows the previous one (split only)
-  std::vector<std::uint32_t> occupied_;      // context parallelism: positions_of_ padded (else empty)
+  const DocumentPieces* pieces_;  // truncation=split: the units are its pieces; else null
+  std::vector<bool> follows_;     // per piece: it follows the previous one (split only)
+  // What the rows of one length (block size) read: the first is the key's block_size.
+  struct Length {
+    std::size_t block_size = 0;
+    const EpisodeWindows* windows = nullptr;  // S() == block_size + 1
+    std::vector<std::uint32_t> positions_of;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
+    std::vector<std::uint32_t> occupied;      // context parallelism: positions_of padded (else empty)
+  };
+  std::vector<Length> lengths_;
+  bool curriculum_ = false;  // the schedule changes block_size
 
-  PackedEpoch make_packing(std::uint64_t epoch) const;
+  const Length& length(std::size_t block_size) const noexcept;
+  std::size_t block_size_at(std::uint64_t step) const noexcept;
+  // Where the epoch after one that starts at global row `first_row` and packs into `rows`
+  // rows starts.
+  std::uint64_t next_first_row(std::uint64_t first_row, std::uint64_t rows) const;
+  PackedEpoch make_packing(std::uint64_t epoch, std::uint64_t first_row) const;
+  // Under a sequence-length schedule: throws Error(pipeline) when a row of the plan holds
+  // more than the step's block size (a packing made for other lengths would overrun the
+  // rows; never by construction, but a guard costs a pass over the batch's ids).
+  void check_fits(const PackedPlan& plan, std::uint64_t step) const;
   // balance_attention: sets plan.rows and the costs from the global batch's rows.
   void balance(PackedPlan& plan) const;
   // Writes global row `row` of `packed` (null: a fill row) into row `r` of `slot` with
   // context-parallel padding, and this rank's share of it when splitting; returns its
   // real positions.
-  std::size_t decode_padded_row(const PackedEpoch* packed, std::uint64_t row, std::size_t r,
+  std::size_t decode_padded_row(const Length& at, const PackedEpoch* packed, std::uint64_t row, std::size_t r,
                                 detail::BatchSlot& slot) const;
   // Writes positions [first, first + count) of a sequence of `real` positions (its
   // episode's kept ones; then padding) at `at` of `slot`: a `kept` of null is a row's
   // trailing padding, whose positions count from 0.
-  void write_sequence_part(const EpisodeWindows::Kept* kept, std::size_t real, std::size_t first, std::size_t count,
-                           std::size_t at, detail::BatchSlot& slot) const noexcept;
+  void write_sequence_part(const EpisodeWindows& windows, const EpisodeWindows::Kept* kept, std::size_t real,
+                           std::size_t first, std::size_t count, std::size_t at,
+                           detail::BatchSlot& slot) const noexcept;
 
-  // The epoch being consumed and the next one. Declared after what make_packing reads:
-  // its destructor waits for a background make.
-  RecentCache<PackedEpoch> packings_{2};
+  // The epoch being consumed and the next one, by (epoch, first row; 0 without a
+  // sequence-length schedule). Declared after what make_packing reads: its destructor
+  // waits for a background make.
+  RecentCache<PackedEpoch, std::pair<std::uint64_t, std::uint64_t>> packings_{2};
 
   Mutex mutex_;
   SplitPosition next_ TF_GUARDED_BY(mutex_);

@@ -25,7 +25,8 @@
 
 namespace tokenfeed {
 
-template <typename Value>
+// Key: std::uint64_t (an epoch), or any equality-comparable value (an epoch and where it starts).
+template <typename Value, typename Key = std::uint64_t>
 class RecentCache {
  public:
   explicit RecentCache(std::size_t capacity) : capacity_(capacity) {}
@@ -38,7 +39,7 @@ class RecentCache {
   // The value for `key`, made by make() (returning a Value) when it is not cached. Throws
   // what make() throws.
   template <typename Make>
-  std::shared_ptr<const Value> get(std::uint64_t key, Make&& make) const {
+  std::shared_ptr<const Value> get(const Key& key, Make&& make) const {
     {
       MutexLock lock(mutex_);
       while (busy_ && busy_key_ == key) done_.wait(lock.native());
@@ -55,7 +56,7 @@ class RecentCache {
   // (it may refer to the cache's owner if the cache is declared after what make() uses,
   // since members are destroyed in reverse order and the destructor waits for it).
   template <typename Make>
-  void prefetch(std::uint64_t key, Make make) const {
+  void prefetch(const Key& key, Make make) const {
     MutexLock lock(mutex_);
     if (busy_ || find_locked(key)) return;
     if (worker_.joinable()) worker_.join();  // the last background make is done (busy_ is false)
@@ -76,14 +77,14 @@ class RecentCache {
   }
 
  private:
-  std::shared_ptr<const Value> find_locked(std::uint64_t key) const TF_REQUIRES(mutex_) {
+  std::shared_ptr<const Value> find_locked(const Key& key) const TF_REQUIRES(mutex_) {
     for (const auto& [k, v] : entries_) {
       if (k == key) return v;
     }
     return nullptr;
   }
 
-  std::shared_ptr<const Value> insert_locked(std::uint64_t key, std::shared_ptr<const Value> made) const
+  std::shared_ptr<const Value> insert_locked(const Key& key, std::shared_ptr<const Value> made) const
       TF_REQUIRES(mutex_) {
     if (auto existing = find_locked(key)) return existing;
     if (entries_.size() >= capacity_) entries_.erase(entries_.begin());
@@ -95,9 +96,9 @@ class RecentCache {
   mutable Mutex mutex_;
   mutable std::condition_variable done_;  // notified when a background make ends
   // Oldest first.
-  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const Value>>> entries_ TF_GUARDED_BY(mutex_);
+  mutable std::vector<std::pair<Key, std::shared_ptr<const Value>>> entries_ TF_GUARDED_BY(mutex_);
   mutable bool busy_ TF_GUARDED_BY(mutex_) = false;  // a background make is running
-  mutable std::uint64_t busy_key_ TF_GUARDED_BY(mutex_) = 0;
+  mutable Key busy_key_ TF_GUARDED_BY(mutex_){};
   mutable std::thread worker_ TF_GUARDED_BY(mutex_);
 };
 

@@ -7,8 +7,11 @@ namespace tokenfeed {
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
                           std::size_t lookahead, const std::vector<bool>& follows,
                           const std::vector<std::uint32_t>* occupied_of) {
-  const std::vector<std::uint32_t>& occupies = occupied_of != nullptr ? *occupied_of : positions_of;
-  const auto occupied = [&occupies](std::uint64_t id) { return occupies[id]; };
+  return pack_episodes(order, {PackStage{0, capacity, &positions_of, occupied_of}}, lookahead, follows);
+}
+
+PackedEpoch pack_episodes(const IdList& order, const std::vector<PackStage>& stages, std::size_t lookahead,
+                          const std::vector<bool>& follows) {
   PackedEpoch packed;
   packed.episodes.reserve(static_cast<std::size_t>(order.size()));
   packed.row_begin.push_back(0);
@@ -22,7 +25,15 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
     while (pending.size() < lookahead && next < order.size()) pending.push_back(order[next++]);
   };
   refill();
+  std::size_t stage = 0;
   while (!pending.empty()) {
+    // The stage of this row: its capacity and the episodes' lengths at it.
+    while (stage + 1 < stages.size() && stages[stage + 1].first_row <= packed.rows()) ++stage;
+    const std::uint32_t capacity = stages[stage].capacity;
+    const std::vector<std::uint32_t>& positions_of = *stages[stage].positions_of;
+    const std::vector<std::uint32_t>& occupies =
+        stages[stage].occupied_of != nullptr ? *stages[stage].occupied_of : positions_of;
+    const auto occupied = [&occupies](std::uint64_t id) { return occupies[id]; };
     // The oldest unplaced episode opens the row.
     std::uint32_t free = capacity - occupied(pending.front());
     packed.positions += positions_of[pending.front()];

@@ -71,6 +71,22 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>&
                           std::size_t lookahead, const std::vector<bool>& follows = {},
                           const std::vector<std::uint32_t>* occupied_of = nullptr);
 
+// Rows of changing length (a sequence-length curriculum): from row `first_row` of the
+// packing on, rows hold `capacity` positions and episodes the lengths given for it.
+struct PackStage {
+  std::uint64_t first_row = 0;
+  std::uint32_t capacity = 0;
+  const std::vector<std::uint32_t>* positions_of = nullptr;  // as above, at this capacity
+  const std::vector<std::uint32_t>* occupied_of = nullptr;   // as above; null: positions_of
+};
+// The same packer over rows whose capacity changes at each stage's first row: when it
+// changes, the packer goes on with the episodes not yet placed (the window and its
+// invariant, hence the bounds above, carry over) at the new capacity and lengths. With
+// one stage this is exactly the pack_episodes above. REQUIRES: stages non-empty, the first
+// at row 0, first rows increasing; each stage's lengths as above for its capacity.
+PackedEpoch pack_episodes(const IdList& order, const std::vector<PackStage>& stages, std::size_t lookahead,
+                          const std::vector<bool>& follows = {});
+
 // positions_of, each rounded up to a multiple of `multiple` (>= 1): the lengths
 // pack_episodes fits with context-parallel padding.
 std::vector<std::uint32_t> occupied_padded(const std::vector<std::uint32_t>& positions_of, std::uint32_t multiple);

@@ -41,6 +41,15 @@ std::uint64_t ShapeSchedule::rows_before(std::uint64_t step) const {
                      "the rows before step " + std::to_string(step));
 }
 
+std::uint64_t ShapeSchedule::step_of_row(std::uint64_t row) const noexcept {
+  // The last stage whose first row is <= row; a stage with no steps (never: ends increase)
+  // would hold no row.
+  std::size_t i = 0;
+  while (i + 1 < stages_.size() && stages_[i + 1].rows_before <= row) ++i;
+  const Stage& stage = stages_[i];
+  return stage.first_step + (row - stage.rows_before) / stage.global_batch;
+}
+
 std::uint64_t ShapeSchedule::largest_global_batch() const noexcept {
   std::uint64_t largest = 0;
   for (const Stage& s : stages_) largest = std::max(largest, s.global_batch);

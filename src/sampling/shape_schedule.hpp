@@ -52,6 +52,8 @@ class ShapeSchedule {
   // Global rows the steps before `step` took. Throws Error(config) on overflow.
   std::uint64_t rows_before(std::uint64_t step) const;
   std::uint64_t block_size_at(std::uint64_t step) const noexcept { return stage_at(step).block_size; }
+  // The step whose rows hold global row `row` (the inverse of rows_before).
+  std::uint64_t step_of_row(std::uint64_t row) const noexcept;
   // The largest global batch, and block size, of any stage.
   std::uint64_t largest_global_batch() const noexcept;
   std::uint64_t largest_block_size() const noexcept;

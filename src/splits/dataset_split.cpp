@@ -194,7 +194,15 @@ std::optional<DatasetSplit::EpochStep> PackedEpochsSplit::advance(const detail::
 void PackedEpochsSplit::check_saved(const SplitPosition& saved) const { check_packed_reachable(name(), saved); }
 
 SplitPosition PackedEpochsSplit::resolve(const SplitPosition& saved) const {
-  const std::uint64_t rows = packed_.packing(saved.epoch)->rows();
+  // Under a sequence-length schedule the epoch's packing depends on where it starts: the
+  // global row rows_before(step) - row_in_epoch.
+  if (packed_.changes_length() && saved.row_in_epoch > schedule_->rows_before(saved.step)) {
+    throw Error(ErrorKind::state,
+                "invalid resume state: splits." + name() + ".row_in_epoch=" + std::to_string(saved.row_in_epoch) +
+                    " exceeds the " + std::to_string(schedule_->rows_before(saved.step)) +
+                    " global rows of the shape_schedule's steps before step " + std::to_string(saved.step));
+  }
+  const std::uint64_t rows = packed_.packing(saved.epoch, packed_.first_row_of(saved))->rows();
   if (saved.row_in_epoch >= rows) {
     throw Error(ErrorKind::state, "invalid resume state: splits." + name() +
                                       ".row_in_epoch=" + std::to_string(saved.row_in_epoch) + " but epoch " +
@@ -207,10 +215,17 @@ SplitPosition PackedEpochsSplit::resolve(const SplitPosition& saved) const {
 std::string PackedEpochsSplit::short_of_a_batch() const {
   // Packed batches continue into the next epoch, so they always form; a split whose epoch
   // does not fill one global batch would repeat episodes within a batch.
-  const std::uint64_t rows = packed_.packing(0)->rows();
-  // The largest global batch of a schedule must fit as well.
+  std::uint64_t rows = packed_.packing(0)->rows();
+  // The largest global batch of a schedule must fit as well; under a sequence-length
+  // schedule, with the epoch packed at each stage's length (the longest packs fewest rows).
   const std::uint64_t largest = largest_batch_rows(config_, name()) * data_parallel_size(config_);
-  if (!config_.epoch_drop_last || rows >= largest) return {};
+  if (!config_.epoch_drop_last) return {};
+  if (packed_.changes_length()) {
+    for (const ShapeSchedule::Stage& stage : schedule_->stages()) {
+      rows = std::min(rows, packed_.rows_at_length(0, static_cast<std::size_t>(stage.block_size)));
+    }
+  }
+  if (rows >= largest) return {};
   return std::to_string(data_->sampler->kept_size()) + " kept episodes that pack into " + std::to_string(rows) +
          " rows";
 }

@@ -31,6 +31,29 @@ std::unique_ptr<EpisodeWindows> EpisodeModes::windows(const ResolvedOptions& set
                                           settled.metadata.special_tokens);
 }
 
+std::vector<const EpisodeWindows*> EpisodeModes::stage_windows(const ResolvedOptions& settled, const std::string& name,
+                                                               SplitData& data) {
+  const Config& config = settled.config;
+  std::vector<std::uint64_t> lengths;  // its own schedule's, or a mixture's as its source
+  if (const auto schedule = shape_schedule_of(config, name)) {
+    for (const ShapeSchedule::Stage& stage : schedule->stages()) lengths.push_back(stage.block_size);
+  }
+  if (name == "train") {
+    lengths.insert(lengths.end(), settled.mixture_block_sizes.begin(), settled.mixture_block_sizes.end());
+  }
+  std::vector<const EpisodeWindows*> stage_windows;
+  for (const std::uint64_t length : lengths) {
+    const auto S = static_cast<std::size_t>(length) + 1;
+    const bool known = S == data.windows->S() || std::any_of(stage_windows.begin(), stage_windows.end(),
+                                                             [S](const EpisodeWindows* w) { return w->S() == S; });
+    if (known) continue;
+    data.stage_windows.push_back(
+        std::make_unique<EpisodeWindows>(*data.episodes, S, config.truncation, settled.metadata.special_tokens));
+    stage_windows.push_back(data.stage_windows.back().get());
+  }
+  return stage_windows;
+}
+
 std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, const EpisodeSplit& split, IdList kept,
                                                       EpisodeSampler::Settings settings) {
   if (settled.truncation != Truncation::split)
@@ -157,26 +180,8 @@ std::unique_ptr<DatasetSplit> EpisodeModeBuilder::split_over(const ResolvedOptio
                                                              const detail::BatchShape& shape,
                                                              DatasetSplit::Description description) const {
   const Config& config = settled.config;
-  // Under a sequence-length schedule (its own, or as a mixture's source) a row keeps its
-  // episode's window at its batch's length: the windows of every stage length other than
-  // the key's.
-  std::vector<std::uint64_t> lengths;
-  if (const auto schedule = shape_schedule_of(config, name)) {
-    for (const ShapeSchedule::Stage& stage : schedule->stages()) lengths.push_back(stage.block_size);
-  }
-  if (name == "train") {
-    lengths.insert(lengths.end(), settled.mixture_block_sizes.begin(), settled.mixture_block_sizes.end());
-  }
-  std::vector<const EpisodeWindows*> stage_windows;
-  for (const std::uint64_t length : lengths) {
-    const auto S = static_cast<std::size_t>(length) + 1;
-    const bool known = S == data->windows->S() || std::any_of(stage_windows.begin(), stage_windows.end(),
-                                                              [S](const EpisodeWindows* w) { return w->S() == S; });
-    if (known) continue;
-    data->stage_windows.push_back(
-        std::make_unique<EpisodeWindows>(*data->episodes, S, config.truncation, settled.metadata.special_tokens));
-    stage_windows.push_back(data->stage_windows.back().get());
-  }
+  // Under a sequence-length schedule a row keeps its episode's window at its batch's length.
+  std::vector<const EpisodeWindows*> stage_windows = EpisodeModes::stage_windows(settled, name, *data);
   auto episodes =
       std::make_unique<EpisodeBatchSource>(*data->episodes, *data->orders, *data->windows,
                                            source_options(config, shape.with_mask), std::move(stage_windows));

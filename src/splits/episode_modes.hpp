@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dataset/episode_dataset.hpp"
 #include "modes/episode_batch_source.hpp"
@@ -42,6 +43,12 @@ class EpisodeModes : public ModeBuilder {
   // What a row keeps of each episode of `split`: block_size + 1 tokens, cut by truncation.
   // REQUIRES: split outlives the result.
   static std::unique_ptr<EpisodeWindows> windows(const ResolvedOptions& settled, const EpisodeSplit& split);
+  // Under a sequence-length schedule (its own, or a mixture's for its source's train rows:
+  // ResolvedOptions::mixture_block_sizes), the windows of every stage length other than the
+  // key's, made into data.stage_windows (data.episodes and data.windows set); empty without
+  // one.
+  static std::vector<const EpisodeWindows*> stage_windows(const ResolvedOptions& settled, const std::string& name,
+                                                          SplitData& data);
   // The sampler of an episode split's `kept` ids with `settings`: of the kept episodes, or
   // with truncation=split of their pieces (DocumentPieces over the split's lengths).
   static std::unique_ptr<EpisodeSampler> sampler(const Config& settled, const EpisodeSplit& split, IdList kept,

@@ -55,8 +55,11 @@ std::unique_ptr<DatasetSplit> PackedModeBuilder::split_over(const ResolvedOption
                                                             DatasetSplit::Description description) const {
   const Config& config = settled.config;
   // sft_packed writes this rank's context-parallel share itself.
-  auto source = std::make_unique<PackedBatchSource>(*data->episodes, *data->windows, *data->orders,
-                                                    packing_options(config, name, shape.with_mask));
+  // Under a sequence-length schedule each row keeps its episodes at its own length.
+  std::vector<const EpisodeWindows*> stage_windows = EpisodeModes::stage_windows(settled, name, *data);
+  auto source =
+      std::make_unique<PackedBatchSource>(*data->episodes, *data->windows, *data->orders,
+                                          packing_options(config, name, shape.with_mask), std::move(stage_windows));
   return std::make_unique<PackedEpochsSplit>(name, config, std::move(data), std::move(source), shape,
                                              std::move(description));
 }
