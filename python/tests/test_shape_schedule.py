@@ -60,8 +60,7 @@ def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
 @pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"), dict(truncation="split")])
 def test_a_curriculum_where_rows_cannot_change_length_is_refused(sft_dir, keys):
     with pytest.raises(tokenfeed.ConfigError, match="a sequence-length schedule is supported for dataset_mode="
-                       "token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode without "
-                       "truncation=split only so far"):
+                       "token_stream and for dataset_mode=sft_episode without truncation=split only so far"):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}], **keys))
 
 

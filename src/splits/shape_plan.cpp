@@ -63,16 +63,16 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   }
   // Settled configs have a sampling mode; one without is not taken as random.
   const SamplingMode sampling = settled.batch_sampling_mode.value_or(SamplingMode::epoch);
-  const bool windows = settled.dataset_mode == DatasetMode::token_stream && sampling == SamplingMode::random;
+  // token_stream: random windows at each stage's length, epoch windows re-cut from units.
+  const bool windows = settled.dataset_mode == DatasetMode::token_stream;
   // sft_episode keeps each episode's window at its batch's length; with truncation=split
   // the pieces, which are the sampled ids, would change with it.
   const bool episodes = settled.dataset_mode == DatasetMode::sft_episode && settled.truncation != Truncation::split;
   if (!windows && !episodes) {
     throw Error(ErrorKind::config,
                 where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) +
-                    "); a sequence-length schedule is supported for dataset_mode=token_stream with "
-                    "batch_sampling_mode=random and for dataset_mode=sft_episode without truncation=split "
-                    "only so far (this config: dataset_mode=" +
+                    "); a sequence-length schedule is supported for dataset_mode=token_stream "
+                    "and for dataset_mode=sft_episode without truncation=split only so far (this config: dataset_mode=" +
                     to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) +
                     ", truncation=" + to_string(settled.truncation) + ")");
   }
