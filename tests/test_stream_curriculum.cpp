@@ -32,14 +32,18 @@ constexpr std::int64_t kIgnore = -100;
 
 // Two files of distinct tokens (file 0's token i is i + 1, file 1's 1001 + i), each with a
 // remainder shorter than a unit (unused, as epoch windows leave it).
+// With `period`, token i of each file is 1 + i % period instead (documents ending in the
+// end-of-text id `period`).
 struct Stream {
   TempDir dir;
   std::vector<std::vector<std::int64_t>> files;
-  Stream() {
+  explicit Stream(std::uint16_t period = 0) {
     std::filesystem::create_directories(dir / "train");
     for (const auto& [n, first] : {std::pair<std::size_t, std::uint16_t>{500, 1}, {300, 1001}}) {
       std::vector<std::uint16_t> tokens(n);
-      for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>(first + i);
+      for (std::size_t i = 0; i < n; ++i) {
+        tokens[i] = static_cast<std::uint16_t>(period > 0 ? 1 + i % period : first + i);
+      }
       NpyWriter w(dir / "train" / ("f" + std::to_string(files.size()) + ".npy"), "<u2", {tokens.size()});
       w.append(std::span<const std::uint16_t>(tokens));
       w.finish();
@@ -302,5 +306,62 @@ TEST_CASE("stream curriculum: without a schedule epoch windows are unchanged" * 
         CHECK(b.labels()[r * 16 + j] == file[start + j + 1]);
       }
     }
+  }
+}
+
+TEST_CASE("stream curriculum: document-aware rows, partial ones included, restart at each end-of-text" *
+          doctest::timeout(120)) {
+  constexpr std::int64_t kEos = 11;
+  const Stream data(kEos);
+  for (const bool drop_last : {true, false}) {
+    CAPTURE(drop_last);
+    const std::vector<Row> plain = reference(data, drop_last, kSteps);
+    Config c = config_of(data, drop_last, 1, 0);
+    c.document_aware = true;
+    c.eos_token_id = kEos;
+    Loader loader(c);
+    std::size_t at = 0, partial = 0;
+    for (std::uint64_t step = 0; step < kSteps; ++step) {
+      const Batch b = loader.get_batch();
+      const std::size_t T = b.cols();
+      std::vector<std::int32_t> cu{0};  // the expected sequences: one per document piece
+      std::uint64_t real_positions = 0;
+      for (std::size_t r = 0; r < b.rows(); ++r, ++at) {
+        CAPTURE(step);
+        CAPTURE(r);
+        const Row& want = plain[at];
+        REQUIRE(b.episode_ids()[r] == want.id);
+        std::size_t real = 0;
+        while (want.id >= 0 && real < T && want.labels[real] != kIgnore) ++real;
+        partial += want.id >= 0 && real < T ? 1 : 0;
+        real_positions += real;
+        std::int32_t doc = 0, position = 0, last_doc = 0;
+        for (std::size_t i = 0; i < T; ++i) {
+          CAPTURE(i);
+          const std::size_t k = r * T + i;
+          const bool pad = i >= real;
+          if (pad && i == real && real > 0) {
+            doc = last_doc + 1;  // the padding: a document of its own, positions from 0
+            position = 0;
+          }
+          last_doc = doc;
+          CHECK(b.tokens()[k] == want.x[i]);
+          const bool crosses = !pad && want.x[i] == kEos;
+          CHECK(b.labels()[k] == (crosses ? kIgnore : want.labels[i]));
+          CHECK(b.token_weights()[k] == (pad || crosses ? 0.0f : 1.0f));
+          CHECK(b.doc_ids()[k] == doc);
+          CHECK(b.position_ids()[k] == position++);
+          const bool ends = i + 1 == T || (i + 1 == real) || (!pad && want.x[i] == kEos);
+          if (ends) cu.push_back(static_cast<std::int32_t>(r * T + i + 1));
+          if (!pad && want.x[i] == kEos) {
+            ++doc;
+            position = 0;
+          }
+        }
+      }
+      CHECK(b.real_positions() == real_positions);
+      CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == cu);
+    }
+    CHECK(partial > 10);
   }
 }
