@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "inspect/shape_schedule_report.hpp"
 #include "io/npy.hpp"
 #include "sampling/numpy_random.hpp"
 #include "test_support.hpp"
@@ -363,5 +364,73 @@ TEST_CASE("stream curriculum: document-aware rows, partial ones included, restar
       CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == cu);
     }
     CHECK(partial > 10);
+  }
+}
+
+TEST_CASE("stream curriculum: with context parallelism a partial row's pieces are padded, its padding a sequence" *
+          doctest::timeout(120)) {
+  // cp = 2: every document piece padded to a multiple of 4 (the stage lengths 12, 32 and 8
+  // are), in order; what no longer fits in the row is dropped, as in any padded row.
+  constexpr std::int64_t kEos = 11;
+  const Stream data(kEos);
+  Config c = config_of(data, false, 1, 0);
+  c.document_aware = true;
+  c.eos_token_id = kEos;
+  Loader unpadded(c);
+  c.context_parallel_size = 2;
+  c.world_size = 2;
+  Loader padded(c);
+  std::size_t partial = 0;
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    CAPTURE(step);
+    const Batch a = unpadded.get_batch();
+    const Batch b = padded.get_batch();
+    const std::size_t T = b.cols();
+    REQUIRE(a.cols() == T);
+    const auto padded_at = b.cu_seqlens_padded();
+    CHECK(static_cast<std::size_t>(padded_at.back()) == b.rows() * T);
+    for (std::size_t i = 0; i + 1 < padded_at.size(); ++i) {
+      const std::int32_t span = padded_at[i + 1] - padded_at[i], real = b.cu_seqlens()[i + 1] - b.cu_seqlens()[i];
+      CHECK(span % 4 == 0);
+      CHECK(real <= span);
+    }
+    for (std::size_t r = 0; r < b.rows(); ++r) {
+      CAPTURE(r);
+      CHECK(b.episode_ids()[r] == a.episode_ids()[r]);
+      // The trained labels, in order: a prefix of the unpadded row's.
+      std::vector<std::int64_t> want, got;
+      for (std::size_t i = 0; i < T; ++i) {
+        if (a.labels()[r * T + i] != kIgnore) want.push_back(a.labels()[r * T + i]);
+        if (b.labels()[r * T + i] != kIgnore) got.push_back(b.labels()[r * T + i]);
+      }
+      REQUIRE(got.size() <= want.size());
+      CHECK(std::equal(got.begin(), got.end(), want.begin()));
+      // A partial row ends in padding: pad tokens, ignored labels, positions from 0.
+      if (a.episode_ids()[r] >= 0 && a.labels()[r * T + T - 1] == kIgnore && a.tokens()[r * T + T - 1] == 0) {
+        ++partial;
+        CHECK(b.labels()[r * T + T - 1] == kIgnore);
+        CHECK(b.token_weights()[r * T + T - 1] == 0.0f);
+      }
+    }
+  }
+  CHECK(partial > 10);
+}
+
+TEST_CASE("stream curriculum: inspect --steps says where each stage's first row is cut" * doctest::timeout(60)) {
+  const Stream data;
+  const ShapeScheduleReport report = shape_schedule_report(config_of(data, true, 1, 0), 20, "--steps");
+  REQUIRE(report.stages.size() == 3);
+  const std::vector<std::uint64_t> order0 = numpy_permutation(7, data.units()), order2 = numpy_permutation(9, data.units());
+  // Stage 0 at unit 0 of epoch 0; stage 1 inside unit 5 (16 rows of 3 a unit); stage 2 in
+  // epoch 2 (epoch 1 ends with stage 1: 24 units, 3 batches of 8), at its first unit.
+  for (const auto& [s, epoch, batch, unit, offset] :
+       {std::tuple{0u, 0u, 0u, order0[0], 0u}, {1u, 0u, 4u, order0[5], 13u}, {2u, 2u, 0u, order2[0], 0u}}) {
+    CAPTURE(s);
+    const auto& reached = report.stages[s].reached;
+    REQUIRE(reached);
+    CHECK(reached->epoch == epoch);
+    CHECK(reached->batch_in_epoch == batch);
+    CHECK(reached->unit == unit);
+    CHECK(reached->offset == offset);
   }
 }
