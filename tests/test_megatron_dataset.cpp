@@ -1028,7 +1028,8 @@ TEST_CASE("megatron: a sequence-length curriculum over epoch windows of a val_fr
   c.val_fraction = 0.2;
   c.val_seed = 7;
   c.document_aware = true;
-  c.shape_schedule = {ShapeStage{3, std::nullopt, std::nullopt, 8}, ShapeStage{std::nullopt, std::nullopt, std::nullopt, 24}};
+  c.shape_schedule = {ShapeStage{3, std::nullopt, std::nullopt, 8},
+                      ShapeStage{std::nullopt, std::nullopt, std::nullopt, 24}};
   Loader loader(c);
   const std::uint64_t units = expected.tokens.size() / kUnit;
   REQUIRE(units > 20);
@@ -1065,11 +1066,13 @@ TEST_CASE("megatron: a sequence-length curriculum over epoch windows of a val_fr
         CHECK(b.token_weights()[r * T + i] == 0.0f);
       }
       // The piece's last token: the last target, or a partial row's first padding input.
-      delivered.push_back(static_cast<std::uint32_t>(real < T ? b.tokens()[r * T + real] : expected.tokens[offset + T]));
+      delivered.push_back(
+          static_cast<std::uint32_t>(real < T ? b.tokens()[r * T + real] : expected.tokens[offset + T]));
     }
   }
   CHECK(partial == 2);
   CHECK(boundaries > 10);
   const std::size_t taken = (2 + (units - 2) / 2 * 2) * kUnit;
-  CHECK(delivered == std::vector<std::uint32_t>(expected.tokens.begin(), expected.tokens.begin() + static_cast<std::ptrdiff_t>(taken)));
+  CHECK(delivered == std::vector<std::uint32_t>(expected.tokens.begin(),
+                                                expected.tokens.begin() + static_cast<std::ptrdiff_t>(taken)));
 }

@@ -102,7 +102,8 @@ Config config_of(const Stream& data, bool drop_last, std::int64_t world, std::in
 
 std::vector<std::unique_ptr<Loader>> open_ranks(const Stream& data, bool drop_last, std::int64_t world) {
   std::vector<std::unique_ptr<Loader>> ranks;
-  for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(config_of(data, drop_last, world, r)));
+  for (std::int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<Loader>(config_of(data, drop_last, world, r)));
   return ranks;
 }
 
@@ -198,8 +199,8 @@ constexpr std::uint64_t kSteps = 40;  // three epochs and the start of a fourth
 
 }  // namespace
 
-TEST_CASE("stream curriculum: epoch windows re-cut at each stage's length equal the reference, and cover every unit"
-          * doctest::timeout(120)) {
+TEST_CASE("stream curriculum: epoch windows re-cut at each stage's length equal the reference, and cover every unit" *
+          doctest::timeout(120)) {
   const Stream data;
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
@@ -256,8 +257,8 @@ TEST_CASE("stream curriculum: 1, 2 and 4 ranks interleave to the single-rank str
   }
 }
 
-TEST_CASE("stream curriculum: exact resume at every step, and elastic resume from 2 to 4 ranks across a boundary"
-          * doctest::timeout(180)) {
+TEST_CASE("stream curriculum: exact resume at every step, and elastic resume from 2 to 4 ranks across a boundary" *
+          doctest::timeout(180)) {
   const Stream data;
   constexpr std::uint64_t kRun = 16;
   const std::vector<Row> want = reference(data, false, kRun);
@@ -420,7 +421,8 @@ TEST_CASE("stream curriculum: inspect --steps says where each stage's first row 
   const Stream data;
   const ShapeScheduleReport report = shape_schedule_report(config_of(data, true, 1, 0), 20, "--steps");
   REQUIRE(report.stages.size() == 3);
-  const std::vector<std::uint64_t> order0 = numpy_permutation(7, data.units()), order2 = numpy_permutation(9, data.units());
+  const std::vector<std::uint64_t> order0 = numpy_permutation(7, data.units()),
+                                   order2 = numpy_permutation(9, data.units());
   // Stage 0 at unit 0 of epoch 0; stage 1 inside unit 5 (16 rows of 3 a unit); stage 2 in
   // epoch 2 (epoch 1 ends with stage 1: 24 units, 3 batches of 8), at its first unit.
   for (const auto& [s, epoch, batch, unit, offset] :

@@ -70,8 +70,8 @@ void print_shape_schedule(const std::string& config_file, const ShapeScheduleRep
   // token_stream epoch windows under a curriculum: where each stage's first row is cut.
   const bool cut = std::any_of(report.stages.begin(), report.stages.end(),
                                [](const ShapeStageFigures& s) { return s.reached && s.reached->unit; });
-  std::printf("  %5s %12s %12s %13s %10s %10s %16s %18s %8s %14s%s\n", "stage", "first_step", "end_step", "global_batch",
-              "rows/rank", "block_size", "rows_before", "tokens_before", "epoch", "batch_in_epoch",
+  std::printf("  %5s %12s %12s %13s %10s %10s %16s %18s %8s %14s%s\n", "stage", "first_step", "end_step",
+              "global_batch", "rows/rank", "block_size", "rows_before", "tokens_before", "epoch", "batch_in_epoch",
               cut ? "         unit   offset" : "");
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const ShapeStageFigures& s = report.stages[i];

@@ -266,8 +266,7 @@ std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, st
 
 std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
                                        std::int32_t* position_ids, std::size_t cols, std::size_t multiple,
-                                       std::int64_t pad_token_id, std::int64_t ignore_index,
-                                       std::size_t real_cols) {
+                                       std::int64_t pad_token_id, std::int64_t ignore_index, std::size_t real_cols) {
   const std::size_t window = std::min(cols, real_cols);  // the positions the window holds
   // Where each piece starts now, and what it keeps, in order.
   std::vector<std::size_t> starts;

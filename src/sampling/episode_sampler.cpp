@@ -37,8 +37,8 @@ void EpisodeSampler::count_batches() {
   }
   scheduled_.reset();
   if (settings_.schedule && settings_.mode == SamplingMode::epoch) {
-    short_stage_ = ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last,
-                                                      settings_.unit_tokens);
+    short_stage_ =
+        ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last, settings_.unit_tokens);
     if (short_stage_) {
       batches_per_epoch_ = 0;  // some stage never forms a batch: refused as a split too small
     } else {

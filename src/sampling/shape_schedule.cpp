@@ -111,8 +111,7 @@ ScheduledEpochs::ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, 
         walk(origins_.back(), stages[i].first_step - stages[i - 1].first_step - 1, stride_of(i - 1));
     const UnitCut next = advance(cut_of(last), last.global_batch, unit, stride_of(i - 1));
     origins_.push_back(origin_at(
-        EpochPoint{last.epoch, last.batch_in_epoch + 1, next.unit, stages[i].global_batch, next.offset},
-        stride_of(i)));
+        EpochPoint{last.epoch, last.batch_in_epoch + 1, next.unit, stages[i].global_batch, next.offset}, stride_of(i)));
   }
 }
 

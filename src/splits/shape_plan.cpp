@@ -69,12 +69,13 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   // the pieces, which are the sampled ids, would change with it.
   const bool episodes = settled.dataset_mode == DatasetMode::sft_episode && settled.truncation != Truncation::split;
   if (!windows && !episodes) {
-    throw Error(ErrorKind::config,
-                where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) +
-                    "); a sequence-length schedule is supported for dataset_mode=token_stream "
-                    "and for dataset_mode=sft_episode without truncation=split only so far (this config: dataset_mode=" +
-                    to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) +
-                    ", truncation=" + to_string(settled.truncation) + ")");
+    throw Error(
+        ErrorKind::config,
+        where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) +
+            "); a sequence-length schedule is supported for dataset_mode=token_stream "
+            "and for dataset_mode=sft_episode without truncation=split only so far (this config: dataset_mode=" +
+            to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) +
+            ", truncation=" + to_string(settled.truncation) + ")");
   }
   return checked_stage_block_size(settled, index, *stage.block_size);
 }
