@@ -436,3 +436,12 @@ TEST_CASE("stream curriculum: inspect --steps says where each stage's first row 
     CHECK(reached->offset == offset);
   }
 }
+
+TEST_CASE("stream curriculum: a longest stage no file holds one unit of is refused at open, naming the stage") {
+  const Stream data;
+  Config c = config_of(data, true, 1, 0);
+  c.shape_schedule[1].block_size = 600;  // 601 tokens: longer than either file
+  CHECK(error_of([&] { Loader{c}; }, ErrorKind::format)
+            .find("no file holds one window of shape_schedule stage 1's block_size + 1 (the longest, its epochs' "
+                  "units) = 601 tokens") != std::string::npos);
+}

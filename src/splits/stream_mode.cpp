@@ -71,10 +71,11 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   }
   data->sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, std::move(settings));
   data->orders = std::make_unique<EpochOrders>(*data->sampler);
-  DatasetSplit::Description description{{"windows", "first_window_ids", "sampled_"},
-                                        " windows of block_size + 1",
-                                        std::string(" document_aware=") + bool_text(config.document_aware),
-                                        {}};
+  DatasetSplit::Description description{
+      {"windows", "first_window_ids", "sampled_"},
+      options.unit_tokens > 0 ? " units (windows of the longest block_size + 1)" : " windows of block_size + 1",
+      std::string(" document_aware=") + bool_text(config.document_aware),
+      {}};
   SplitInfo& figures = description.figures;
   figures.name = name;
   figures.windows = data->sampler->size();
@@ -87,9 +88,14 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
                                  (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
                                  std::to_string(samples) + " document_aware=" + bool_text(config.document_aware);
   if (samples == 0) {
+    std::string window = "block_size + 1";
+    if (options.unit_tokens > 0) {  // the longest stage's windows, the units
+      std::size_t longest = 0;
+      while (schedule->stages()[longest].block_size != block) ++longest;
+      window = "shape_schedule stage " + std::to_string(longest) + "'s block_size + 1 (the longest, its epochs' units)";
+    }
     no_window = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                std::to_string(stream.total_tokens()) + " tokens but no file holds one window of " +
-                (options.unit_tokens > 0 ? "the longest shape_schedule block_size + 1 = " : "block_size + 1 = ") +
+                std::to_string(stream.total_tokens()) + " tokens but no file holds one window of " + window + " = " +
                 std::to_string(block + 1) + " tokens";
   }
   const std::size_t rows = largest_batch_rows(config, name);
