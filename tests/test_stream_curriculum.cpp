@@ -427,8 +427,9 @@ TEST_CASE("stream curriculum: inspect --steps says where each stage's first row 
   // epoch 2 (epoch 1 ends with stage 1: 24 units, 3 batches of 8), at its first unit.
   for (const auto& [s, epoch, batch, unit, offset] :
        {std::tuple{0u, 0u, 0u, order0[0], 0u}, {1u, 0u, 4u, order0[5], 13u}, {2u, 2u, 0u, order2[0], 0u}}) {
-    CAPTURE(s);
-    const auto& reached = report.stages[s].reached;
+    const std::size_t stage = s;  // a structured binding is not captured by CAPTURE's lambda
+    CAPTURE(stage);
+    const auto& reached = report.stages[stage].reached;
     REQUIRE(reached);
     CHECK(reached->epoch == epoch);
     CHECK(reached->batch_in_epoch == batch);
