@@ -89,7 +89,7 @@ def test_inspect_reports_each_stage(stream_dir):
                s["rows_before"], s["tokens_before"]) for s in schedule["stages"]]
     assert stages == [(0, 3, 2, 2, 64, 0, 0), (3, 5, 6, 6, 64, 6, 384), (5, None, 4, 4, 64, 18, 1152)]
     assert [s["reached"] for s in schedule["stages"]] == [
-        {"epoch": None, "batch_in_epoch": step} for step in (0, 3, 5)]
+        {"epoch": None, "batch_in_epoch": step, "unit": None, "offset": None} for step in (0, 3, 5)]
     # A stage from step N on is not reached in N steps.
     early = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=SCHEDULE), steps=5)["shape_schedule"]
     assert early["stages"][2]["reached"] is None
