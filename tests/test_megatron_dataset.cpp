@@ -1015,3 +1015,69 @@ TEST_CASE("megatron: inspect reports val_fraction's split, and --packed packs th
   REQUIRE(refused.failure);
   CHECK(refused.failure->message.find("config key 'val_fraction'") != std::string::npos);
 }
+
+TEST_CASE(
+    "megatron: a sequence-length curriculum over epoch windows cuts the units in order, documents from the .idx") {
+  // The file's documents (its .idx starts), or train's documents chosen by hash as one
+  // stream (val_fraction): its units (windows of the longest stage, 24 + 1 tokens) are cut
+  // at 8 + 1 (9, 9, 7: a partial row) for 3 steps, then whole.
+  for (const double fraction : {0.0, 0.2}) {
+    CAPTURE(fraction);
+    TempDir dir;
+    MegatronWriter(random_documents(300, 41)).write(dir / "train/a_text_document");
+    const ChosenStream expected = chosen_stream(document_tokens(random_documents(300, 41)), fraction, 7, false);
+    constexpr std::size_t kUnit = 25;
+    Config c = megatron_config(dir.path(), 2, 16, SamplingMode::epoch);
+    c.epoch_shuffle = false;  // unit w is tokens [w * 25, (w + 1) * 25) of the stream
+    c.val_fraction = fraction;
+    c.val_seed = 7;
+    c.document_aware = true;
+    c.shape_schedule = {ShapeStage{3, std::nullopt, std::nullopt, 8},
+                        ShapeStage{std::nullopt, std::nullopt, std::nullopt, 24}};
+    Loader loader(c);
+    const std::uint64_t units = expected.tokens.size() / kUnit;
+    REQUIRE(units > 20);
+    std::vector<std::uint32_t> delivered;
+    std::size_t partial = 0, boundaries = 0;
+    for (std::uint64_t step = 0; step < 3 + (units - 2) / 2; ++step) {
+      const Batch b = loader.get_batch();
+      REQUIRE(b.epoch() == 0);
+      const std::size_t T = b.cols();
+      REQUIRE(T == (step < 3 ? 8u : 24u));
+      for (std::size_t r = 0; r < b.rows(); ++r) {
+        CAPTURE(step);
+        CAPTURE(r);
+        const auto offset = static_cast<std::uint64_t>(b.window_ids()[r]);  // unit x 25 + offset: the stream's
+        const std::size_t real = std::min<std::size_t>(T + 1, kUnit - offset % kUnit) - 1;
+        partial += real < T ? 1 : 0;
+        std::int32_t doc = 0, position = 0;
+        for (std::size_t i = 0; i < real; ++i) {
+          const std::size_t k = r * T + i;
+          if (i > 0 && expected.starts.count(offset + i) == 1) {
+            ++doc;
+            position = 0;
+            ++boundaries;
+          }
+          CHECK(b.tokens()[k] == expected.tokens[offset + i]);
+          CHECK(b.doc_ids()[k] == doc);
+          CHECK(b.position_ids()[k] == position++);
+          const bool crosses = expected.starts.count(offset + i + 1) == 1;
+          CHECK(b.labels()[k] == (crosses ? -100 : static_cast<std::int64_t>(expected.tokens[offset + i + 1])));
+          delivered.push_back(static_cast<std::uint32_t>(b.tokens()[k]));
+        }
+        for (std::size_t i = real; i < T; ++i) {
+          CHECK(b.labels()[r * T + i] == -100);
+          CHECK(b.token_weights()[r * T + i] == 0.0f);
+        }
+        // The piece's last token: the last target, or a partial row's first padding input.
+        delivered.push_back(
+            static_cast<std::uint32_t>(real < T ? b.tokens()[r * T + real] : expected.tokens[offset + T]));
+      }
+    }
+    CHECK(partial == 2);
+    CHECK(boundaries > 10);
+    const std::size_t taken = (2 + (units - 2) / 2 * 2) * kUnit;
+    CHECK(delivered == std::vector<std::uint32_t>(expected.tokens.begin(),
+                                                  expected.tokens.begin() + static_cast<std::ptrdiff_t>(taken)));
+  }
+}

@@ -619,19 +619,6 @@ TEST_CASE(
 
 TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its report") {
   const Stream data;
-  const std::string refused =
-      "shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a sequence-length schedule "
-      "is supported for dataset_mode=token_stream with batch_sampling_mode=random and for dataset_mode=sft_episode "
-      "or sft_packed without truncation=split only so far";
-  {
-    Config c = stream_config(data, 1, 0);
-    c.shape_schedule = curriculum();
-    c.batch_sampling_mode = SamplingMode::epoch;
-    CHECK(error_of([&] {
-            Loader{c};
-          }).find(refused + " (this config: dataset_mode=token_stream, batch_sampling_mode=epoch") !=
-          std::string::npos);
-  }
   // Pieces of truncation=split (the sampled ids change with the length), episodes or packed.
   {
     const Dataset episodes;

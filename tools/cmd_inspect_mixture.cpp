@@ -4,6 +4,7 @@
 // tokens and of trained tokens, and the epoch each source reaches, after the weights from
 // dataset sizes when the weights are "auto". The figures are the library's
 // (src/inspect/shape_schedule_report, mixture_report); this file only prints them.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -66,21 +67,32 @@ void print_shape_schedule(const std::string& config_file, const ShapeScheduleRep
   std::printf("shape_schedule %s: %zu stages; the first %llu steps of rank %lld (data-parallel size %llu)\n",
               config_file.c_str(), report.stages.size(), static_cast<unsigned long long>(report.steps),
               static_cast<long long>(report.rank), static_cast<unsigned long long>(report.data_parallel_size));
-  std::printf("  %5s %12s %12s %13s %10s %10s %16s %18s %8s %14s\n", "stage", "first_step", "end_step", "global_batch",
-              "rows/rank", "block_size", "rows_before", "tokens_before", "epoch", "batch_in_epoch");
+  // token_stream epoch windows under a curriculum: where each stage's first row is cut.
+  const bool cut = std::any_of(report.stages.begin(), report.stages.end(),
+                               [](const ShapeStageFigures& s) { return s.reached && s.reached->unit; });
+  std::printf("  %5s %12s %12s %13s %10s %10s %16s %18s %8s %14s%s\n", "stage", "first_step", "end_step",
+              "global_batch", "rows/rank", "block_size", "rows_before", "tokens_before", "epoch", "batch_in_epoch",
+              cut ? "         unit   offset" : "");
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const ShapeStageFigures& s = report.stages[i];
     const std::string end = s.end_step ? std::to_string(*s.end_step) : "-";
-    std::string epoch = "not reached", batch = "-";
+    std::string epoch = "not reached", batch = "-", position;
     if (s.reached) {
       epoch = s.reached->epoch ? std::to_string(*s.reached->epoch) : "random";
       batch = std::to_string(s.reached->batch_in_epoch);
     }
-    std::printf("  %5zu %12llu %12s %13llu %10llu %10llu %16llu %18llu %8s %14s\n", i,
+    if (cut) {
+      const bool at = s.reached && s.reached->unit;
+      char text[48];
+      std::snprintf(text, sizeof text, " %12s %8s", at ? std::to_string(*s.reached->unit).c_str() : "-",
+                    at ? std::to_string(*s.reached->offset).c_str() : "-");
+      position = text;
+    }
+    std::printf("  %5zu %12llu %12s %13llu %10llu %10llu %16llu %18llu %8s %14s%s\n", i,
                 static_cast<unsigned long long>(s.first_step), end.c_str(),
                 static_cast<unsigned long long>(s.global_batch), static_cast<unsigned long long>(s.rows),
                 static_cast<unsigned long long>(s.block_size), static_cast<unsigned long long>(s.rows_before),
-                static_cast<unsigned long long>(s.tokens_before), epoch.c_str(), batch.c_str());
+                static_cast<unsigned long long>(s.tokens_before), epoch.c_str(), batch.c_str(), position.c_str());
   }
 }
 

@@ -62,7 +62,9 @@
 //
 //   episode_ids int64, one per row: the global episode id (sft_episode), the row's first
 //           episode (sft_packed), or the window id (token_stream: the global window number
-//           in epoch mode, the global token offset of the window start in random mode);
+//           in epoch mode, the global token offset of the window start in random mode;
+//           epoch mode under a sequence-length schedule: unit x (longest block_size + 1) +
+//           the row's token offset in the unit, docs/schedules.md);
 //           -1 for a fill row
 //   doc_ids int32 (document-aware token streams; empty otherwise): the running document
 //           index of each input position

@@ -293,8 +293,10 @@ nb::dict shape_schedule_dict(const ShapeScheduleReport& report) {
   for (const ShapeStageFigures& s : report.stages) {
     nb::object reached = nb::none();
     if (s.reached) {
-      reached = nb::cast(
-          dict_of({{"epoch", optional_of(s.reached->epoch)}, {"batch_in_epoch", nb::cast(s.reached->batch_in_epoch)}}));
+      reached = nb::cast(dict_of({{"epoch", optional_of(s.reached->epoch)},
+                                  {"batch_in_epoch", nb::cast(s.reached->batch_in_epoch)},
+                                  {"unit", optional_of(s.reached->unit)},
+                                  {"offset", optional_of(s.reached->offset)}}));
     }
     stages.append(dict_of({{"first_step", nb::cast(s.first_step)},
                            {"end_step", optional_of(s.end_step)},

@@ -129,7 +129,7 @@ def test_inspect_reports_each_stage(stream_dir):
                s["rows_before"], s["tokens_before"]) for s in schedule["stages"]]
     assert stages == [(0, 3, 2, 2, 64, 0, 0), (3, 5, 6, 6, 64, 6, 384), (5, None, 4, 4, 64, 18, 1152)]
     assert [s["reached"] for s in schedule["stages"]] == [
-        {"epoch": None, "batch_in_epoch": step} for step in (0, 3, 5)]
+        {"epoch": None, "batch_in_epoch": step, "unit": None, "offset": None} for step in (0, 3, 5)]
     # A stage from step N on is not reached in N steps.
     early = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=SCHEDULE), steps=5)["shape_schedule"]
     assert early["stages"][2]["reached"] is None
@@ -238,3 +238,27 @@ def test_val_has_its_own_shape_from_the_dict(sft_dir):
         np.testing.assert_array_equal(got.labels, want.labels)
     with pytest.raises(tokenfeed.ConfigError, match="val.block_size"):
         tokenfeed.Loader(base_keys(sft_dir, **{"val.block_size": 0}))
+
+
+def test_epoch_windows_under_a_curriculum_cut_the_units_in_order(stream_dir):
+    # Epoch windows: the epoch's units are the windows at the longest length (128 + 1
+    # tokens), here unshuffled, so the unscheduled loader at block_size=128 lists them; a
+    # stage of block size 32 cuts each into rows of 33 tokens (33, 33, 33, then 30: a
+    # partial row of 29 targets, padded), and every token is in one row, in order.
+    keys = dict(batch_sampling_mode="epoch", epoch_shuffle=False)
+    whole = tokenfeed.Loader(base_keys(stream_dir, block_size=128, **keys))
+    units = [np.append(b.tokens[r], b.labels[r, -1]) for b in whole.iter(steps=6) for r in range(b.rows)]
+    schedule = [{"until_step": 3, "block_size": 32}, {"block_size": 128}]
+    loader = tokenfeed.Loader(base_keys(stream_dir, shape_schedule=schedule, **keys))
+    pieces = []
+    for step, b in enumerate(loader.iter(steps=6)):
+        assert b.shape == ((4, 32) if step < 3 else (4, 128)) == loader.batch_shape(step)
+        for r in range(b.rows):
+            real = int((b.labels[r] != -100).sum())
+            last = b.tokens[r, real] if real < b.cols else b.labels[r, -1]
+            pieces.append(np.append(b.tokens[r, :real], last))
+            assert (b.labels[r, real:] == -100).all() and (b.token_weights[r, real:] == 0).all()
+    assert [len(p) for p in pieces[:4]] == [33, 33, 33, 30]
+    np.testing.assert_array_equal(np.concatenate(pieces), np.concatenate(units[:3 + 12]))
+    stages = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=schedule, **keys), steps=5)["shape_schedule"]
+    assert [(s["reached"]["unit"], s["reached"]["offset"]) for s in stages["stages"]] == [(0, 0), (3, 0)]

@@ -67,7 +67,9 @@ def inspect(path_or_config: _PathOrConfig, deep: bool = False, steps: Optional[i
     ``global_batch_size``, ``rows`` (this rank's), ``block_size``, ``rows_before`` and
     ``tokens_before`` (the global rows and positions of the steps before it) and ``reached``
     (None for a stage starting at or after step ``N``; else its first batch's ``epoch``, None
-    in random sampling, and ``batch_in_epoch``), read from the batches of a loader over the
+    in random sampling, ``batch_in_epoch``, and ``unit`` and ``offset``: where its first row is
+    cut in token_stream epoch windows under a sequence-length schedule, else None), read from
+    the batches of a loader over the
     config up to the last stage's first step within ``N``.
     """
     return _core._inspect(path_or_config, deep, steps)

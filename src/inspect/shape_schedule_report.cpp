@@ -53,6 +53,12 @@ ShapeScheduleReport shape_schedule_report(Config config, std::int64_t steps, std
   report.data_parallel_size = data_parallel_size(resolved);
   report.stages = stage_figures(resolved);
   const bool random = resolved.batch_sampling_mode == SamplingMode::random;
+  // Epoch windows re-cut from units (a row's id is unit x unit_tokens + offset).
+  const auto schedule = shape_schedule_of(resolved, "train");
+  const std::uint64_t unit_tokens =
+      !random && resolved.dataset_mode == DatasetMode::token_stream && schedule->changes_block_size()
+          ? schedule->largest_block_size() + 1
+          : 0;
   // Read up to the first batch of the last stage that starts within the steps.
   std::uint64_t limit = 0;
   for (const ShapeStageFigures& s : report.stages) {
@@ -68,6 +74,11 @@ ShapeScheduleReport shape_schedule_report(Config config, std::int64_t steps, std
     ShapeStageReached& reached = report.stages[next++].reached.emplace();
     if (!random) reached.epoch = batch.epoch();
     reached.batch_in_epoch = batch.batch_in_epoch();
+    if (unit_tokens > 0 && batch.rows() > 0 && batch.episode_ids()[0] >= 0) {
+      const auto id = static_cast<std::uint64_t>(batch.episode_ids()[0]);
+      reached.unit = id / unit_tokens;
+      reached.offset = id % unit_tokens;
+    }
   }
   return report;
 }

@@ -2,7 +2,9 @@
 // inspect --config FILE --steps N` prints it, Python's tokenfeed.inspect(config, steps=N)
 // returns it as a dict): per stage its first step, global batch, this rank's rows, block
 // size, the rows and positions the steps before it took, and, for each stage that starts
-// within the first N steps, the epoch and batch in epoch its first batch has, read from the
+// within the first N steps, the epoch and batch in epoch its first batch has (and, for
+// token_stream epoch windows under a sequence-length schedule, the unit and offset its
+// first row is cut at), read from the
 // batches a loader over the config gives (the loader's own arithmetic, not a copy of it).
 //
 // Thread-safety: a free function; it runs a Loader (its threads end before it returns).
@@ -21,6 +23,10 @@ namespace tokenfeed {
 struct ShapeStageReached {
   std::optional<std::uint64_t> epoch;  // absent in random sampling (no epochs)
   std::uint64_t batch_in_epoch = 0;    // == the step in random sampling
+  // token_stream epoch windows under a sequence-length schedule: where this rank's first
+  // row is cut, the unit (its window id at the longest block size) and the token offset in
+  // it. Absent otherwise.
+  std::optional<std::uint64_t> unit, offset;
 };
 
 struct ShapeStageFigures {

@@ -45,7 +45,9 @@ TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, co
                                                Options options)
     : SampledRowSource(orders), split_(split), options_(std::move(options)), ranges_(split.range_starts() != nullptr) {
   std::vector<std::size_t> blocks{options_.block_size};
-  for (const std::size_t b : options_.block_sizes) {
+  std::vector<std::size_t> more = options_.block_sizes;
+  if (options_.unit_tokens > 0) more.push_back(options_.unit_tokens - 1);  // the units' windows
+  for (const std::size_t b : more) {
     if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
   }
   for (const std::size_t block : blocks) {
@@ -118,6 +120,30 @@ void TokenStreamBatchSource::write_ranges_window(const Location& loc, std::size_
   if (fields.positions != nullptr) std::iota(fields.positions, fields.positions + T, 0);
 }
 
+std::pair<TokenStreamBatchSource::Location, std::size_t> TokenStreamBatchSource::locate_row(
+    std::int64_t id, std::size_t T) const noexcept {
+  const auto u = static_cast<std::uint64_t>(id);
+  if (options_.unit_tokens == 0) return {locate(u, T), T};
+  // A piece of a unit: its unit's window, from the piece's offset on.
+  const std::uint64_t unit_tokens = options_.unit_tokens, in_unit = u % unit_tokens;
+  Location loc = locate(u / unit_tokens, options_.unit_tokens - 1);
+  loc.offset += in_unit;
+  loc.window_id = id;
+  return {loc, static_cast<std::size_t>(std::min<std::uint64_t>(T + 1, unit_tokens - in_unit) - 1)};
+}
+
+std::int64_t TokenStreamBatchSource::read_token(const Location& loc) const {
+  std::int64_t token = 0;
+  if (ranges_) {
+    read_ranges(loc.offset, 1, &token);
+    return token;
+  }
+  split_.read(loc.file, loc.offset, 1, &token);
+  // As a window's first input, which names the token's own offset when it is negative.
+  if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, 1, &token, &token);
+  return token;
+}
+
 void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const {
   const std::size_t T = slot.cols;  // the batch's block size
   const bool contract = options_.contract_fields;
@@ -126,21 +152,26 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   // Empty (null) without the contract fields; positions stay with the document fields.
   float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
   std::int32_t* positions = slot.position_ids.empty() ? nullptr : slot.position_ids.data() + r * T;
+  std::int32_t* doc_ids = slot.doc_ids.empty() ? nullptr : slot.doc_ids.data() + r * T;
+  // Positions [from, T): a row's padding, a sequence (and document) of its own.
+  const auto pad_from = [&](std::size_t from, std::int64_t pad, std::int32_t doc) {
+    std::fill(x + from, x + T, pad);
+    std::fill(y + from, y + T, options_.ignore_index);
+    if (weights != nullptr) std::fill(weights + from, weights + T, 0.0f);
+    if (positions != nullptr) std::iota(positions + from, positions + T, 0);
+    if (doc_ids != nullptr) std::fill(doc_ids + from, doc_ids + T, doc);
+  };
   if (id < 0) {
     // A fill row (epoch mode without drop_last): nothing to learn from.
     slot.episode_ids[r] = -1;
-    std::fill(x, x + T, 0);
-    std::fill(y, y + T, options_.ignore_index);
-    if (weights != nullptr) std::fill(weights, weights + T, 0.0f);
-    if (positions != nullptr) std::iota(positions, positions + T, 0);
-    if (!slot.doc_ids.empty()) std::fill(slot.doc_ids.data() + r * T, slot.doc_ids.data() + (r + 1) * T, 0);
+    pad_from(0, 0, 0);
     slot.add_sequence(T);
     return;
   }
-  const Location loc = locate(static_cast<std::uint64_t>(id), T);
+  const auto [loc, real] = locate_row(id, T);  // real < T: a unit's last piece, padded
   slot.episode_ids[r] = loc.window_id;
   const bool plain = !options_.document_aware;
-  if (plain) slot.real_positions += T;
+  if (plain) slot.real_positions += real;
   NextTokenFields fields;
   fields.x = x;
   if (plain && contract) {
@@ -151,48 +182,76 @@ void TokenStreamBatchSource::decode_id(std::int64_t id, detail::BatchSlot& slot,
   } else {
     fields.y = y;
   }
-  if (ranges_) {
-    write_ranges_window(loc, T, fields);
+  if (real == 0) {
+    // A piece of one token: no target; x keeps it (the padding rule, below).
+  } else if (ranges_) {
+    write_ranges_window(loc, real, fields);
   } else {
-    write_window(loc, T, fields);
-    if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, T, x, y);
+    write_window(loc, real, fields);
+    if (split_.files()[loc.file].dtype == TokenDtype::int32) check_signed_window(loc, real, x, y);
+  }
+  if (real < T) {
+    // The piece's last token, a target only (y[real - 1] before any masking), stays in x's
+    // first padding position, as sft_episode keeps an episode's.
+    Location last = loc;
+    last.offset += real;
+    const std::int64_t token = real > 0 ? y[real - 1] : read_token(last);
+    pad_from(real, options_.pad_token_id, 0);
+    x[real] = token;
   }
   if (plain) {
-    if (contract) slot.add_sequence(T);
+    if (contract) {
+      if (real > 0) slot.add_sequence(real);
+      if (real < T) slot.add_sequence(T - real);
+    }
     return;
   }
-  std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
   const StreamFile& file = split_.files()[loc.file];
   if (ranges_) {
-    apply_document_starts(*split_.range_starts(), loc.offset, y, doc_ids, positions, T, options_.ignore_index);
+    apply_document_starts(*split_.range_starts(), loc.offset, y, doc_ids, positions, real, options_.ignore_index);
   } else if (file.document_starts) {
-    apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, T, options_.ignore_index);
+    apply_document_starts(*file.document_starts, loc.offset, y, doc_ids, positions, real, options_.ignore_index);
   } else {
     // Checked at open (check_document_boundaries): a file without document starts has an eos id.
-    apply_document_boundaries(x, y, doc_ids, positions, T, options_.eos_token_id.value_or(-1), options_.ignore_index);
+    apply_document_boundaries(x, y, doc_ids, positions, real, options_.eos_token_id.value_or(-1),
+                              options_.ignore_index);
   }
-  slot.real_positions += finish_documents(slot, r);
+  if (real < T && real > 0) std::fill(doc_ids + real, doc_ids + T, doc_ids[real - 1] + 1);
+  slot.real_positions += finish_documents(slot, r, real);
 }
 
-std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, std::size_t r) const {
+std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, std::size_t r,
+                                                     std::size_t real_cols) const {
   const std::size_t T = slot.cols;
-  const std::int64_t* y = slot.labels.data() + r * T;
+  std::int64_t* y = slot.labels.data() + r * T;
   float* weights = slot.token_weights.empty() ? nullptr : slot.token_weights.data() + r * T;
   if (options_.sequence_multiple > 1) {
-    const std::vector<PaddedPiece> pieces = pad_documents(
-        slot.x.data() + r * T, slot.labels.data() + r * T, slot.doc_ids.data() + r * T,
-        slot.position_ids.data() + r * T, T, options_.sequence_multiple, options_.pad_token_id, options_.ignore_index);
-    std::size_t real = 0;
+    std::int64_t* x = slot.x.data() + r * T;
+    std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
+    std::int32_t* positions = slot.position_ids.data() + r * T;
+    const std::vector<PaddedPiece> pieces = pad_documents(x, y, doc_ids, positions, T, options_.sequence_multiple,
+                                                          options_.pad_token_id, options_.ignore_index, real_cols);
+    std::size_t real = 0, column = 0;
     for (const PaddedPiece& piece : pieces) {
       slot.add_sequence(piece.real, piece.padded);
       real += piece.real;
+      column += piece.padded;
+    }
+    if (column < T) {
+      // A partial row's padding after its padded pieces: a sequence (and document) of its own.
+      const std::int32_t doc = column > 0 ? doc_ids[column - 1] + 1 : 0;
+      std::fill(x + column, x + T, options_.pad_token_id);
+      std::fill(y + column, y + T, options_.ignore_index);
+      std::fill(doc_ids + column, doc_ids + T, doc);
+      std::iota(positions + column, positions + T, 0);
+      slot.add_sequence(T - column);
     }
     if (weights != nullptr) {
       for (std::size_t i = 0; i < T; ++i) weights[i] = y[i] == options_.ignore_index ? 0.0f : 1.0f;
     }
     return real;
   }
-  if (!options_.contract_fields) return T;
+  if (!options_.contract_fields) return real_cols;
   const std::int32_t* doc_ids = slot.doc_ids.data() + r * T;
   std::size_t start = 0;
   for (std::size_t i = 0; i < T; ++i) {
@@ -202,19 +261,20 @@ std::size_t TokenStreamBatchSource::finish_documents(detail::BatchSlot& slot, st
       start = i + 1;
     }
   }
-  return T;
+  return real_cols;
 }
 
 std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
                                        std::int32_t* position_ids, std::size_t cols, std::size_t multiple,
-                                       std::int64_t pad_token_id, std::int64_t ignore_index) {
+                                       std::int64_t pad_token_id, std::int64_t ignore_index, std::size_t real_cols) {
+  const std::size_t window = std::min(cols, real_cols);  // the positions the window holds
   // Where each piece starts now, and what it keeps, in order.
   std::vector<std::size_t> starts;
   std::vector<PaddedPiece> pieces;
   std::size_t column = 0;  // where the next piece's padded span starts
-  for (std::size_t start = 0; start < cols && column < cols;) {
+  for (std::size_t start = 0; start < window && column < cols;) {
     std::size_t end = start + 1;
-    while (end < cols && doc_ids[end] == doc_ids[start]) ++end;
+    while (end < window && doc_ids[end] == doc_ids[start]) ++end;
     const std::size_t real = std::min(end - start, cols - column);
     const std::size_t padded = (real + multiple - 1) / multiple * multiple;
     starts.push_back(start);

@@ -7,11 +7,21 @@
 //
 //  - epoch mode: each file is carved into non-overlapping windows starting at
 //    i * (block_size + 1) (the remainder of a file is unused); windows are numbered
-//    globally across files and the sampler shuffles their numbers per epoch.
+//    globally across files and the sampler shuffles their numbers per epoch. Under a
+//    sequence-length schedule (Options::unit_tokens) those windows, cut at the longest
+//    stage length, are units: a row is a piece of one, of the batch's block size + 1
+//    tokens from the token offset its id names (id = unit x unit_tokens + offset), the
+//    unit's last piece shorter: a partial row (below).
 //  - random mode: the sampler draws a global window start uniformly over every valid
 //    start in every file. Under a sequence-length schedule (Options::block_sizes) a row
 //    has the block size of its batch (BatchSlot::cols), and its id numbers the valid starts
 //    of windows of that length.
+//
+// A partial row (a unit's last piece of n < block_size + 1 tokens) holds the piece's n - 1
+// inputs with their targets, then padding as sft_episode pads a short episode: pad in x
+// (x keeping the piece's last token in its first padding position), ignore_index in y, 0
+// weights, positions from 0, a sequence of its own (and, document-aware, a doc id of its
+// own); with context parallelism its document pieces are padded as any row's.
 //
 // With document awareness (Options::document_aware), a row also gets doc_ids (a running
 // document index over the input positions, incremented after each end-of-text token),
@@ -32,6 +42,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipeline/batch_source.hpp"
@@ -61,6 +72,10 @@ class TokenStreamBatchSource final : public SampledRowSource {
     // Random mode under a sequence-length schedule: every block size a batch may have
     // (block_size among them). Empty: block_size only.
     std::vector<std::size_t> block_sizes;
+    // Epoch mode under a sequence-length schedule: the sampled ids are pieces of units of
+    // this many tokens (the windows of the longest block size; EpisodeSampler::Settings::
+    // unit_tokens). 0: the ids are windows of the batch's block size.
+    std::size_t unit_tokens = 0;
   };
 
   // What the sampler draws from: windows per epoch (epoch mode) or valid window starts
@@ -110,15 +125,21 @@ class TokenStreamBatchSource final : public SampledRowSource {
   // With ranges_: the window of `T` inputs at `loc` (an offset into the concatenation), as
   // write_window.
   void write_ranges_window(const Location& loc, std::size_t T, const NextTokenFields& fields) const;
+  // Where sample `id` of a batch of block size `T` starts, and its inputs that have a
+  // target (T, or fewer for a partial row).
+  std::pair<Location, std::size_t> locate_row(std::int64_t id, std::size_t T) const noexcept;
+  // The token at `loc` (an int32 file's negative one is Error(format), as read_ranges).
+  std::int64_t read_token(const Location& loc) const;
   // Writes the window at `loc` (`T` inputs and their targets) into `fields`.
   void write_window(const Location& loc, std::size_t T, const NextTokenFields& fields) const noexcept;
   // The window of `T` inputs at `loc` of an int32 file, written to x and y (unmasked):
   // throws Error(format) naming the file and the token when one of its ids is negative.
   void check_signed_window(const Location& loc, std::size_t T, const std::int64_t* x, const std::int64_t* y) const;
   void decode_id(std::int64_t id, detail::BatchSlot& slot, std::size_t r) const override;
-  // The contract's view of a document-aware row whose fields are written: the weights and
-  // one sequence per document piece; returns the row's real positions.
-  std::size_t finish_documents(detail::BatchSlot& slot, std::size_t r) const;
+  // The contract's view of a document-aware row whose fields are written (the first `real`
+  // positions, the rest padding): the weights and one sequence per document piece;
+  // returns the row's real positions.
+  std::size_t finish_documents(detail::BatchSlot& slot, std::size_t r, std::size_t real) const;
 };
 
 // Context parallelism's padding of a document-aware row of `cols` positions whose fields
@@ -127,14 +148,17 @@ class TokenStreamBatchSource final : public SampledRowSource {
 // a multiple of `multiple` (pad in x, ignore_index in y, the piece's doc id, its positions
 // continuing); the window's tokens that no longer fit in the row are dropped (the piece
 // that reaches the row's end is cut there, and the rest of the window is not used), so
-// the row ends full. Returns each kept piece's (real, padded) lengths, in order.
-// REQUIRES: cols a multiple of `multiple`.
+// the row ends full. Only the first `real_cols` positions are the window's (a partial
+// row's, whose padding the caller writes after the last padded piece); the row then need
+// not end full. Returns each kept piece's (real, padded) lengths, in order.
+// REQUIRES: cols a multiple of `multiple`, real_cols <= cols.
 struct PaddedPiece {
   std::size_t real = 0, padded = 0;
 };
 std::vector<PaddedPiece> pad_documents(std::int64_t* x, std::int64_t* y, std::int32_t* doc_ids,
                                        std::int32_t* position_ids, std::size_t cols, std::size_t multiple,
-                                       std::int64_t pad_token_id, std::int64_t ignore_index);
+                                       std::int64_t pad_token_id, std::int64_t ignore_index,
+                                       std::size_t real_cols = SIZE_MAX);
 
 // Fills doc_ids and position_ids for one row of `cols` inputs and masks y where the label
 // crosses a document boundary. Exposed for tests.

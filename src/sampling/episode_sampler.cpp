@@ -37,11 +37,12 @@ void EpisodeSampler::count_batches() {
   }
   scheduled_.reset();
   if (settings_.schedule && settings_.mode == SamplingMode::epoch) {
-    short_stage_ = ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last);
+    short_stage_ =
+        ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last, settings_.unit_tokens);
     if (short_stage_) {
       batches_per_epoch_ = 0;  // some stage never forms a batch: refused as a split too small
     } else {
-      scheduled_.emplace(*settings_.schedule, count_, settings_.drop_last);
+      scheduled_.emplace(*settings_.schedule, count_, settings_.drop_last, settings_.unit_tokens);
       batches_per_epoch_ = scheduled_->batches_in_epoch(0);
     }
   }
@@ -87,6 +88,7 @@ SampledBatch EpisodeSampler::position(std::uint64_t step) const {
     p.epoch = point.epoch;
     p.batch_in_epoch = point.batch_in_epoch;
     p.first_row = point.first_row;
+    p.offset = point.offset;
     return p;
   }
   p.epoch = step / batches_per_epoch_;
@@ -108,6 +110,13 @@ std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t
     const std::uint64_t u = CounterRng(random_key_).uniform(g, plan.ids);
     return static_cast<std::int64_t>(id_at(u));
   }
+  if (settings_.unit_tokens > 0) {
+    // A piece of a unit: the unit's id and the piece's offset in one number.
+    const EpochPoint at{plan.epoch, plan.batch_in_epoch, plan.first_row, 0, plan.offset};
+    const UnitCut cut = scheduled_->cut(at, settings_.rank * plan.rows + row, plan.cols);
+    if (cut.unit >= plan.order->size()) return -1;
+    return static_cast<std::int64_t>((*plan.order)[cut.unit] * settings_.unit_tokens + cut.offset);
+  }
   const std::uint64_t position = plan.first_row + settings_.rank * plan.rows + row;
   if (position >= plan.order->size()) return -1;
   return static_cast<std::int64_t>((*plan.order)[position]);
@@ -115,6 +124,11 @@ std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t
 
 std::uint64_t EpisodeSampler::real_rows(const SampledBatch& plan) const noexcept {
   if (settings_.mode == SamplingMode::random) return plan.rows;
+  if (settings_.unit_tokens > 0) {
+    const EpochPoint at{plan.epoch, plan.batch_in_epoch, plan.first_row, 0, plan.offset};
+    const std::uint64_t left = scheduled_->rows_left(at, plan.cols), before = settings_.rank * plan.rows;
+    return left > before ? std::min(plan.rows, left - before) : 0;
+  }
   const std::uint64_t first = plan.first_row + settings_.rank * plan.rows;
   const std::uint64_t n = plan.order->size();
   if (first >= n) return 0;

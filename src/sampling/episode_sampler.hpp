@@ -19,6 +19,11 @@
 // is taken in global batches of the size in force (its remainder after the last whole one
 // skipped with drop_last), so batch k's first position is a sum over the stages before.
 //
+// Under a sequence-length curriculum over token-stream epoch windows (Settings::unit_tokens)
+// the ids are units (the windows of the longest stage) and a batch's rows are pieces of
+// them cut at the stage's length (ScheduledEpochs, units): a row's id is then
+// unit id x unit_tokens + the piece's token offset in its unit.
+//
 // The ids need not be episodes: the token-stream mode samples window numbers the same way,
 // and with truncation=split the SFT modes sample piece numbers (DocumentPieces): epoch e's
 // order is then the documents in the order above, each replaced by its pieces in order.
@@ -55,6 +60,7 @@ struct SampledBatch {
   std::uint64_t batch_in_epoch = 0;         // == step in random mode
   std::uint64_t first_row = 0;              // the global batch's first position: in the epoch's
                                             // order, or (random mode) the global row counter
+  std::uint64_t offset = 0;                 // with units: the first row's token offset in its unit
   std::uint64_t rows = 0;                   // this rank's rows (the batch size in force)
   std::uint64_t cols = 0;                   // the block size in force; 0: the split's (no schedule)
   std::uint64_t ids = 0;                    // random mode: the ids drawn from (size(), or the stage's)
@@ -79,6 +85,11 @@ class EpisodeSampler {
     // draws from (a token stream's window starts depend on the window's length), one per
     // stage of `schedule`; empty: size() at every step.
     std::vector<std::uint64_t> ids_per_stage;
+    // Epoch mode under a schedule whose stages change the block size (token-stream epoch
+    // windows): the ids are units of this many tokens, which each stage cuts into rows of
+    // its block size + 1 (shape_schedule.hpp); row_episode() gives unit id x unit_tokens +
+    // the row's token offset in the unit. 0: each id is a row.
+    std::uint64_t unit_tokens = 0;
   };
 
   // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global

@@ -75,60 +75,102 @@ bool ShapeSchedule::changes_block_size() const noexcept {
 
 // ---- ScheduledEpochs ----
 
-ScheduledEpochs::ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last)
-    : schedule_(std::move(schedule)), samples_(samples), drop_last_(drop_last) {
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) noexcept { return a / b + (a % b != 0 ? 1 : 0); }
+
+// Rows of an epoch of `units` units of `unit` tokens from `from` on, at `stride` tokens a
+// row: the rest of the unit started, then ceil(unit / stride) per unit.
+std::uint64_t rows_from(UnitCut from, std::uint64_t units, std::uint64_t unit, std::uint64_t stride) noexcept {
+  if (from.unit >= units) return 0;
+  const std::uint64_t per = ceil_div(unit, stride);
+  if (from.offset == 0) return (units - from.unit) * per;
+  return ceil_div(unit - from.offset, stride) + (units - from.unit - 1) * per;
+}
+
+// Where the row `rows` rows after the one cut at `from` is cut (past the epoch's end: a
+// unit >= its units).
+UnitCut advance(UnitCut from, std::uint64_t rows, std::uint64_t unit, std::uint64_t stride) noexcept {
+  if (from.offset != 0) {
+    const std::uint64_t in_unit = ceil_div(unit - from.offset, stride);
+    if (rows < in_unit) return UnitCut{from.unit, from.offset + rows * stride};
+    rows -= in_unit;
+    from = UnitCut{from.unit + 1, 0};
+  }
+  const std::uint64_t per = ceil_div(unit, stride);
+  return UnitCut{from.unit + rows / per, rows % per * stride};
+}
+
+UnitCut cut_of(const EpochPoint& point) noexcept { return UnitCut{point.first_row, point.offset}; }
+
+}  // namespace
+
+ScheduledEpochs::ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last,
+                                 std::uint64_t unit_tokens)
+    : schedule_(std::move(schedule)), samples_(samples), drop_last_(drop_last), unit_tokens_(unit_tokens) {
   const auto& stages = schedule_.stages();
+  const std::uint64_t unit = std::max<std::uint64_t>(unit_tokens_, 1);
   origins_.reserve(stages.size());
-  origins_.push_back(origin_at(EpochPoint{0, 0, 0, stages[0].global_batch}));
+  origins_.push_back(origin_at(EpochPoint{0, 0, 0, stages[0].global_batch, 0}, stride_of(0)));
   for (std::size_t i = 1; i < stages.size(); ++i) {
     // Just after the previous stage's last batch, before deciding whether its epoch goes on:
     // that is the new size's to say (a remainder too small for the old size may hold a
-    // batch of the new one).
-    const EpochPoint last = walk(origins_.back(), stages[i].first_step - stages[i - 1].first_step - 1);
+    // batch of the new one). With units the new stage cuts on from the token reached.
+    const EpochPoint last =
+        walk(origins_.back(), stages[i].first_step - stages[i - 1].first_step - 1, stride_of(i - 1));
+    const UnitCut next = advance(cut_of(last), last.global_batch, unit, stride_of(i - 1));
     origins_.push_back(origin_at(
-        EpochPoint{last.epoch, last.batch_in_epoch + 1, last.first_row + last.global_batch, stages[i].global_batch}));
+        EpochPoint{last.epoch, last.batch_in_epoch + 1, next.unit, stages[i].global_batch, next.offset}, stride_of(i)));
   }
 }
 
 std::optional<std::size_t> ScheduledEpochs::first_stage_short(const ShapeSchedule& schedule, std::uint64_t samples,
-                                                              bool drop_last) noexcept {
+                                                              bool drop_last, std::uint64_t unit_tokens) noexcept {
   const auto& stages = schedule.stages();
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    if (samples == 0 || (drop_last && stages[i].global_batch > samples)) return i;
+    const std::uint64_t per_unit = unit_tokens > 0 ? ceil_div(unit_tokens, stages[i].block_size + 1) : 1;
+    if (samples == 0 || (drop_last && stages[i].global_batch > samples * per_unit)) return i;
   }
   return std::nullopt;
 }
 
-std::uint64_t ScheduledEpochs::batches_from(std::uint64_t offset, std::uint64_t global_batch) const noexcept {
-  if (offset >= samples_) return 0;
-  const std::uint64_t left = samples_ - offset;
+std::uint64_t ScheduledEpochs::stride_of(std::size_t stage) const noexcept {
+  return unit_tokens_ > 0 ? schedule_.stages()[stage].block_size + 1 : 1;
+}
+
+std::uint64_t ScheduledEpochs::batches_from(UnitCut from, std::uint64_t global_batch,
+                                            std::uint64_t stride) const noexcept {
+  const std::uint64_t left = rows_from(from, samples_, std::max<std::uint64_t>(unit_tokens_, 1), stride);
   return left / global_batch + (!drop_last_ && left % global_batch != 0 ? 1 : 0);
 }
 
-std::uint64_t ScheduledEpochs::batches_per_epoch(std::uint64_t global_batch) const noexcept {
-  return batches_from(0, global_batch);
+std::uint64_t ScheduledEpochs::batches_per_epoch(std::uint64_t global_batch, std::uint64_t stride) const noexcept {
+  return batches_from(UnitCut{}, global_batch, stride);
 }
 
-ScheduledEpochs::Origin ScheduledEpochs::origin_at(const EpochPoint& point) const noexcept {
-  return Origin{point, batches_from(point.first_row, point.global_batch)};
+ScheduledEpochs::Origin ScheduledEpochs::origin_at(const EpochPoint& point, std::uint64_t stride) const noexcept {
+  return Origin{point, batches_from(cut_of(point), point.global_batch, stride)};
 }
 
-EpochPoint ScheduledEpochs::walk(const Origin& origin, std::uint64_t steps) const noexcept {
+EpochPoint ScheduledEpochs::walk(const Origin& origin, std::uint64_t steps, std::uint64_t stride) const noexcept {
   const EpochPoint& o = origin.point;
+  const std::uint64_t unit = std::max<std::uint64_t>(unit_tokens_, 1);
   if (steps < origin.left_in_epoch) {
-    return EpochPoint{o.epoch, o.batch_in_epoch + steps, o.first_row + steps * o.global_batch, o.global_batch};
+    const UnitCut at = advance(cut_of(o), steps * o.global_batch, unit, stride);
+    return EpochPoint{o.epoch, o.batch_in_epoch + steps, at.unit, o.global_batch, at.offset};
   }
   // The rest of the origin's epoch, then whole epochs of `per` batches.
   const std::uint64_t after = steps - origin.left_in_epoch;
-  const std::uint64_t per = batches_per_epoch(o.global_batch);
+  const std::uint64_t per = batches_per_epoch(o.global_batch, stride);
   if (per == 0) return o;  // excluded by the constructor's precondition
   const std::uint64_t in_epoch = after % per;
-  return EpochPoint{o.epoch + 1 + after / per, in_epoch, in_epoch * o.global_batch, o.global_batch};
+  const UnitCut at = advance(UnitCut{}, in_epoch * o.global_batch, unit, stride);
+  return EpochPoint{o.epoch + 1 + after / per, in_epoch, at.unit, o.global_batch, at.offset};
 }
 
 EpochPoint ScheduledEpochs::at(std::uint64_t step) const {
   const std::size_t i = schedule_.stage_index(step);
-  return walk(origins_[i], step - schedule_.stages()[i].first_step);
+  return walk(origins_[i], step - schedule_.stages()[i].first_step, stride_of(i));
 }
 
 std::uint64_t ScheduledEpochs::first_step_of(std::uint64_t epoch) const {
@@ -139,10 +181,10 @@ std::uint64_t ScheduledEpochs::first_step_of(std::uint64_t epoch) const {
     if (epoch < o.epoch) break;  // started in an earlier stage: not reached in order
     std::uint64_t step = 0;
     if (epoch == o.epoch) {
-      if (o.batch_in_epoch != 0 || o.first_row != 0) continue;  // it started before this stage
+      if (o.batch_in_epoch != 0 || o.first_row != 0 || o.offset != 0) continue;  // it started before this stage
       step = stages[i].first_step;
     } else {
-      const std::uint64_t per = batches_per_epoch(o.global_batch);
+      const std::uint64_t per = batches_per_epoch(o.global_batch, stride_of(i));
       step = checked_sum(stages[i].first_step + origin.left_in_epoch,
                          checked_product(epoch - o.epoch - 1, per, "epoch x batches per epoch"),
                          "the first step of epoch " + std::to_string(epoch));
@@ -156,8 +198,21 @@ std::uint64_t ScheduledEpochs::first_step_of(std::uint64_t epoch) const {
 
 std::uint64_t ScheduledEpochs::samples_in_epoch(std::uint64_t epoch) const {
   if (!drop_last_) return samples_;
-  const EpochPoint last = at(first_step_of(epoch + 1) - 1);
-  return std::min(samples_, last.first_row + last.global_batch);
+  const std::uint64_t step = first_step_of(epoch + 1) - 1;
+  const EpochPoint last = at(step);
+  const UnitCut end = advance(cut_of(last), last.global_batch, std::max<std::uint64_t>(unit_tokens_, 1),
+                              stride_of(schedule_.stage_index(step)));
+  return std::min(samples_, end.unit + (end.offset != 0 ? 1 : 0));
+}
+
+UnitCut ScheduledEpochs::cut(const EpochPoint& point, std::uint64_t row, std::uint64_t block_size) const noexcept {
+  const std::uint64_t stride = unit_tokens_ > 0 ? block_size + 1 : 1;
+  return advance(cut_of(point), row, std::max<std::uint64_t>(unit_tokens_, 1), stride);
+}
+
+std::uint64_t ScheduledEpochs::rows_left(const EpochPoint& point, std::uint64_t block_size) const noexcept {
+  const std::uint64_t stride = unit_tokens_ > 0 ? block_size + 1 : 1;
+  return rows_from(cut_of(point), samples_, std::max<std::uint64_t>(unit_tokens_, 1), stride);
 }
 
 }  // namespace tokenfeed

@@ -12,6 +12,15 @@
 // size in force ends the epoch (it is skipped), without it the last batch of the epoch
 // takes the remainder and is completed with fill rows. A batch never spans two epochs.
 //
+// Units (ScheduledEpochs with unit_tokens = U > 0: token_stream epoch windows under a
+// sequence-length curriculum): the epoch's N samples are units of U tokens (the windows of
+// the longest stage length), and a stage of block size T cuts them, in epoch order, into
+// rows of T + 1 tokens (stride T + 1; the last piece of a unit shorter, a partial row). A
+// position in the epoch is then (unit, token offset in it): the rows left from there are
+// ceil((U - offset) / (T + 1)) of the unit started plus ceil(U / (T + 1)) per unit after,
+// and the next stage continues from the position reached (nothing skipped or repeated).
+// Without units every sample is one row (U = 1, stride 1), the arithmetic above.
+//
 // Thread-safety: immutable after construction; every member may be called concurrently.
 #pragma once
 
@@ -71,19 +80,31 @@ struct EpochPoint {
   std::uint64_t epoch = 0;
   std::uint64_t batch_in_epoch = 0;
   std::uint64_t first_row = 0;     // the global batch's first position in the epoch's order
+                                   // (with units: the unit its first row is cut from)
   std::uint64_t global_batch = 1;  // rows of the global batch (fill rows included)
+  std::uint64_t offset = 0;        // with units: the first row's token offset in its unit
+};
+
+// Where a row is cut: unit `unit` of the epoch's order (>= the epoch's samples: past its
+// end, a fill row) from token `offset` on.
+struct UnitCut {
+  std::uint64_t unit = 0;
+  std::uint64_t offset = 0;
 };
 
 class ScheduledEpochs {
  public:
-  // An epoch of `samples` ids consumed under `schedule`. REQUIRES: with drop_last, every
-  // stage's global batch <= samples (else no epoch ever ends; check with fits()).
-  ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last);
+  // An epoch of `samples` ids consumed under `schedule`; `unit_tokens` > 0: the ids are
+  // units of that many tokens cut into rows of each stage's block size + 1 (REQUIRES: every
+  // stage's block size < unit_tokens). REQUIRES: with drop_last, every stage's global batch
+  // <= its rows per epoch (else no epoch ever ends; check with first_stage_short()).
+  ScheduledEpochs(ShapeSchedule schedule, std::uint64_t samples, bool drop_last, std::uint64_t unit_tokens = 0);
 
-  // The first stage (by index) whose global batch exceeds the samples with drop_last, or
-  // nullopt when every stage forms a batch.
+  // The first stage (by index) whose global batch exceeds the rows of an epoch of `samples`
+  // ids (units of `unit_tokens`, as the constructor) with drop_last, or nullopt when every
+  // stage forms a batch.
   static std::optional<std::size_t> first_stage_short(const ShapeSchedule& schedule, std::uint64_t samples,
-                                                      bool drop_last) noexcept;
+                                                      bool drop_last, std::uint64_t unit_tokens = 0) noexcept;
 
   const ShapeSchedule& schedule() const noexcept { return schedule_; }
   EpochPoint at(std::uint64_t step) const;
@@ -92,7 +113,16 @@ class ScheduledEpochs {
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const { return first_step_of(epoch + 1) - first_step_of(epoch); }
   // Ids epoch `epoch` delivers over all ranks (fill rows aside; the drop_last remainder
   // skipped).
+  // With units: units the epoch delivers at least a piece of.
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const;
+
+  // Where row `row` of the global batch at `point` (of block size `block_size`) is cut:
+  // `row` rows on from the batch's first. Without units, unit = first_row + row.
+  UnitCut cut(const EpochPoint& point, std::uint64_t row, std::uint64_t block_size) const noexcept;
+  // Rows of the epoch from the batch at `point` on (0 past its end), at `block_size`.
+  std::uint64_t rows_left(const EpochPoint& point, std::uint64_t block_size) const noexcept;
+  // Tokens per unit (0: no units, each id one row).
+  std::uint64_t unit_tokens() const noexcept { return unit_tokens_; }
 
  private:
   // Where each stage starts, and how many batches are left of the epoch there.
@@ -103,12 +133,15 @@ class ScheduledEpochs {
   ShapeSchedule schedule_;
   std::uint64_t samples_;
   bool drop_last_;
+  std::uint64_t unit_tokens_ = 0;
   std::vector<Origin> origins_;  // one per stage
 
-  std::uint64_t batches_per_epoch(std::uint64_t global_batch) const noexcept;
-  std::uint64_t batches_from(std::uint64_t offset, std::uint64_t global_batch) const noexcept;
-  EpochPoint walk(const Origin& origin, std::uint64_t steps) const noexcept;
-  Origin origin_at(const EpochPoint& point) const noexcept;
+  // A row's stride in tokens at stage `stage` (1 without units).
+  std::uint64_t stride_of(std::size_t stage) const noexcept;
+  std::uint64_t batches_per_epoch(std::uint64_t global_batch, std::uint64_t stride) const noexcept;
+  std::uint64_t batches_from(UnitCut from, std::uint64_t global_batch, std::uint64_t stride) const noexcept;
+  EpochPoint walk(const Origin& origin, std::uint64_t steps, std::uint64_t stride) const noexcept;
+  Origin origin_at(const EpochPoint& point, std::uint64_t stride) const noexcept;
 };
 
 }  // namespace tokenfeed

@@ -61,10 +61,9 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
     }
     return checked_stage_block_size(settled, index, *stage.block_size);
   }
-  // Settled configs have a sampling mode; one without is not taken as random.
-  const SamplingMode sampling = settled.batch_sampling_mode.value_or(SamplingMode::epoch);
-  const bool windows = settled.dataset_mode == DatasetMode::token_stream && sampling == SamplingMode::random;
-  // sft_episode and sft_packed keep each episode's window at its row's length.
+  // token_stream: random windows at each stage's length, epoch windows re-cut from units;
+  // sft_episode and sft_packed keep each episode's window at its row's length, except that
+  // with truncation=split the pieces, which are the sampled ids, would change with it.
   const bool sft = settled.dataset_mode == DatasetMode::sft_episode || settled.dataset_mode == DatasetMode::sft_packed;
   if (sft && settled.truncation == Truncation::split) {
     throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
@@ -72,15 +71,6 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
                                        "); dataset_mode=" + to_string(settled.dataset_mode) +
                                        " with truncation=split cannot change length: its pieces of block_size + 1 "
                                        "tokens are the sampled ids and would change with it");
-  }
-  if (!windows && !sft) {
-    throw Error(ErrorKind::config,
-                where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) +
-                    "); a sequence-length schedule is supported for dataset_mode=token_stream with "
-                    "batch_sampling_mode=random and for dataset_mode=sft_episode or sft_packed without "
-                    "truncation=split only so far (this config: dataset_mode=" +
-                    to_string(settled.dataset_mode) + ", batch_sampling_mode=" + to_string(sampling) +
-                    ", truncation=" + to_string(settled.truncation) + ")");
   }
   return checked_stage_block_size(settled, index, *stage.block_size);
 }

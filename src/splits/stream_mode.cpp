@@ -21,6 +21,11 @@ TokenStreamBatchSource::Options StreamModeBuilder::source_options(const Config& 
     }
   }
   options.mode = *settled.batch_sampling_mode;
+  // Epoch windows under a sequence-length schedule: the epoch permutes units, the windows
+  // of the longest stage length, and each stage cuts them into its rows.
+  if (options.mode == SamplingMode::epoch && !options.block_sizes.empty()) {
+    options.unit_tokens = static_cast<std::size_t>(schedule->largest_block_size()) + 1;
+  }
   options.document_aware = settled.document_aware;
   if (settled.document_aware) options.eos_token_id = settled.eos_token_id;
   options.ignore_index = settled.ignore_index;
@@ -39,15 +44,20 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   if (config.document_aware) {
     TokenStreamBatchSource::check_document_boundaries(stream, config.eos_token_id, "'" + settled.metadata_file() + "'");
   }
-  const auto block = static_cast<std::size_t>(config.block_size);
-  const SamplingMode sampling = *config.batch_sampling_mode;
-  const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, sampling);
-  data->fingerprint = stream.fingerprint();
   EpisodeSampler::Settings settings = sampler_settings(config, name);
   const std::shared_ptr<const ShapeSchedule> schedule = settings.schedule;
-  // A sequence-length schedule: each stage draws from the window starts of its length.
+  const TokenStreamBatchSource::Options options = source_options(config, schedule.get());
+  const SamplingMode sampling = *config.batch_sampling_mode;
+  // Epoch windows under a sequence-length schedule sample units (the windows of the
+  // longest stage length; options.unit_tokens), else windows of block_size.
+  const std::size_t block = options.unit_tokens > 0 ? options.unit_tokens - 1 : options.block_size;
+  const std::uint64_t samples = TokenStreamBatchSource::sample_count(stream, block, sampling);
+  settings.unit_tokens = options.unit_tokens;
+  data->fingerprint = stream.fingerprint();
+  // A sequence-length schedule over random windows: each stage draws from the window
+  // starts of its length.
   std::string no_window;
-  if (schedule && schedule->changes_block_size()) {
+  if (sampling == SamplingMode::random && schedule && schedule->changes_block_size()) {
     for (std::size_t i = 0; i < schedule->stages().size(); ++i) {
       const auto stage_block = static_cast<std::size_t>(schedule->stages()[i].block_size);
       settings.ids_per_stage.push_back(TokenStreamBatchSource::sample_count(stream, stage_block, sampling));
@@ -61,10 +71,11 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   }
   data->sampler = std::make_unique<EpisodeSampler>(EpisodeSampler::IdRange{samples}, std::move(settings));
   data->orders = std::make_unique<EpochOrders>(*data->sampler);
-  DatasetSplit::Description description{{"windows", "first_window_ids", "sampled_"},
-                                        " windows of block_size + 1",
-                                        std::string(" document_aware=") + bool_text(config.document_aware),
-                                        {}};
+  DatasetSplit::Description description{
+      {"windows", "first_window_ids", "sampled_"},
+      options.unit_tokens > 0 ? " units (windows of the longest block_size + 1)" : " windows of block_size + 1",
+      std::string(" document_aware=") + bool_text(config.document_aware),
+      {}};
   SplitInfo& figures = description.figures;
   figures.name = name;
   figures.windows = data->sampler->size();
@@ -77,13 +88,18 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
                                  (*config.batch_sampling_mode == SamplingMode::epoch ? "windows=" : "window_starts=") +
                                  std::to_string(samples) + " document_aware=" + bool_text(config.document_aware);
   if (samples == 0) {
+    std::string window = "block_size + 1";
+    if (options.unit_tokens > 0) {  // the longest stage's windows, the units
+      std::size_t longest = 0;
+      while (schedule->stages()[longest].block_size != block) ++longest;
+      window = "shape_schedule stage " + std::to_string(longest) + "'s block_size + 1 (the longest, its epochs' units)";
+    }
     no_window = "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                std::to_string(stream.total_tokens()) +
-                " tokens but no file holds one window of block_size + 1 = " + std::to_string(block + 1) + " tokens";
+                std::to_string(stream.total_tokens()) + " tokens but no file holds one window of " + window + " = " +
+                std::to_string(block + 1) + " tokens";
   }
   const std::size_t rows = largest_batch_rows(config, name);
-  auto windows =
-      std::make_unique<TokenStreamBatchSource>(stream, *data->orders, source_options(config, schedule.get()));
+  auto windows = std::make_unique<TokenStreamBatchSource>(stream, *data->orders, options);
   auto split = split_of_sampled_rows(name, config, std::move(data), std::move(windows),
                                      batch_shape_of(config, rows, false, largest_block_size(config, name)),
                                      std::move(description));
