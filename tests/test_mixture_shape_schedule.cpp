@@ -397,9 +397,9 @@ TEST_CASE(
   Config longer = ramped(d, 1, 0);
   longer.shape_schedule[1].block_size = longer.block_size * 2;
   CHECK(error_of([&] { Loader{longer}; })
-            .find("mixture source 'web' has dataset_mode=token_stream; a mixture's shape_schedule "
-                  "that changes block_size takes sft_episode sources without truncation=split only so far") !=
-        std::string::npos);
+            .find("mixture source 'web' has dataset_mode=token_stream with batch_sampling_mode=epoch; a mixture's "
+                  "shape_schedule that changes block_size takes sft_episode sources without truncation=split and "
+                  "token_stream sources with random windows only so far") != std::string::npos);
 }
 
 TEST_CASE("mixture under a shape schedule: planned_steps and the report count the ramp's rows" *
@@ -454,14 +454,16 @@ TEST_CASE("mixture under a shape schedule: planned_steps and the report count th
 
 // ---- A sequence-length schedule over episode sources ----
 
-// chat and code only (episode sources), the ramp's global batches at block sizes 16 (the
-// key's), 24, then 8, on `world` ranks; stages as ramped's. With `block` > 0 instead: the
-// reference, one row a step at that block size, the stages at the ramp's rows.
-Config episode_mixture(const Datasets& d, std::int64_t world, std::int64_t rank, std::int64_t block = 0) {
+// chat and code (episode sources) and, with `web`, the token stream with random windows;
+// the ramp's global batches at block sizes 16 (the key's), 24, then 8, on `world` ranks;
+// stages as ramped's. With `block` > 0 instead: the reference, one row a step at that block
+// size, the stages at the ramp's rows.
+Config episode_mixture(const Datasets& d, bool web, std::int64_t world, std::int64_t rank, std::int64_t block = 0) {
   const bool reference = block > 0;
-  Config c = reference ? mixture(d, 1, 1, 0, {ramp_rows_before(5), ramp_rows_before(9)}, true)
-                       : mixture(d, 1, world, rank, {5, 9}, true);
-  c.dataset_mode = Config{}.dataset_mode;  // the sources' own (sft_episode)
+  Config c = reference ? mixture(d, 1, 1, 0, {ramp_rows_before(5), ramp_rows_before(9)}, !web)
+                       : mixture(d, 1, world, rank, {5, 9}, !web);
+  c.dataset_mode = Config{}.dataset_mode;           // the sources' own
+  if (web) c.mixture[2].keys[3].second = "random";  // batch_sampling_mode
   if (reference) {
     c.block_size = block;
   } else {
@@ -472,14 +474,16 @@ Config episode_mixture(const Datasets& d, std::int64_t world, std::int64_t rank,
   return c;
 }
 
-TEST_CASE("mixture under a sequence-length schedule: each row is the single-row mixture's at its step's length" *
-          doctest::timeout(120)) {
-  const Datasets d;
+// Row g of the run is row g of the single-row mixture, kept at the length of its step (with
+// `web`, a random window drawn among that length's starts), on 1, 2 and 4 ranks and resumed
+// from 2 onto 4 ranks inside each stage.
+void check_rows_at_each_length(const Datasets& d, bool web) {
+  CAPTURE(web);
   // Row g of the run is row g of the single-row mixture, kept at the length of its step.
   std::map<std::int64_t, std::vector<Row>> at_length;
   const std::uint64_t total = static_cast<std::uint64_t>(ramp_rows_before(kSteps));
   for (const std::int64_t T : {16, 24, 8}) {
-    Loader reference(episode_mixture(d, 1, 0, T));
+    Loader reference(episode_mixture(d, web, 1, 0, T));
     at_length[T] = take_rows(reference, total);
   }
   std::vector<Row> expected;
@@ -492,7 +496,8 @@ TEST_CASE("mixture under a sequence-length schedule: each row is the single-row 
   for (const std::int64_t world : {1, 2, 4}) {
     CAPTURE(world);
     Ranks ranks;
-    for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(episode_mixture(d, world, r)));
+    for (std::int64_t r = 0; r < world; ++r)
+      ranks.push_back(std::make_unique<Loader>(episode_mixture(d, web, world, r)));
     CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
     CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
     CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
@@ -503,21 +508,32 @@ TEST_CASE("mixture under a sequence-length schedule: each row is the single-row 
   for (const std::int64_t at : {2, 4, 8}) {
     CAPTURE(at);
     Ranks two;
-    for (std::int64_t r = 0; r < 2; ++r) two.push_back(std::make_unique<Loader>(episode_mixture(d, 2, r)));
+    for (std::int64_t r = 0; r < 2; ++r) two.push_back(std::make_unique<Loader>(episode_mixture(d, web, 2, r)));
     take(two, static_cast<std::uint64_t>(at));
     const std::string state = two[0]->save_state();
     Ranks four;
     for (std::int64_t r = 0; r < 4; ++r) {
-      four.push_back(std::make_unique<Loader>(episode_mixture(d, 4, r)));
+      four.push_back(std::make_unique<Loader>(episode_mixture(d, web, 4, r)));
       four.back()->load_state(state);
     }
     CHECK(take(four, static_cast<std::uint64_t>(kSteps - at)) ==
           rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
   }
-  // Sources whose rows cannot change length are refused naming the source.
+}
+
+TEST_CASE(
+    "mixture under a sequence-length schedule: each row is the single-row mixture's at its step's length, over "
+    "episode sources and a token stream's random windows" *
+    doctest::timeout(240)) {
+  const Datasets d;
+  check_rows_at_each_length(d, false);
+  check_rows_at_each_length(d, true);
+  // Sources whose rows cannot change length are refused naming the source: epoch windows.
   Config with_stream = ramped(d, 1, 0);
   with_stream.shape_schedule[1].block_size = 24;
-  CHECK(error_of([&] { Loader{with_stream}; }).find("mixture source 'web' has dataset_mode=token_stream") !=
+  CHECK(error_of([&] {
+          Loader{with_stream};
+        }).find("mixture source 'web' has dataset_mode=token_stream with batch_sampling_mode=epoch") !=
         std::string::npos);
   Config packed = ramped(d, 1, 0, true);
   packed.shape_schedule[1].block_size = 24;

@@ -225,14 +225,19 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
   const auto schedule = shape_schedule_of(config_, "train");
   if (!schedule || !schedule->changes_block_size()) return;
   const Config& c = member.config();
-  // Its rows are sampled episodes, each kept at the step's length by its own truncation rule;
-  // pieces (truncation=split) and token windows change with the length.
-  if (c.dataset_mode == DatasetMode::sft_episode && c.truncation != Truncation::split) return;
+  // Its rows are sampled episodes, each kept at the step's length by its own truncation rule,
+  // or random windows drawn among the starts of the step's length; pieces (truncation=split)
+  // and epoch windows change with the length.
+  const bool random_windows =
+      c.dataset_mode == DatasetMode::token_stream && c.batch_sampling_mode == SamplingMode::random;
+  if ((c.dataset_mode == DatasetMode::sft_episode && c.truncation != Truncation::split) || random_windows) return;
+  const std::string what = c.dataset_mode == DatasetMode::sft_episode    ? " with truncation=split"
+                           : c.dataset_mode == DatasetMode::token_stream ? " with batch_sampling_mode=epoch"
+                                                                         : "";
   throw Error(ErrorKind::config,
-              who + " has dataset_mode=" + to_string(c.dataset_mode) +
-                  (c.dataset_mode == DatasetMode::sft_episode ? " with truncation=split" : "") +
+              who + " has dataset_mode=" + to_string(c.dataset_mode) + what +
                   "; a mixture's shape_schedule that changes block_size takes sft_episode sources without "
-                  "truncation=split only so far");
+                  "truncation=split and token_stream sources with random windows only so far");
 }
 
 void Mixture::open_members() {

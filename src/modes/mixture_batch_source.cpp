@@ -51,12 +51,15 @@ BatchPlan MixtureBatchSource::plan(std::uint64_t step) {
   const std::uint64_t rows_here = steps.global_batch_at(step) / options_.world_size;
   auto rows = std::make_shared<MixturePlan>(rows_here);
   const std::uint64_t first = checked_sum(steps.rows_before(step), options_.rank * rows_here, "the rank's first row");
+  // A sequence-length schedule's length for this step (0: none), which a token stream's
+  // random draw depends on.
+  const auto cols = static_cast<std::size_t>(steps.block_size_at(step));
   for (std::uint64_t r = 0; r < rows_here; ++r) {
     const MixtureSchedule::Pick pick = schedule_->pick(first + r);
     Member& m = members_[pick.source];
     (*rows)[r].source = pick.source;
     if (m.sampled != nullptr) {
-      (*rows)[r].id = m.sampled->row_id(pick.index);
+      (*rows)[r].id = m.sampled->row_id(pick.index, cols);
       continue;
     }
     std::uint64_t epoch = 0;

@@ -59,9 +59,12 @@ class SampledRowSource : public BatchSource {
   // gathers with batch_size 1 and world_size 1, the id of its row `step`. Equal to what
   // plan(step) and decode_row() would write, without a plan: the epoch order in use is
   // kept here, so consecutive calls within an epoch take no lock and allocate nothing.
-  // Called like plan(); may throw what plan() throws.
-  std::int64_t row_id(std::uint64_t step) {
+  // Called like plan(); may throw what plan() throws. `cols` (a mixture's sequence-length
+  // schedule: the length of the step that takes this row; 0: the source's own) sets the
+  // ids a random draw is made from (ids_at_length).
+  std::int64_t row_id(std::uint64_t step, std::size_t cols = 0) {
     SampledBatch batch = sampler_.position(step);
+    if (cols != 0 && sampler_.settings().mode == SamplingMode::random) batch.ids = ids_at_length(cols);
     if (sampler_.settings().mode == SamplingMode::epoch) {
       if (!row_order_ || row_order_epoch_ != batch.epoch) {
         row_order_ = orders_.sample(step).order;  // also starts the next epoch's order
@@ -82,6 +85,13 @@ class SampledRowSource : public BatchSource {
   // A hint a few rows ahead of prefetch_id: load whatever must be read to find the row of
   // id `id` (an index record), without waiting for it. Ignores id < 0.
   virtual void prefetch_record_id(std::int64_t id) const noexcept { (void)id; }
+  // How many ids a random draw for a row of `cols` positions is made from: the sampler's
+  // (an episode is one id at any length), or a mode's own whose ids depend on the length
+  // (a token stream's window starts). REQUIRES: cols is a length the source was built for.
+  virtual std::uint64_t ids_at_length(std::size_t cols) const noexcept {
+    (void)cols;
+    return sampler_.size();
+  }
   // How many rows ahead decode() issues prefetch_record_id.
   static constexpr std::size_t kRecordsAhead = 4;
 

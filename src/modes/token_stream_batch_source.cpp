@@ -53,6 +53,7 @@ TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, co
   for (const std::size_t block : blocks) {
     FirstSamples& table = first_samples_.emplace_back();
     table.block_size = block;
+    table.total = sample_count(split, block, options_.mode);
     if (ranges_) {  // one stream: the concatenation of the split's runs of documents
       table.first.push_back(0);
       continue;
@@ -63,6 +64,13 @@ TokenStreamBatchSource::TokenStreamBatchSource(const TokenStreamSplit& split, co
       next += samples_in_file(f.tokens, block, options_.mode);
     }
   }
+}
+
+std::uint64_t TokenStreamBatchSource::ids_at_length(std::size_t cols) const noexcept {
+  for (const FirstSamples& table : first_samples_) {
+    if (table.block_size == cols) return table.total;
+  }
+  return first_samples_.front().total;  // excluded (REQUIRES)
 }
 
 const std::vector<std::uint64_t>& TokenStreamBatchSource::first_samples(std::size_t block_size) const noexcept {

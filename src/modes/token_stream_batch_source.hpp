@@ -92,6 +92,9 @@ class TokenStreamBatchSource final : public SampledRowSource {
   TokenStreamBatchSource(const TokenStreamSplit& split, const EpochOrders& orders, Options options);
 
   void check_intact() const override { split_.check_intact(); }
+  // Random mode: the valid window starts of windows of `cols` + 1 tokens (cols one of the
+  // block sizes given).
+  std::uint64_t ids_at_length(std::size_t cols) const noexcept override;
   // Hints the CPU to load the window of sample `id`.
   void prefetch_id(std::int64_t id) const noexcept override;
 
@@ -112,6 +115,7 @@ class TokenStreamBatchSource final : public SampledRowSource {
   struct FirstSamples {
     std::size_t block_size = 0;
     std::vector<std::uint64_t> first;
+    std::uint64_t total = 0;  // samples of all files at this block size
   };
   const TokenStreamSplit& split_;
   Options options_;
