@@ -349,8 +349,8 @@ void Mixture::open_split(const std::string& name) {
     shape.with_mask = shape.with_mask || part.mask();
     shape.padded_sequences = shape.padded_sequences || part.shape().padded_sequences;
   }
-  shape.rows = largest_batch_rows(config_, name);  // a batch-size schedule's largest stage
-  shape.cols = largest_block_size(config_, name);  // and a sequence-length schedule's longest
+  shape.rows = largest_batch_rows(config_, name);   // a batch-size schedule's largest stage
+  shape.cols = largest_block_size(config_, name);   // and a sequence-length schedule's longest
   if (splits_rows_for_context_parallel(config_)) {  // this rank's share of the rows
     shape.context_parallel = static_cast<std::size_t>(config_.context_parallel_size);
     shape.cols /= shape.context_parallel;
