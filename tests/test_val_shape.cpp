@@ -230,12 +230,43 @@ TEST_CASE("val shape: XML and key forms, and misuse refused naming the key") {
   big.val_overrides.batch_size = 1 << 20;
   big.val_overrides.block_size = 1 << 12;
   CHECK(error_of([&] { validate_config(big); }).find("'val.batch_size' x 'val.block_size'") != std::string::npos);
+}
 
-  Config mixed = make_config({}, 2, 16);
-  MixtureSource source;
-  source.name = "a";
-  source.keys = {{"dataset_dir", data.dir.path().string()}};
-  mixed.mixture = {source};
-  mixed.val_overrides.batch_size = 4;
-  CHECK(error_of([&] { validate_config(mixed); }).find("a single dataset") != std::string::npos);
+TEST_CASE("val shape: a mixture's val at its own shape equals the val of a mixture keyed at it") {
+  EpisodeData chat, code;
+  const auto mixed = [&](std::int64_t batch, std::int64_t block) {
+    Config c = make_config({}, batch, block);
+    c.token_dtype = TokenDtype::uint32;
+    c.use_loss_mask = false;
+    c.decode_threads = 1;
+    c.prefetch_depth = 2;
+    MixtureSource a, b;
+    a.name = "chat";
+    a.weight = "2";
+    a.keys = {{"dataset_dir", chat.dir.path().string()}};
+    b.name = "code";
+    b.keys = {{"dataset_dir", code.dir.path().string()}, {"epoch_seed", "7"}};
+    c.mixture = {a, b};
+    return c;
+  };
+  Config c = mixed(2, 16);
+  c.val_overrides.batch_size = 5;
+  c.val_overrides.block_size = 40;
+  Loader loader(c);
+  CHECK(loader.batch_shape("val", 3).rows == 5);
+  CHECK(loader.batch_shape("val", 3).cols == 40);
+  CHECK(loader.batch_shape("train", 3).rows == 2);
+  const std::vector<Fields> val = take(loader, "val", 4);
+  for (const Fields& f : val) {
+    CHECK(f.rows == 5);
+    CHECK(f.cols == 40);
+  }
+  Loader keyed(mixed(5, 40));
+  CHECK(take(keyed, "val", 4) == val);
+  Loader plain(mixed(2, 16));
+  CHECK(take(loader, "train", 5) == take(plain, "train", 5));
+  // Val's shape is part of the mixture's fingerprint.
+  const std::string state = loader.save_state();
+  Loader other(mixed(2, 16));
+  CHECK(error_of([&] { other.load_state(state); }, ErrorKind::state).find("val.") != std::string::npos);
 }

@@ -167,8 +167,8 @@ struct Config {
   // Both are part of the resume fingerprint.
   // Val may also have a shape of its own (docs/schedules.md, "Val's own shape"):
   // <val><batch_size>..</batch_size><block_size>..</block_size></val>, "val.batch_size",
-  // "val.block_size": its rows per rank and positions per row, under the keys' rules; val is
-  // never scheduled. Absent: the batch_size and block_size keys. (Train's shape is the keys
+  // "val.block_size": its rows per rank and positions per row, under the keys' rules (a
+  // mixture's val too); val is never scheduled. Absent: the batch_size and block_size keys. (Train's shape is the keys
   // themselves and its shape_schedule: train_overrides never sets these two.)
   struct SplitOverrides {
     std::optional<bool> epoch_shuffle;

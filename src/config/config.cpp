@@ -692,17 +692,12 @@ void check_batch_limits(const std::string& batch_key, std::int64_t batch, const 
   }
 }
 
-// Val's own shape (val.batch_size, val.block_size): the keys' rules, for a single dataset.
+// Val's own shape (val.batch_size, val.block_size): the keys' rules.
 void check_val_shape(const Config& c) {
   const Config::SplitOverrides& val = c.val_overrides;
   if (!val.batch_size && !val.block_size) return;
   if (val.batch_size) require_positive("val.batch_size", *val.batch_size);
   if (val.block_size) require_positive("val.block_size", *val.block_size);
-  if (!c.mixture.empty()) {
-    config_error(
-        "config keys 'val.batch_size' / 'val.block_size' (val's own shape) apply to a single dataset; a "
-        "<mixture>'s val has the batch_size and block_size keys' shape: remove them");
-  }
   check_batch_limits(val.batch_size ? "val.batch_size" : "batch_size", c.batch_size_for("val"),
                      val.block_size ? "val.block_size" : "block_size", c.block_size_for("val"));
 }

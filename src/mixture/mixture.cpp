@@ -188,6 +188,7 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   // A source's row k is its batch k at batch_size 1 and world_size 1, read by the mixture's
   // pipeline: the source has no ranks, no audit log and no threads of its own.
   c.batch_size = 1;
+  c.val_overrides.batch_size.reset();  // val's rows too (its block size stays: the source's val rows have it)
   c.world_size = 1;
   c.rank = 0;
   c.tensor_parallel_size = c.context_parallel_size = c.pipeline_parallel_size = 1;
@@ -312,15 +313,17 @@ void Mixture::make_schedule() {
   }
   // The train split's steps follow its shape_schedule (a stage's first row is the rows
   // before its first step); the other splits are never scheduled and keep the constant
-  // global batch, with the same stages.
-  if (shape_schedule_of(config_, "train")) {
-    unscheduled_ = std::make_unique<MixtureSchedule>(names_, specs, global_batch_size(config_));
+  // global batch (val's own, when it has one), with the same stages.
+  if (shape_schedule_of(config_, "train") || config_.val_overrides.batch_size) {
+    Config val = config_;
+    val.batch_size = config_.batch_size_for("val");
+    unscheduled_ = std::make_unique<MixtureSchedule>(names_, specs, global_batch_size(val));
   }
   schedule_ = std::make_unique<MixtureSchedule>(names_, std::move(specs), train_steps(config_));
 }
 
 const MixtureSchedule& Mixture::schedule_of(const std::string& split) const {
-  return unscheduled_ && !shape_schedule_of(config_, split) ? *unscheduled_ : *schedule_;
+  return unscheduled_ && split != "train" ? *unscheduled_ : *schedule_;
 }
 
 void Mixture::open_split(const std::string& name) {
@@ -335,6 +338,13 @@ void Mixture::open_split(const std::string& name) {
     }
     return;
   }
+  // Val reads its own shape (the keys' unless val.batch_size / val.block_size are given).
+  if (name == "val") {
+    val_config_ = config_;
+    val_config_.batch_size = config_.batch_size_for("val");
+    val_config_.block_size = config_.block_size_for("val");
+  }
+  const Config& config = name == "val" ? val_config_ : config_;
   std::vector<const DatasetSplit*> parts;
   std::vector<std::int64_t> seeds;
   detail::BatchShape shape;
@@ -349,10 +359,10 @@ void Mixture::open_split(const std::string& name) {
     shape.with_mask = shape.with_mask || part.mask();
     shape.padded_sequences = shape.padded_sequences || part.shape().padded_sequences;
   }
-  shape.rows = largest_batch_rows(config_, name);   // a batch-size schedule's largest stage
-  shape.cols = largest_block_size(config_, name);   // and a sequence-length schedule's longest
-  if (splits_rows_for_context_parallel(config_)) {  // this rank's share of the rows
-    shape.context_parallel = static_cast<std::size_t>(config_.context_parallel_size);
+  shape.rows = largest_batch_rows(config, name);   // a batch-size schedule's largest stage
+  shape.cols = largest_block_size(config, name);   // and a sequence-length schedule's longest
+  if (splits_rows_for_context_parallel(config)) {  // this rank's share of the rows
+    shape.context_parallel = static_cast<std::size_t>(config.context_parallel_size);
     shape.cols /= shape.context_parallel;
   }
   shape.y_is_labels = !any_episode;  // episode rows keep their raw y next to the labels
@@ -362,7 +372,7 @@ void Mixture::open_split(const std::string& name) {
   shape.with_source_ids = true;
   shape.fields = config_.fields;
   auto split =
-      std::make_unique<MixtureSplit>(name, config_, schedule_of(name), std::move(parts), std::move(seeds), shape);
+      std::make_unique<MixtureSplit>(name, config, schedule_of(name), std::move(parts), std::move(seeds), shape);
   splits_.emplace(name, split.get());
   own_.emplace(name, std::move(split));
 }
@@ -372,6 +382,14 @@ void Mixture::make_fingerprint() {
   // that a state resumes at another layout; each field named, so that a mismatch says which.
   order_fields_["global_batch_size"] = std::to_string(global_batch_size(config_));
   order_fields_["block_size"] = std::to_string(config_.block_size);
+  // Val's own shape, only when given (as for one dataset).
+  if (config_.val_overrides.batch_size) {
+    order_fields_["val.global_batch_size"] =
+        std::to_string(static_cast<std::uint64_t>(*config_.val_overrides.batch_size) * data_parallel_size(config_));
+  }
+  if (config_.val_overrides.block_size) {
+    order_fields_["val.block_size"] = std::to_string(*config_.val_overrides.block_size);
+  }
   // The train split's batch sizes by step, only when scheduled (as for one dataset); the
   // stages' first steps below are on that step axis.
   if (auto schedule = shape_schedule_field(config_)) order_fields_["shape_schedule"] = std::move(*schedule);

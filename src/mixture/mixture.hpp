@@ -122,9 +122,13 @@ class Mixture final : public SplitSet {
   std::vector<std::unique_ptr<SingleDataset>> members_;
   // The config's stages on the train split's step axis (its shape_schedule, if any).
   std::unique_ptr<MixtureSchedule> schedule_;
-  // The same stages at the constant global batch, for the splits never scheduled (val);
-  // null when the train split is not scheduled either (schedule_ serves every split).
+  // The same stages at val's constant global batch (the keys', or val's own shape's), for
+  // the splits never scheduled (val); null when train is not scheduled and val has no batch
+  // of its own (schedule_ serves every split).
   std::unique_ptr<MixtureSchedule> unscheduled_;
+  // config_ with val's own shape (val.batch_size, val.block_size) in place of the keys: the
+  // val split's config, set when it opens.
+  Config val_config_;
   std::map<std::string, std::unique_ptr<MixtureSplit>, std::less<>> own_;
   std::string sized_text_;  // for the open line
   // Weight changes, in call order, and the train split's schedule with them (null: none).
