@@ -1,6 +1,10 @@
 #include "pipeline/batch_pool.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -9,11 +13,44 @@
 namespace tokenfeed {
 namespace detail {
 
+namespace {
+
+// Returns the whole pages of bytes [keep, total) of the buffer at `data` to the kernel.
+void release_pages(const void* data, std::size_t keep, std::size_t total) noexcept {
+  static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t begin = (base + keep + page - 1) / page * page;
+  const std::uintptr_t end = (base + total) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+template <typename T>
+void release_cells(std::vector<T>& buffer, std::size_t cells) noexcept {
+  if (buffer.size() > cells) release_pages(buffer.data(), cells * sizeof(T), buffer.size() * sizeof(T));
+}
+
+}  // namespace
+
+void BatchSlot::release_beyond(std::size_t cells) noexcept {
+  release_cells(x, cells);
+  release_cells(y, cells);
+  release_cells(mask, cells);
+  release_cells(doc_ids, cells);
+  release_cells(labels, cells);
+  release_cells(token_weights, cells);
+  release_cells(position_ids, cells);
+  release_cells(log_probs, cells);
+  // Segments: at most one per position of the whole rows (x holds this rank's share).
+  if (!x.empty()) release_cells(segments, segments.size() / x.size() * cells);
+  resident_cells = cells;
+}
+
 std::unique_ptr<BatchSlot> make_slot(const BatchShape& shape) {
   const std::size_t cells = shape.rows * shape.cols;
   auto slot = std::make_unique<BatchSlot>();
   slot->rows = shape.rows;
   slot->cols = shape.cols;
+  slot->resident_cells = cells;
   slot->x.resize(cells);
   if (!shape.y_is_labels) slot->y.resize(cells);
   slot->episode_ids.resize(shape.rows);

@@ -89,6 +89,11 @@ struct BatchSlot {
                    std::uint64_t rows_real, std::size_t batch_rows, std::size_t batch_cols = 0) noexcept {
     rows = batch_rows;
     if (batch_cols != 0) cols = batch_cols;
+    if (rows * cols < resident_cells) {
+      release_beyond(rows * cols);
+    } else {
+      resident_cells = rows * cols;
+    }
     step = batch_step;
     epoch = batch_epoch;
     batch_in_epoch = index_in_epoch;
@@ -118,6 +123,15 @@ struct BatchSlot {
     ++num_sequences;
     max_seqlen = std::max(max_seqlen, static_cast<std::uint32_t>(real));
   }
+
+  // Under a shape schedule a slot's batches use only their first rows x cols cells: when a
+  // batch needs fewer cells than the slot has touched since its last release, the pages of
+  // the per-position buffers beyond them are returned to the kernel (madvise DONTNEED; they
+  // read as zero and fault back in when a larger batch writes them), so that resident memory
+  // follows the shape in use rather than the largest. Best effort: a failed madvise keeps
+  // the pages. Without a schedule every batch fills the slot and this never runs.
+  void release_beyond(std::size_t cells) noexcept;
+  std::size_t resident_cells = 0;  // the cells the slot's buffers may hold resident (make_slot: all)
 
   // Bookkeeping written by the decode stage.
   int decoder = -1;               // the decoder that last filled it (BatchPool::acquire)
