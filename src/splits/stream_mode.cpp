@@ -6,6 +6,27 @@
 #include "tokenfeed/log.hpp"
 
 namespace tokenfeed {
+namespace {
+
+// A mixture's source under the mixture's sequence-length schedule (random windows only,
+// which Mixture checks): its train rows are drawn at each stage's length too, so `options`
+// gains those lengths. Throws Error(format) for a length no file holds a window of.
+void add_mixture_lengths(const ResolvedOptions& settled, const std::string& name, const TokenStreamSplit& stream,
+                         TokenStreamBatchSource::Options& options) {
+  for (const std::uint64_t length : settled.mixture_block_sizes) {
+    const auto block = static_cast<std::size_t>(length);
+    options.block_sizes.push_back(block);
+    if (TokenStreamBatchSource::sample_count(stream, block, SamplingMode::random) == 0) {
+      throw Error(ErrorKind::format, "split '" + name + "' of '" + settled.config.dataset_dir.string() + "' has " +
+                                         std::to_string(stream.total_tokens()) +
+                                         " tokens but no file holds one window of the mixture's shape_schedule "
+                                         "block_size + 1 = " +
+                                         std::to_string(block + 1) + " tokens");
+    }
+  }
+}
+
+}  // namespace
 
 void StreamModeBuilder::add_order_fields(const Config& settled, OrderFields& fields) const {
   fields["block_size"] = std::to_string(settled.block_size);
@@ -48,21 +69,7 @@ std::unique_ptr<DatasetSplit> StreamModeBuilder::open_split(const ResolvedOption
   const std::shared_ptr<const ShapeSchedule> schedule = settings.schedule;
   TokenStreamBatchSource::Options options = source_options(config, schedule.get());
   const SamplingMode sampling = *config.batch_sampling_mode;
-  // A mixture's source under the mixture's sequence-length schedule (random windows only,
-  // which Mixture checks): its train rows are drawn at each stage's length too.
-  if (name == "train" && sampling == SamplingMode::random) {
-    for (const std::uint64_t length : settled.mixture_block_sizes) {
-      const auto stage_block = static_cast<std::size_t>(length);
-      options.block_sizes.push_back(stage_block);
-      if (TokenStreamBatchSource::sample_count(stream, stage_block, sampling) == 0) {
-        throw Error(ErrorKind::format, "split '" + name + "' of '" + config.dataset_dir.string() + "' has " +
-                                           std::to_string(stream.total_tokens()) +
-                                           " tokens but no file holds one window of the mixture's shape_schedule "
-                                           "block_size + 1 = " +
-                                           std::to_string(stage_block + 1) + " tokens");
-      }
-    }
-  }
+  if (name == "train" && sampling == SamplingMode::random) add_mixture_lengths(settled, name, stream, options);
   // Epoch windows under a sequence-length schedule sample units (the windows of the
   // longest stage length; options.unit_tokens), else windows of block_size.
   const std::size_t block = options.unit_tokens > 0 ? options.unit_tokens - 1 : options.block_size;
