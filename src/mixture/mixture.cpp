@@ -315,9 +315,7 @@ void Mixture::make_schedule() {
   // before its first step); the other splits are never scheduled and keep the constant
   // global batch (val's own, when it has one), with the same stages.
   if (shape_schedule_of(config_, "train") || config_.val_overrides.batch_size) {
-    Config val = config_;
-    val.batch_size = config_.batch_size_for("val");
-    unscheduled_ = std::make_unique<MixtureSchedule>(names_, specs, global_batch_size(val));
+    unscheduled_ = std::make_unique<MixtureSchedule>(names_, specs, global_batch_size(with_val_shape(config_)));
   }
   schedule_ = std::make_unique<MixtureSchedule>(names_, std::move(specs), train_steps(config_));
 }
@@ -339,11 +337,7 @@ void Mixture::open_split(const std::string& name) {
     return;
   }
   // Val reads its own shape (the keys' unless val.batch_size / val.block_size are given).
-  if (name == "val") {
-    val_config_ = config_;
-    val_config_.batch_size = config_.batch_size_for("val");
-    val_config_.block_size = config_.block_size_for("val");
-  }
+  if (name == "val") val_config_ = with_val_shape(config_);
   const Config& config = name == "val" ? val_config_ : config_;
   std::vector<const DatasetSplit*> parts;
   std::vector<std::int64_t> seeds;
@@ -382,14 +376,7 @@ void Mixture::make_fingerprint() {
   // that a state resumes at another layout; each field named, so that a mismatch says which.
   order_fields_["global_batch_size"] = std::to_string(global_batch_size(config_));
   order_fields_["block_size"] = std::to_string(config_.block_size);
-  // Val's own shape, only when given (as for one dataset).
-  if (config_.val_overrides.batch_size) {
-    order_fields_["val.global_batch_size"] =
-        std::to_string(static_cast<std::uint64_t>(*config_.val_overrides.batch_size) * data_parallel_size(config_));
-  }
-  if (config_.val_overrides.block_size) {
-    order_fields_["val.block_size"] = std::to_string(*config_.val_overrides.block_size);
-  }
+  add_val_shape_fields(config_, order_fields_);  // val's own shape, as for one dataset
   // The train split's batch sizes by step, only when scheduled (as for one dataset); the
   // stages' first steps below are on that step axis.
   if (auto schedule = shape_schedule_field(config_)) order_fields_["shape_schedule"] = std::move(*schedule);

@@ -57,13 +57,7 @@ OrderFields order_fields(const Config& config) {
     fields[std::string(name) + ".epoch_shuffle"] = bool_text(config.shuffle_for(name));
     fields[std::string(name) + ".epoch_drop_last"] = bool_text(config.drop_last_for(name));
   }
-  // Val's own shape, only when given; its global batch, as train's, so that val's position
-  // resumes at another data-parallel size.
-  if (config.val_overrides.batch_size) {
-    fields["val.global_batch_size"] =
-        std::to_string(static_cast<std::uint64_t>(*config.val_overrides.batch_size) * data_parallel_size(config));
-  }
-  if (config.val_overrides.block_size) fields["val.block_size"] = std::to_string(*config.val_overrides.block_size);
+  add_val_shape_fields(config, fields);
   mode_builder(config.dataset_mode).add_order_fields(config, fields);
   return fields;
 }

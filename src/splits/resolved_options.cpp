@@ -310,18 +310,6 @@ void settle_use_loss_mask(Config& config, const std::string& with, const std::st
 
 // ---- ResolvedOptions: each split's view ----
 
-namespace {
-
-// `settled` with val's own shape in place of the keys.
-Config with_val_shape(const Config& settled) {
-  Config c = settled;
-  c.batch_size = settled.batch_size_for("val");
-  c.block_size = settled.block_size_for("val");
-  return c;
-}
-
-}  // namespace
-
 const ResolvedOptions& ResolvedOptions::for_split(std::string_view name) {
   const Config::SplitOverrides& own = config.overrides_for(name);
   if (name != "val" || (!own.batch_size && !own.block_size)) return *this;

@@ -205,4 +205,20 @@ std::size_t block_size_at(const Config& settled, std::string_view split, std::ui
   return static_cast<std::size_t>(schedule->block_size_at(step));
 }
 
+Config with_val_shape(const Config& settled) {
+  Config c = settled;
+  c.batch_size = settled.batch_size_for("val");
+  c.block_size = settled.block_size_for("val");
+  return c;
+}
+
+void add_val_shape_fields(const Config& settled, OrderFields& fields) {
+  const Config::SplitOverrides& val = settled.val_overrides;
+  if (val.batch_size) {
+    fields["val.global_batch_size"] =
+        std::to_string(static_cast<std::uint64_t>(*val.batch_size) * data_parallel_size(settled));
+  }
+  if (val.block_size) fields["val.block_size"] = std::to_string(*val.block_size);
+}
+
 }  // namespace tokenfeed

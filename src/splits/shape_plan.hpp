@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sampling/shape_schedule.hpp"
+#include "splits/fingerprint.hpp"
 #include "tokenfeed/config.hpp"
 
 namespace tokenfeed {
@@ -44,6 +45,15 @@ std::size_t largest_batch_rows(const Config& settled, std::string_view split);
 // "FIRST:G FIRST:G ..." (each stage's first step and global batch; resume_state reads it
 // back), or nullopt without a schedule (a config without one keeps its fingerprint).
 std::optional<std::string> shape_schedule_field(const Config& settled);
+
+// `settled` with val's own shape (val.batch_size, val.block_size) in place of the batch_size
+// and block_size keys: the config val's split reads, a single dataset's or a mixture's.
+Config with_val_shape(const Config& settled);
+
+// Val's own shape as order fields, only when given (a config without it keeps its
+// fingerprint): "val.global_batch_size" (val's rows x the data-parallel size, so that val's
+// position resumes at another data-parallel size) and "val.block_size".
+void add_val_shape_fields(const Config& settled, OrderFields& fields);
 
 // The train split's step axis: its schedule, or batch_size x the data-parallel size at every
 // step.
