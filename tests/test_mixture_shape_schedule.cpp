@@ -474,6 +474,12 @@ Config episode_mixture(const Datasets& d, bool web, std::int64_t world, std::int
   return c;
 }
 
+Ranks open_episode_ranks(const Datasets& d, bool web, std::int64_t world) {
+  Ranks ranks;
+  for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(episode_mixture(d, web, world, r)));
+  return ranks;
+}
+
 // Row g of the run is row g of the single-row mixture, kept at the length of its step (with
 // `web`, a random window drawn among that length's starts), on 1, 2 and 4 ranks and resumed
 // from 2 onto 4 ranks inside each stage.
@@ -495,9 +501,7 @@ void check_rows_at_each_length(const Datasets& d, bool web) {
   }
   for (const std::int64_t world : {1, 2, 4}) {
     CAPTURE(world);
-    Ranks ranks;
-    for (std::int64_t r = 0; r < world; ++r)
-      ranks.push_back(std::make_unique<Loader>(episode_mixture(d, web, world, r)));
+    Ranks ranks = open_episode_ranks(d, web, world);
     CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
     CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
     CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
@@ -507,15 +511,11 @@ void check_rows_at_each_length(const Datasets& d, bool web) {
   // Resumed at a step inside each stage, from 2 onto 4 ranks.
   for (const std::int64_t at : {2, 4, 8}) {
     CAPTURE(at);
-    Ranks two;
-    for (std::int64_t r = 0; r < 2; ++r) two.push_back(std::make_unique<Loader>(episode_mixture(d, web, 2, r)));
+    Ranks two = open_episode_ranks(d, web, 2);
     take(two, static_cast<std::uint64_t>(at));
     const std::string state = two[0]->save_state();
-    Ranks four;
-    for (std::int64_t r = 0; r < 4; ++r) {
-      four.push_back(std::make_unique<Loader>(episode_mixture(d, web, 4, r)));
-      four.back()->load_state(state);
-    }
+    Ranks four = open_episode_ranks(d, web, 4);
+    for (auto& loader : four) loader->load_state(state);
     CHECK(take(four, static_cast<std::uint64_t>(kSteps - at)) ==
           rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
   }
