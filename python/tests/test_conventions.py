@@ -118,7 +118,7 @@ def test_logs_one_line_at_open_and_epochs_at_debug(sft_dir):
 
 # A get_batch that waits seconds for its batch: one episode of 40 M tokens whose only user
 # turn comes first, so that drop_oldest_turns scans the whole episode for every row (it looks
-# for a later user turn to cut at), 48 rows a batch (over a second on an idle 2-core
+# for a later user turn to cut at), 64 rows a batch (at least 0.7 s on an idle 2-core
 # machine), on one decode thread.
 CTRL_C_SCRIPT = """
 import json, os, signal, sys, threading, time
@@ -134,7 +134,7 @@ if not os.path.exists(os.path.join(root, "train")):
         w.add(episode)
     tokenfeed.write_dataset_metadata(root, token_dtype="uint16", mask_dtype=None, vocab_size=261,
                                      eot_token_id=S["eot"], special_tokens=S)
-loader = tokenfeed.Loader(dict(dataset_dir=root, batch_size=48, block_size=16, truncation="drop_oldest_turns",
+loader = tokenfeed.Loader(dict(dataset_dir=root, batch_size=64, block_size=16, truncation="drop_oldest_turns",
                                batch_sampling_mode="random", prefetch_depth=1, decode_threads=1,
                                audit_log_dir=""))
 start = time.perf_counter()
@@ -151,7 +151,7 @@ try:
     raised = None
 except KeyboardInterrupt:
     raised = time.perf_counter()
-usable = loader.get_batch().x.shape == (48, 16)
+usable = loader.get_batch().x.shape == (64, 16)
 print(json.dumps(dict(one_batch=one_batch, latency=None if raised is None else raised - sent[0], usable=usable)))
 """
 
