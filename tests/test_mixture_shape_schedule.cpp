@@ -393,13 +393,14 @@ TEST_CASE(
   odd.shape_schedule[0].global_batch_size = 6;
   CHECK(error_of([&] { Loader{odd}; }).find("shape_schedule stage 0: global_batch_size=6 is not a multiple") !=
         std::string::npos);
-  // A stage block size (a sequence-length curriculum) takes episode sources only (below).
-  Config longer = ramped(d, 1, 0);
-  longer.shape_schedule[1].block_size = longer.block_size * 2;
-  CHECK(error_of([&] { Loader{longer}; })
-            .find("mixture source 'web' has dataset_mode=token_stream with batch_sampling_mode=epoch; a mixture's "
-                  "shape_schedule that changes block_size takes sft_episode sources without truncation=split and "
-                  "token_stream sources with random windows only so far") != std::string::npos);
+  // A stage block size (a sequence-length curriculum) does not take context_parallel_split.
+  Config split_rows = ramped(d, 2, 0);
+  split_rows.context_parallel_size = 2;
+  split_rows.context_parallel_split = true;
+  split_rows.shape_schedule[1].block_size = split_rows.block_size * 2;
+  CHECK(error_of([&] { Loader{split_rows}; })
+            .find("shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a mixture's "
+                  "sequence-length schedule does not take context_parallel_split=true yet") != std::string::npos);
 }
 
 TEST_CASE("mixture under a shape schedule: planned_steps and the report count the ramp's rows" *
@@ -528,16 +529,158 @@ TEST_CASE(
   const Datasets d;
   check_rows_at_each_length(d, false);
   check_rows_at_each_length(d, true);
-  // Sources whose rows cannot change length are refused naming the source: epoch windows.
-  Config with_stream = ramped(d, 1, 0);
-  with_stream.shape_schedule[1].block_size = 24;
+  // Sources whose pieces change with the length are refused naming the source.
+  Config split = episode_mixture(d, false, 1, 0);
+  split.mixture[1].keys.emplace_back("truncation", "split");
   CHECK(error_of([&] {
-          Loader{with_stream};
-        }).find("mixture source 'web' has dataset_mode=token_stream with batch_sampling_mode=epoch") !=
-        std::string::npos);
-  Config packed = ramped(d, 1, 0, true);
-  packed.shape_schedule[1].block_size = 24;
-  CHECK(error_of([&] { Loader{packed}; })
-            .find("a mixture's sequence-length schedule takes sft_episode sources only, and not "
-                  "dataset_mode=sft_packed yet") != std::string::npos);
+          Loader{split};
+        }).find("mixture source 'code' has dataset_mode=sft_episode with truncation=split") != std::string::npos);
+}
+
+// ---- A sequence-length schedule over packed rows and epoch windows ----
+
+namespace {
+
+// The ramp at block sizes 16 (the key's), 24, then 8, stages as ramped's: with `packed`,
+// chat and code packed; else chat, code and web's epoch windows (document-aware).
+Config length_mixture(const Datasets& d, bool packed, std::int64_t world, std::int64_t rank) {
+  Config c = ramped(d, world, rank, packed);
+  c.shape_schedule[1].block_size = 24;
+  c.shape_schedule[2].block_size = 8;
+  return c;
+}
+
+std::vector<std::unique_ptr<Loader>> open_length_ranks(const Datasets& d, bool packed, std::int64_t world) {
+  Ranks ranks;
+  for (std::int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<Loader>(length_mixture(d, packed, world, r)));
+  return ranks;
+}
+
+// Source `i` of the mixture alone, one row a step, its rows under `stages` (ends in its own
+// rows): what the mixture's rows from it must be.
+Config source_alone(const Datasets& d, bool packed, std::size_t i, std::vector<ShapeStage> stages) {
+  const Config mix = length_mixture(d, packed, 1, 0);
+  Config c = make_config("", 1, 16);
+  c.use_loss_mask = mix.use_loss_mask;
+  c.dataset_mode = mix.dataset_mode;
+  for (const auto& [key, value] : mix.mixture[i].keys) set_config_value(c, key, value);
+  c.shape_schedule = std::move(stages);
+  return c;
+}
+
+// The reference for sources whose row k depends on the lengths of their rows before it: the
+// sources each global row takes (the weights alone decide them: read from the unscheduled
+// single-row mixture), and each source alone under the ramp's lengths moved to its own rows
+// (its rows before each shape stage's first row, counted here). Row g is then source s's
+// next row.
+std::vector<Row> rows_by_source_alone(const Datasets& d, bool packed) {
+  const auto total = static_cast<std::uint64_t>(ramp_rows_before(kSteps));
+  Loader picks_loader(single_row(d, packed));
+  std::vector<std::int32_t> picks;
+  for (const Row& row : take_rows(picks_loader, total)) picks.push_back(row.source);
+  const std::size_t sources = packed ? 2 : 3;
+  std::vector<std::vector<Row>> alone(sources);
+  for (std::size_t i = 0; i < sources; ++i) {
+    const auto before = [&](std::int64_t row) {
+      return std::count(picks.begin(), picks.begin() + row, static_cast<std::int32_t>(i));
+    };
+    const std::int64_t end16 = before(ramp_rows_before(3)), end24 = before(ramp_rows_before(7));
+    REQUIRE(0 < end16);
+    REQUIRE(end16 < end24);  // the source has rows at every length
+    Loader loader(source_alone(
+        d, packed, i,
+        {ShapeStage{end16, std::nullopt, std::nullopt, 16}, ShapeStage{end24, std::nullopt, std::nullopt, 24},
+         ShapeStage{std::nullopt, std::nullopt, std::nullopt, 8}}));
+    const auto rows = static_cast<std::uint64_t>(before(static_cast<std::int64_t>(total)));
+    for (std::uint64_t k = 0; k < rows; ++k) {
+      const Batch b = loader.get_batch();
+      const std::size_t T = b.cols();
+      const auto all = [&](auto span) { return std::vector(span.begin(), span.begin() + T); };
+      // A packed or token-stream row's y is its labels.
+      const auto y = b.y().empty() ? all(b.labels()) : all(b.y());
+      alone[i].push_back(Row{static_cast<std::int32_t>(i), b.episode_ids()[0], all(b.tokens()), y, all(b.labels()),
+                             all(b.token_weights()), all(b.position_ids())});
+    }
+  }
+  std::vector<Row> expected;
+  std::vector<std::size_t> next(sources, 0);
+  for (const std::int32_t s : picks) expected.push_back(alone[static_cast<std::size_t>(s)][next[s]++]);
+  return expected;
+}
+
+void check_rows_follow_lengths(const Datasets& d, bool packed) {
+  CAPTURE(packed);
+  const std::vector<Row> expected = rows_by_source_alone(d, packed);
+  for (const std::int64_t world : {1, 2, 4}) {
+    CAPTURE(world);
+    Ranks ranks = open_length_ranks(d, packed, world);
+    CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
+    CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
+    CHECK(take(ranks, kSteps) == expected);
+  }
+  // Resumed on 2 ranks and from 2 onto 4, before, at and after each boundary (3, 5, 7, 9).
+  for (const std::int64_t at : {1, 3, 4, 5, 7, 9, 11}) {
+    CAPTURE(at);
+    Ranks two = open_length_ranks(d, packed, 2);
+    take(two, static_cast<std::uint64_t>(at));
+    const std::string state = two[0]->save_state();
+    for (const std::int64_t world : {2, 4}) {
+      Ranks resumed = open_length_ranks(d, packed, world);
+      for (auto& loader : resumed) loader->load_state(state);
+      CHECK(take(resumed, static_cast<std::uint64_t>(kSteps - at)) ==
+            rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "mixture under a sequence-length schedule: packed sources and epoch windows give each source's own rows at "
+    "the lengths of the steps that take them" *
+    doctest::timeout(300)) {
+  const Datasets d;
+  check_rows_follow_lengths(d, true);
+  check_rows_follow_lengths(d, false);
+}
+
+TEST_CASE(
+    "mixture under a sequence-length schedule: a weight change re-derives the packed sources' rows of each length "
+    "from its step on" *
+    doctest::timeout(300)) {
+  const Datasets d;
+  // A change is a config stage from its step on: here at steps 4 (inside the 24 stage) and 8.
+  Config staged = length_mixture(d, true, 1, 0);
+  staged.stages = {stage(4, {}), stage(5, {{"chat", "0.5"}, {"code", "4"}}), stage(8, {{"chat", "1"}, {"code", "1"}}),
+                   stage(9, {{"code", "3"}}), stage(std::nullopt, {{"chat", "2"}, {"code", "0"}})};
+  Loader reference(staged);
+  const std::vector<Row> whole = take_rows(reference, kSteps);
+  const auto change = [](Ranks& ranks, std::int64_t step) {
+    for (auto& loader : ranks) {
+      if (step == 0) loader->set_mixture_weights({{"chat", "0.5"}, {"code", "4"}}, 4);
+      if (step == 4) loader->set_mixture_weights({{"code", "3"}}, 8);
+    }
+  };
+  for (const std::int64_t at : {0, 6, 9}) {  // uninterrupted, and resumed from 2 onto 4 ranks
+    CAPTURE(at);
+    Ranks ranks = open_length_ranks(d, true, 2);
+    std::vector<Row> got;
+    for (std::int64_t step = 0; step < at; ++step) {
+      change(ranks, step);
+      const std::vector<Row> rows = take(ranks, 1);
+      got.insert(got.end(), rows.begin(), rows.end());
+    }
+    if (at > 0) {
+      const std::string state = ranks[0]->save_state();
+      ranks = open_length_ranks(d, true, 4);
+      for (auto& loader : ranks) loader->load_state(state);
+    }
+    for (std::int64_t step = at; step < kSteps; ++step) {
+      change(ranks, step);
+      const std::vector<Row> rows = take(ranks, 1);
+      got.insert(got.end(), rows.begin(), rows.end());
+    }
+    CHECK(got == whole);
+  }
 }

@@ -262,3 +262,34 @@ def test_epoch_windows_under_a_curriculum_cut_the_units_in_order(stream_dir):
     np.testing.assert_array_equal(np.concatenate(pieces), np.concatenate(units[:3 + 12]))
     stages = tokenfeed.inspect(base_keys(stream_dir, shape_schedule=schedule, **keys), steps=5)["shape_schedule"]
     assert [(s["reached"]["unit"], s["reached"]["offset"]) for s in stages["stages"]] == [(0, 0), (3, 0)]
+
+
+def test_a_packed_mixture_under_a_curriculum_gives_each_source_its_own_rows(sft_dir):
+    # Two packed sources (the same episodes, two epoch seeds) under 64, then 128, then 32
+    # positions a row. The reference: each source alone, one row a step, its stages ending at
+    # its rows among the global rows before each boundary (counted from the unscheduled
+    # single-row mixture's picks); row g of the run is then its source's next row.
+    schedule = [{"until_step": 3}, {"until_step": 7, "block_size": 128}, {"block_size": 32}]
+    sources = [dict(name="a", dataset_dir=str(sft_dir), weight=2),
+               dict(name="b", dataset_dir=str(sft_dir), weight=1, epoch_seed=9)]
+    keys = dict(batch_size=2, block_size=64, audit_log_dir="", prefetch_depth=2, decode_threads=1,
+                dataset_mode="sft_packed", mixture=sources)
+    steps, rows_before = 10, lambda step: 2 * step
+    single = tokenfeed.Loader(dict(keys, batch_size=1))
+    picks = [int(b.source_ids[0]) for b in single.iter(steps=rows_before(steps))]
+    alone = []
+    for i, source in enumerate(sources):
+        ends = [picks[:rows_before(boundary)].count(i) for boundary in (3, 7)]
+        own = {k: v for k, v in source.items() if k not in ("name", "weight")}
+        plain = {k: v for k, v in keys.items() if k != "mixture"}
+        loader = tokenfeed.Loader(dict(plain, batch_size=1, **own, shape_schedule=[
+            {"until_step": ends[0]}, {"until_step": ends[1], "block_size": 128}, {"block_size": 32}]))
+        alone.append([b.tokens[0].tobytes() for b in loader.iter(steps=picks.count(i))])
+    taken = [0, 0]
+    expected = []
+    for s in picks:
+        expected.append((s, alone[s][taken[s]]))
+        taken[s] += 1
+    loader = tokenfeed.Loader(dict(keys, shape_schedule=schedule))
+    assert [loader.batch_shape(step) for step in (2, 3, 7)] == [(2, 64), (2, 128), (2, 32)]
+    assert mixture_rows([loader], steps) == expected

@@ -51,6 +51,11 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
       seeds_(std::move(seeds)),
       shape_schedule_(shape_schedule_of(config, this->name())),
       announced_(parts_.size()) {
+  make_source(schedule);
+}
+
+void MixtureSplit::make_source(const MixtureSchedule& schedule) {
+  share_.reset();  // it reads source_
   std::vector<MixtureBatchSource::Member> members;
   for (const DatasetSplit* part : parts_) {
     MixtureBatchSource::Member member;
@@ -62,15 +67,16 @@ MixtureSplit::MixtureSplit(std::string name, const Config& config, const Mixture
   }
   // The sources' rows are whole; with context_parallel_split this rank's share is cut from
   // them (each sequence's, when the sources pad them for it, else each row's).
+  const detail::BatchShape& shape = this->shape();
   detail::BatchShape whole = shape;
   whole.cols = shape.full_cols();
   whole.context_parallel = 1;
   source_ = std::make_unique<MixtureBatchSource>(
       std::move(members), schedule, whole,
-      MixtureBatchSource::Options{data_parallel_size(config), data_parallel_rank(config)});
+      MixtureBatchSource::Options{data_parallel_size(config_), data_parallel_rank(config_)});
   if (shape.context_parallel > 1) {
     const ContextParallelShare share{shape.context_parallel,
-                                     static_cast<std::size_t>(config.context_parallel_rank.value_or(0)),
+                                     static_cast<std::size_t>(config_.context_parallel_rank.value_or(0)),
                                      shape.padded_sequences};
     share_ = std::make_unique<ContextParallelSplitSource>(*source_, whole, share);
   }
@@ -168,6 +174,7 @@ Mixture::Mixture(Config config, std::string decode_threads_source, ParallelLayou
   open_members();
   weigh_by_sizes();
   make_schedule();
+  length_members_ = open_length_members(*schedule_);
   for (const char* name : kSplitNames) open_split(name);
   make_fingerprint();
   std::vector<std::pair<std::string, detail::BatchShape>> shapes;
@@ -203,19 +210,64 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
   return c;
 }
 
+// Whether the rows of source `member` (its settled config) depend on the lengths of its
+// rows before them: packed rows (the packer fills each at its length) and token-stream
+// epoch windows (cut from the units at each length). Their rows under a sequence-length
+// schedule follow from the schedule in the source's own rows (source_row_stages).
+bool rows_follow_lengths(const Config& member) {
+  return member.dataset_mode == DatasetMode::sft_packed ||
+         (member.dataset_mode == DatasetMode::token_stream && member.batch_sampling_mode == SamplingMode::epoch);
+}
+
+// Source `source`'s rows under `schedule` as a shape schedule of its own at one row a step:
+// its rows within each shape stage (its picks among the stage's global rows) at the stage's
+// block size, in order. Stages that give it no row are left out and neighbours of one
+// length joined; the last holds for ever (rows the source never reaches).
+std::vector<ShapeStage> source_row_stages(const MixtureSchedule& schedule, std::uint32_t source) {
+  std::vector<ShapeStage> stages;
+  std::uint64_t first = 0;  // the source's rows before the stage
+  const ShapeSchedule& steps = schedule.steps();
+  for (const ShapeSchedule::Stage& stage : steps.stages()) {
+    const auto block_size = static_cast<std::int64_t>(stage.block_size);
+    std::optional<std::uint64_t> end;
+    if (stage.end_step) end = schedule.rows_before(source, steps.rows_before(*stage.end_step));
+    if (end && *end == first) continue;  // no row of this source
+    if (!stages.empty() && stages.back().block_size == block_size) {
+      stages.back().until_step.reset();  // the same length goes on
+    } else {
+      stages.push_back(ShapeStage{});
+      stages.back().block_size = block_size;
+    }
+    if (!end) break;
+    stages.back().until_step = static_cast<std::int64_t>(*end);
+    first = *end;
+  }
+  stages.back().until_step.reset();  // the last stage holds for ever
+  return stages;
+}
+
 // A source's resolved options within mixture `config`: its rows are the mixture's, so
 // they are padded for the mixture's context parallelism (the source has no ranks: its own
 // layout stays at context_parallel_size 1, and it never splits). Throws Error(config) for a
-// block_size that does not suit the padding.
-ResolvedOptions resolve_member(const Config& config, const MixtureSource& source) {
-  ResolvedOptions settled = resolve_options(mixture_member_config(config, source));
+// block_size that does not suit the padding. `own_rows`: the source's rows by the mixture's
+// sequence-length schedule (source_row_stages), for a source whose rows follow the lengths;
+// null: its rows are kept at any stage's length (sampled episodes, random windows).
+ResolvedOptions resolve_member(const Config& config, const MixtureSource& source,
+                               const std::vector<ShapeStage>* own_rows = nullptr) {
+  Config member = mixture_member_config(config, source);
+  if (own_rows != nullptr && own_rows->size() == 1) {
+    member.block_size = *own_rows->front().block_size;  // one length throughout
+  } else if (own_rows != nullptr) {
+    member.shape_schedule = *own_rows;
+  }
+  ResolvedOptions settled = resolve_options(member);
   settled.config.context_parallel_size = config.context_parallel_size;
   settled.config.context_parallel_split = config.context_parallel_split;  // the rules as the mixture's rows meet them
   settle_context_parallel_padding(settled);
   settled.config.context_parallel_split = false;
   // Under the mixture's sequence-length schedule its rows are kept at each stage's length.
   const auto schedule = shape_schedule_of(config, "train");
-  if (schedule && schedule->changes_block_size()) {
+  if (own_rows == nullptr && schedule && schedule->changes_block_size()) {
     for (const ShapeSchedule::Stage& stage : schedule->stages())
       settled.mixture_block_sizes.push_back(stage.block_size);
   }
@@ -226,19 +278,37 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
   const auto schedule = shape_schedule_of(config_, "train");
   if (!schedule || !schedule->changes_block_size()) return;
   const Config& c = member.config();
-  // Its rows are sampled episodes, each kept at the step's length by its own truncation rule,
-  // or random windows drawn among the starts of the step's length; pieces (truncation=split)
-  // and epoch windows change with the length.
-  const bool random_windows =
-      c.dataset_mode == DatasetMode::token_stream && c.batch_sampling_mode == SamplingMode::random;
-  if ((c.dataset_mode == DatasetMode::sft_episode && c.truncation != Truncation::split) || random_windows) return;
-  const std::string what = c.dataset_mode == DatasetMode::sft_episode    ? " with truncation=split"
-                           : c.dataset_mode == DatasetMode::token_stream ? " with batch_sampling_mode=epoch"
-                                                                         : "";
-  throw Error(ErrorKind::config,
-              who + " has dataset_mode=" + to_string(c.dataset_mode) + what +
-                  "; a mixture's shape_schedule that changes block_size takes sft_episode sources without "
-                  "truncation=split and token_stream sources with random windows only so far");
+  // Sampled episodes are kept at the step's length by their truncation rule, random windows
+  // drawn among the starts of the step's length, and packed rows and epoch windows follow
+  // the schedule in the source's own rows; pieces (truncation=split) change with the length.
+  if (c.truncation != Truncation::split || c.dataset_mode == DatasetMode::token_stream) return;
+  throw Error(ErrorKind::config, who + " has dataset_mode=" + to_string(c.dataset_mode) +
+                                     " with truncation=split; a mixture's shape_schedule that changes block_size "
+                                     "takes no source with truncation=split so far (its pieces of block_size + 1 "
+                                     "tokens, the sampled ids, would change with the length)");
+}
+
+std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_members(
+    const MixtureSchedule& schedule) const {
+  std::map<std::size_t, std::unique_ptr<SingleDataset>> opened;
+  if (!schedule.steps().changes_block_size()) return opened;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (!rows_follow_lengths(members_[i]->config())) continue;
+    const MixtureSource& source = config_.mixture[i];
+    const std::vector<ShapeStage> stages = source_row_stages(schedule, static_cast<std::uint32_t>(i));
+    try {
+      opened.emplace(i, std::make_unique<SingleDataset>(resolve_member(config_, source, &stages)));
+    } catch (const Error& e) {
+      throw Error(e.kind(), "mixture source '" + source.name + "' (its rows under the shape_schedule): " + e.what());
+    }
+  }
+  return opened;
+}
+
+const DatasetSplit& Mixture::part_of(std::size_t i, const std::string& name) const {
+  const auto it = length_members_.find(i);
+  if (name == "train" && it != length_members_.end()) return it->second->split("train");
+  return members_[i]->split(name);
 }
 
 void Mixture::open_members() {
@@ -344,7 +414,7 @@ void Mixture::open_split(const std::string& name) {
   detail::BatchShape shape;
   bool any_episode = false;
   for (std::size_t i = 0; i < members_.size(); ++i) {
-    const DatasetSplit& part = members_[i]->split(name);
+    const DatasetSplit& part = part_of(i, name);
     check_epochs_per_step(part, names_[i], schedule_of(name).steps());
     parts.push_back(&part);
     seeds.push_back(members_[i]->config().epoch_seed);

@@ -51,8 +51,12 @@ class MixtureSplit final : public LoaderSplit {
   // Reads its rows by `schedule` from now on (weight changes: mixture_steering.cpp): stops
   // and drops the pipeline, which restarts at the consumed step on the next take and makes
   // again, identically, the batches it had made ahead (steps before the change's are
-  // unchanged). `schedule` must outlive the split or the next call.
-  void use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) TF_REQUIRES(gate.mutex);
+  // unchanged). `schedule` must outlive the split or the next call. `parts`, when not
+  // empty, replace the sources' splits (sources whose rows follow the schedule's lengths,
+  // opened again for it: Mixture::open_length_members); the old ones may be destroyed
+  // after the call.
+  void use_schedule(const MixtureSchedule& schedule, PipelineGate& gate, std::vector<const DatasetSplit*> parts = {})
+      TF_REQUIRES(gate.mutex);
 
  private:
   const Config& config_;
@@ -68,6 +72,8 @@ class MixtureSplit final : public LoaderSplit {
   // Per source, the epoch whose start was last written to the audit log.
   std::vector<std::optional<std::uint64_t>> announced_;
 
+  // source_ (and share_) over parts_, reading by `schedule`.
+  void make_source(const MixtureSchedule& schedule);
   void consumed(const detail::BatchSlot& slot, AuditTrail& audit) override;
   void forget_announced() override;
   // Writes stage_start when `step` opens a stage.
@@ -120,6 +126,12 @@ class Mixture final : public SplitSet {
   DatasetMetadata no_metadata_;
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<SingleDataset>> members_;
+  // Under a sequence-length schedule, the sources whose row k depends on the lengths of
+  // their rows before it (packed rows, token-stream epoch windows), by index: each opened
+  // again with the schedule in its own rows (source_row_stages), for the train split. The
+  // schedule's weights decide those rows, so a weight change opens them anew. members_
+  // still serve val, the sizes and the fingerprint.
+  std::map<std::size_t, std::unique_ptr<SingleDataset>> length_members_;
   // The config's stages on the train split's step axis (its shape_schedule, if any).
   std::unique_ptr<MixtureSchedule> schedule_;
   // The same stages at val's constant global batch (the keys', or val's own shape's), for
@@ -140,6 +152,10 @@ class Mixture final : public SplitSet {
   PreparedWeights prepare_weights(std::vector<WeightChange> changes) const;
 
   void open_members();
+  // The members length_members_ holds, opened for the train split's rows under `schedule`.
+  std::map<std::size_t, std::unique_ptr<SingleDataset>> open_length_members(const MixtureSchedule& schedule) const;
+  // Source i's split `name` as the mixture reads it: length_members_'s train split, if any.
+  const DatasetSplit& part_of(std::size_t i, const std::string& name) const;
   // Under a shape_schedule that changes block_size: throws Error(config) naming `who` unless
   // `member`'s rows can be kept at each stage's length.
   void check_takes_curriculum(const SingleDataset& member, const std::string& who) const;

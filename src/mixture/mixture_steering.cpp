@@ -15,10 +15,18 @@
 
 namespace tokenfeed {
 
-void MixtureSplit::use_schedule(const MixtureSchedule& schedule, PipelineGate& gate) {
+void MixtureSplit::use_schedule(const MixtureSchedule& schedule, PipelineGate& gate,
+                                std::vector<const DatasetSplit*> parts) {
   restart_pipeline(gate);  // stops and waits: no stage reads the old schedule after this
   rows_schedule_ = &schedule;
-  source_->use_schedule(schedule);
+  if (parts.empty()) {
+    source_->use_schedule(schedule);
+    return;
+  }
+  // Sources opened again for the new weights: a source of their splits (its epochs, found
+  // again, are the same before the change's step).
+  parts_ = std::move(parts);
+  make_source(schedule);
 }
 
 std::uint64_t Mixture::earliest_weight_step() const {
@@ -84,8 +92,20 @@ std::optional<PreparedWeights> Mixture::adopt_state_changes(const std::vector<We
 }
 
 void Mixture::commit_weights(PreparedWeights prepared, PipelineGate& gate) {
+  // Sources whose rows follow the lengths: their rows of each length are the new weights'
+  // (the same before the change's step, so the rows made already stay what they were).
+  // Opened before anything changes, so that an error leaves this loader as it was.
+  std::map<std::size_t, std::unique_ptr<SingleDataset>> reopened = open_length_members(*prepared.schedule);
+  std::vector<const DatasetSplit*> parts;
+  if (!reopened.empty()) {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const auto it = reopened.find(i);
+      parts.push_back(it != reopened.end() ? &it->second->split("train") : &members_[i]->split("train"));
+    }
+  }
   MutexLock lock(gate.mutex);
-  own_.at("train")->use_schedule(*prepared.schedule, gate);
+  own_.at("train")->use_schedule(*prepared.schedule, gate, std::move(parts));
+  length_members_ = std::move(reopened);  // after the split dropped the old ones
   // The changes not recorded yet (a call adds one; an adopted state all of its own).
   for (std::size_t i = changes_.size(); i < prepared.changes.size(); ++i) {
     const WeightChange& c = prepared.changes[i];

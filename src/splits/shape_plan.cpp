@@ -47,17 +47,14 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
     return static_cast<std::uint64_t>(settled.block_size);
   const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
   if (!settled.mixture.empty()) {
-    // A mixture's rows are its sources' rows kept at the step's length: sources that sample
-    // whole episodes by id (sft_episode, checked per source when they open).
-    const char* refused = settled.dataset_mode == DatasetMode::sft_packed ? "dataset_mode=sft_packed"
-                          : splits_rows_for_context_parallel(settled)     ? "context_parallel_split=true"
-                                                                          : nullptr;
-    if (refused != nullptr) {
+    // A mixture's rows are its sources' rows at the step's length (which sources take that
+    // is checked per source when they open); a share of each row is not cut at a changing
+    // length yet.
+    if (splits_rows_for_context_parallel(settled)) {
       throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
                                          std::to_string(settled.block_size) +
-                                         "); a mixture's sequence-length schedule takes sft_episode sources only, "
-                                         "and not " +
-                                         refused + " yet");
+                                         "); a mixture's sequence-length schedule does not take "
+                                         "context_parallel_split=true yet");
     }
     return checked_stage_block_size(settled, index, *stage.block_size);
   }
