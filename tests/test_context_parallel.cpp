@@ -504,6 +504,36 @@ TEST_CASE("context parallel: a packed mixture pads each source's episodes, and i
   }
 }
 
+TEST_CASE(
+    "context parallel: a mixture under a sequence-length schedule splits each step's rows at its length, packed "
+    "and episode sources alike") {
+  TempDir a, b;
+  write_split(a.path(), "train", random_episodes(70, 30, 41), TokenDtype::uint32, true, 1);
+  write_split(b.path(), "train", random_episodes(50, 50, 43), TokenDtype::uint32, true, 1);
+  for (const bool packed : {true, false}) {
+    CAPTURE(packed);
+    Config c = packed_config({}, 3, 32, 2);
+    if (!packed) c.dataset_mode = DatasetMode::sft_episode;
+    c.dataset_dir.clear();
+    c.mixture = {MixtureSource{"a", "2", {{"dataset_dir", a.path().string()}}, std::nullopt},
+                 MixtureSource{"b", "1", {{"dataset_dir", b.path().string()}}, std::nullopt}};
+    // 32 positions a row for 2 steps, 16 for 2, then 48 (multiples of 2·cp = 4).
+    c.shape_schedule = {ShapeStage{2, std::nullopt, std::nullopt, std::nullopt},
+                        ShapeStage{4, std::nullopt, std::nullopt, 16},
+                        ShapeStage{std::nullopt, std::nullopt, std::nullopt, 48}};
+    const std::vector<Rows> whole = first_batches(c, 6);
+    for (std::size_t k = 0; k < whole.size(); ++k) CHECK(whole[k].cols == (k < 2 ? 32U : k < 4 ? 16U : 48U));
+    for (std::int64_t rank = 0; rank < 2; ++rank) {
+      const std::vector<Rows> split = first_batches(split_config(c, rank), 6);
+      for (std::size_t k = 0; k < split.size(); ++k) {
+        CAPTURE(k);
+        const Spans spans = packed ? sequence_spans(whole[k]) : row_spans(whole[k]);
+        check_share(split[k], whole[k], spans, 2, static_cast<std::size_t>(rank));
+      }
+    }
+  }
+}
+
 TEST_CASE("context parallel: the packer counts padded lengths and real positions") {
   const std::vector<std::uint32_t> positions{5, 3, 8, 1, 4, 7, 2, 6};
   std::vector<std::uint64_t> order(positions.size());

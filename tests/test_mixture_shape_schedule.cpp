@@ -393,14 +393,6 @@ TEST_CASE(
   odd.shape_schedule[0].global_batch_size = 6;
   CHECK(error_of([&] { Loader{odd}; }).find("shape_schedule stage 0: global_batch_size=6 is not a multiple") !=
         std::string::npos);
-  // A stage block size (a sequence-length curriculum) does not take context_parallel_split.
-  Config split_rows = ramped(d, 2, 0);
-  split_rows.context_parallel_size = 2;
-  split_rows.context_parallel_split = true;
-  split_rows.shape_schedule[1].block_size = split_rows.block_size * 2;
-  CHECK(error_of([&] { Loader{split_rows}; })
-            .find("shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); a mixture's "
-                  "sequence-length schedule does not take context_parallel_split=true yet") != std::string::npos);
 }
 
 TEST_CASE("mixture under a shape schedule: planned_steps and the report count the ramp's rows" *

@@ -46,18 +46,9 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   if (!stage.block_size || *stage.block_size == settled.block_size)
     return static_cast<std::uint64_t>(settled.block_size);
   const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
-  if (!settled.mixture.empty()) {
-    // A mixture's rows are its sources' rows at the step's length (which sources take that
-    // is checked per source when they open); a share of each row is not cut at a changing
-    // length yet.
-    if (splits_rows_for_context_parallel(settled)) {
-      throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                         std::to_string(settled.block_size) +
-                                         "); a mixture's sequence-length schedule does not take "
-                                         "context_parallel_split=true yet");
-    }
-    return checked_stage_block_size(settled, index, *stage.block_size);
-  }
+  // A mixture's rows are its sources' rows at the step's length (which sources take that is
+  // checked per source when they open).
+  if (!settled.mixture.empty()) return checked_stage_block_size(settled, index, *stage.block_size);
   // token_stream: random windows at each stage's length, epoch windows re-cut from units;
   // sft_episode and sft_packed keep each episode's window at its row's length, except that
   // with truncation=split the pieces, which are the sampled ids, would change with it.
