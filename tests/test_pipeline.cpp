@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -635,22 +634,6 @@ TEST_CASE("pipeline: a trainer at a steady pace hands its admissions over withou
   }
 }
 
-namespace {
-
-// How many of the whole pages inside [data, data + bytes) are resident (mincore).
-std::size_t resident_pages(const void* data, std::size_t bytes) {
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  const std::uintptr_t begin = (base + page - 1) / page * page;
-  const std::uintptr_t end = (base + bytes) / page * page;
-  if (end <= begin) return 0;
-  std::vector<unsigned char> in_core((end - begin) / page);
-  REQUIRE(mincore(reinterpret_cast<void*>(begin), end - begin, in_core.data()) == 0);
-  return static_cast<std::size_t>(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
-}
-
-}  // namespace
-
 TEST_CASE("batch pool: a slot's pages beyond a smaller batch's cells go back to the kernel, and return when written") {
   tokenfeed::detail::BatchShape shape;
   shape.rows = 8;
@@ -661,21 +644,21 @@ TEST_CASE("batch pool: a slot's pages beyond a smaller batch's cells go back to 
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   REQUIRE(x_bytes / page >= 64);
   std::fill(slot->x.begin(), slot->x.end(), 7);  // every page resident
-  CHECK(resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
+  CHECK(tokenfeed::test::resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
   // A batch of 2 x 1024 cells (a smaller stage): beyond its 16 KiB only pages cut by the
   // boundaries may stay; the cells it keeps keep their values.
   slot->begin_batch(0, 0, 0, 2, 2, 1024);
   CHECK(slot->resident_cells == 2048);
   const std::size_t kept = 2048 * sizeof(std::int64_t);
-  CHECK(resident_pages(slot->x.data() + 2048, x_bytes - kept) == 0);
-  CHECK(resident_pages(slot->labels.data() + 2048, x_bytes - kept) == 0);
+  CHECK(tokenfeed::test::resident_pages(slot->x.data() + 2048, x_bytes - kept) == 0);
+  CHECK(tokenfeed::test::resident_pages(slot->labels.data() + 2048, x_bytes - kept) == 0);
   CHECK(std::all_of(slot->x.begin(), slot->x.begin() + 2048, [](std::int64_t v) { return v == 7; }));
   // A full batch again: no release; its writes bring the pages back.
   slot->begin_batch(1, 0, 1, 8, 8, 8192);
   CHECK(slot->resident_cells == 8 * 8192);
   std::fill(slot->x.begin(), slot->x.end(), 9);
-  CHECK(resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
+  CHECK(tokenfeed::test::resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
   // An equal batch releases nothing.
   slot->begin_batch(2, 0, 2, 8, 8, 8192);
-  CHECK(resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
+  CHECK(tokenfeed::test::resident_pages(slot->x.data(), x_bytes) >= x_bytes / page - 1);
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "test_support.hpp"
 #include "tokenfeed/rl.hpp"
 
@@ -370,6 +372,27 @@ TEST_CASE("rl: a shape_schedule shapes batch k by its stage, groups stay in pull
     for (std::size_t step = at; step < shapes.size(); ++step)
       CHECK(snap(resumed.next_batch(sampler)) == straight[step]);
   }
+}
+
+TEST_CASE("rl: a batch of a smaller stage leaves the slot's pages beyond its cells with the kernel") {
+  // 2 rows of 64 for 2 batches, then 8 rows of 8192 (256 KiB of log_probs a slot): the first
+  // batches zero and write only their own cells, so the rest of the slot stays given back.
+  ToySampler sampler;
+  GroupBatcherOptions o = options(2, 64);
+  o.shape_schedule = {ShapeStage{2, std::nullopt, std::nullopt, 64}, ShapeStage{std::nullopt, std::nullopt, 8, 8192}};
+  GroupBatcher batcher(o);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t whole = 8 * 8192;  // the largest stage's cells, which every slot holds
+  for (int step = 0; step < 2; ++step) {
+    Batch b = batcher.next_batch(sampler);
+    REQUIRE(b.log_probs().size() == 2 * 64);
+    const std::size_t beyond = (whole - b.log_probs().size()) * sizeof(float);
+    REQUIRE(beyond / page >= 32);
+    CHECK(tokenfeed::test::resident_pages(b.log_probs().data() + b.log_probs().size(), beyond) == 0);
+    CHECK(tokenfeed::test::resident_pages(b.tokens().data() + b.tokens().size(), beyond * 2) == 0);
+  }
+  Batch big = batcher.next_batch(sampler);
+  CHECK(big.log_probs().size() == whole);
 }
 
 TEST_CASE("rl: a GroupBatcher's shape_schedule is checked, naming the stage") {

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tokenfeed/dataset_writer.hpp"
@@ -167,6 +169,17 @@ ScopedEnv::~ScopedEnv() {
 std::vector<char> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::size_t resident_pages(const void* data, std::size_t bytes) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t begin = (base + page - 1) / page * page;
+  const std::uintptr_t end = (base + bytes) / page * page;
+  if (end <= begin) return 0;
+  std::vector<unsigned char> in_core((end - begin) / page);
+  REQUIRE(mincore(reinterpret_cast<void*>(begin), end - begin, in_core.data()) == 0);
+  return static_cast<std::size_t>(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
 }
 
 }  // namespace tokenfeed::test

@@ -85,6 +85,10 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
+// How many of the whole pages inside [data, data + bytes) are resident (mincore): whether
+// memory given back to the kernel (madvise) stayed away.
+std::size_t resident_pages(const void* data, std::size_t bytes);
+
 // The message of the tokenfeed::Error that `f` throws, after checking its kind (config
 // unless given); fails the test when `f` throws nothing.
 template <typename F>

@@ -349,7 +349,9 @@ struct GroupBatcher::Impl {
     const std::size_t T = schedule ? static_cast<std::size_t>(schedule->block_size_at(step)) : options.block_size;
     slot.begin_batch(step, 0, step, 0, rows, T);
     slot.log_probs_given = false;
-    std::fill(slot.log_probs.begin(), slot.log_probs.end(), 0.0f);
+    // This batch's cells only: the pages beyond them stay with the kernel (begin_batch gave
+    // them back for a smaller stage).
+    std::fill_n(slot.log_probs.begin(), std::min(slot.log_probs.size(), rows * T), 0.0f);
     std::vector<std::size_t> used(rows, 0), trial, where_rows;
     std::vector<std::vector<Placed>> placed(rows);
     std::vector<PreparedGroup> groups;  // the groups of this batch, in placement order
