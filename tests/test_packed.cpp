@@ -303,6 +303,14 @@ TEST_CASE("packed: random sampling is refused, and so is a dataset smaller than 
   c.batch_sampling_mode.reset();
   c.batch_size = 8;  // six short episodes pack into one row
   CHECK_THROWS_WITH_AS(Loader{c}, doctest::Contains("fewer than one global batch"), Error);
+  // Under a batch-size schedule, the largest stage's global batch is named.
+  c.batch_size = 1;
+  c.shape_schedule = {ShapeStage{2, std::nullopt, std::nullopt, std::nullopt},
+                      ShapeStage{std::nullopt, std::nullopt, 4, std::nullopt}};
+  CHECK_THROWS_WITH_AS(Loader{c},
+                       doctest::Contains("pack into 1 rows, fewer than the largest global batch of the "
+                                         "shape_schedule (4 rows) with epoch_drop_last=true"),
+                       Error);
 }
 
 TEST_CASE("contract: sft_episode rows are one sequence each, labels ignore padding and unmasked positions") {

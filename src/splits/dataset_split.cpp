@@ -57,12 +57,17 @@ void DatasetSplit::check_forms_a_batch() {
                    ErrorKind::config);
     return;
   }
-  refuse_batches(
-      "split '" + name() + "' of '" + config_.dataset_dir.string() + "' has " + what +
-          ", fewer than one global batch (batch_size x world_size = " + std::to_string(global_batch_size(config_)) +
-          ") with epoch_drop_last=true; set epoch_drop_last=false (or " + name() +
-          ".epoch_drop_last) or a smaller batch_size",
-      ErrorKind::config);
+  // The rows a batch must find: the keys' global batch, or a shape_schedule's largest
+  // (packed rows, whose sampler orders episodes and is never scheduled, check that one).
+  const std::uint64_t largest = largest_batch_rows(config_, name()) * data_parallel_size(config_);
+  const std::string batch =
+      largest == global_batch_size(config_)
+          ? "one global batch (batch_size x world_size = " + std::to_string(largest) + ")"
+          : "the largest global batch of the shape_schedule (" + std::to_string(largest) + " rows)";
+  refuse_batches("split '" + name() + "' of '" + config_.dataset_dir.string() + "' has " + what + ", fewer than " +
+                     batch + " with epoch_drop_last=true; set epoch_drop_last=false (or " + name() +
+                     ".epoch_drop_last) or a smaller batch_size",
+                 ErrorKind::config);
 }
 
 void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
