@@ -66,7 +66,7 @@ struct PackedEpoch {
 // positions still counts positions_of. `follows` is empty, or says per id whether it is a
 // piece that follows id - 1 (above). REQUIRES: every id in `order` indexes positions_of
 // (and occupied_of, follows, when given); lookahead >= 1; occupied_of[id] in
-// [positions_of[id], capacity].
+// [positions_of[id], capacity]; capacity < 2^31 (config bounds block_size by 2^26).
 PackedEpoch pack_episodes(const IdList& order, const std::vector<std::uint32_t>& positions_of, std::uint32_t capacity,
                           std::size_t lookahead, const std::vector<bool>& follows = {},
                           const std::vector<std::uint32_t>* occupied_of = nullptr);
