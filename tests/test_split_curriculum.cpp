@@ -213,8 +213,8 @@ std::size_t check_coverage(const Dataset& data, const std::vector<RefRow>& rows,
 }  // namespace
 
 TEST_CASE(
-    "split curriculum: rows cut each document at each row's length from the token reached, as the reference walk; "
-    "every label position once per epoch; 1, 2 and 4 ranks" *
+    "split curriculum: rows cut each document at each row's length from the token reached, as the reference walk, "
+    "every label position once per epoch, on 1, 2 and 4 ranks" *
     doctest::timeout(300)) {
   const Dataset data;
   for (const bool drop_last : {true, false}) {
