@@ -303,5 +303,8 @@ TEST_CASE("split curriculum: the schedule's report gives each stage's first epoc
   std::vector<ShapeStage> stages = kSchedule.shape_stages();
   stages[1].global_batch_size = 4096;
   c.shape_schedule = stages;
-  CHECK(error_of([&] { Loader{c}; }).find("global batch of shape_schedule stage 1 (4096 rows)") != std::string::npos);
+  const std::string why = error_of([&] { Loader{c}; });
+  CHECK(why.find("12 kept episodes cut into ") != std::string::npos);
+  CHECK(why.find(" rows at the longest block_size 16 (truncation=split), fewer than the global batch of "
+                 "shape_schedule stage 1 (4096 rows)") != std::string::npos);
 }

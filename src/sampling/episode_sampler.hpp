@@ -115,6 +115,9 @@ class EpisodeSampler {
   // How many ids are sampled from, and the i-th of them.
   std::uint64_t size() const noexcept { return count_; }
   std::uint64_t id_at(std::uint64_t i) const noexcept { return pieces_ ? i : kept_[i]; }
+  // Ids epoch `epoch`'s order holds: size(), or with cut epochs (truncation=split under a
+  // sequence-length curriculum) that epoch's rows, which depend on where it starts.
+  std::uint64_t ids_in_epoch(std::uint64_t epoch) const { return cut_ ? cut_->rows_in_epoch(epoch) : count_; }
   // How many kept ids the sampled ids come from: size(), or the documents of the pieces.
   std::uint64_t kept_size() const noexcept { return kept_.size(); }
   // The pieces whose numbers are sampled; null when the ids are sampled themselves.
