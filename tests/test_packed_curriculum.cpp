@@ -341,7 +341,8 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
       REQUIRE(b.cols() == kSchedule.stage_at(step).block_size);
       for (std::size_t r = 0; r < b.rows(); ++r) got.insert(checked_row(data, b, r).ids);
     }
-    for (std::uint64_t g = kSchedule.rows_before(step); g < kSchedule.rows_before(step + 1); ++g) want.insert(plain[g].ids);
+    for (std::uint64_t g = kSchedule.rows_before(step); g < kSchedule.rows_before(step + 1); ++g)
+      want.insert(plain[g].ids);
     CHECK(got == want);
   }
 }

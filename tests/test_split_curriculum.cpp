@@ -90,7 +90,8 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::uin
       if (take < B && drop_last) break;
       rows.insert(rows.end(), cut.begin() + static_cast<std::ptrdiff_t>(taken),
                   cut.begin() + static_cast<std::ptrdiff_t>(taken + take));
-      for (std::size_t f = take; f < B; ++f) rows.push_back(RefRow{kSchedule.stage_at(step).block_size, -1, 0, 0, epoch});
+      for (std::size_t f = take; f < B; ++f)
+        rows.push_back(RefRow{kSchedule.stage_at(step).block_size, -1, 0, 0, epoch});
       taken += take;
     }
   }

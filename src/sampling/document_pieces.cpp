@@ -36,7 +36,8 @@ std::uint64_t DocumentPieces::index_of(std::uint64_t id) const noexcept {
 
 std::uint64_t DocumentPieces::rows_at(std::uint64_t T) const noexcept {
   std::uint64_t rows = 0;
-  for (std::size_t k = 0; k + 1 < first_token_.size(); ++k) rows += pieces_of(first_token_[k + 1] - first_token_[k], T + 1);
+  for (std::size_t k = 0; k + 1 < first_token_.size(); ++k)
+    rows += pieces_of(first_token_[k + 1] - first_token_[k], T + 1);
   return rows;
 }
 

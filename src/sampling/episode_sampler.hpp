@@ -137,7 +137,9 @@ class EpisodeSampler {
   }
   // The same for epoch `epoch` (with a shape schedule, the remainder differs by epoch).
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const {
-    return cut_ ? cut_->samples_in_epoch(epoch) : scheduled_ ? scheduled_->samples_in_epoch(epoch) : samples_per_epoch();
+    return cut_         ? cut_->samples_in_epoch(epoch)
+           : scheduled_ ? scheduled_->samples_in_epoch(epoch)
+                        : samples_per_epoch();
   }
   // The first shape-schedule stage whose global batch exceeds the ids with drop_last (epoch
   // mode): no batch forms there. nullopt without a schedule or when every stage forms one.

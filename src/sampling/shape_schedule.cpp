@@ -237,13 +237,13 @@ CutEpochs::CutEpochs(ShapeSchedule schedule, bool drop_last, const RowsAt& rows_
     const std::size_t i = schedule_.stage_index(step);
     const ShapeSchedule::Stage& stage = schedule_.stages()[i];
     const std::uint64_t B = stage.global_batch, P = rows_at(stage.block_size);
-    const std::uint64_t spans = ceil_div(P, B);             // the steps an epoch's rows fall on
+    const std::uint64_t spans = ceil_div(P, B);            // the steps an epoch's rows fall on
     const std::uint64_t per = drop_last_ ? P / B : spans;  // the batches it forms
     if (per == 0) {
       throw Error(ErrorKind::config, "shape_schedule stage " + std::to_string(i) + ": an epoch of " +
-                                         std::to_string(P) + " rows at block_size " +
-                                         std::to_string(stage.block_size) + " forms no global batch of " +
-                                         std::to_string(B) + " rows with epoch_drop_last=true");
+                                         std::to_string(P) + " rows at block_size " + std::to_string(stage.block_size) +
+                                         " forms no global batch of " + std::to_string(B) +
+                                         " rows with epoch_drop_last=true");
     }
     if (!stage.end_step) {  // every epoch from here on is one of the last stage
       runs_.push_back(Run{epoch, step, std::nullopt, per, P});
@@ -264,11 +264,10 @@ CutEpochs::CutEpochs(ShapeSchedule schedule, bool drop_last, const RowsAt& rows_
                                : drop_last_ ? schedule_.step_of_row(first_row + rows)
                                             : schedule_.step_of_row(first_row + rows - 1) + 1;
     if (next <= step) {
-      throw Error(ErrorKind::config, "epoch " + std::to_string(epoch) + " from step " + std::to_string(step) +
-                                         " cuts into " + std::to_string(rows) +
-                                         " rows, fewer than the global batch of shape_schedule stage " +
-                                         std::to_string(i) + " (" + std::to_string(B) +
-                                         ") with epoch_drop_last=true: it forms no batch");
+      throw Error(ErrorKind::config,
+                  "epoch " + std::to_string(epoch) + " from step " + std::to_string(step) + " cuts into " +
+                      std::to_string(rows) + " rows, fewer than the global batch of shape_schedule stage " +
+                      std::to_string(i) + " (" + std::to_string(B) + ") with epoch_drop_last=true: it forms no batch");
     }
     runs_.push_back(Run{epoch, step, 1, next - step, rows});
     ++epoch;
@@ -284,8 +283,7 @@ const CutEpochs::Run& CutEpochs::run_of_epoch(std::uint64_t epoch) const noexcep
 
 std::uint64_t CutEpochs::first_step_of(std::uint64_t epoch) const {
   const Run& run = run_of_epoch(epoch);
-  return checked_sum(run.first_step,
-                     checked_product(epoch - run.first_epoch, run.batches, "epoch x batches per epoch"),
+  return checked_sum(run.first_step, checked_product(epoch - run.first_epoch, run.batches, "epoch x batches per epoch"),
                      "the first step of epoch " + std::to_string(epoch));
 }
 

@@ -93,12 +93,12 @@ void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
 void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {
   const EpisodeSampler& sampler = *data_->sampler;
   const bool resumed = slot.batch_in_epoch != 0;
-  log_line(LogLevel::debug, "[tokenfeed] split=" + name() + " epoch=" + std::to_string(slot.epoch) +
-                                (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
-                                " " + description_.unit.plural + "=" + std::to_string(sampler.ids_in_epoch(slot.epoch)) +
-                                " batches=" +
-                                std::to_string(batches) + " shuffle=" + bool_text(config_.shuffle_for(name())) +
-                                " drop_last=" + bool_text(config_.drop_last_for(name())) + description_.epoch_detail);
+  log_line(LogLevel::debug,
+           "[tokenfeed] split=" + name() + " epoch=" + std::to_string(slot.epoch) +
+               (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) + " " +
+               description_.unit.plural + "=" + std::to_string(sampler.ids_in_epoch(slot.epoch)) +
+               " batches=" + std::to_string(batches) + " shuffle=" + bool_text(config_.shuffle_for(name())) +
+               " drop_last=" + bool_text(config_.drop_last_for(name())) + description_.epoch_detail);
   const auto order = data_->orders->get(slot.epoch);
   std::vector<std::uint64_t> first;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) {

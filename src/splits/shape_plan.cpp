@@ -65,8 +65,8 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
               "only in epoch order (batch_sampling_mode=epoch)"
             : nullptr;
     if (refused != nullptr) {
-      throw Error(ErrorKind::config,
-                  where + " differs from config key 'block_size' (" + std::to_string(settled.block_size) + "); " + refused);
+      throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                         std::to_string(settled.block_size) + "); " + refused);
     }
   }
   return checked_stage_block_size(settled, index, *stage.block_size);
