@@ -200,13 +200,15 @@ std::size_t check_coverage(const Dataset& data, const std::vector<RefRow>& rows,
     next = r.first + r.positions;
   }
   std::size_t epochs = 0;
-  for (const auto& [epoch, docs] : reached) {
+  for (const auto& entry : reached) {
+    const std::uint64_t epoch = entry.first;
     if (!reached.contains(epoch + 1)) break;  // the last epoch read may be partial
     ++epochs;
     if (!complete) continue;
     CAPTURE(epoch);
-    CHECK(docs.size() == kDocuments);
-    for (const auto& [doc, next] : docs) CHECK(next == data.docs[static_cast<std::size_t>(doc)].tokens.size() - 1);
+    CHECK(entry.second.size() == kDocuments);
+    for (const auto& [doc, next] : entry.second)
+      CHECK(next == data.docs[static_cast<std::size_t>(doc)].tokens.size() - 1);
   }
   return epochs;
 }
