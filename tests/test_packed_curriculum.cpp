@@ -10,12 +10,11 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 
 #include "inspect/shape_schedule_report.hpp"
 #include "sampling/numpy_random.hpp"
-#include "schedule_reference.hpp"
+#include "curriculum_support.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -32,19 +31,8 @@ constexpr std::int64_t kLookahead = 8;
 // Episodes of 2 to 50 tokens, token = 1000 * id + position + 1, a random mask.
 struct Dataset {
   TempDir dir;
-  std::vector<TestEpisode> episodes;
-  Dataset() {
-    std::mt19937 rng(5);
-    episodes.resize(kEpisodes);
-    for (std::size_t id = 0; id < kEpisodes; ++id) {
-      const std::size_t n = 2 + rng() % 49;
-      for (std::size_t p = 0; p < n; ++p) {
-        episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
-        episodes[id].mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
-      }
-    }
-    write_split(dir.path(), "train", episodes, TokenDtype::uint32, true, 2);
-  }
+  std::vector<TestEpisode> episodes = random_episodes(kEpisodes, 50, 5);
+  Dataset() { write_split(dir.path(), "train", episodes, TokenDtype::uint32, true, 2); }
 };
 
 // The schedule: 3 steps of 4 rows of 32 positions (the key's), 4 steps of 8 rows of 64, then
@@ -118,26 +106,14 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::siz
 }
 
 Config curriculum_config(const Dataset& data, bool drop_last, std::int64_t world, std::int64_t rank) {
-  Config c = make_config(data.dir.path(), 1, 32);
+  Config c = curriculum_rank_config(data.dir.path(), 32, kSchedule, kSeed, drop_last, world, rank);
   c.dataset_mode = DatasetMode::sft_packed;
-  c.use_loss_mask = true;
-  c.token_dtype = TokenDtype::uint32;
-  c.epoch_drop_last = drop_last;
-  c.epoch_seed = kSeed;
   c.pack_lookahead = kLookahead;
-  c.world_size = world;
-  c.rank = rank;
-  c.decode_threads = 2;
-  c.prefetch_depth = 3;
-  c.shape_schedule = kSchedule.shape_stages();
   return c;
 }
 
 std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, bool drop_last, std::int64_t world) {
-  std::vector<std::unique_ptr<Loader>> ranks;
-  for (std::int64_t r = 0; r < world; ++r)
-    ranks.push_back(std::make_unique<Loader>(curriculum_config(data, drop_last, world, r)));
-  return ranks;
+  return open_loaders(world, [&](std::int64_t r) { return curriculum_config(data, drop_last, world, r); });
 }
 
 // Checks a row's fields against its episodes kept at the row's length (no context
@@ -178,17 +154,9 @@ RefRow checked_row(const Dataset& data, const Batch& b, std::size_t r) {
 // shape that of batch_shape() and the schedule's.
 std::vector<RefRow> take(const Dataset& data, std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps) {
   std::vector<RefRow> rows;
-  for (std::uint64_t s = 0; s < steps; ++s) {
-    for (auto& loader : ranks) {
-      const Batch b = loader->get_batch();
-      const StepShape shape = loader->batch_shape("train", b.step());
-      REQUIRE(b.rows() == shape.rows);
-      REQUIRE(b.cols() == shape.cols);
-      REQUIRE(b.cols() == kSchedule.stage_at(b.step()).block_size);
-      REQUIRE(b.rows() * ranks.size() == kSchedule.stage_at(b.step()).global_batch);
-      for (std::size_t r = 0; r < b.rows(); ++r) rows.push_back(checked_row(data, b, r));
-    }
-  }
+  read_steps(ranks, steps, kSchedule, [&](const Batch& b) {
+    for (std::size_t r = 0; r < b.rows(); ++r) rows.push_back(checked_row(data, b, r));
+  });
   return rows;
 }
 
@@ -241,27 +209,18 @@ TEST_CASE("packed curriculum: resume at every step, and from 2 ranks onto 4 acro
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
     const std::vector<RefRow> expected = reference_rows(data, drop_last, kSchedule.rows_before(kRun));
+    const auto open = [&](std::int64_t world) { return open_ranks(data, drop_last, world); };
+    const auto read = [&](auto& ranks, std::uint64_t steps) { return take(data, ranks, steps); };
     for (std::uint64_t at = 0; at < 12; ++at) {
       CAPTURE(at);
-      std::string state;
-      {
-        auto first = open_ranks(data, drop_last, 1);
-        (void)take(data, first, at);
-        state = first[0]->save_state();
-      }
-      auto resumed = open_ranks(data, drop_last, 1);
-      resumed[0]->load_state(state);
+      auto resumed = resumed_after(open, read, at, 1, 1);
       CHECK(take(data, resumed, kRun - at) ==
             std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
                                 expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));
     }
     for (const std::uint64_t at : {2u, 3u, 5u, 7u, 9u}) {  // boundaries at steps 3 and 7
       CAPTURE(at);
-      auto first = open_ranks(data, drop_last, 2);
-      (void)take(data, first, at);
-      const std::string state = first[0]->save_state();
-      auto resumed = open_ranks(data, drop_last, 4);
-      for (auto& loader : resumed) loader->load_state(state);
+      auto resumed = resumed_after(open, read, at, 2, 4);
       CHECK(take(data, resumed, kRun - at) ==
             std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
                                 expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));

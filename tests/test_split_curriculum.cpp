@@ -11,12 +11,11 @@
 #include <map>
 #include <memory>
 #include <ostream>
-#include <random>
 #include <set>
 
 #include "inspect/shape_schedule_report.hpp"
 #include "sampling/numpy_random.hpp"
-#include "schedule_reference.hpp"
+#include "curriculum_support.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/loader.hpp"
 
@@ -31,19 +30,8 @@ constexpr std::size_t kDocuments = 12;
 // Documents of 2 to 60 tokens, token = 1000 * id + position + 1, a random mask.
 struct Dataset {
   TempDir dir;
-  std::vector<TestEpisode> docs;
-  Dataset() {
-    std::mt19937 rng(9);
-    docs.resize(kDocuments);
-    for (std::size_t id = 0; id < kDocuments; ++id) {
-      const std::size_t n = 2 + rng() % 59;
-      for (std::size_t p = 0; p < n; ++p) {
-        docs[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
-        docs[id].mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
-      }
-    }
-    write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2);
-  }
+  std::vector<TestEpisode> docs = random_episodes(kDocuments, 60, 9);
+  Dataset() { write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2); }
 };
 
 // 4 steps of 4 rows of 8 positions (the key's block size), 6 steps of 8 rows of 16, then 4
@@ -100,26 +88,14 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::uin
 }
 
 Config curriculum_config(const Dataset& data, bool drop_last, std::int64_t world, std::int64_t rank) {
-  Config c = make_config(data.dir.path(), 1, 8);
+  Config c = curriculum_rank_config(data.dir.path(), 8, kSchedule, kSeed, drop_last, world, rank);
   c.dataset_mode = DatasetMode::sft_episode;
   c.truncation = Truncation::split;
-  c.use_loss_mask = true;
-  c.token_dtype = TokenDtype::uint32;
-  c.epoch_drop_last = drop_last;
-  c.epoch_seed = kSeed;
-  c.world_size = world;
-  c.rank = rank;
-  c.decode_threads = 2;
-  c.prefetch_depth = 3;
-  c.shape_schedule = kSchedule.shape_stages();
   return c;
 }
 
 std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, bool drop_last, std::int64_t world) {
-  std::vector<std::unique_ptr<Loader>> ranks;
-  for (std::int64_t r = 0; r < world; ++r)
-    ranks.push_back(std::make_unique<Loader>(curriculum_config(data, drop_last, world, r)));
-  return ranks;
+  return open_loaders(world, [&](std::int64_t r) { return curriculum_config(data, drop_last, world, r); });
 }
 
 // Row r of `b` read back as a RefRow (its document from episode_ids, its first token from
@@ -163,24 +139,16 @@ RefRow checked_row(const Dataset& data, const Batch& b, std::size_t r) {
 // and one for its padding.
 std::vector<RefRow> take(const Dataset& data, std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps) {
   std::vector<RefRow> rows;
-  for (std::uint64_t s = 0; s < steps; ++s) {
-    for (auto& loader : ranks) {
-      const Batch b = loader->get_batch();
-      const StepShape shape = loader->batch_shape("train", b.step());
-      REQUIRE(b.rows() == shape.rows);
-      REQUIRE(b.cols() == shape.cols);
-      REQUIRE(b.cols() == kSchedule.stage_at(b.step()).block_size);
-      REQUIRE(b.rows() * ranks.size() == kSchedule.stage_at(b.step()).global_batch);
-      std::vector<std::int32_t> bounds{0};
-      for (std::size_t r = 0; r < b.rows(); ++r) {
-        const RefRow row = checked_row(data, b, r);
-        if (row.positions > 0) bounds.push_back(static_cast<std::int32_t>(r * b.cols() + row.positions));
-        if (row.positions < b.cols()) bounds.push_back(static_cast<std::int32_t>((r + 1) * b.cols()));
-        rows.push_back(row);
-      }
-      CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == bounds);
+  read_steps(ranks, steps, kSchedule, [&](const Batch& b) {
+    std::vector<std::int32_t> bounds{0};
+    for (std::size_t r = 0; r < b.rows(); ++r) {
+      const RefRow row = checked_row(data, b, r);
+      if (row.positions > 0) bounds.push_back(static_cast<std::int32_t>(r * b.cols() + row.positions));
+      if (row.positions < b.cols()) bounds.push_back(static_cast<std::int32_t>((r + 1) * b.cols()));
+      rows.push_back(row);
     }
-  }
+    CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == bounds);
+  });
   return rows;
 }
 
@@ -260,25 +228,16 @@ TEST_CASE("split curriculum: resume at every step, and from 2 ranks onto 4 acros
       return std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(step)),
                                  expected.end());
     };
+    const auto open = [&](std::int64_t world) { return open_ranks(data, drop_last, world); };
+    const auto read = [&](auto& ranks, std::uint64_t steps) { return take(data, ranks, steps); };
     for (std::uint64_t at = 0; at < kRun; ++at) {
       CAPTURE(at);
-      std::string state;
-      {
-        auto first = open_ranks(data, drop_last, 1);
-        (void)take(data, first, at);
-        state = first[0]->save_state();
-      }
-      auto resumed = open_ranks(data, drop_last, 1);
-      resumed[0]->load_state(state);
+      auto resumed = resumed_after(open, read, at, 1, 1);
       CHECK(take(data, resumed, kRun - at) == from(at));
     }
     for (const std::uint64_t at : {3u, 4u, 5u, 9u, 10u, 11u}) {  // boundaries at steps 4 and 10
       CAPTURE(at);
-      auto first = open_ranks(data, drop_last, 2);
-      (void)take(data, first, at);
-      const std::string state = first[0]->save_state();
-      auto resumed = open_ranks(data, drop_last, 4);
-      for (auto& loader : resumed) loader->load_state(state);
+      auto resumed = resumed_after(open, read, at, 2, 4);
       CHECK(take(data, resumed, kRun - at) == from(at));
     }
   }

@@ -11,6 +11,16 @@ from conftest import base_keys
 SCHEDULE = [{"until_step": 3, "global_batch_size": 2}, {"until_tokens": 1000, "global_batch_size": 6}, {}]
 
 
+def resumed_after(keys, steps):
+    """A loader over `keys` that loaded the state another one saved after `steps` steps."""
+    first = tokenfeed.Loader(keys)
+    for _ in first.iter(steps=steps):
+        pass
+    resumed = tokenfeed.Loader(keys)
+    resumed.load_state_dict(first.state_dict())
+    return resumed
+
+
 def test_a_warmup_takes_the_stream_in_sequence(stream_dir):
     # token_stream's default random windows: global row g is the same draw at any batch size.
     single = tokenfeed.Loader(base_keys(stream_dir, batch_size=1))
@@ -35,12 +45,7 @@ def test_resume_inside_and_across_stages(sft_dir):
     keys = base_keys(sft_dir, shape_schedule=SCHEDULE)
     whole = [b.episode_ids.copy() for b in tokenfeed.Loader(keys).iter(steps=8)]
     for at in (2, 3, 5):
-        first = tokenfeed.Loader(keys)
-        for _ in first.iter(steps=at):
-            pass
-        state = first.state_dict()
-        resumed = tokenfeed.Loader(keys)
-        resumed.load_state_dict(state)
+        resumed = resumed_after(keys, at)
         for got, want in zip(resumed.iter(steps=8 - at), whole[at:]):
             np.testing.assert_array_equal(got.episode_ids, want)
 
@@ -96,11 +101,7 @@ def test_split_documents_continue_across_each_stage_length(sft_written):
         assert got_doc == doc
         np.testing.assert_array_equal(got[:len(tokens)], tokens)
     for at in range(1, 9):
-        first = tokenfeed.Loader(keys)
-        for _ in first.iter(steps=at):
-            pass
-        resumed = tokenfeed.Loader(keys)
-        resumed.load_state_dict(first.state_dict())
+        resumed = resumed_after(keys, at)
         again = [(int(b.episode_ids[r]), b.tokens[r].copy())
                  for b in resumed.iter(steps=10 - at) for r in range(b.rows)]
         skip = 4 * at if at <= 3 else 12 + (at - 3) * 8 if at <= 6 else 36 + (at - 6) * 4
@@ -138,11 +139,7 @@ def test_sft_packed_rows_take_each_stage_length(sft_dir):
     assert len(set(stream[:kept])) == kept
     whole = [episodes(segments) for _, segments in packed_steps(tokenfeed.Loader(keys), 8)]
     for at in range(1, 7):
-        first = tokenfeed.Loader(keys)
-        for _ in first.iter(steps=at):
-            pass
-        resumed = tokenfeed.Loader(keys)
-        resumed.load_state_dict(first.state_dict())
+        resumed = resumed_after(keys, at)
         assert [episodes(segments) for _, segments in packed_steps(resumed, 8 - at)] == whole[at:]
 
 
