@@ -521,12 +521,14 @@ TEST_CASE(
   const Datasets d;
   check_rows_at_each_length(d, false);
   check_rows_at_each_length(d, true);
-  // Sources whose pieces change with the length are refused naming the source.
+  // Randomly drawn pieces have one length: refused naming the source (in epoch order its
+  // documents are cut at each row's length: the split test below).
   Config split = episode_mixture(d, false, 1, 0);
   split.mixture[1].keys.emplace_back("truncation", "split");
-  CHECK(error_of([&] {
-          Loader{split};
-        }).find("mixture source 'code' has dataset_mode=sft_episode with truncation=split") != std::string::npos);
+  split.mixture[1].keys.emplace_back("batch_sampling_mode", "random");
+  CHECK(error_of([&] { Loader{split}; })
+            .find("mixture source 'code' has dataset_mode=sft_episode with truncation=split and "
+                  "batch_sampling_mode=random") != std::string::npos);
 }
 
 // ---- A sequence-length schedule over packed rows and epoch windows ----
@@ -534,28 +536,35 @@ TEST_CASE(
 namespace {
 
 // The ramp at block sizes 16 (the key's), 24, then 8, stages as ramped's: with `packed`,
-// chat and code packed; else chat, code and web's epoch windows (document-aware).
-Config length_mixture(const Datasets& d, bool packed, std::int64_t world, std::int64_t rank) {
-  Config c = ramped(d, world, rank, packed);
+// chat and code packed, or with `split` their documents cut at each row's length
+// (sft_episode, truncation=split); else chat, code and web's epoch windows (document-aware).
+Config length_mixture(const Datasets& d, bool packed, std::int64_t world, std::int64_t rank, bool split = false) {
+  Config c = ramped(d, world, rank, packed || split);
   c.shape_schedule[1].block_size = 24;
   c.shape_schedule[2].block_size = 8;
+  if (split) {
+    c.dataset_mode = DatasetMode::sft_episode;
+    c.truncation = Truncation::split;
+  }
   return c;
 }
 
-std::vector<std::unique_ptr<Loader>> open_length_ranks(const Datasets& d, bool packed, std::int64_t world) {
+std::vector<std::unique_ptr<Loader>> open_length_ranks(const Datasets& d, bool packed, std::int64_t world,
+                                                       bool split = false) {
   Ranks ranks;
   for (std::int64_t r = 0; r < world; ++r)
-    ranks.push_back(std::make_unique<Loader>(length_mixture(d, packed, world, r)));
+    ranks.push_back(std::make_unique<Loader>(length_mixture(d, packed, world, r, split)));
   return ranks;
 }
 
 // Source `i` of the mixture alone, one row a step, its rows under `stages` (ends in its own
 // rows): what the mixture's rows from it must be.
-Config source_alone(const Datasets& d, bool packed, std::size_t i, std::vector<ShapeStage> stages) {
-  const Config mix = length_mixture(d, packed, 1, 0);
+Config source_alone(const Datasets& d, bool packed, std::size_t i, std::vector<ShapeStage> stages, bool split) {
+  const Config mix = length_mixture(d, packed, 1, 0, split);
   Config c = make_config("", 1, 16);
   c.use_loss_mask = mix.use_loss_mask;
   c.dataset_mode = mix.dataset_mode;
+  c.truncation = mix.truncation;
   for (const auto& [key, value] : mix.mixture[i].keys) set_config_value(c, key, value);
   c.shape_schedule = std::move(stages);
   return c;
@@ -566,12 +575,12 @@ Config source_alone(const Datasets& d, bool packed, std::size_t i, std::vector<S
 // single-row mixture), and each source alone under the ramp's lengths moved to its own rows
 // (its rows before each shape stage's first row, counted here). Row g is then source s's
 // next row.
-std::vector<Row> rows_by_source_alone(const Datasets& d, bool packed) {
+std::vector<Row> rows_by_source_alone(const Datasets& d, bool packed, bool split) {
   const auto total = static_cast<std::uint64_t>(ramp_rows_before(kSteps));
-  Loader picks_loader(single_row(d, packed));
+  Loader picks_loader(single_row(d, packed || split));
   std::vector<std::int32_t> picks;
   for (const Row& row : take_rows(picks_loader, total)) picks.push_back(row.source);
-  const std::size_t sources = packed ? 2 : 3;
+  const std::size_t sources = packed || split ? 2 : 3;
   std::vector<std::vector<Row>> alone(sources);
   for (std::size_t i = 0; i < sources; ++i) {
     const auto before = [&](std::int64_t row) {
@@ -583,7 +592,8 @@ std::vector<Row> rows_by_source_alone(const Datasets& d, bool packed) {
     Loader loader(source_alone(
         d, packed, i,
         {ShapeStage{end16, std::nullopt, std::nullopt, 16}, ShapeStage{end24, std::nullopt, std::nullopt, 24},
-         ShapeStage{std::nullopt, std::nullopt, std::nullopt, 8}}));
+         ShapeStage{std::nullopt, std::nullopt, std::nullopt, 8}},
+        split));
     const auto rows = static_cast<std::uint64_t>(before(static_cast<std::int64_t>(total)));
     for (std::uint64_t k = 0; k < rows; ++k) {
       const Batch b = loader.get_batch();
@@ -601,12 +611,13 @@ std::vector<Row> rows_by_source_alone(const Datasets& d, bool packed) {
   return expected;
 }
 
-void check_rows_follow_lengths(const Datasets& d, bool packed) {
+void check_rows_follow_lengths(const Datasets& d, bool packed, bool split = false) {
   CAPTURE(packed);
-  const std::vector<Row> expected = rows_by_source_alone(d, packed);
+  CAPTURE(split);
+  const std::vector<Row> expected = rows_by_source_alone(d, packed, split);
   for (const std::int64_t world : {1, 2, 4}) {
     CAPTURE(world);
-    Ranks ranks = open_length_ranks(d, packed, world);
+    Ranks ranks = open_length_ranks(d, packed, world, split);
     CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
     CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
     CHECK(take(ranks, kSteps) == expected);
@@ -614,11 +625,11 @@ void check_rows_follow_lengths(const Datasets& d, bool packed) {
   // Resumed on 2 ranks and from 2 onto 4, before, at and after each boundary (3, 5, 7, 9).
   for (const std::int64_t at : {1, 3, 4, 5, 7, 9, 11}) {
     CAPTURE(at);
-    Ranks two = open_length_ranks(d, packed, 2);
+    Ranks two = open_length_ranks(d, packed, 2, split);
     take(two, static_cast<std::uint64_t>(at));
     const std::string state = two[0]->save_state();
     for (const std::int64_t world : {2, 4}) {
-      Ranks resumed = open_length_ranks(d, packed, world);
+      Ranks resumed = open_length_ranks(d, packed, world, split);
       for (auto& loader : resumed) loader->load_state(state);
       CHECK(take(resumed, static_cast<std::uint64_t>(kSteps - at)) ==
             rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
@@ -635,6 +646,14 @@ TEST_CASE(
   const Datasets d;
   check_rows_follow_lengths(d, true);
   check_rows_follow_lengths(d, false);
+}
+
+TEST_CASE(
+    "mixture under a sequence-length schedule: sft_episode sources with truncation=split give each source's own "
+    "rows, documents cut at the lengths of the steps that take them" *
+    doctest::timeout(300)) {
+  const Datasets d;
+  check_rows_follow_lengths(d, false, true);
 }
 
 TEST_CASE(

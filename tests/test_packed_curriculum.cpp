@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 
 #include "inspect/shape_schedule_report.hpp"
 #include "sampling/numpy_random.hpp"
+#include "curriculum_support.hpp"
 #include "test_support.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
@@ -31,59 +31,13 @@ constexpr std::int64_t kLookahead = 8;
 // Episodes of 2 to 50 tokens, token = 1000 * id + position + 1, a random mask.
 struct Dataset {
   TempDir dir;
-  std::vector<TestEpisode> episodes;
-  Dataset() {
-    std::mt19937 rng(5);
-    episodes.resize(kEpisodes);
-    for (std::size_t id = 0; id < kEpisodes; ++id) {
-      const std::size_t n = 2 + rng() % 49;
-      for (std::size_t p = 0; p < n; ++p) {
-        episodes[id].tokens.push_back(static_cast<std::uint32_t>(1000 * id + p + 1));
-        episodes[id].mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
-      }
-    }
-    write_split(dir.path(), "train", episodes, TokenDtype::uint32, true, 2);
-  }
+  std::vector<TestEpisode> episodes = random_episodes(kEpisodes, 50, 5);
+  Dataset() { write_split(dir.path(), "train", episodes, TokenDtype::uint32, true, 2); }
 };
 
 // The schedule: 3 steps of 4 rows of 32 positions (the key's), 4 steps of 8 rows of 64, then
 // 4 rows of 16 for ever.
-struct Stage {
-  std::uint64_t end;  // 0: none
-  std::uint64_t global_batch, block_size;
-};
-const std::vector<Stage> kStages{{3, 4, 32}, {7, 8, 64}, {0, 4, 16}};
-
-std::vector<ShapeStage> shape_stages() {
-  std::vector<ShapeStage> out;
-  for (const Stage& s : kStages) {
-    ShapeStage stage;
-    if (s.end != 0) stage.until_step = static_cast<std::int64_t>(s.end);
-    stage.global_batch_size = static_cast<std::int64_t>(s.global_batch);
-    stage.block_size = static_cast<std::int64_t>(s.block_size);
-    out.push_back(stage);
-  }
-  return out;
-}
-
-const Stage& stage_at(std::uint64_t step) {
-  for (const Stage& s : kStages) {
-    if (s.end == 0 || step < s.end) return s;
-  }
-  return kStages.back();
-}
-
-std::uint64_t rows_before(std::uint64_t step) {
-  std::uint64_t rows = 0;
-  for (std::uint64_t s = 0; s < step; ++s) rows += stage_at(s).global_batch;
-  return rows;
-}
-
-std::uint64_t step_of_row(std::uint64_t row) {
-  std::uint64_t step = 0;
-  while (rows_before(step + 1) <= row) ++step;
-  return step;
-}
+const RefSchedule kSchedule({{3, 4, 32}, {7, 8, 64}, {0, 4, 16}});
 
 // One row of the stream: its length, its episodes in order (none: a fill row), its epoch.
 struct RefRow {
@@ -99,7 +53,7 @@ std::ostream& operator<<(std::ostream& os, const RefRow& r) {
 }
 
 // The reference stream of global rows: each epoch's numpy order packed from global row G on,
-// row g holding block_size(step_of_row(g)) positions, an episode of n tokens kept to
+// row g holding block_size(kSchedule.step_of_row(g)) positions, an episode of n tokens kept to
 // min(n, T + 1) and occupying its positions rounded up to `multiple`.
 // `epochs`, when given, receives each row's epoch.
 std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::size_t rows_wanted,
@@ -120,7 +74,7 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::siz
     refill();
     while (!window.empty()) {
       RefRow row;
-      row.T = stage_at(step_of_row(rows.size())).block_size;
+      row.T = kSchedule.stage_at(kSchedule.step_of_row(rows.size())).block_size;
       std::uint64_t free = row.T - occupied(window.front(), row.T);
       row.ids.push_back(window.front());
       window.erase(window.begin());
@@ -141,9 +95,9 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::siz
       if (epochs != nullptr) epochs->push_back(epoch);
     }
     if (!drop_last) {  // the epoch's last batch completed with fill rows
-      const std::uint64_t end = rows_before(step_of_row(rows.size() - 1) + 1);
+      const std::uint64_t end = kSchedule.rows_before(kSchedule.step_of_row(rows.size() - 1) + 1);
       while (rows.size() < end) {
-        rows.push_back(RefRow{stage_at(step_of_row(rows.size())).block_size, {}});
+        rows.push_back(RefRow{kSchedule.stage_at(kSchedule.step_of_row(rows.size())).block_size, {}});
         if (epochs != nullptr) epochs->push_back(epoch);
       }
     }
@@ -152,26 +106,14 @@ std::vector<RefRow> reference_rows(const Dataset& data, bool drop_last, std::siz
 }
 
 Config curriculum_config(const Dataset& data, bool drop_last, std::int64_t world, std::int64_t rank) {
-  Config c = make_config(data.dir.path(), 1, 32);
+  Config c = curriculum_rank_config(data.dir.path(), 32, kSchedule, kSeed, drop_last, world, rank);
   c.dataset_mode = DatasetMode::sft_packed;
-  c.use_loss_mask = true;
-  c.token_dtype = TokenDtype::uint32;
-  c.epoch_drop_last = drop_last;
-  c.epoch_seed = kSeed;
   c.pack_lookahead = kLookahead;
-  c.world_size = world;
-  c.rank = rank;
-  c.decode_threads = 2;
-  c.prefetch_depth = 3;
-  c.shape_schedule = shape_stages();
   return c;
 }
 
 std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, bool drop_last, std::int64_t world) {
-  std::vector<std::unique_ptr<Loader>> ranks;
-  for (std::int64_t r = 0; r < world; ++r)
-    ranks.push_back(std::make_unique<Loader>(curriculum_config(data, drop_last, world, r)));
-  return ranks;
+  return open_loaders(world, [&](std::int64_t r) { return curriculum_config(data, drop_last, world, r); });
 }
 
 // Checks a row's fields against its episodes kept at the row's length (no context
@@ -212,17 +154,9 @@ RefRow checked_row(const Dataset& data, const Batch& b, std::size_t r) {
 // shape that of batch_shape() and the schedule's.
 std::vector<RefRow> take(const Dataset& data, std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps) {
   std::vector<RefRow> rows;
-  for (std::uint64_t s = 0; s < steps; ++s) {
-    for (auto& loader : ranks) {
-      const Batch b = loader->get_batch();
-      const StepShape shape = loader->batch_shape("train", b.step());
-      REQUIRE(b.rows() == shape.rows);
-      REQUIRE(b.cols() == shape.cols);
-      REQUIRE(b.cols() == stage_at(b.step()).block_size);
-      REQUIRE(b.rows() * ranks.size() == stage_at(b.step()).global_batch);
-      for (std::size_t r = 0; r < b.rows(); ++r) rows.push_back(checked_row(data, b, r));
-    }
-  }
+  read_steps(ranks, steps, kSchedule, [&](const Batch& b) {
+    for (std::size_t r = 0; r < b.rows(); ++r) rows.push_back(checked_row(data, b, r));
+  });
   return rows;
 }
 
@@ -237,9 +171,9 @@ TEST_CASE(
   const Dataset data;
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
-    const std::vector<RefRow> expected = reference_rows(data, drop_last, rows_before(kSteps));
+    const std::vector<RefRow> expected = reference_rows(data, drop_last, kSchedule.rows_before(kSteps));
     const std::vector<RefRow> want(expected.begin(),
-                                   expected.begin() + static_cast<std::ptrdiff_t>(rows_before(kSteps)));
+                                   expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kSteps)));
     // More than one epoch, and rows of every length.
     std::set<std::uint64_t> lengths;
     std::size_t episodes = 0;
@@ -274,31 +208,22 @@ TEST_CASE("packed curriculum: resume at every step, and from 2 ranks onto 4 acro
   constexpr std::uint64_t kRun = 16;
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
-    const std::vector<RefRow> expected = reference_rows(data, drop_last, rows_before(kRun));
+    const std::vector<RefRow> expected = reference_rows(data, drop_last, kSchedule.rows_before(kRun));
+    const auto open = [&](std::int64_t world) { return open_ranks(data, drop_last, world); };
+    const auto read = [&](auto& ranks, std::uint64_t steps) { return take(data, ranks, steps); };
     for (std::uint64_t at = 0; at < 12; ++at) {
       CAPTURE(at);
-      std::string state;
-      {
-        auto first = open_ranks(data, drop_last, 1);
-        (void)take(data, first, at);
-        state = first[0]->save_state();
-      }
-      auto resumed = open_ranks(data, drop_last, 1);
-      resumed[0]->load_state(state);
+      auto resumed = resumed_after(open, read, at, 1, 1);
       CHECK(take(data, resumed, kRun - at) ==
-            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(rows_before(at)),
-                                expected.begin() + static_cast<std::ptrdiff_t>(rows_before(kRun))));
+            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
+                                expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));
     }
     for (const std::uint64_t at : {2u, 3u, 5u, 7u, 9u}) {  // boundaries at steps 3 and 7
       CAPTURE(at);
-      auto first = open_ranks(data, drop_last, 2);
-      (void)take(data, first, at);
-      const std::string state = first[0]->save_state();
-      auto resumed = open_ranks(data, drop_last, 4);
-      for (auto& loader : resumed) loader->load_state(state);
+      auto resumed = resumed_after(open, read, at, 2, 4);
       CHECK(take(data, resumed, kRun - at) ==
-            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(rows_before(at)),
-                                expected.begin() + static_cast<std::ptrdiff_t>(rows_before(kRun))));
+            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
+                                expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));
     }
   }
 }
@@ -308,7 +233,7 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
   const Dataset data;
   constexpr std::uint64_t kRun = 14;
   // cp = 2: each episode padded to a multiple of 4 positions, the whole rows on both ranks.
-  const std::vector<RefRow> expected = reference_rows(data, true, rows_before(kRun), 4);
+  const std::vector<RefRow> expected = reference_rows(data, true, kSchedule.rows_before(kRun), 4);
   Config whole = curriculum_config(data, true, 2, 0);
   whole.context_parallel_size = 2;
   Config split = whole;
@@ -322,7 +247,7 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
   for (std::uint64_t step = 0; step < kRun; ++step) {
     CAPTURE(step);
     const Batch b = padded.get_batch();
-    const std::size_t T = stage_at(step).block_size;
+    const std::size_t T = kSchedule.stage_at(step).block_size;
     REQUIRE(b.cols() == T);
     std::vector<Batch> parts;
     for (auto& share : shares) parts.push_back(share->get_batch());
@@ -343,7 +268,7 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
         column += span;
       }
       if (column < T) spans.emplace_back(column, T - column);
-      CHECK(row == expected[rows_before(step) + r]);
+      CHECK(row == expected[kSchedule.rows_before(step) + r]);
       // Split: rank k holds chunks k and 3 - k of every sequence's span, rows of T / 2.
       for (std::size_t k = 0; k < 2; ++k) {
         const Batch& part = parts[k];
@@ -360,7 +285,7 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
     }
   }
   // balance_ranks=attention on 2 ranks: the same rows per step, shared out differently.
-  const std::vector<RefRow> plain = reference_rows(data, true, rows_before(kRun));
+  const std::vector<RefRow> plain = reference_rows(data, true, kSchedule.rows_before(kRun));
   std::vector<std::unique_ptr<Loader>> balanced;
   for (const std::int64_t rank : {0, 1}) {
     Config c = curriculum_config(data, true, 2, rank);
@@ -372,10 +297,11 @@ TEST_CASE("packed curriculum: context-parallel padding and split per stage, and 
     std::multiset<std::vector<std::int64_t>> got, want;
     for (auto& loader : balanced) {
       const Batch b = loader->get_batch();
-      REQUIRE(b.cols() == stage_at(step).block_size);
+      REQUIRE(b.cols() == kSchedule.stage_at(step).block_size);
       for (std::size_t r = 0; r < b.rows(); ++r) got.insert(checked_row(data, b, r).ids);
     }
-    for (std::uint64_t g = rows_before(step); g < rows_before(step + 1); ++g) want.insert(plain[g].ids);
+    for (std::uint64_t g = kSchedule.rows_before(step); g < kSchedule.rows_before(step + 1); ++g)
+      want.insert(plain[g].ids);
     CHECK(got == want);
   }
 }
@@ -385,10 +311,10 @@ TEST_CASE("packed curriculum: inspect's report gives each stage's first epoch an
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
     std::vector<std::uint64_t> epochs;
-    (void)reference_rows(data, drop_last, rows_before(10), 1, &epochs);
+    (void)reference_rows(data, drop_last, kSchedule.rows_before(10), 1, &epochs);
     // The epoch of a step is its first row's; its batch in epoch counts the earlier steps
     // whose first row is in the same epoch.
-    const auto epoch_of = [&](std::uint64_t step) { return epochs[rows_before(step)]; };
+    const auto epoch_of = [&](std::uint64_t step) { return epochs[kSchedule.rows_before(step)]; };
     const ShapeScheduleReport report = shape_schedule_report(curriculum_config(data, drop_last, 2, 1), 10, "steps");
     REQUIRE(report.stages.size() == 3);
     const std::uint64_t firsts[] = {0, 3, 7};
@@ -396,9 +322,9 @@ TEST_CASE("packed curriculum: inspect's report gives each stage's first epoch an
       CAPTURE(i);
       const ShapeStageFigures& s = report.stages[i];
       CHECK(s.first_step == firsts[i]);
-      CHECK(s.block_size == kStages[i].block_size);
-      CHECK(s.rows == kStages[i].global_batch / 2);
-      CHECK(s.rows_before == rows_before(firsts[i]));
+      CHECK(s.block_size == kSchedule.stages()[i].block_size);
+      CHECK(s.rows == kSchedule.stages()[i].global_batch / 2);
+      CHECK(s.rows_before == kSchedule.rows_before(firsts[i]));
       std::uint64_t batch_in_epoch = 0;
       for (std::uint64_t step = 0; step < firsts[i]; ++step) batch_in_epoch += epoch_of(step) == epoch_of(firsts[i]);
       REQUIRE(s.reached);
@@ -416,7 +342,7 @@ TEST_CASE("packed curriculum: truncation=split is refused naming the stage, and 
             .find("shape_schedule stage 1: block_size=64 differs from config key 'block_size' (32); "
                   "dataset_mode=sft_packed with truncation=split cannot change length") != std::string::npos);
   // batches_per_epoch: the steps whose first row is in the epoch, from the reference.
-  const std::vector<RefRow> rows = reference_rows(data, false, rows_before(40));
+  const std::vector<RefRow> rows = reference_rows(data, false, kSchedule.rows_before(40));
   Loader loader(curriculum_config(data, false, 1, 0));
   std::map<std::uint64_t, std::uint64_t> batches;
   std::map<std::uint64_t, std::uint64_t> reported;

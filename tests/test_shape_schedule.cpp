@@ -619,15 +619,19 @@ TEST_CASE(
 
 TEST_CASE("shape schedule: a curriculum's checks, its fingerprint, and its report") {
   const Stream data;
-  // Pieces of truncation=split (the sampled ids change with the length), episodes or packed.
+  // truncation=split: sft_episode cuts its documents at each row's length in epoch order
+  // (tests/test_split_curriculum.cpp); random draws and packed pieces cannot change length.
   {
     const Dataset episodes;
     Config c = config_of(episodes, SamplingMode::epoch, true, 1, 0, true, episode_curriculum());
     c.truncation = Truncation::split;
+    CHECK_NOTHROW(Loader{c});
+    c.batch_sampling_mode = SamplingMode::random;
     const std::string pieces =
         "shape_schedule stage 1: block_size=32 differs from config key 'block_size' (16); dataset_mode=sft_episode "
-        "with truncation=split cannot change length";
+        "with truncation=split and batch_sampling_mode=random cannot change length";
     CHECK(error_of([&] { Loader{c}; }).find(pieces) != std::string::npos);
+    c.batch_sampling_mode = SamplingMode::epoch;
     c.dataset_mode = DatasetMode::sft_packed;
     CHECK(error_of([&] { Loader{c}; }).find("dataset_mode=sft_packed with truncation=split cannot change length") !=
           std::string::npos);

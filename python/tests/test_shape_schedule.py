@@ -11,6 +11,16 @@ from conftest import base_keys
 SCHEDULE = [{"until_step": 3, "global_batch_size": 2}, {"until_tokens": 1000, "global_batch_size": 6}, {}]
 
 
+def resumed_after(keys, steps):
+    """A loader over `keys` that loaded the state another one saved after `steps` steps."""
+    first = tokenfeed.Loader(keys)
+    for _ in first.iter(steps=steps):
+        pass
+    resumed = tokenfeed.Loader(keys)
+    resumed.load_state_dict(first.state_dict())
+    return resumed
+
+
 def test_a_warmup_takes_the_stream_in_sequence(stream_dir):
     # token_stream's default random windows: global row g is the same draw at any batch size.
     single = tokenfeed.Loader(base_keys(stream_dir, batch_size=1))
@@ -35,12 +45,7 @@ def test_resume_inside_and_across_stages(sft_dir):
     keys = base_keys(sft_dir, shape_schedule=SCHEDULE)
     whole = [b.episode_ids.copy() for b in tokenfeed.Loader(keys).iter(steps=8)]
     for at in (2, 3, 5):
-        first = tokenfeed.Loader(keys)
-        for _ in first.iter(steps=at):
-            pass
-        state = first.state_dict()
-        resumed = tokenfeed.Loader(keys)
-        resumed.load_state_dict(state)
+        resumed = resumed_after(keys, at)
         for got, want in zip(resumed.iter(steps=8 - at), whole[at:]):
             np.testing.assert_array_equal(got.episode_ids, want)
 
@@ -57,14 +62,52 @@ def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
 
 
-@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"), dict(dataset_mode="sft_episode")])
+@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"),
+                                  dict(dataset_mode="sft_episode", batch_sampling_mode="random")])
 def test_a_curriculum_of_pieces_is_refused(sft_dir, keys):
-    # truncation=split: the pieces are the sampled ids and would change with the length.
+    # truncation=split: packed pieces are cut before packing, a random draw picks a piece of one length.
     with pytest.raises(tokenfeed.ConfigError, match="shape_schedule stage 0: block_size=128 differs from config key "
                        "'block_size' \\(64\\); dataset_mode=" + keys["dataset_mode"] + " with truncation=split "
-                       "cannot change length"):
+                       ".*cannot change length"):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}],
                                    truncation="split", **keys))
+
+
+def test_split_documents_continue_across_each_stage_length(sft_written):
+    # sft_episode, truncation=split: 3 steps of rows of 32 positions, 3 of 64 (8 rows), then 32 again. The
+    # documents of epoch 0's numpy order are cut in order, a row of length T holding the next T + 1
+    # tokens from the token reached, across the boundaries too; a resume at each step continues it.
+    root, written = sft_written
+    train = written["train"]
+    schedule = [{"until_step": 3}, {"until_step": 6, "block_size": 64, "global_batch_size": 8}, {}]
+    keys = base_keys(root, dataset_mode="sft_episode", truncation="split", block_size=32, shape_schedule=schedule)
+    lengths = [32] * 3 * 4 + [64] * 3 * 8 + [32] * 4 * 4  # each row's length, over 10 steps
+    want, order = [], np.random.RandomState(1337).permutation(len(train))
+    for doc in order:
+        ids, o = train[doc][0], 0
+        while o + 1 < len(ids) and len(want) < len(lengths):
+            T = lengths[len(want)]
+            want.append((doc, o, T, ids[o:o + min(len(ids) - o, T + 1)][:T]))
+            o += T
+    assert len(want) == len(lengths)
+    # Some document is continued across a boundary, from the token reached, at the new length.
+    assert any(a[0] == b[0] and b[1] > 0 and a[2] != b[2] for a, b in zip(want, want[1:]))
+    want = [(doc, tokens) for doc, _, _, tokens in want]
+    rows = []
+    for step, b in enumerate(tokenfeed.Loader(keys).iter(steps=10)):
+        assert b.shape == ((8, 64) if 3 <= step < 6 else (4, 32))
+        rows.extend((int(b.episode_ids[r]), b.tokens[r].copy()) for r in range(b.rows))
+    for (doc, tokens), (got_doc, got) in zip(want, rows):
+        assert got_doc == doc
+        np.testing.assert_array_equal(got[:len(tokens)], tokens)
+    for at in range(1, 9):
+        resumed = resumed_after(keys, at)
+        again = [(int(b.episode_ids[r]), b.tokens[r].copy())
+                 for b in resumed.iter(steps=10 - at) for r in range(b.rows)]
+        skip = 4 * at if at <= 3 else 12 + (at - 3) * 8 if at <= 6 else 36 + (at - 6) * 4
+        for (doc, tokens), (got_doc, got) in zip(rows[skip:], again):
+            assert got_doc == doc
+            np.testing.assert_array_equal(got, tokens)
 
 
 def episodes(segments):
@@ -96,11 +139,7 @@ def test_sft_packed_rows_take_each_stage_length(sft_dir):
     assert len(set(stream[:kept])) == kept
     whole = [episodes(segments) for _, segments in packed_steps(tokenfeed.Loader(keys), 8)]
     for at in range(1, 7):
-        first = tokenfeed.Loader(keys)
-        for _ in first.iter(steps=at):
-            pass
-        resumed = tokenfeed.Loader(keys)
-        resumed.load_state_dict(first.state_dict())
+        resumed = resumed_after(keys, at)
         assert [episodes(segments) for _, segments in packed_steps(resumed, 8 - at)] == whole[at:]
 
 

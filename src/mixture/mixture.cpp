@@ -211,12 +211,16 @@ Config mixture_member_config(const Config& config, const MixtureSource& source) 
 }
 
 // Whether the rows of source `member` (its settled config) depend on the lengths of its
-// rows before them: packed rows (the packer fills each at its length) and token-stream
-// epoch windows (cut from the units at each length). Their rows under a sequence-length
-// schedule follow from the schedule in the source's own rows (source_row_stages).
+// rows before them: packed rows (the packer fills each at its length), token-stream epoch
+// windows (cut from the units at each length) and sft_episode's truncation=split in epoch
+// order (documents cut at each row's length from the token reached). Their rows under a
+// sequence-length schedule follow from the schedule in the source's own rows
+// (source_row_stages).
 bool rows_follow_lengths(const Config& member) {
+  const bool epoch = member.batch_sampling_mode == SamplingMode::epoch;
   return member.dataset_mode == DatasetMode::sft_packed ||
-         (member.dataset_mode == DatasetMode::token_stream && member.batch_sampling_mode == SamplingMode::epoch);
+         (member.dataset_mode == DatasetMode::token_stream && epoch) ||
+         (member.dataset_mode == DatasetMode::sft_episode && member.truncation == Truncation::split && epoch);
 }
 
 // Source `source`'s rows under `schedule` as a shape schedule of its own at one row a step:
@@ -279,13 +283,17 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
   if (!schedule || !schedule->changes_block_size()) return;
   const Config& c = member.config();
   // Sampled episodes are kept at the step's length by their truncation rule, random windows
-  // drawn among the starts of the step's length, and packed rows and epoch windows follow
-  // the schedule in the source's own rows; pieces (truncation=split) change with the length.
+  // drawn among the starts of the step's length, and packed rows, epoch windows and
+  // sft_episode's cut documents (truncation=split in epoch order) follow the schedule in
+  // the source's own rows; packed pieces and randomly drawn pieces have one length.
   if (c.truncation != Truncation::split || c.dataset_mode == DatasetMode::token_stream) return;
-  throw Error(ErrorKind::config, who + " has dataset_mode=" + to_string(c.dataset_mode) +
-                                     " with truncation=split; a mixture's shape_schedule that changes block_size "
-                                     "takes no source with truncation=split so far (its pieces of block_size + 1 "
-                                     "tokens, the sampled ids, would change with the length)");
+  if (c.dataset_mode == DatasetMode::sft_episode && c.batch_sampling_mode == SamplingMode::epoch) return;
+  throw Error(ErrorKind::config,
+              who + " has dataset_mode=" + to_string(c.dataset_mode) + " with truncation=split" +
+                  (c.dataset_mode == DatasetMode::sft_episode ? " and batch_sampling_mode=random" : "") +
+                  "; a mixture's shape_schedule that changes block_size takes truncation=split "
+                  "only from sft_episode sources in epoch order (their documents cut at each "
+                  "row's length); packed pieces and random draws have one length");
 }
 
 std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_members(

@@ -9,7 +9,9 @@
 // n - 1 positions per row, then the row's padding. With truncation=split the sampled ids
 // are piece numbers (DocumentPieces) and each row is one piece: t is the piece's tokens,
 // the row's id its episode's. Under a sequence-length schedule each batch has its own
-// block_size (the slot's cols) and a row keeps its episode's window at that length.
+// block_size (the slot's cols) and a row keeps its episode's window at that length; with
+// truncation=split the ids then number rows by their first token (DocumentPieces::
+// Numbering::tokens) and a row holds block_size + 1 tokens of its document from there.
 //
 // Thread-safety: decode() may run concurrently on different slots.
 #pragma once

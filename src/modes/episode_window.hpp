@@ -6,7 +6,9 @@
 // window (Truncation::drop_oldest_turns: plan_sft_window from chat_format.hpp, which finds
 // turns from the role and end-of-turn ids only). A window is a head range followed by a
 // tail range of the episode's own positions. With Truncation::split the sampled ids are
-// piece numbers (DocumentPieces) and a row keeps one piece: `kept` resolves either.
+// piece numbers (DocumentPieces) and a row keeps one piece: `kept` resolves either. Under
+// a sequence-length curriculum they are rows' first-token numbers (Numbering::tokens), and
+// the row keeps S tokens from that token: the windows of the row's length resolve it.
 //
 // Thread-safety: immutable after construction; const members may be called concurrently.
 #pragma once

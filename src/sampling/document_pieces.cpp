@@ -5,31 +5,47 @@
 namespace tokenfeed {
 
 DocumentPieces::Piece DocumentPieces::piece(std::uint64_t u) const noexcept {
-  // The last document whose first piece is at most u.
-  const auto after = std::upper_bound(first_piece_.begin(), first_piece_.end(), u);
-  const auto k = static_cast<std::uint64_t>(after - first_piece_.begin() - 1);
+  // The last document whose first piece (or token) is at most u.
+  const std::vector<std::uint64_t>& firsts = first_token_.empty() ? first_piece_ : first_token_;
+  const auto after = std::upper_bound(firsts.begin(), firsts.end(), u);
+  const auto k = static_cast<std::uint64_t>(after - firsts.begin() - 1);
   Piece p;
   p.episode = kept_[k];
+  if (!first_token_.empty()) {
+    p.first = u - first_token_[static_cast<std::size_t>(k)];
+    return p;
+  }
   p.index = u - first_piece_[static_cast<std::size_t>(k)];
   p.first = p.index * (S_ - 1);
   return p;
 }
 
+std::uint64_t DocumentPieces::index_of(std::uint64_t id) const noexcept {
+  // kept_ is ascending: the document's place in it by bisection.
+  std::uint64_t lo = 0, hi = kept_.size();
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (kept_[mid] < id) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+std::uint64_t DocumentPieces::rows_at(std::uint64_t T) const noexcept {
+  std::uint64_t rows = 0;
+  for (std::size_t k = 0; k + 1 < first_token_.size(); ++k)
+    rows += pieces_of(first_token_[k + 1] - first_token_[k], T + 1);
+  return rows;
+}
+
 IdList DocumentPieces::expand(const IdList& documents) const {
   IdList pieces = IdList::for_ids_below(size(), static_cast<std::size_t>(size()));
-  const std::uint64_t n = kept_.size();
   for (const std::uint64_t id : documents) {
-    // kept_ is ascending: the document's place in it by bisection.
-    std::uint64_t lo = 0, hi = n;
-    while (lo < hi) {
-      const std::uint64_t mid = lo + (hi - lo) / 2;
-      if (kept_[mid] < id) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    for (std::uint64_t u = first_piece(lo); u < first_piece(lo + 1); ++u) pieces.push_back(u);
+    const std::uint64_t k = index_of(id);
+    for (std::uint64_t u = first_piece(k); u < first_piece(k + 1); ++u) pieces.push_back(u);
   }
   return pieces;
 }

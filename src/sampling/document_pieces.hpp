@@ -12,6 +12,14 @@
 // [first_piece(k), first_piece(k + 1)). When no document is longer than S, piece number k
 // is kept document k.
 //
+// Rows of changing length (Numbering::tokens, a sequence-length curriculum): a row of
+// block size T holds T + 1 tokens of its document from the token reached, t[o : min(n,
+// o + T + 1)], and the next row of that document starts at o + T (overlapping by one, as
+// pieces do); a last row of one token is not made. The rows' ids are then token numbers:
+// the row from token o of kept document k is first_token(k) + o, the kept documents'
+// tokens numbered one after another in the order of `kept`. cut() lists an epoch's rows.
+// A document whose rows all have block size S - 1 gives exactly its pieces at S.
+//
 // Pure arithmetic over lengths: no files. Thread-safety: immutable after construction;
 // const members may be called concurrently.
 #pragma once
@@ -26,13 +34,23 @@ namespace tokenfeed {
 
 class DocumentPieces {
  public:
+  // What the sampled ids number: the pieces at S, or (a sequence-length curriculum) the
+  // first tokens of rows cut by cut().
+  enum class Numbering : std::uint8_t { pieces, tokens };
+
   // `length_of(id)` is the token count (>= 2) of each kept id. REQUIRES: kept ascending;
   // S >= 2.
   template <typename LengthOf>
-  DocumentPieces(IdList kept, std::uint64_t S, LengthOf&& length_of) : kept_(std::move(kept)), S_(S) {
+  DocumentPieces(IdList kept, std::uint64_t S, LengthOf&& length_of, Numbering numbering = Numbering::pieces)
+      : kept_(std::move(kept)), S_(S) {
     first_piece_.reserve(static_cast<std::size_t>(kept_.size()) + 1);
     first_piece_.push_back(0);
     for (const std::uint64_t id : kept_) first_piece_.push_back(first_piece_.back() + pieces_of(length_of(id), S_));
+    if (numbering == Numbering::tokens) {
+      first_token_.reserve(static_cast<std::size_t>(kept_.size()) + 1);
+      first_token_.push_back(0);
+      for (const std::uint64_t id : kept_) first_token_.push_back(first_token_.back() + length_of(id));
+    }
   }
 
   // The pieces of a document of n tokens: ceil((n - 1) / (S - 1)), 0 for n < 2.
@@ -49,22 +67,47 @@ class DocumentPieces {
   // The pieces of kept document k (k < kept().size()).
   std::uint64_t pieces_in(std::uint64_t k) const noexcept { return first_piece(k + 1) - first_piece(k); }
 
+  Numbering numbering() const noexcept { return first_token_.empty() ? Numbering::pieces : Numbering::tokens; }
+
   struct Piece {
     std::uint64_t episode = 0;  // the document's global id
-    std::uint64_t index = 0;    // j: the piece's place in its document
-    std::uint64_t first = 0;    // its first token: j * (S - 1)
+    std::uint64_t index = 0;    // j: the piece's place in its document (Numbering::pieces only)
+    std::uint64_t first = 0;    // its first token: j * (S - 1), or the row's token reached
   };
-  // Piece number `u`. REQUIRES: u < size().
+  // Piece number `u`, or (Numbering::tokens) the row whose first token is number `u`.
+  // REQUIRES: u < size(), or u a row's id.
   Piece piece(std::uint64_t u) const noexcept;
 
   // The pieces of `documents` (ids of kept, each once, in any order): each document's
   // pieces in place of it, in order. The order of the split modes' epochs.
   IdList expand(const IdList& documents) const;
 
+  // Numbering::tokens: the rows of `documents` (as expand's) in order, row r of block size
+  // `block_of_row(r)` (>= 1), each document cut from its first token: the ids of the rows.
+  template <typename BlockOfRow>
+  IdList cut(const IdList& documents, BlockOfRow&& block_of_row) const {
+    IdList rows = IdList::for_ids_below(first_token_.back(), static_cast<std::size_t>(size()));
+    std::uint64_t r = 0;
+    for (const std::uint64_t id : documents) {
+      const std::uint64_t k = index_of(id);
+      const std::uint64_t first = first_token_[static_cast<std::size_t>(k)];
+      const std::uint64_t n = first_token_[static_cast<std::size_t>(k) + 1] - first;
+      for (std::uint64_t o = 0; o + 1 < n; o += block_of_row(r++)) rows.push_back(first + o);
+    }
+    return rows;
+  }
+  // Numbering::tokens: the rows cut() makes of all documents at one block size T (pieces
+  // at T + 1), whatever their order.
+  std::uint64_t rows_at(std::uint64_t T) const noexcept;
+
  private:
   IdList kept_;
   std::uint64_t S_;
   std::vector<std::uint64_t> first_piece_;  // kept().size() + 1 offsets
+  std::vector<std::uint64_t> first_token_;  // Numbering::tokens: kept().size() + 1 offsets; else empty
+
+  // The place of kept id `id` in kept(). REQUIRES: id is kept.
+  std::uint64_t index_of(std::uint64_t id) const noexcept;
 };
 
 }  // namespace tokenfeed

@@ -36,6 +36,20 @@ void EpisodeSampler::count_batches() {
     batches_per_epoch_ = count_ / global_batch + (!settings_.drop_last && count_ % global_batch != 0 ? 1 : 0);
   }
   scheduled_.reset();
+  cut_.reset();
+  if (settings_.schedule && settings_.mode == SamplingMode::epoch && pieces_ &&
+      pieces_->numbering() == DocumentPieces::Numbering::tokens) {
+    const auto rows_at = [this](std::uint64_t T) { return pieces_->rows_at(T); };
+    short_stage_ = CutEpochs::first_stage_short(*settings_.schedule, settings_.drop_last, rows_at);
+    if (short_stage_) {
+      batches_per_epoch_ = 0;  // some stage never forms a batch: refused as a split too small
+    } else {
+      cut_.emplace(*settings_.schedule, settings_.drop_last, rows_at,
+                   [this](std::uint64_t epoch, std::uint64_t first_row) { return cut_order(epoch, first_row).size(); });
+      batches_per_epoch_ = cut_->batches_in_epoch(0);
+    }
+    return;
+  }
   if (settings_.schedule && settings_.mode == SamplingMode::epoch) {
     short_stage_ =
         ScheduledEpochs::first_stage_short(*settings_.schedule, count_, settings_.drop_last, settings_.unit_tokens);
@@ -49,6 +63,7 @@ void EpisodeSampler::count_batches() {
 }
 
 EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
+  if (cut_) return cut_order(epoch, cut_->first_row_of(epoch));
   if (pieces_) return pieces_->expand(kept_order(epoch));
   return kept_order(epoch);
 }
@@ -61,6 +76,14 @@ IdList EpisodeSampler::kept_order(std::uint64_t epoch) const {
                                        " exceeds numpy's seed range [0, 2^32-1] at epoch " + std::to_string(epoch));
   }
   return kept_.gather(numpy_permutation_ids(static_cast<std::uint32_t>(seed), kept_.size()));
+}
+
+IdList EpisodeSampler::cut_order(std::uint64_t epoch, std::uint64_t first_row) const {
+  const ShapeSchedule& schedule = *settings_.schedule;
+  // Row r is global row first_row + r: the block size of the step that holds it.
+  return pieces_->cut(kept_order(epoch), [&schedule, first_row](std::uint64_t r) {
+    return schedule.block_size_at(schedule.step_of_row(first_row + r));
+  });
 }
 
 SampledBatch EpisodeSampler::position(std::uint64_t step) const {
@@ -83,8 +106,8 @@ SampledBatch EpisodeSampler::position(std::uint64_t step) const {
     throw Error(ErrorKind::config, "split '" + settings_.split + "' has " + std::to_string(count_) +
                                        " samples, fewer than one global batch, with epoch_drop_last=true");
   }
-  if (scheduled_) {
-    const EpochPoint point = scheduled_->at(step);
+  if (cut_ || scheduled_) {
+    const EpochPoint point = cut_ ? cut_->at(step) : scheduled_->at(step);
     p.epoch = point.epoch;
     p.batch_in_epoch = point.batch_in_epoch;
     p.first_row = point.first_row;

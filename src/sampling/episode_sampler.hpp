@@ -27,6 +27,10 @@
 // The ids need not be episodes: the token-stream mode samples window numbers the same way,
 // and with truncation=split the SFT modes sample piece numbers (DocumentPieces): epoch e's
 // order is then the documents in the order above, each replaced by its pieces in order.
+// Under a sequence-length curriculum (pieces numbered by tokens, epoch mode) the documents
+// are cut instead into rows of the block size of the global row each falls on, from the
+// token reached (DocumentPieces::cut): epoch e's order is its rows from global row G_e on
+// (CutEpochs), and a row's id is its first token's number.
 //
 // The sampler is pure arithmetic: it makes an epoch's order when asked and keeps none. The
 // modes keep the orders in use and make the next one ahead (modes/epoch_orders.hpp).
@@ -111,6 +115,9 @@ class EpisodeSampler {
   // How many ids are sampled from, and the i-th of them.
   std::uint64_t size() const noexcept { return count_; }
   std::uint64_t id_at(std::uint64_t i) const noexcept { return pieces_ ? i : kept_[i]; }
+  // Ids epoch `epoch`'s order holds: size(), or with cut epochs (truncation=split under a
+  // sequence-length curriculum) that epoch's rows, which depend on where it starts.
+  std::uint64_t ids_in_epoch(std::uint64_t epoch) const { return cut_ ? cut_->rows_in_epoch(epoch) : count_; }
   // How many kept ids the sampled ids come from: size(), or the documents of the pieces.
   std::uint64_t kept_size() const noexcept { return kept_.size(); }
   // The pieces whose numbers are sampled; null when the ids are sampled themselves.
@@ -121,7 +128,7 @@ class EpisodeSampler {
   std::uint64_t batches_per_epoch() const noexcept { return batches_per_epoch_; }
   // Batches in epoch `epoch`: batches_per_epoch(), or with a shape schedule that epoch's.
   std::uint64_t batches_in_epoch(std::uint64_t epoch) const {
-    return scheduled_ ? scheduled_->batches_in_epoch(epoch) : batches_per_epoch_;
+    return cut_ ? cut_->batches_in_epoch(epoch) : scheduled_ ? scheduled_->batches_in_epoch(epoch) : batches_per_epoch_;
   }
   // Ids an epoch delivers over all ranks: all of them, or fewer when drop_last skips a
   // remainder. 0 in random mode.
@@ -130,7 +137,9 @@ class EpisodeSampler {
   }
   // The same for epoch `epoch` (with a shape schedule, the remainder differs by epoch).
   std::uint64_t samples_in_epoch(std::uint64_t epoch) const {
-    return scheduled_ ? scheduled_->samples_in_epoch(epoch) : samples_per_epoch();
+    return cut_         ? cut_->samples_in_epoch(epoch)
+           : scheduled_ ? scheduled_->samples_in_epoch(epoch)
+                        : samples_per_epoch();
   }
   // The first shape-schedule stage whose global batch exceeds the ids with drop_last (epoch
   // mode): no batch forms there. nullopt without a schedule or when every stage forms one.
@@ -171,12 +180,16 @@ class EpisodeSampler {
   std::uint64_t random_key_ = 0;
   // Epoch mode with a shape schedule that forms batches: where each step stands.
   std::optional<ScheduledEpochs> scheduled_;
+  // Epoch mode with pieces numbered by tokens (a sequence-length curriculum): cut epochs.
+  std::optional<CutEpochs> cut_;
   std::optional<std::size_t> short_stage_;  // the first schedule stage that forms no batch
 
   // batches_per_epoch_ from count_ and the settings.
   void count_batches();  // throws Error(config) when batch_size x world_size overflows
   // Epoch e's order of the kept ids (the documents, with pieces).
   IdList kept_order(std::uint64_t epoch) const;
+  // Epoch e's documents cut into rows from global row `first_row` on (cut epochs).
+  IdList cut_order(std::uint64_t epoch, std::uint64_t first_row) const;
 };
 
 }  // namespace tokenfeed

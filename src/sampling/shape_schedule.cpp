@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "tokenfeed/error.hpp"
 #include "util/checked_math.hpp"
 
 namespace tokenfeed {
@@ -213,6 +214,95 @@ UnitCut ScheduledEpochs::cut(const EpochPoint& point, std::uint64_t row, std::ui
 std::uint64_t ScheduledEpochs::rows_left(const EpochPoint& point, std::uint64_t block_size) const noexcept {
   const std::uint64_t stride = unit_tokens_ > 0 ? block_size + 1 : 1;
   return rows_from(cut_of(point), samples_, std::max<std::uint64_t>(unit_tokens_, 1), stride);
+}
+
+// ---- CutEpochs ----
+
+std::optional<std::size_t> CutEpochs::first_stage_short(const ShapeSchedule& schedule, bool drop_last,
+                                                        const RowsAt& rows_at) {
+  // Cutting at a shorter length never gives fewer rows, so an epoch holds at least the rows
+  // at the longest block size, whatever its lengths.
+  const std::uint64_t fewest = rows_at(schedule.largest_block_size());
+  const auto& stages = schedule.stages();
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (fewest == 0 || (drop_last && stages[i].global_batch > fewest)) return i;
+  }
+  return std::nullopt;
+}
+
+CutEpochs::CutEpochs(ShapeSchedule schedule, bool drop_last, const RowsAt& rows_at, const RowsOf& rows_of)
+    : schedule_(std::move(schedule)), drop_last_(drop_last) {
+  std::uint64_t epoch = 0, step = 0;
+  for (;;) {
+    const std::size_t i = schedule_.stage_index(step);
+    const ShapeSchedule::Stage& stage = schedule_.stages()[i];
+    const std::uint64_t B = stage.global_batch, P = rows_at(stage.block_size);
+    const std::uint64_t spans = ceil_div(P, B);            // the steps an epoch's rows fall on
+    const std::uint64_t per = drop_last_ ? P / B : spans;  // the batches it forms
+    if (per == 0) {
+      throw Error(ErrorKind::config, "shape_schedule stage " + std::to_string(i) + ": an epoch of " +
+                                         std::to_string(P) + " rows at block_size " + std::to_string(stage.block_size) +
+                                         " forms no global batch of " + std::to_string(B) +
+                                         " rows with epoch_drop_last=true");
+    }
+    if (!stage.end_step) {  // every epoch from here on is one of the last stage
+      runs_.push_back(Run{epoch, step, std::nullopt, per, P});
+      return;
+    }
+    const std::uint64_t left = *stage.end_step - step;
+    if (left >= spans) {  // epochs whose rows all fall in this stage's steps
+      const std::uint64_t epochs = (left - spans) / per + 1;
+      runs_.push_back(Run{epoch, step, epochs, per, P});
+      epoch += epochs;
+      step += epochs * per;
+      continue;
+    }
+    // An epoch that crosses the stage's end: its rows counted by cutting its order.
+    const std::uint64_t first_row = schedule_.rows_before(step);
+    const std::uint64_t rows = rows_of(epoch, first_row);
+    const std::uint64_t next = rows == 0    ? step
+                               : drop_last_ ? schedule_.step_of_row(first_row + rows)
+                                            : schedule_.step_of_row(first_row + rows - 1) + 1;
+    if (next <= step) {
+      throw Error(ErrorKind::config,
+                  "epoch " + std::to_string(epoch) + " from step " + std::to_string(step) + " cuts into " +
+                      std::to_string(rows) + " rows, fewer than the global batch of shape_schedule stage " +
+                      std::to_string(i) + " (" + std::to_string(B) + ") with epoch_drop_last=true: it forms no batch");
+    }
+    runs_.push_back(Run{epoch, step, 1, next - step, rows});
+    ++epoch;
+    step = next;
+  }
+}
+
+const CutEpochs::Run& CutEpochs::run_of_epoch(std::uint64_t epoch) const noexcept {
+  std::size_t i = 0;
+  while (i + 1 < runs_.size() && runs_[i + 1].first_epoch <= epoch) ++i;
+  return runs_[i];
+}
+
+std::uint64_t CutEpochs::first_step_of(std::uint64_t epoch) const {
+  const Run& run = run_of_epoch(epoch);
+  return checked_sum(run.first_step, checked_product(epoch - run.first_epoch, run.batches, "epoch x batches per epoch"),
+                     "the first step of epoch " + std::to_string(epoch));
+}
+
+EpochPoint CutEpochs::at(std::uint64_t step) const {
+  std::size_t i = 0;
+  while (i + 1 < runs_.size() && runs_[i + 1].first_step <= step) ++i;
+  const Run& run = runs_[i];
+  const std::uint64_t in_run = step - run.first_step;
+  const std::uint64_t epoch = run.first_epoch + in_run / run.batches;
+  const std::uint64_t first_step = step - in_run % run.batches;
+  return EpochPoint{epoch, in_run % run.batches, schedule_.rows_before(step) - schedule_.rows_before(first_step),
+                    schedule_.global_batch_at(step), 0};
+}
+
+std::uint64_t CutEpochs::samples_in_epoch(std::uint64_t epoch) const {
+  const Run& run = run_of_epoch(epoch);
+  if (!drop_last_) return run.rows;
+  const std::uint64_t first = first_step_of(epoch);
+  return schedule_.rows_before(first + run.batches) - schedule_.rows_before(first);
 }
 
 }  // namespace tokenfeed

@@ -21,10 +21,23 @@
 // and the next stage continues from the position reached (nothing skipped or repeated).
 // Without units every sample is one row (U = 1, stride 1), the arithmetic above.
 //
+// Cut documents (CutEpochs: truncation=split under a sequence-length curriculum): an
+// epoch's documents are cut, in epoch order, into rows at the block size of the global row
+// each falls on, so its row count depends on where it starts and, when it crosses a change
+// of stage, on its order. Epoch e starts at a step s_e (a batch never spans two epochs), at
+// global row G_e = rows_before(s_e), and holds R_e rows; its batches are the steps from s_e
+// on while a whole global batch is left (drop_last: s_{e+1} = step_of_row(G_e + R_e), the
+// remainder skipped) or any row is (else: s_{e+1} = step_of_row(G_e + R_e - 1) + 1, the last
+// batch completed with fill rows). An epoch whose rows all fall in one stage of block size
+// T has the order-independent count of rows at T; the others, at most one per change of
+// stage, are counted by cutting their order once, at construction. So any step's position
+// is arithmetic over runs of equal epochs.
+//
 // Thread-safety: immutable after construction; every member may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -142,6 +155,53 @@ class ScheduledEpochs {
   std::uint64_t batches_from(UnitCut from, std::uint64_t global_batch, std::uint64_t stride) const noexcept;
   EpochPoint walk(const Origin& origin, std::uint64_t steps, std::uint64_t stride) const noexcept;
   Origin origin_at(const EpochPoint& point, std::uint64_t stride) const noexcept;
+};
+
+// Epochs of documents cut at the lengths of the global rows they fall on (above).
+class CutEpochs {
+ public:
+  // The rows of an epoch cut at block size T throughout (order independent).
+  using RowsAt = std::function<std::uint64_t(std::uint64_t block_size)>;
+  // The rows of epoch `epoch` cut from global row `first_row` on (its order cut).
+  using RowsOf = std::function<std::uint64_t(std::uint64_t epoch, std::uint64_t first_row)>;
+  // Counts the epochs that cross a change of stage by `rows_of` (which is not kept).
+  // Throws Error(config) when an epoch forms no batch (with drop_last, a stage's global
+  // batch above the rows of an epoch; check first with first_stage_short()).
+  CutEpochs(ShapeSchedule schedule, bool drop_last, const RowsAt& rows_at, const RowsOf& rows_of);
+
+  // The first stage (by index) whose global batch exceeds, with drop_last, the rows of an
+  // epoch cut at the longest block size (the fewest any epoch can have), or nullopt.
+  static std::optional<std::size_t> first_stage_short(const ShapeSchedule& schedule, bool drop_last,
+                                                      const RowsAt& rows_at);
+
+  const ShapeSchedule& schedule() const noexcept { return schedule_; }
+  // Batch `step`'s epoch, batch in it, and first row in the epoch's rows.
+  EpochPoint at(std::uint64_t step) const;
+  std::uint64_t first_step_of(std::uint64_t epoch) const;
+  // G_e: the global row where epoch `epoch` starts (its row r has block size T(G_e + r)).
+  std::uint64_t first_row_of(std::uint64_t epoch) const { return schedule_.rows_before(first_step_of(epoch)); }
+  // R_e: the rows of epoch `epoch` (its drop_last remainder included).
+  std::uint64_t rows_in_epoch(std::uint64_t epoch) const { return run_of_epoch(epoch).rows; }
+  std::uint64_t batches_in_epoch(std::uint64_t epoch) const { return run_of_epoch(epoch).batches; }
+  // Rows epoch `epoch` delivers over all ranks (fill rows aside; the drop_last remainder
+  // skipped).
+  std::uint64_t samples_in_epoch(std::uint64_t epoch) const;
+
+ private:
+  // `epochs` (nullopt: for ever) consecutive epochs of `batches` batches and `rows` rows
+  // each, the first of them epoch `first_epoch` from step `first_step` on.
+  struct Run {
+    std::uint64_t first_epoch = 0;
+    std::uint64_t first_step = 0;
+    std::optional<std::uint64_t> epochs;
+    std::uint64_t batches = 1;
+    std::uint64_t rows = 0;
+  };
+  ShapeSchedule schedule_;
+  bool drop_last_;
+  std::vector<Run> runs_;
+
+  const Run& run_of_epoch(std::uint64_t epoch) const noexcept;
 };
 
 }  // namespace tokenfeed

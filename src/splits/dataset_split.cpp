@@ -84,21 +84,21 @@ void DatasetSplit::consumed(const detail::BatchSlot& slot, AuditTrail& audit) {
     announced_ = slot.epoch;
     announce_epoch(slot, step->batches, audit);
   }
-  const std::uint64_t units = data_->sampler->size();
   for (std::uint64_t epoch = slot.epoch; step->last && epoch < next_.epoch; ++epoch) {
     audit.epoch_complete(description_.unit, name(), epoch, epoch_seed_text(config_.epoch_seed, epoch),
-                         source_->samples_in_epoch(epoch), units);
+                         source_->samples_in_epoch(epoch), data_->sampler->ids_in_epoch(epoch));
   }
 }
 
 void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t batches, AuditTrail& audit) const {
   const EpisodeSampler& sampler = *data_->sampler;
   const bool resumed = slot.batch_in_epoch != 0;
-  log_line(LogLevel::debug, "[tokenfeed] split=" + name() + " epoch=" + std::to_string(slot.epoch) +
-                                (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) +
-                                " " + description_.unit.plural + "=" + std::to_string(sampler.size()) + " batches=" +
-                                std::to_string(batches) + " shuffle=" + bool_text(config_.shuffle_for(name())) +
-                                " drop_last=" + bool_text(config_.drop_last_for(name())) + description_.epoch_detail);
+  log_line(LogLevel::debug,
+           "[tokenfeed] split=" + name() + " epoch=" + std::to_string(slot.epoch) +
+               (resumed ? " resumed_at_batch=" + std::to_string(slot.batch_in_epoch) : std::string()) + " " +
+               description_.unit.plural + "=" + std::to_string(sampler.ids_in_epoch(slot.epoch)) +
+               " batches=" + std::to_string(batches) + " shuffle=" + bool_text(config_.shuffle_for(name())) +
+               " drop_last=" + bool_text(config_.drop_last_for(name())) + description_.epoch_detail);
   const auto order = data_->orders->get(slot.epoch);
   std::vector<std::uint64_t> first;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) {
@@ -107,7 +107,7 @@ void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t b
   }
   audit.epoch_opened(description_.unit,
                      AuditTrail::EpochOpened{name(), slot.epoch, epoch_seed_text(config_.epoch_seed, slot.epoch),
-                                             config_.shuffle_for(name()), sampler.size(), batches,
+                                             config_.shuffle_for(name()), sampler.ids_in_epoch(slot.epoch), batches,
                                              format_id_list(first), slot.batch_in_epoch});
 }
 
@@ -164,6 +164,13 @@ SplitPosition EqualEpochsSplit::resolve(const SplitPosition& saved) const {
 std::string EqualEpochsSplit::short_of_a_batch() const {
   if (source_->batches_in_epoch(0) > 0) return {};
   const EpisodeSampler& sampler = *data_->sampler;
+  if (const DocumentPieces* pieces = sampler.pieces();
+      pieces != nullptr && pieces->numbering() == DocumentPieces::Numbering::tokens) {
+    // Cut epochs: an epoch holds at least the rows at the longest stage length.
+    const std::uint64_t T = sampler.settings().schedule->largest_block_size();
+    return std::to_string(sampler.kept_size()) + " kept episodes cut into " + std::to_string(pieces->rows_at(T)) +
+           " rows at the longest block_size " + std::to_string(T) + " (truncation=split)";
+  }
   if (sampler.pieces() != nullptr) {
     return std::to_string(sampler.kept_size()) + " kept episodes in " + std::to_string(sampler.size()) +
            " pieces (truncation=split)";

@@ -59,9 +59,13 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   if (settled.truncation != Truncation::split)
     return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
   const EpisodeSpans spans = split.spans();
-  auto pieces =
-      std::make_shared<const DocumentPieces>(std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
-                                             [&spans](std::uint64_t id) { return spans[id].length; });
+  // Under a sequence-length curriculum (epoch mode) the documents are cut at each row's
+  // length from the token reached: rows numbered by their first tokens.
+  const bool cut = settings.mode == SamplingMode::epoch && settings.schedule && settings.schedule->changes_block_size();
+  auto pieces = std::make_shared<const DocumentPieces>(
+      std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
+      [&spans](std::uint64_t id) { return spans[id].length; },
+      cut ? DocumentPieces::Numbering::tokens : DocumentPieces::Numbering::pieces);
   return std::make_unique<EpisodeSampler>(std::move(pieces), std::move(settings));
 }
 

@@ -50,15 +50,24 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   // checked per source when they open).
   if (!settled.mixture.empty()) return checked_stage_block_size(settled, index, *stage.block_size);
   // token_stream: random windows at each stage's length, epoch windows re-cut from units;
-  // sft_episode and sft_packed keep each episode's window at its row's length, except that
-  // with truncation=split the pieces, which are the sampled ids, would change with it.
-  const bool sft = settled.dataset_mode == DatasetMode::sft_episode || settled.dataset_mode == DatasetMode::sft_packed;
-  if (sft && settled.truncation == Truncation::split) {
-    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                       std::to_string(settled.block_size) +
-                                       "); dataset_mode=" + to_string(settled.dataset_mode) +
-                                       " with truncation=split cannot change length: its pieces of block_size + 1 "
-                                       "tokens are the sampled ids and would change with it");
+  // sft_episode and sft_packed keep each episode's window at its row's length; sft_episode
+  // with truncation=split cuts its documents in epoch order at each row's length from the
+  // token reached (EpisodeSampler's cut epochs), which random draws and packed rows do not.
+  if (settled.truncation == Truncation::split) {
+    const char* refused =
+        settled.dataset_mode == DatasetMode::sft_packed
+            ? "dataset_mode=sft_packed with truncation=split cannot change length yet: its packed units are the "
+              "pieces of block_size + 1 tokens, cut before packing"
+        : settled.dataset_mode == DatasetMode::sft_episode &&
+                settled.batch_sampling_mode.value_or(SamplingMode::epoch) == SamplingMode::random
+            ? "dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random cannot change length: "
+              "a random draw picks a piece of block_size + 1 tokens, and documents are cut at each row's length "
+              "only in epoch order (batch_sampling_mode=epoch)"
+            : nullptr;
+    if (refused != nullptr) {
+      throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                         std::to_string(settled.block_size) + "); " + refused);
+    }
   }
   return checked_stage_block_size(settled, index, *stage.block_size);
 }
