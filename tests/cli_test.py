@@ -599,6 +599,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check("chat             epoch 1" in r.stdout and "code             epoch 3" in r.stdout, r.stdout)
     # The rank it describes is the settled one (0 without a launcher), never the config's "env" (-1).
     check("steps of rank 0 (4 x 8 per batch)" in r.stdout, f"inspect --config names rank 0: {r.stdout}")
+    # Under a shape_schedule the batches take its stages' shapes (printed first), not the keys'.
+    ramped = write_mixture_config(
+        "ramped.xml", "<mixture><source name=\"chat\" dataset_dir=\"chat\" weight=\"3\"/>"
+        "<source name=\"code\" dataset_dir=\"code\" weight=\"1\"/></mixture>"
+        "<shape_schedule><stage until_step=\"2\" block_size=\"4\"/><stage/></shape_schedule>")
+    r = run("inspect", "--config", ramped, "--steps", "4")
+    check(r.returncode == 0 and "steps of rank 0 (batch shapes by the shape_schedule above)" in r.stdout
+          and "4 x 8 per batch" not in r.stdout, f"inspect --config under a shape_schedule: {r.stdout} {r.stderr}")
     # A count it cannot show is refused at once, not read batch by batch for hours.
     started = time.monotonic()
     r = run("inspect", "--config", config, "--steps", "9223372036854775807")

@@ -111,10 +111,13 @@ void inspect_config(const std::string& config_file, long steps) {
   }
   if (config.mixture.empty()) return;
   const MixtureReport report = mixture_report(config, steps, "inspect --steps");
-  std::printf("mixture %s: %zu sources, %zu stages; the first %llu steps of rank %lld (%lld x %lld per batch)\n",
-              config_file.c_str(), report.sources.size(), report.stages.size(),
-              static_cast<unsigned long long>(report.steps), static_cast<long long>(report.rank),
-              static_cast<long long>(report.batch_size), static_cast<long long>(report.block_size));
+  // Under a shape_schedule the batches' shapes are its stages' (printed above), not the keys'.
+  const std::string shape = config.shape_schedule.empty() ? std::to_string(report.batch_size) + " x " +
+                                                                std::to_string(report.block_size) + " per batch"
+                                                          : "batch shapes by the shape_schedule above";
+  std::printf("mixture %s: %zu sources, %zu stages; the first %llu steps of rank %lld (%s)\n", config_file.c_str(),
+              report.sources.size(), report.stages.size(), static_cast<unsigned long long>(report.steps),
+              static_cast<long long>(report.rank), shape.c_str());
   if (report.weights_from_sizes) print_weights_from_sizes(*report.weights_from_sizes);
   for (std::size_t s = 0; s < report.stages.size(); ++s) print_stage(report, s);
   std::printf("epochs after %llu steps (all ranks):\n", static_cast<unsigned long long>(report.steps));
