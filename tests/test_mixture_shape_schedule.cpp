@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -22,6 +23,7 @@
 #include "tokenfeed/config.hpp"
 #include "tokenfeed/error.hpp"
 #include "tokenfeed/loader.hpp"
+#include "tokenfeed/log.hpp"
 
 using namespace tokenfeed;
 using namespace tokenfeed::test;
@@ -646,6 +648,24 @@ TEST_CASE(
   const Datasets d;
   check_rows_follow_lengths(d, true);
   check_rows_follow_lengths(d, false);
+  // Each such source is opened a second time for its train rows, and its open line says so.
+  std::mutex mutex;
+  std::vector<std::string> opened;
+  const LogHandler previous = set_log_handler([&](LogLevel, std::string_view line) {
+    const std::lock_guard lock(mutex);
+    if (line.find("[tokenfeed] opened ") != std::string_view::npos) opened.emplace_back(line);
+  });
+  { const Loader loader(length_mixture(d, true, 1, 0)); }
+  set_log_handler(previous);
+  const auto noted = [&opened](const std::string& name) {
+    return std::count_if(opened.begin(), opened.end(), [&name](const std::string& line) {
+      return line.find("(mixture source '" + name + "', its train rows by the mixture's shape_schedule)") !=
+             std::string::npos;
+    });
+  };
+  CHECK(opened.size() == 4);
+  CHECK(noted("chat") == 1);
+  CHECK(noted("code") == 1);
 }
 
 TEST_CASE(

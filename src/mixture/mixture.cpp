@@ -269,6 +269,9 @@ ResolvedOptions resolve_member(const Config& config, const MixtureSource& source
   settled.config.context_parallel_split = config.context_parallel_split;  // the rules as the mixture's rows meet them
   settle_context_parallel_padding(settled);
   settled.config.context_parallel_split = false;
+  if (own_rows != nullptr) {
+    settled.open_note = "mixture source '" + source.name + "', its train rows by the mixture's shape_schedule";
+  }
   // Under the mixture's sequence-length schedule its rows are kept at each stage's length.
   const auto schedule = shape_schedule_of(config, "train");
   if (own_rows == nullptr && schedule && schedule->changes_block_size()) {

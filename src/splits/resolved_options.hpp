@@ -82,6 +82,9 @@ struct ResolvedOptions {
   // train rows take besides block_size (the source itself is never scheduled). Empty
   // otherwise.
   std::vector<std::uint64_t> mixture_block_sizes;
+  // What the open line adds about why this dataset is opened (a mixture's source opened
+  // again for its rows under the mixture's schedule); empty: nothing.
+  std::string open_note;
 
   // What split `name` opens with: these options, or for a val with a shape of its own
   // (val.batch_size, val.block_size) a copy whose batch_size and block_size are val's. The

@@ -138,6 +138,7 @@ void SingleDataset::announce_open() {
     line += " pad_id=" + std::to_string(*c.pad_token_id) + " (" + settled_.pad_source + ")";
   const AuditLog& log = audit_->log();
   line += " audit_log=" + (log.enabled() ? log.path().string() : std::string("off"));
+  if (!settled_.open_note.empty()) line += " (" + settled_.open_note + ")";
   log_line(LogLevel::info, line);
 }
 
