@@ -289,8 +289,7 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
   // drawn among the starts of the step's length, and packed rows, epoch windows and
   // sft_episode's cut documents (truncation=split in epoch order) follow the schedule in
   // the source's own rows; packed pieces and randomly drawn pieces have one length.
-  if (c.truncation != Truncation::split || c.dataset_mode == DatasetMode::token_stream) return;
-  if (c.dataset_mode == DatasetMode::sft_episode && c.batch_sampling_mode == SamplingMode::epoch) return;
+  if (split_length_refusal(c) == nullptr) return;
   throw Error(ErrorKind::config,
               who + " has dataset_mode=" + to_string(c.dataset_mode) + " with truncation=split" +
                   (c.dataset_mode == DatasetMode::sft_episode ? " and batch_sampling_mode=random" : "") +
@@ -316,9 +315,11 @@ std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_membe
   return opened;
 }
 
-const DatasetSplit& Mixture::part_of(std::size_t i, const std::string& name) const {
-  const auto it = length_members_.find(i);
-  if (name == "train" && it != length_members_.end()) return it->second->split("train");
+const DatasetSplit& Mixture::part_of(
+    std::size_t i, const std::string& name,
+    const std::map<std::size_t, std::unique_ptr<SingleDataset>>& length_members) const {
+  const auto it = length_members.find(i);
+  if (name == "train" && it != length_members.end()) return it->second->split("train");
   return members_[i]->split(name);
 }
 
@@ -425,7 +426,7 @@ void Mixture::open_split(const std::string& name) {
   detail::BatchShape shape;
   bool any_episode = false;
   for (std::size_t i = 0; i < members_.size(); ++i) {
-    const DatasetSplit& part = part_of(i, name);
+    const DatasetSplit& part = part_of(i, name, length_members_);
     check_epochs_per_step(part, names_[i], schedule_of(name).steps());
     parts.push_back(&part);
     seeds.push_back(members_[i]->config().epoch_seed);

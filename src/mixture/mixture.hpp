@@ -154,8 +154,10 @@ class Mixture final : public SplitSet {
   void open_members();
   // The members length_members_ holds, opened for the train split's rows under `schedule`.
   std::map<std::size_t, std::unique_ptr<SingleDataset>> open_length_members(const MixtureSchedule& schedule) const;
-  // Source i's split `name` as the mixture reads it: length_members_'s train split, if any.
-  const DatasetSplit& part_of(std::size_t i, const std::string& name) const;
+  // Source i's split `name` as the mixture reads it: `length_members`' train split, if it
+  // holds source i, else members_'s.
+  const DatasetSplit& part_of(std::size_t i, const std::string& name,
+                              const std::map<std::size_t, std::unique_ptr<SingleDataset>>& length_members) const;
   // Under a shape_schedule that changes block_size: throws Error(config) naming `who` unless
   // `member`'s rows can be kept at each stage's length.
   void check_takes_curriculum(const SingleDataset& member, const std::string& who) const;

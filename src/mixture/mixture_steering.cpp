@@ -98,10 +98,7 @@ void Mixture::commit_weights(PreparedWeights prepared, PipelineGate& gate) {
   std::map<std::size_t, std::unique_ptr<SingleDataset>> reopened = open_length_members(*prepared.schedule);
   std::vector<const DatasetSplit*> parts;
   if (!reopened.empty()) {
-    for (std::size_t i = 0; i < members_.size(); ++i) {
-      const auto it = reopened.find(i);
-      parts.push_back(it != reopened.end() ? &it->second->split("train") : &members_[i]->split("train"));
-    }
+    for (std::size_t i = 0; i < members_.size(); ++i) parts.push_back(&part_of(i, "train", reopened));
   }
   MutexLock lock(gate.mutex);
   own_.at("train")->use_schedule(*prepared.schedule, gate, std::move(parts));

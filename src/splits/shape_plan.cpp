@@ -53,21 +53,9 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   // sft_episode and sft_packed keep each episode's window at its row's length; sft_episode
   // with truncation=split cuts its documents in epoch order at each row's length from the
   // token reached (EpisodeSampler's cut epochs), which random draws and packed rows do not.
-  if (settled.truncation == Truncation::split) {
-    const char* refused =
-        settled.dataset_mode == DatasetMode::sft_packed
-            ? "dataset_mode=sft_packed with truncation=split cannot change length yet: its packed units are the "
-              "pieces of block_size + 1 tokens, cut before packing"
-        : settled.dataset_mode == DatasetMode::sft_episode &&
-                settled.batch_sampling_mode.value_or(SamplingMode::epoch) == SamplingMode::random
-            ? "dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random cannot change length: "
-              "a random draw picks a piece of block_size + 1 tokens, and documents are cut at each row's length "
-              "only in epoch order (batch_sampling_mode=epoch)"
-            : nullptr;
-    if (refused != nullptr) {
-      throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                         std::to_string(settled.block_size) + "); " + refused);
-    }
+  if (const char* refused = split_length_refusal(settled)) {
+    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
+                                       std::to_string(settled.block_size) + "); " + refused);
   }
   return checked_stage_block_size(settled, index, *stage.block_size);
 }
@@ -200,6 +188,22 @@ std::size_t block_size_at(const Config& settled, std::string_view split, std::ui
   const auto schedule = shape_schedule_of(settled, split);
   if (!schedule) return static_cast<std::size_t>(settled.block_size);
   return static_cast<std::size_t>(schedule->block_size_at(step));
+}
+
+const char* split_length_refusal(const Config& settled) {
+  if (settled.truncation != Truncation::split) return nullptr;
+  if (settled.dataset_mode == DatasetMode::sft_packed) {
+    return "dataset_mode=sft_packed with truncation=split cannot change length yet: its packed units are the "
+           "pieces of block_size + 1 tokens, cut before packing";
+  }
+  // Settled configs have a sampling mode; one without is not taken as random.
+  if (settled.dataset_mode == DatasetMode::sft_episode &&
+      settled.batch_sampling_mode.value_or(SamplingMode::epoch) == SamplingMode::random) {
+    return "dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random cannot change length: "
+           "a random draw picks a piece of block_size + 1 tokens, and documents are cut at each row's length "
+           "only in epoch order (batch_sampling_mode=epoch)";
+  }
+  return nullptr;
 }
 
 Config with_val_shape(const Config& settled) {
