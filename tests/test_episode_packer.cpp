@@ -149,3 +149,141 @@ TEST_CASE("packer: the same rows as the reference packer, over random orders, le
   CHECK(with_padding > 60);
   CHECK(reordered > 300);
 }
+
+namespace {
+
+// The rule of pack_pieces, in its plainest form: the unplaced pieces are, document after
+// document in epoch order, each document's tokens not yet placed cut at the capacity in
+// force, recut at every change of capacity from the first token of the document's oldest
+// unplaced piece; a row is then filled as above from the first `lookahead` of them, a
+// piece passed over while an older piece of its document is unplaced.
+struct RefPiece {
+  std::uint64_t id = 0;  // kept id of the document
+  std::uint64_t first = 0;
+};
+
+PackedEpoch reference_pack_pieces(const std::vector<std::uint64_t>& order, const std::vector<std::uint64_t>& tokens,
+                                  const std::vector<PieceStage>& stages, std::size_t lookahead,
+                                  std::uint32_t multiple) {
+  std::vector<std::uint64_t> first_token(tokens.size() + 1, 0);  // ids ascending
+  for (std::size_t id = 0; id < tokens.size(); ++id) first_token[id + 1] = first_token[id] + tokens[id];
+  std::uint32_t capacity = stages[0].capacity;
+  const auto cut_from = [&](std::vector<RefPiece>& into, std::uint64_t id, std::uint64_t first) {
+    for (std::uint64_t o = first; o + 1 < tokens[id]; o += capacity) into.push_back({id, o});
+  };
+  std::vector<RefPiece> unplaced;
+  for (const std::uint64_t id : order) cut_from(unplaced, id, 0);
+  const auto positions = [&](const RefPiece& p) {
+    return std::min<std::uint64_t>(capacity, tokens[p.id] - 1 - p.first);
+  };
+  const auto occupies = [&](const RefPiece& p) { return (positions(p) + multiple - 1) / multiple * multiple; };
+  PackedEpoch out;
+  out.row_begin.push_back(0);
+  const auto place = [&](std::size_t i) {
+    out.episodes.push_back(first_token[unplaced[i].id] + unplaced[i].first);
+    out.positions += positions(unplaced[i]);
+    unplaced.erase(unplaced.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  while (!unplaced.empty()) {
+    const std::uint64_t row = out.row_begin.size() - 1;
+    std::uint32_t now = stages[0].capacity;
+    for (const PieceStage& s : stages) {
+      if (s.first_row <= row) now = s.capacity;
+    }
+    if (now != capacity) {  // every document's unplaced tokens cut anew
+      capacity = now;
+      std::vector<RefPiece> recut;
+      for (std::size_t i = 0; i < unplaced.size(); ++i) {
+        if (i == 0 || unplaced[i - 1].id != unplaced[i].id) cut_from(recut, unplaced[i].id, unplaced[i].first);
+      }
+      unplaced = std::move(recut);
+    }
+    std::uint64_t free = capacity - occupies(unplaced[0]);
+    place(0);
+    for (;;) {
+      std::size_t best = unplaced.size();
+      for (std::size_t i = 0; i < std::min(lookahead, unplaced.size()); ++i) {
+        const bool waits = std::any_of(unplaced.begin(), unplaced.begin() + static_cast<std::ptrdiff_t>(i),
+                                       [&](const RefPiece& p) { return p.id == unplaced[i].id; });
+        if (waits || occupies(unplaced[i]) > free) continue;
+        if (best == unplaced.size() || occupies(unplaced[i]) > occupies(unplaced[best])) best = i;
+      }
+      if (best == unplaced.size()) break;
+      free -= occupies(unplaced[best]);
+      place(best);
+    }
+    out.row_begin.push_back(out.episodes.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("packer: documents cut while packed give the reference's rows, and one capacity gives the pieces' rows") {
+  std::mt19937_64 rng(20261130);
+  int recut = 0, long_documents = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    CAPTURE(trial);
+    const std::uint32_t multiple = trial % 4 == 2 ? 1u << (1 + rng() % 3) : 1;
+    const std::size_t stage_count = trial % 3 == 0 ? 1 : 2 + rng() % 2;
+    std::vector<PieceStage> stages;
+    std::uint64_t first_row = 0;
+    std::uint32_t longest = 0;
+    for (std::size_t s = 0; s < stage_count; ++s) {
+      const std::uint32_t capacity = multiple * static_cast<std::uint32_t>(1 + rng() % 16);
+      stages.push_back({first_row, capacity});
+      longest = std::max(longest, capacity);
+      first_row += 1 + rng() % 10;
+    }
+    // Documents of 2 tokens to five of the longest rows, in a random order.
+    const std::size_t documents = std::uniform_int_distribution<std::size_t>(1, 120)(rng);
+    std::vector<std::uint64_t> tokens;
+    for (std::size_t d = 0; d < documents; ++d) {
+      const std::uint64_t most = rng() % 4 == 0 ? 5ull * longest + 1 : longest / 2 + 2;
+      tokens.push_back(std::uniform_int_distribution<std::uint64_t>(2, most)(rng));
+      long_documents += tokens.back() > longest + 1 ? 1 : 0;
+    }
+    std::vector<std::uint64_t> order(documents);
+    for (std::size_t d = 0; d < documents; ++d) order[d] = d;
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::size_t lookaheads[] = {1, 2, 3, 5, 8, 64};
+    const std::size_t lookahead = lookaheads[rng() % 6];
+
+    const DocumentPieces pieces(
+        IdList::iota(documents), stages[0].capacity + 1ull, [&tokens](std::uint64_t id) { return tokens[id]; },
+        DocumentPieces::Numbering::tokens);
+    const PackedEpoch want = reference_pack_pieces(order, tokens, stages, lookahead, multiple);
+    const PackedEpoch got = pack_pieces(IdList(order), pieces, stages, lookahead, multiple);
+    CHECK(got.episodes == want.episodes);
+    CHECK(got.row_begin == want.row_begin);
+    CHECK(got.positions == want.positions);
+    recut += stage_count > 1 && got.rows() > stages[1].first_row ? 1 : 0;
+
+    // One capacity: pack_episodes over DocumentPieces' pieces at S = capacity + 1, each
+    // piece listed by its first token's number.
+    const std::uint32_t C = stages[0].capacity;
+    const DocumentPieces numbered(IdList::iota(documents), C + 1ull,
+                                  [&tokens](std::uint64_t id) { return tokens[id]; });
+    std::vector<std::uint32_t> positions(static_cast<std::size_t>(numbered.size()));
+    std::vector<bool> follows(positions.size());
+    std::vector<std::uint64_t> token_of(positions.size());
+    for (std::uint64_t k = 0; k < documents; ++k) {
+      for (std::uint64_t u = numbered.first_piece(k); u < numbered.first_piece(k + 1); ++u) {
+        const std::uint64_t o = (u - numbered.first_piece(k)) * C;
+        positions[u] = static_cast<std::uint32_t>(std::min<std::uint64_t>(C, tokens[k] - 1 - o));
+        follows[u] = u != numbered.first_piece(k);
+        token_of[u] = pieces.first_token(k) + o;
+      }
+    }
+    const std::vector<std::uint32_t> occupied = occupied_padded(positions, multiple);
+    const PackedEpoch by_pieces = pack_episodes(numbered.expand(IdList(order)), positions, C, lookahead, follows,
+                                                multiple > 1 ? &occupied : nullptr);
+    const PackedEpoch one = pack_pieces(IdList(order), pieces, {PieceStage{0, C}}, lookahead, multiple);
+    std::vector<std::uint64_t> as_tokens;
+    for (const std::uint64_t u : by_pieces.episodes) as_tokens.push_back(token_of[u]);
+    CHECK(one.episodes == as_tokens);
+    CHECK(one.row_begin == by_pieces.row_begin);
+  }
+  CHECK(recut > 150);
+  CHECK(long_documents > 1000);
+}

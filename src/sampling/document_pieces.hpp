@@ -68,6 +68,11 @@ class DocumentPieces {
   std::uint64_t pieces_in(std::uint64_t k) const noexcept { return first_piece(k + 1) - first_piece(k); }
 
   Numbering numbering() const noexcept { return first_token_.empty() ? Numbering::pieces : Numbering::tokens; }
+  // Numbering::tokens: the number of kept document k's first token, and its tokens.
+  std::uint64_t first_token(std::uint64_t k) const noexcept { return first_token_[static_cast<std::size_t>(k)]; }
+  std::uint64_t tokens_in(std::uint64_t k) const noexcept { return first_token(k + 1) - first_token(k); }
+  // The place of kept id `id` in kept(). REQUIRES: id is kept.
+  std::uint64_t index_of(std::uint64_t id) const noexcept;
 
   struct Piece {
     std::uint64_t episode = 0;  // the document's global id
@@ -105,9 +110,6 @@ class DocumentPieces {
   std::uint64_t S_;
   std::vector<std::uint64_t> first_piece_;  // kept().size() + 1 offsets
   std::vector<std::uint64_t> first_token_;  // Numbering::tokens: kept().size() + 1 offsets; else empty
-
-  // The place of kept id `id` in kept(). REQUIRES: id is kept.
-  std::uint64_t index_of(std::uint64_t id) const noexcept;
 };
 
 }  // namespace tokenfeed

@@ -47,12 +47,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "sampling/document_pieces.hpp"
 #include "util/id_list.hpp"
 
 namespace tokenfeed {
 
 struct PackedEpoch {
-  std::vector<std::uint64_t> episodes;   // global episode ids, row after row
+  std::vector<std::uint64_t> episodes;   // the units' ids (episodes, or pieces), row after row
   std::vector<std::uint64_t> row_begin;  // rows() + 1 offsets into `episodes`
   std::uint64_t positions = 0;           // input positions the episodes hold, all rows together
                                          // (their padding to `multiple` not counted)
@@ -86,6 +87,29 @@ struct PackStage {
 // at row 0, first rows increasing; each stage's lengths as above for its capacity.
 PackedEpoch pack_episodes(const IdList& order, const std::vector<PackStage>& stages, std::size_t lookahead,
                           const std::vector<bool>& follows = {});
+
+// Documents cut while they are packed (truncation=split under a sequence-length curriculum,
+// where a piece's length is that of the row it lands in). The units are pieces of the
+// documents of `documents` (kept ids of `pieces`, each once, in epoch order) cut at the
+// capacity C in force: the piece from token o of a document of n tokens holds
+// t[o : min(n, o + C + 1)] (its positions: min(C, n - 1 - o)) and the next one starts at
+// o + C, as DocumentPieces cuts. A document's pieces enter the window in order, each cut at
+// the capacity in force, and wait for their predecessors as above; where a stage changes
+// the capacity, every document with pieces not yet placed is cut anew at the new capacity
+// from the first token of its oldest unplaced piece, so a row holds only pieces cut at its
+// own capacity and each label position of a document is in exactly one piece. The window's
+// invariant, hence the bounds above, hold in the order of the pieces as cut. With one
+// capacity this is pack_episodes over the pieces DocumentPieces cuts at S = C + 1 (lengths
+// padded to `multiple` as occupied_padded does), each listed by its first token's number
+// (DocumentPieces::Numbering::tokens) instead of its piece number. REQUIRES: pieces
+// numbered by tokens; stages as above; lookahead >= 1; multiple >= 1 divides every
+// capacity.
+struct PieceStage {
+  std::uint64_t first_row = 0;
+  std::uint32_t capacity = 0;
+};
+PackedEpoch pack_pieces(const IdList& documents, const DocumentPieces& pieces, const std::vector<PieceStage>& stages,
+                        std::size_t lookahead, std::uint32_t multiple = 1);
 
 // positions_of, each rounded up to a multiple of `multiple` (>= 1): the lengths
 // pack_episodes fits with context-parallel padding.
