@@ -538,14 +538,15 @@ TEST_CASE(
 namespace {
 
 // The ramp at block sizes 16 (the key's), 24, then 8, stages as ramped's: with `packed`,
-// chat and code packed, or with `split` their documents cut at each row's length
-// (sft_episode, truncation=split); else chat, code and web's epoch windows (document-aware).
+// chat and code packed; with `split` their documents cut at each row's length
+// (truncation=split: sft_episode rows, or with `packed` cut while packed); else chat, code
+// and web's epoch windows (document-aware).
 Config length_mixture(const Datasets& d, bool packed, std::int64_t world, std::int64_t rank, bool split = false) {
   Config c = ramped(d, world, rank, packed || split);
   c.shape_schedule[1].block_size = 24;
   c.shape_schedule[2].block_size = 8;
   if (split) {
-    c.dataset_mode = DatasetMode::sft_episode;
+    if (!packed) c.dataset_mode = DatasetMode::sft_episode;
     c.truncation = Truncation::split;
   }
   return c;
@@ -669,11 +670,12 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "mixture under a sequence-length schedule: sft_episode sources with truncation=split give each source's own "
-    "rows, documents cut at the lengths of the steps that take them" *
+    "mixture under a sequence-length schedule: sft_episode and sft_packed sources with truncation=split give each "
+    "source's own rows, documents cut at the lengths of the steps that take them" *
     doctest::timeout(300)) {
   const Datasets d;
   check_rows_follow_lengths(d, false, true);
+  check_rows_follow_lengths(d, true, true);
 }
 
 TEST_CASE(

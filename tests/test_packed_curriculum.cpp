@@ -4,7 +4,8 @@
 // step holding the row (docs/schedules.md, "The rule, exactly"). Checked: the episode ids
 // of every row, each episode once per epoch, every row's fields at its own length, 1, 2
 // and 4 ranks, resume at every step and elastic resume across a boundary, context-parallel
-// padding and split, balance_ranks=attention, and the refusal of truncation=split.
+// padding and split, and balance_ranks=attention (truncation=split:
+// tests/test_packed_split_curriculum.cpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -334,13 +335,8 @@ TEST_CASE("packed curriculum: inspect's report gives each stage's first epoch an
   }
 }
 
-TEST_CASE("packed curriculum: truncation=split is refused naming the stage, and the split's info follows the rows") {
+TEST_CASE("packed curriculum: the split's info follows the rows") {
   const Dataset data;
-  Config c = curriculum_config(data, true, 1, 0);
-  c.truncation = Truncation::split;
-  CHECK(error_of([&] { Loader{c}; })
-            .find("shape_schedule stage 1: block_size=64 differs from config key 'block_size' (32); "
-                  "dataset_mode=sft_packed with truncation=split cannot change length") != std::string::npos);
   // batches_per_epoch: the steps whose first row is in the epoch, from the reference.
   const std::vector<RefRow> rows = reference_rows(data, false, kSchedule.rows_before(40));
   Loader loader(curriculum_config(data, false, 1, 0));

@@ -62,10 +62,9 @@ def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
 
 
-@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_packed"),
-                                  dict(dataset_mode="sft_episode", batch_sampling_mode="random")])
+@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_episode", batch_sampling_mode="random")])
 def test_a_curriculum_of_pieces_is_refused(sft_dir, keys):
-    # truncation=split: packed pieces are cut before packing, a random draw picks a piece of one length.
+    # truncation=split: a random draw picks a piece of one length.
     with pytest.raises(tokenfeed.ConfigError, match="shape_schedule stage 0: block_size=128 differs from config key "
                        "'block_size' \\(64\\); dataset_mode=" + keys["dataset_mode"] + " with truncation=split "
                        ".*cannot change length"):
@@ -108,6 +107,48 @@ def test_split_documents_continue_across_each_stage_length(sft_written):
         for (doc, tokens), (got_doc, got) in zip(rows[skip:], again):
             assert got_doc == doc
             np.testing.assert_array_equal(got, tokens)
+
+
+def test_packed_split_documents_are_cut_at_the_length_of_each_row(sft_written):
+    # sft_packed, truncation=split: each document is cut while packed, a piece of a row of length T holding
+    # at most T + 1 tokens from the token reached; a document's pieces come in order, so over epoch 0 each
+    # document's label positions are covered once, in order, across the boundaries too.
+    root, written = sft_written
+    train = written["train"]
+    schedule = [{"until_step": 3}, {"until_step": 6, "block_size": 64, "global_batch_size": 8},
+                {"block_size": 16, "global_batch_size": 16}]
+    keys = base_keys(root, dataset_mode="sft_packed", truncation="split", block_size=32, shape_schedule=schedule,
+                     pack_lookahead=8)
+    total = sum(len(train[d][0]) - 1 for d in range(len(train)))
+    reached, placed, cut_at = {}, 0, set()
+    loader = tokenfeed.Loader(keys)
+    assert loader.batch_shape(4) == (8, 64) and loader.batch_shape(7) == (16, 16)
+    for step, b in enumerate(loader.iter(steps=400)):
+        T = 64 if 3 <= step < 6 else 32 if step < 3 else 16
+        assert b.shape == ((8, 64) if 3 <= step < 6 else (4, 32) if step < 3 else (16, 16))
+        for s in sorted(b.segments, key=lambda s: (s["row"], s["column"])):
+            doc, n = int(s["episode"]), int(s["positions"])
+            ids, o = train[doc][0], reached.get(doc, 0)
+            assert 1 <= n <= T
+            row, column = int(s["row"]), int(s["column"])
+            np.testing.assert_array_equal(b.tokens[row, column:column + n], ids[o:o + n])
+            if o > 0:
+                cut_at.add(T)
+            reached[doc] = o + n
+            placed += n
+            if placed == total:
+                break
+        if placed >= total:
+            break
+    assert placed == total
+    assert all(reached[d] == len(train[d][0]) - 1 for d in range(len(train)))
+    assert cut_at == {16, 32, 64}  # documents continued at every length
+    # A resume at a step inside each stage continues the run's batches.
+    whole = [b.tokens.copy() for b in tokenfeed.Loader(keys).iter(steps=10)]
+    for at in (2, 3, 5, 7):
+        again = [b.tokens.copy() for b in resumed_after(keys, at).iter(steps=10 - at)]
+        for want, got in zip(whole[at:], again):
+            np.testing.assert_array_equal(got, want)
 
 
 def episodes(segments):

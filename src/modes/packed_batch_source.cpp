@@ -29,10 +29,13 @@ PackedBatchSource::PackedBatchSource(const EpisodeSplit& split, const EpisodeWin
       }
     }
   }
+  // Documents cut while packed have no lengths per unit: the packer cuts them at each row's.
+  cuts_while_packing_ = pieces_ != nullptr && pieces_->numbering() == DocumentPieces::Numbering::tokens;
+  if (cuts_while_packing_) return;
   for (Length& at : lengths_) {
     if (pieces_ != nullptr) {
       // Units are piece numbers: a piece of t[first:first+S] has min(S, n - first) - 1
-      // positions (truncation=split has one length: a schedule of lengths is refused).
+      // positions (pieces of one length: a schedule of lengths cuts while packing).
       at.positions_of.assign(pieces_->size(), 0);
       follows_.assign(pieces_->size(), false);
       const std::uint64_t S = pieces_->S();
@@ -68,6 +71,11 @@ const PackedBatchSource::Length& PackedBatchSource::length(std::size_t block_siz
 
 std::uint64_t PackedBatchSource::rows_at_length(std::uint64_t epoch, std::size_t block_size) const {
   const Length& at = length(block_size);
+  if (cuts_while_packing_) {
+    return pack_pieces(*orders_.get(epoch), *pieces_, {PieceStage{0, static_cast<std::uint32_t>(block_size)}},
+                       options_.lookahead, static_cast<std::uint32_t>(options_.sequence_multiple))
+        .rows();
+  }
   return pack_episodes(*orders_.get(epoch), at.positions_of, static_cast<std::uint32_t>(at.block_size),
                        options_.lookahead, follows_, at.occupied.empty() ? nullptr : &at.occupied)
       .rows();
@@ -83,24 +91,48 @@ std::shared_ptr<const PackedEpoch> PackedBatchSource::packing(std::uint64_t epoc
 }
 
 PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch, std::uint64_t first_row) const {
-  const auto stage_of = [](const Length& at, std::uint64_t row) {
-    return PackStage{row, static_cast<std::uint32_t>(at.block_size), &at.positions_of,
-                     at.occupied.empty() ? nullptr : &at.occupied};
-  };
-  std::vector<PackStage> stages;
+  // (row of the epoch, its length) where the rows' length may change.
+  std::vector<std::pair<std::uint64_t, std::size_t>> starts;
   if (!curriculum_) {
-    stages.push_back(stage_of(lengths_.front(), 0));
+    starts.emplace_back(0, lengths_.front().block_size);
   } else {
     // Row r of the epoch is global row first_row + r: each schedule stage from the one
     // holding first_row on gives the rows from its first one their length.
     for (const ShapeSchedule::Stage& s : options_.schedule->stages()) {
       const std::uint64_t row = s.rows_before > first_row ? s.rows_before - first_row : 0;
       if (s.end_step && options_.schedule->rows_before(*s.end_step) <= first_row) continue;  // ended before
-      if (!stages.empty() && stages.back().first_row == row) stages.pop_back();
-      stages.push_back(stage_of(length(static_cast<std::size_t>(s.block_size)), row));
+      if (!starts.empty() && starts.back().first == row) starts.pop_back();
+      starts.emplace_back(row, static_cast<std::size_t>(s.block_size));
     }
   }
+  if (cuts_while_packing_) {
+    std::vector<PieceStage> stages;
+    for (const auto& [row, block_size] : starts) stages.push_back({row, static_cast<std::uint32_t>(block_size)});
+    return pack_pieces(*orders_.get(epoch), *pieces_, stages, options_.lookahead,
+                       static_cast<std::uint32_t>(options_.sequence_multiple));
+  }
+  std::vector<PackStage> stages;
+  for (const auto& [row, block_size] : starts) {
+    const Length& at = length(block_size);
+    stages.push_back(PackStage{row, static_cast<std::uint32_t>(at.block_size), &at.positions_of,
+                               at.occupied.empty() ? nullptr : &at.occupied});
+  }
   return pack_episodes(*orders_.get(epoch), stages, options_.lookahead, follows_);
+}
+
+std::uint32_t PackedBatchSource::unit_positions(const Length& at, std::uint64_t unit) const noexcept {
+  if (!cuts_while_packing_) return at.positions_of[unit];
+  // A piece from token o of its document, at this length (pack_pieces).
+  const DocumentPieces::Piece piece = pieces_->piece(unit);
+  const std::uint64_t n = split_.spans()[piece.episode].length;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(at.block_size, n - 1 - piece.first));
+}
+
+std::uint32_t PackedBatchSource::unit_occupies(const Length& at, std::uint64_t unit) const noexcept {
+  if (!at.occupied.empty()) return at.occupied[unit];
+  const std::uint32_t positions = unit_positions(at, unit);
+  const auto multiple = static_cast<std::uint32_t>(options_.sequence_multiple);
+  return (positions + multiple - 1) / multiple * multiple;
 }
 
 std::uint64_t PackedBatchSource::first_row_of(const SplitPosition& at) const {
@@ -156,7 +188,8 @@ std::uint64_t PackedBatchSource::global_batch_at(std::uint64_t step) const noexc
 }
 
 std::uint64_t PackedBatchSource::samples_in_epoch(std::uint64_t epoch) const {
-  // Every unit of the order is packed once, whatever the rows' lengths.
+  // Every unit of the order is packed once, whatever the rows' lengths (documents cut while
+  // packed: every document, in as many pieces as its rows' lengths make).
   return orders_.get(epoch)->size();
 }
 
@@ -222,13 +255,12 @@ BatchPlan PackedBatchSource::plan(std::uint64_t step) {
 
 void PackedBatchSource::check_fits(const PackedPlan& plan, std::uint64_t step) const {
   const Length& at = length(static_cast<std::size_t>(plan.block_size));
-  const std::vector<std::uint32_t>& occupies = at.occupied.empty() ? at.positions_of : at.occupied;
   for (const PackedPlan::Run& run : plan.runs) {
     const PackedEpoch& packed = *run.packing;
     for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row) {
       std::uint64_t used = 0;
       for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k)
-        used += occupies[packed.episodes[k]];
+        used += unit_occupies(at, packed.episodes[k]);
       if (used > at.block_size) {
         throw Error(ErrorKind::pipeline, "packed row " + std::to_string(row) + " holds " + std::to_string(used) +
                                              " positions, more than block_size " + std::to_string(at.block_size) +
@@ -243,13 +275,13 @@ void PackedBatchSource::balance(PackedPlan& plan) const {
   const std::uint64_t B = plan.rank_rows, W = options_.world_size;
   // Each row's attention cost, Σ n² over its episodes; fill rows (past the runs) cost 0.
   std::vector<std::uint64_t> costs(B * W, 0);
-  const std::vector<std::uint32_t>& positions_of = length(static_cast<std::size_t>(plan.block_size)).positions_of;
+  const Length& at = length(static_cast<std::size_t>(plan.block_size));
   std::size_t g = 0;
   for (const PackedPlan::Run& run : plan.runs) {
     const PackedEpoch& packed = *run.packing;
     for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row, ++g) {
       for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k) {
-        const std::uint64_t n = positions_of[packed.episodes[k]];
+        const std::uint64_t n = unit_positions(at, packed.episodes[k]);
         costs[g] += n * n;
       }
     }

@@ -17,6 +17,10 @@
 // sequence of its own. With truncation=split the packed units are the pieces of the
 // episodes (the sampler's piece numbers, DocumentPieces), each packed as an episode of its
 // own (its segment carrying its episode's id), a document's pieces in order in the stream.
+// Under a sequence-length schedule the documents are cut while they are packed instead, each
+// piece at the length of the row it lands in (pack_pieces: where the length changes, the
+// documents not yet placed are cut anew from the token reached), a unit's id its first
+// token's number (DocumentPieces::Numbering::tokens).
 //
 // Under a sequence-length schedule (shape_schedule stages of different block_size) global
 // row g has the block size T of the step whose rows hold it, and an epoch starting at
@@ -150,13 +154,19 @@ class PackedBatchSource final : public BatchSource {
   struct Length {
     std::size_t block_size = 0;
     const EpisodeWindows* windows = nullptr;  // S() == block_size + 1
-    std::vector<std::uint32_t> positions_of;  // per unit (episode id, or piece): kept length - 1 (0: not kept)
+    std::vector<std::uint32_t> positions_of;  // per unit (episode id, or piece): kept length - 1 (0: not kept);
+                                              // empty when the packer cuts (cuts_while_packing_)
     std::vector<std::uint32_t> occupied;      // context parallelism: positions_of padded (else empty)
   };
   std::vector<Length> lengths_;
-  bool curriculum_ = false;  // the schedule changes block_size
+  bool curriculum_ = false;          // the schedule changes block_size
+  bool cuts_while_packing_ = false;  // truncation=split under it: the units are cut by pack_pieces
 
   const Length& length(std::size_t block_size) const noexcept;
+  // The positions a packed unit holds in rows of `at`'s length, and what it occupies there
+  // (with context-parallel padding).
+  std::uint32_t unit_positions(const Length& at, std::uint64_t unit) const noexcept;
+  std::uint32_t unit_occupies(const Length& at, std::uint64_t unit) const noexcept;
   std::size_t block_size_at(std::uint64_t step) const noexcept;
   // Where the epoch after one that starts at global row `first_row` and packs into `rows`
   // rows starts.

@@ -15,7 +15,9 @@ EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
 EpisodeSampler::EpisodeSampler(std::shared_ptr<const DocumentPieces> pieces, Settings settings)
     : EpisodeSampler(pieces->kept(), std::move(settings)) {
   pieces_ = std::move(pieces);
-  count_ = pieces_->size();
+  // Pieces numbered by tokens without a schedule: the documents are the ids (the packer cuts).
+  documents_cut_by_packer_ = pieces_->numbering() == DocumentPieces::Numbering::tokens && !settings_.schedule;
+  count_ = documents_cut_by_packer_ ? kept_.size() : pieces_->size();
   count_batches();
 }
 
@@ -64,7 +66,7 @@ void EpisodeSampler::count_batches() {
 
 EpochOrder EpisodeSampler::make_epoch_order(std::uint64_t epoch) const {
   if (cut_) return cut_order(epoch, cut_->first_row_of(epoch));
-  if (pieces_) return pieces_->expand(kept_order(epoch));
+  if (pieces_ && !documents_cut_by_packer_) return pieces_->expand(kept_order(epoch));
   return kept_order(epoch);
 }
 

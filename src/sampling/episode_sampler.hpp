@@ -30,7 +30,9 @@
 // Under a sequence-length curriculum (pieces numbered by tokens, epoch mode) the documents
 // are cut instead into rows of the block size of the global row each falls on, from the
 // token reached (DocumentPieces::cut): epoch e's order is its rows from global row G_e on
-// (CutEpochs), and a row's id is its first token's number.
+// (CutEpochs), and a row's id is its first token's number. With pieces numbered by tokens
+// and no schedule (sft_packed under a sequence-length curriculum, whose packer cuts the
+// documents at each row's length: pack_pieces) the ids are the documents themselves.
 //
 // The sampler is pure arithmetic: it makes an epoch's order when asked and keeps none. The
 // modes keep the orders in use and make the next one ahead (modes/epoch_orders.hpp).
@@ -114,7 +116,7 @@ class EpisodeSampler {
   const Settings& settings() const noexcept { return settings_; }
   // How many ids are sampled from, and the i-th of them.
   std::uint64_t size() const noexcept { return count_; }
-  std::uint64_t id_at(std::uint64_t i) const noexcept { return pieces_ ? i : kept_[i]; }
+  std::uint64_t id_at(std::uint64_t i) const noexcept { return pieces_ && !documents_cut_by_packer_ ? i : kept_[i]; }
   // Ids epoch `epoch`'s order holds: size(), or with cut epochs (truncation=split under a
   // sequence-length curriculum) that epoch's rows, which depend on where it starts.
   std::uint64_t ids_in_epoch(std::uint64_t epoch) const { return cut_ ? cut_->rows_in_epoch(epoch) : count_; }
@@ -174,6 +176,7 @@ class EpisodeSampler {
  private:
   IdList kept_;                                   // iota for an IdRange
   std::shared_ptr<const DocumentPieces> pieces_;  // truncation=split: the ids are its piece numbers
+  bool documents_cut_by_packer_ = false;          // pieces_ by tokens, no schedule: the ids are documents
   std::uint64_t count_ = 0;                       // kept_.size(), or pieces_->size()
   Settings settings_;
   std::uint64_t batches_per_epoch_ = 0;

@@ -55,13 +55,15 @@ std::vector<const EpisodeWindows*> EpisodeModes::stage_windows(const ResolvedOpt
 }
 
 std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, const EpisodeSplit& split, IdList kept,
-                                                      EpisodeSampler::Settings settings) {
+                                                      EpisodeSampler::Settings settings, bool packer_cuts) {
   if (settled.truncation != Truncation::split)
     return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
   const EpisodeSpans spans = split.spans();
   // Under a sequence-length curriculum (epoch mode) the documents are cut at each row's
   // length from the token reached: rows numbered by their first tokens.
-  const bool cut = settings.mode == SamplingMode::epoch && settings.schedule && settings.schedule->changes_block_size();
+  // Packed rows of changing length: the packer cuts them (pack_pieces) from the documents.
+  const bool cut = packer_cuts || (settings.mode == SamplingMode::epoch && settings.schedule &&
+                                   settings.schedule->changes_block_size());
   auto pieces = std::make_shared<const DocumentPieces>(
       std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
       [&spans](std::uint64_t id) { return spans[id].length; },
@@ -105,7 +107,8 @@ std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& se
   const bool mask = episodes.has_mask();
   data->fingerprint = episodes.fingerprint();
   data->windows = windows(settled, episodes);
-  data->sampler = sampler(config, episodes, std::move(kept), row_sampler_settings(config, name));
+  data->sampler = sampler(config, episodes, std::move(kept), row_sampler_settings(config, name),
+                          packed_rows_change_length(config, name));
   data->orders = std::make_unique<EpochOrders>(*data->sampler);
   DatasetSplit::Description description{{"episodes", "first_episode_ids", "kept_"},
                                         " kept episodes",

@@ -51,12 +51,17 @@ class EpisodeModes : public ModeBuilder {
                                                           SplitData& data);
   // The sampler of an episode split's `kept` ids with `settings`: of the kept episodes, or
   // with truncation=split of their pieces (DocumentPieces over the split's lengths).
+  // `packer_cuts`: packed rows that change length (packed_rows_change_length), whose
+  // packer cuts the documents itself: with truncation=split the documents are sampled and
+  // their pieces numbered by tokens.
   static std::unique_ptr<EpisodeSampler> sampler(const Config& settled, const EpisodeSplit& split, IdList kept,
-                                                 EpisodeSampler::Settings settings);
+                                                 EpisodeSampler::Settings settings, bool packer_cuts = false);
 
  protected:
   // The settings of split `name`'s sampler in this mode.
   virtual EpisodeSampler::Settings row_sampler_settings(const Config& settled, const std::string& name) const = 0;
+  // Whether split `name`'s rows are packed at lengths that change (sampler's packer_cuts).
+  virtual bool packed_rows_change_length(const Config&, const std::string&) const { return false; }
   // The split over `data` (episodes, windows, sampler and orders set), whose batches have
   // `shape`.
   virtual std::unique_ptr<DatasetSplit> split_over(const ResolvedOptions& settled, const std::string& name,

@@ -27,6 +27,11 @@ EpisodeSampler::Settings PackedModeBuilder::order_settings(const Config& settled
   return order;
 }
 
+bool PackedModeBuilder::packed_rows_change_length(const Config& settled, const std::string& name) const {
+  const std::shared_ptr<const ShapeSchedule> schedule = shape_schedule_of(settled, name);
+  return schedule && schedule->changes_block_size();
+}
+
 PackedBatchSource::Options PackedModeBuilder::packing_options(const Config& settled, const std::string& split,
                                                               bool with_mask) {
   PackedBatchSource::Options packing;

@@ -30,6 +30,7 @@ class PackedModeBuilder final : public EpisodeModes {
   EpisodeSampler::Settings row_sampler_settings(const Config& settled, const std::string& name) const override {
     return order_settings(settled, name);
   }
+  bool packed_rows_change_length(const Config& settled, const std::string& name) const override;
   std::unique_ptr<DatasetSplit> split_over(const ResolvedOptions& settled, const std::string& name,
                                            std::unique_ptr<SplitData> data, const detail::BatchShape& shape,
                                            DatasetSplit::Description description) const override;

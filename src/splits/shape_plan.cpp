@@ -50,9 +50,10 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   // checked per source when they open).
   if (!settled.mixture.empty()) return checked_stage_block_size(settled, index, *stage.block_size);
   // token_stream: random windows at each stage's length, epoch windows re-cut from units;
-  // sft_episode and sft_packed keep each episode's window at its row's length; sft_episode
-  // with truncation=split cuts its documents in epoch order at each row's length from the
-  // token reached (EpisodeSampler's cut epochs), which random draws and packed rows do not.
+  // sft_episode and sft_packed keep each episode's window at its row's length; with
+  // truncation=split sft_episode cuts its documents in epoch order at each row's length from
+  // the token reached (EpisodeSampler's cut epochs), and sft_packed while packing them
+  // (pack_pieces); random draws do not.
   if (const char* refused = split_length_refusal(settled)) {
     throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
                                        std::to_string(settled.block_size) + "); " + refused);
@@ -192,10 +193,6 @@ std::size_t block_size_at(const Config& settled, std::string_view split, std::ui
 
 const char* split_length_refusal(const Config& settled) {
   if (settled.truncation != Truncation::split) return nullptr;
-  if (settled.dataset_mode == DatasetMode::sft_packed) {
-    return "dataset_mode=sft_packed with truncation=split cannot change length yet: its packed units are the "
-           "pieces of block_size + 1 tokens, cut before packing";
-  }
   // Settled configs have a sampling mode; one without is not taken as random.
   if (settled.dataset_mode == DatasetMode::sft_episode &&
       settled.batch_sampling_mode.value_or(SamplingMode::epoch) == SamplingMode::random) {

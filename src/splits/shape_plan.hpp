@@ -56,8 +56,8 @@ Config with_val_shape(const Config& settled);
 void add_val_shape_fields(const Config& settled, OrderFields& fields);
 
 // Why rows of `settled` (one dataset, or a mixture's source) cannot change length under a
-// sequence-length schedule, or null when they can: with truncation=split only sft_episode
-// in epoch order cuts its documents at each row's length; packed pieces and randomly drawn
+// sequence-length schedule, or null when they can: with truncation=split sft_episode in
+// epoch order and sft_packed cut their documents at each row's length; randomly drawn
 // pieces have one length (block_size + 1 tokens).
 const char* split_length_refusal(const Config& settled);
 
