@@ -9,6 +9,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -292,4 +295,30 @@ TEST_CASE(
   const std::string message = error_of([&] { Loader{big}; });
   CHECK(message.find("kept episodes that pack into") != std::string::npos);
   CHECK(message.find("fewer than the largest global batch of the shape_schedule (64 rows)") != std::string::npos);
+}
+
+TEST_CASE("packed split curriculum: the audit log names each epoch's first documents and every document seen" *
+          doctest::timeout(120)) {
+  const Dataset data;
+  Config c = split_config(data, true, 1, 0);
+  c.audit_log_dir = data.dir.path() / "audit";
+  {
+    Loader loader(c);
+    for (std::uint64_t step = 0; step < kSteps; ++step) (void)loader.get_batch();
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(data.dir.path() / "audit")) files.push_back(e.path());
+  REQUIRE(files.size() == 1);
+  std::ifstream in(files[0]);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Epoch e's order is the documents' numpy order (the packer cuts them).
+  for (std::uint32_t epoch = 0; epoch < 2; ++epoch) {
+    CAPTURE(epoch);
+    const std::vector<std::uint64_t> perm = numpy_permutation(kSeed + epoch, kDocuments);
+    std::string first = "first_episode_ids=\"[";
+    for (std::size_t i = 0; i < 10; ++i) first += (i ? ", " : "") + std::to_string(perm[i]);
+    CHECK(text.find("action=epoch_start | split=train | epoch=" + std::to_string(epoch)) != std::string::npos);
+    CHECK(text.find(first + "]\"") != std::string::npos);
+  }
+  CHECK(text.find("epoch=0 | seed_used=23 | episodes_seen=20 | episodes_skipped=0") != std::string::npos);
 }

@@ -122,8 +122,12 @@ class EpisodeSampler {
   std::uint64_t ids_in_epoch(std::uint64_t epoch) const { return cut_ ? cut_->rows_in_epoch(epoch) : count_; }
   // How many kept ids the sampled ids come from: size(), or the documents of the pieces.
   std::uint64_t kept_size() const noexcept { return kept_.size(); }
-  // The pieces whose numbers are sampled; null when the ids are sampled themselves.
+  // The pieces whose numbers are sampled (or, documents_ordered(), which the packer cuts);
+  // null when the ids are sampled themselves.
   const DocumentPieces* pieces() const noexcept { return pieces_.get(); }
+  // Whether the ids of an epoch's order are documents (kept ids) that the packer cuts,
+  // though pieces() is set.
+  bool documents_ordered() const noexcept { return documents_cut_by_packer_; }
 
   // Batches per epoch (epoch mode; 0 when not even one fits); 0 in random mode, which has
   // no epochs. With a shape schedule, epoch 0's.

@@ -102,8 +102,9 @@ void DatasetSplit::announce_epoch(const detail::BatchSlot& slot, std::uint64_t b
   const auto order = data_->orders->get(slot.epoch);
   std::vector<std::uint64_t> first;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(10, order->size()); ++i) {
-    // With truncation=split the order holds piece numbers: their episodes' ids.
-    first.push_back(EpisodeWindows::episode_of((*order)[i], sampler.pieces()));
+    // With truncation=split the order holds piece numbers (their episodes' ids), unless it
+    // holds the documents the packer cuts.
+    first.push_back(EpisodeWindows::episode_of((*order)[i], sampler.documents_ordered() ? nullptr : sampler.pieces()));
   }
   audit.epoch_opened(description_.unit,
                      AuditTrail::EpochOpened{name(), slot.epoch, epoch_seed_text(config_.epoch_seed, slot.epoch),
