@@ -9,7 +9,7 @@
 
 namespace tokenfeed {
 
-ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
+ShapeSchedule::ShapeSchedule(const std::vector<Given>& given, std::uint64_t key_block_size) {
   std::uint64_t first = 0;
   std::uint64_t rows = 0;
   for (std::size_t i = 0; i < given.size(); ++i) {
@@ -22,6 +22,7 @@ ShapeSchedule::ShapeSchedule(const std::vector<Given>& given) {
                        "the rows before shape_schedule stage " + std::to_string(i + 1));
     first = *given[i].end_step;
   }
+  key_block_size_ = key_block_size != 0 ? key_block_size : stages_.front().block_size;
 }
 
 ShapeSchedule ShapeSchedule::constant(std::uint64_t global_batch, std::uint64_t block_size) {
@@ -71,7 +72,7 @@ std::uint64_t ShapeSchedule::shortest_block_size() const noexcept {
 
 bool ShapeSchedule::changes_block_size() const noexcept {
   return std::any_of(stages_.begin(), stages_.end(),
-                     [this](const Stage& s) { return s.block_size != stages_.front().block_size; });
+                     [this](const Stage& s) { return s.block_size != key_block_size_; });
 }
 
 // ---- ScheduledEpochs ----

@@ -62,7 +62,9 @@ class ShapeSchedule {
   // REQUIRES: `given` is non-empty, every end but the last's present and increasing, the
   // last's absent, every global batch > 0. Throws Error(config) when the rows before a
   // stage overflow 64 bits.
-  explicit ShapeSchedule(const std::vector<Given>& given);
+  // `key_block_size`: the block size rows have without the schedule (the config key's),
+  // which a curriculum's lengths differ from; 0: the first stage's.
+  explicit ShapeSchedule(const std::vector<Given>& given, std::uint64_t key_block_size = 0);
 
   const std::vector<Stage>& stages() const noexcept { return stages_; }
   // One stage of `global_batch` rows (of `block_size` positions) for ever.
@@ -81,11 +83,13 @@ class ShapeSchedule {
   std::uint64_t largest_block_size() const noexcept;
   // The shortest block size of any stage.
   std::uint64_t shortest_block_size() const noexcept;
-  // Whether the stages' block sizes differ (a sequence-length curriculum).
+  // Whether some stage's block size differs from the key's (a sequence-length curriculum,
+  // also when every stage has the same length other than the key's).
   bool changes_block_size() const noexcept;
 
  private:
   std::vector<Stage> stages_;
+  std::uint64_t key_block_size_ = 0;
 };
 
 // Where global batch `step` stands in its epoch.

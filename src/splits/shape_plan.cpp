@@ -85,9 +85,10 @@ void check_stage_values(std::size_t index, std::size_t count, const ShapeStage& 
 }
 
 // `stages` settled: each stage's global batch (`global` where it sets none; a multiple of
-// `dp`) and block size (`block_of`), its until_tokens end turned into a step.
+// `dp`) and block size (`block_of`), its until_tokens end turned into a step; `key_block`
+// is the block size without the schedule.
 std::shared_ptr<const ShapeSchedule> settle(
-    const std::vector<ShapeStage>& stages, std::uint64_t global_default, std::uint64_t dp,
+    const std::vector<ShapeStage>& stages, std::uint64_t global_default, std::uint64_t dp, std::uint64_t key_block,
     const std::function<std::uint64_t(std::size_t, const ShapeStage&)>& block_of) {
   std::vector<ShapeSchedule::Given> given;
   std::uint64_t first = 0, tokens = 0;
@@ -128,31 +129,34 @@ std::shared_ptr<const ShapeSchedule> settle(
                          "the positions before " + stage_where(i + 1));
     first = *end;
   }
-  return std::make_shared<const ShapeSchedule>(given);
+  return std::make_shared<const ShapeSchedule>(given, key_block);
 }
 
 }  // namespace
 
 std::shared_ptr<const ShapeSchedule> shape_schedule_of(const Config& settled, std::string_view split) {
   if (split != "train" || settled.shape_schedule.empty()) return nullptr;
-  return settle(
-      settled.shape_schedule, global_batch_size(settled), data_parallel_size(settled),
-      [&settled](std::size_t index, const ShapeStage& stage) { return stage_block_size(settled, index, stage); });
+  return settle(settled.shape_schedule, global_batch_size(settled), data_parallel_size(settled),
+                static_cast<std::uint64_t>(settled.block_size), [&settled](std::size_t index, const ShapeStage& stage) {
+                  return stage_block_size(settled, index, stage);
+                });
 }
 
 std::shared_ptr<const ShapeSchedule> settle_shape_stages(const std::vector<ShapeStage>& stages,
                                                          std::uint64_t global_batch, std::uint64_t block_size,
                                                          std::uint64_t data_parallel_size) {
   if (stages.empty()) return nullptr;
-  return settle(stages, global_batch, data_parallel_size, [block_size](std::size_t, const ShapeStage& stage) {
-    return stage.block_size ? static_cast<std::uint64_t>(*stage.block_size) : block_size;
-  });
+  return settle(stages, global_batch, data_parallel_size, block_size,
+                [block_size](std::size_t, const ShapeStage& stage) {
+                  return stage.block_size ? static_cast<std::uint64_t>(*stage.block_size) : block_size;
+                });
 }
 
 std::optional<std::string> shape_schedule_field(const Config& settled) {
   const auto schedule = shape_schedule_of(settled, "train");
   if (!schedule) return std::nullopt;
-  // Each stage as FIRST_STEP:GLOBAL_BATCH, and :BLOCK_SIZE when the block sizes change.
+  // Each stage as FIRST_STEP:GLOBAL_BATCH, and :BLOCK_SIZE when some stage's block size is not
+  // the key's.
   std::string stages;
   const bool blocks = schedule->changes_block_size();
   for (const ShapeSchedule::Stage& s : schedule->stages()) {
