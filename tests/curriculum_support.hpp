@@ -1,13 +1,15 @@
 // What the sequence-length curriculum tests share: a shape schedule written out for their
 // reference walks (its stages as (end step, global batch, block size), and which stage a
 // step is in, the rows before a step and the step holding a row, counted step by step: no
-// use of the loader's ShapeSchedule, which the tests check), and the opening and resuming
-// of a run's data-parallel ranks.
+// use of the loader's ShapeSchedule, which the tests check), the opening and resuming of a
+// run's data-parallel ranks, and sft_episode's truncation=split rows read back and checked.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -109,6 +111,78 @@ void read_steps(std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps
       on_batch(b);
     }
   }
+}
+
+// One sft_episode row with truncation=split: its length, its document (-1: a fill row), the
+// first token it holds and its input positions that have a target (the row holds tokens
+// [first, first + positions]), and its epoch (0 in random mode).
+struct SplitRow {
+  std::uint64_t T = 0;
+  std::int64_t doc = -1;
+  std::size_t first = 0, positions = 0;
+  std::uint64_t epoch = 0;
+  bool operator==(const SplitRow&) const = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const SplitRow& r) {
+  return os << "T" << r.T << "[doc " << r.doc << " from " << r.first << " +" << r.positions << " e" << r.epoch << "]";
+}
+
+// Row r of `b` read back as a SplitRow (its document from episode_ids, its first token from
+// its first input, its length from its position_ids, which restart at 0 in the padding),
+// every field checked against that document's tokens and mask. `docs`: the documents as
+// random_episodes() makes them (token = 1000 * id + position + 1), with masks.
+inline SplitRow checked_split_row(const std::vector<TestEpisode>& docs, const Batch& b, std::size_t r) {
+  const std::size_t T = b.cols();
+  const std::size_t at = r * T;
+  SplitRow row{T, b.episode_ids()[r], 0, 0, b.epoch()};
+  if (row.doc >= 0) {
+    const TestEpisode& d = docs.at(static_cast<std::size_t>(row.doc));
+    row.first = static_cast<std::size_t>(b.tokens()[at] - (1000 * row.doc + 1));
+    row.positions = 1;
+    while (row.positions < T && b.position_ids()[at + row.positions] != 0) ++row.positions;
+    CAPTURE(row);
+    REQUIRE(row.first + row.positions < d.tokens.size());
+    for (std::size_t i = 0; i < row.positions; ++i) {
+      const std::size_t p = row.first + i;
+      const float w = static_cast<float>(d.mask[p + 1]);
+      CHECK(b.tokens()[at + i] == d.tokens[p]);
+      CHECK(b.y()[at + i] == d.tokens[p + 1]);
+      CHECK(b.token_weights()[at + i] == w);
+      CHECK(b.labels()[at + i] == (w != 0.0f ? static_cast<std::int64_t>(d.tokens[p + 1]) : -100));
+      CHECK(b.position_ids()[at + i] == static_cast<std::int32_t>(i));
+    }
+    // The padding rule: x keeps the row's last token in the first padding position.
+    if (row.positions < T) CHECK(b.tokens()[at + row.positions] == d.tokens[row.first + row.positions]);
+  }
+  for (std::size_t i = row.positions; i < T; ++i) {
+    if (i > row.positions || row.doc < 0) CHECK(b.tokens()[at + i] == 0);
+    CHECK(b.labels()[at + i] == -100);
+    CHECK(b.token_weights()[at + i] == 0.0f);
+    CHECK(b.position_ids()[at + i] == static_cast<std::int32_t>(i - row.positions));
+  }
+  CHECK(b.segments().empty());
+  return row;
+}
+
+// The split rows of the next `steps` steps over `ranks` (rank order within a step), each
+// batch's shape that of batch_shape() and `schedule`'s, its cu_seqlens one sequence per real
+// row and one for its padding.
+inline std::vector<SplitRow> take_split_rows(const std::vector<TestEpisode>& docs,
+                                             std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps,
+                                             const RefSchedule& schedule) {
+  std::vector<SplitRow> rows;
+  read_steps(ranks, steps, schedule, [&](const Batch& b) {
+    std::vector<std::int32_t> bounds{0};
+    for (std::size_t r = 0; r < b.rows(); ++r) {
+      const SplitRow row = checked_split_row(docs, b, r);
+      if (row.positions > 0) bounds.push_back(static_cast<std::int32_t>(r * b.cols() + row.positions));
+      if (row.positions < b.cols()) bounds.push_back(static_cast<std::int32_t>((r + 1) * b.cols()));
+      rows.push_back(row);
+    }
+    CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == bounds);
+  });
+  return rows;
 }
 
 // A run resumed after `at` steps: `open(world)` opens a run's ranks and `take(ranks, steps)`

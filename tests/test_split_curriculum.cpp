@@ -38,19 +38,7 @@ struct Dataset {
 // rows of 8 for ever.
 const RefSchedule kSchedule({{4, 4, 8}, {10, 8, 16}, {0, 4, 8}});
 
-// One row: its length, its document (-1: a fill row), the first token it holds and its
-// input positions that have a target (the row holds tokens [first, first + positions]).
-struct RefRow {
-  std::uint64_t T = 0;
-  std::int64_t doc = -1;
-  std::size_t first = 0, positions = 0;
-  std::uint64_t epoch = 0;
-  bool operator==(const RefRow&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& os, const RefRow& r) {
-  return os << "T" << r.T << "[doc " << r.doc << " from " << r.first << " +" << r.positions << " e" << r.epoch << "]";
-}
+using RefRow = SplitRow;
 
 // The reference stream of global rows: epoch e starts at the step after the previous
 // epoch's last batch, at global row G; its documents in numpy order are cut from token 0,
@@ -98,58 +86,8 @@ std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, bool drop_l
   return open_loaders(world, [&](std::int64_t r) { return curriculum_config(data, drop_last, world, r); });
 }
 
-// Row r of `b` read back as a RefRow (its document from episode_ids, its first token from
-// its first input, its length from its position_ids, which restart at 0 in the padding),
-// every field checked against that document's tokens and mask.
-RefRow checked_row(const Dataset& data, const Batch& b, std::size_t r) {
-  const std::size_t T = b.cols();
-  const std::size_t at = r * T;
-  RefRow row{T, b.episode_ids()[r], 0, 0, b.epoch()};
-  if (row.doc >= 0) {
-    const TestEpisode& d = data.docs.at(static_cast<std::size_t>(row.doc));
-    row.first = static_cast<std::size_t>(b.tokens()[at] - (1000 * row.doc + 1));
-    row.positions = 1;
-    while (row.positions < T && b.position_ids()[at + row.positions] != 0) ++row.positions;
-    CAPTURE(row);
-    REQUIRE(row.first + row.positions < d.tokens.size());
-    for (std::size_t i = 0; i < row.positions; ++i) {
-      const std::size_t p = row.first + i;
-      const float w = static_cast<float>(d.mask[p + 1]);
-      CHECK(b.tokens()[at + i] == d.tokens[p]);
-      CHECK(b.y()[at + i] == d.tokens[p + 1]);
-      CHECK(b.token_weights()[at + i] == w);
-      CHECK(b.labels()[at + i] == (w != 0.0f ? static_cast<std::int64_t>(d.tokens[p + 1]) : -100));
-      CHECK(b.position_ids()[at + i] == static_cast<std::int32_t>(i));
-    }
-    // The padding rule: x keeps the row's last token in the first padding position.
-    if (row.positions < T) CHECK(b.tokens()[at + row.positions] == d.tokens[row.first + row.positions]);
-  }
-  for (std::size_t i = row.positions; i < T; ++i) {
-    if (i > row.positions || row.doc < 0) CHECK(b.tokens()[at + i] == 0);
-    CHECK(b.labels()[at + i] == -100);
-    CHECK(b.token_weights()[at + i] == 0.0f);
-    CHECK(b.position_ids()[at + i] == static_cast<std::int32_t>(i - row.positions));
-  }
-  CHECK(b.segments().empty());
-  return row;
-}
-
-// The rows of the next `steps` steps over `ranks` (rank order within a step), each batch's
-// shape that of batch_shape() and the schedule's, its cu_seqlens one sequence per real row
-// and one for its padding.
 std::vector<RefRow> take(const Dataset& data, std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps) {
-  std::vector<RefRow> rows;
-  read_steps(ranks, steps, kSchedule, [&](const Batch& b) {
-    std::vector<std::int32_t> bounds{0};
-    for (std::size_t r = 0; r < b.rows(); ++r) {
-      const RefRow row = checked_row(data, b, r);
-      if (row.positions > 0) bounds.push_back(static_cast<std::int32_t>(r * b.cols() + row.positions));
-      if (row.positions < b.cols()) bounds.push_back(static_cast<std::int32_t>((r + 1) * b.cols()));
-      rows.push_back(row);
-    }
-    CHECK(std::vector<std::int32_t>(b.cu_seqlens().begin(), b.cu_seqlens().end()) == bounds);
-  });
-  return rows;
+  return take_split_rows(data.docs, ranks, steps, kSchedule);
 }
 
 constexpr std::uint64_t kSteps = 40;

@@ -288,14 +288,18 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
   // Sampled episodes are kept at the step's length by their truncation rule, random windows
   // drawn among the starts of the step's length, and packed rows, epoch windows and
   // sft_episode's cut documents (truncation=split in epoch order) follow the schedule in
-  // the source's own rows; packed pieces and randomly drawn pieces have one length.
-  if (split_length_refusal(c) == nullptr) return;
-  throw Error(ErrorKind::config,
-              who + " has dataset_mode=" + to_string(c.dataset_mode) + " with truncation=split" +
-                  (c.dataset_mode == DatasetMode::sft_episode ? " and batch_sampling_mode=random" : "") +
-                  "; a mixture's shape_schedule that changes block_size takes truncation=split "
-                  "only from sft_episode sources in epoch order (their documents cut at each "
-                  "row's length); packed pieces and random draws have one length");
+  // the source's own rows. Randomly drawn pieces do not yet: the mixture draws a source's
+  // rows among its pieces at the source's block_size (alone, such a dataset draws among the
+  // pieces at each step's length).
+  if (c.dataset_mode != DatasetMode::sft_episode || c.truncation != Truncation::split ||
+      c.batch_sampling_mode != SamplingMode::random) {
+    return;
+  }
+  throw Error(ErrorKind::config, who +
+                                     " has dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random; "
+                                     "a mixture's shape_schedule that changes block_size does not take random draws of "
+                                     "pieces yet (the mixture draws them at the source's block_size); use "
+                                     "batch_sampling_mode=epoch for this source");
 }
 
 std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_members(

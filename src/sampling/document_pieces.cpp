@@ -41,6 +41,23 @@ std::uint64_t DocumentPieces::rows_at(std::uint64_t T) const noexcept {
   return rows;
 }
 
+DocumentPieces::PieceTable DocumentPieces::table_at(std::uint64_t T) const {
+  PieceTable table;
+  table.block_size = T;
+  table.first.reserve(first_piece_.size());
+  table.first.push_back(0);
+  for (std::size_t k = 0; k + 1 < first_token_.size(); ++k)
+    table.first.push_back(table.first.back() + pieces_of(first_token_[k + 1] - first_token_[k], T + 1));
+  return table;
+}
+
+std::uint64_t DocumentPieces::row_of(const PieceTable& table, std::uint64_t u) const noexcept {
+  // The last document whose first piece is at most u (documents of no piece are passed).
+  const auto after = std::upper_bound(table.first.begin(), table.first.end(), u);
+  const auto k = static_cast<std::size_t>(after - table.first.begin() - 1);
+  return first_token_[k] + (u - table.first[k]) * table.block_size;
+}
+
 IdList DocumentPieces::expand(const IdList& documents) const {
   IdList pieces = IdList::for_ids_below(size(), static_cast<std::size_t>(size()));
   for (const std::uint64_t id : documents) {

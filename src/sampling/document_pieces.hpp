@@ -20,6 +20,12 @@
 // tokens numbered one after another in the order of `kept`. cut() lists an epoch's rows.
 // A document whose rows all have block size S - 1 gives exactly its pieces at S.
 //
+// Random draws under a sequence-length curriculum (Numbering::tokens too): a stage of
+// block size T draws among the pieces at T + 1 of all kept documents, numbered document
+// after document as above (PieceTable, one per distinct length: kept().size() + 1 offsets,
+// 8 bytes a document); piece j of kept document k is the row from token j*T, whose id is
+// first_token(k) + j*T (row_of). At T = S - 1 that is piece number u's piece.
+//
 // Pure arithmetic over lengths: no files. Thread-safety: immutable after construction;
 // const members may be called concurrently.
 #pragma once
@@ -104,6 +110,20 @@ class DocumentPieces {
   // Numbering::tokens: the rows cut() makes of all documents at one block size T (pieces
   // at T + 1), whatever their order.
   std::uint64_t rows_at(std::uint64_t T) const noexcept;
+
+  // The pieces at block size T (T + 1 tokens each) of all kept documents, numbered document
+  // after document in the order of kept(): kept document k's are [first[k], first[k + 1]).
+  struct PieceTable {
+    std::uint64_t block_size = 0;     // T
+    std::vector<std::uint64_t> first;  // kept().size() + 1 offsets
+    std::uint64_t size() const noexcept { return first.back(); }
+  };
+  // REQUIRES: T >= 1.
+  PieceTable table_at(std::uint64_t T) const;
+  // Numbering::tokens: the id of piece number `u` of `table` (one of this' tables), the row
+  // from its first token: first_token(k) + j*T for piece j of kept document k.
+  // REQUIRES: u < table.size().
+  std::uint64_t row_of(const PieceTable& table, std::uint64_t u) const noexcept;
 
  private:
   IdList kept_;

@@ -19,6 +19,23 @@ EpisodeSampler::EpisodeSampler(std::shared_ptr<const DocumentPieces> pieces, Set
   documents_cut_by_packer_ = pieces_->numbering() == DocumentPieces::Numbering::tokens && !settings_.schedule;
   count_ = documents_cut_by_packer_ ? kept_.size() : pieces_->size();
   count_batches();
+  if (settings_.mode == SamplingMode::random && settings_.schedule &&
+      pieces_->numbering() == DocumentPieces::Numbering::tokens) {
+    // Each stage draws among the pieces at its length: one table per distinct length.
+    for (const ShapeSchedule::Stage& stage : settings_.schedule->stages()) {
+      const bool known = std::any_of(tables_.begin(), tables_.end(), [&stage](const DocumentPieces::PieceTable& t) {
+        return t.block_size == stage.block_size;
+      });
+      if (!known) tables_.push_back(pieces_->table_at(stage.block_size));
+    }
+  }
+}
+
+const DocumentPieces::PieceTable& EpisodeSampler::table_at(std::uint64_t T) const noexcept {
+  for (const DocumentPieces::PieceTable& table : tables_) {
+    if (table.block_size == T) return table;
+  }
+  return tables_.front();  // unreachable: every stage length has its table
 }
 
 EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)
@@ -97,6 +114,7 @@ SampledBatch EpisodeSampler::position(std::uint64_t step) const {
     const std::size_t stage = settings_.schedule->stage_index(step);
     p.cols = settings_.schedule->stages()[stage].block_size;
     if (!settings_.ids_per_stage.empty()) p.ids = settings_.ids_per_stage[stage];
+    if (!tables_.empty()) p.ids = table_at(p.cols).size();
   }
   if (settings_.mode == SamplingMode::random) {
     p.batch_in_epoch = step;
@@ -133,6 +151,8 @@ std::int64_t EpisodeSampler::row_episode(const SampledBatch& plan, std::uint64_t
     // Global row g of the stream, whatever the split of the global batch across ranks.
     const std::uint64_t g = plan.first_row + settings_.rank * plan.rows + row;
     const std::uint64_t u = CounterRng(random_key_).uniform(g, plan.ids);
+    // Under a sequence-length curriculum, piece u at the step's length: its row's id.
+    if (!tables_.empty()) return static_cast<std::int64_t>(pieces_->row_of(table_at(plan.cols), u));
     return static_cast<std::int64_t>(id_at(u));
   }
   if (settings_.unit_tokens > 0) {

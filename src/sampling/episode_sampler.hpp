@@ -30,9 +30,14 @@
 // Under a sequence-length curriculum (pieces numbered by tokens, epoch mode) the documents
 // are cut instead into rows of the block size of the global row each falls on, from the
 // token reached (DocumentPieces::cut): epoch e's order is its rows from global row G_e on
-// (CutEpochs), and a row's id is its first token's number. With pieces numbered by tokens
-// and no schedule (sft_packed under a sequence-length curriculum, whose packer cuts the
-// documents at each row's length: pack_pieces) the ids are the documents themselves.
+// (CutEpochs), and a row's id is its first token's number. In random mode under such a
+// curriculum global row g of a step of block size T draws u uniform in [0, N_T) at counter
+// g, N_T the pieces at T + 1 of all kept documents (DocumentPieces::PieceTable, one per
+// distinct stage length), and holds piece u: piece j of kept document k, the row whose id
+// is first_token(k) + j*T. A stage at the key's block size draws exactly today's pieces.
+// With pieces numbered by tokens and no schedule (sft_packed under a sequence-length
+// curriculum, whose packer cuts the documents at each row's length: pack_pieces) the ids
+// are the documents themselves.
 //
 // The sampler is pure arithmetic: it makes an epoch's order when asked and keeps none. The
 // modes keep the orders in use and make the next one ahead (modes/epoch_orders.hpp).
@@ -189,6 +194,8 @@ class EpisodeSampler {
   std::optional<ScheduledEpochs> scheduled_;
   // Epoch mode with pieces numbered by tokens (a sequence-length curriculum): cut epochs.
   std::optional<CutEpochs> cut_;
+  // Random mode with pieces numbered by tokens: the pieces at each distinct stage length.
+  std::vector<DocumentPieces::PieceTable> tables_;
   std::optional<std::size_t> short_stage_;  // the first schedule stage that forms no batch
 
   // batches_per_epoch_ from count_ and the settings.
@@ -197,6 +204,9 @@ class EpisodeSampler {
   IdList kept_order(std::uint64_t epoch) const;
   // Epoch e's documents cut into rows from global row `first_row` on (cut epochs).
   IdList cut_order(std::uint64_t epoch, std::uint64_t first_row) const;
+  // The piece table of block size T (random draws from pieces numbered by tokens).
+  // REQUIRES: tables_ holds one at T (every stage length's).
+  const DocumentPieces::PieceTable& table_at(std::uint64_t T) const noexcept;
 };
 
 }  // namespace tokenfeed

@@ -59,11 +59,11 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   if (settled.truncation != Truncation::split)
     return std::make_unique<EpisodeSampler>(std::move(kept), std::move(settings));
   const EpisodeSpans spans = split.spans();
-  // Under a sequence-length curriculum (epoch mode) the documents are cut at each row's
-  // length from the token reached: rows numbered by their first tokens.
-  // Packed rows of changing length: the packer cuts them (pack_pieces) from the documents.
-  const bool cut = packer_cuts || (settings.mode == SamplingMode::epoch && settings.schedule &&
-                                   settings.schedule->changes_block_size());
+  // Under a sequence-length curriculum the rows are numbered by their first tokens: in epoch
+  // mode the documents are cut at each row's length from the token reached, in random mode
+  // a row draws a piece at its step's length (EpisodeSampler). Packed rows of changing
+  // length: the packer cuts them (pack_pieces) from the documents.
+  const bool cut = packer_cuts || (settings.schedule && settings.schedule->changes_block_size());
   auto pieces = std::make_shared<const DocumentPieces>(
       std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
       [&spans](std::uint64_t id) { return spans[id].length; },

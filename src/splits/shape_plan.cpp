@@ -40,24 +40,18 @@ std::uint64_t checked_stage_block_size(const Config& settled, std::size_t index,
   return static_cast<std::uint64_t>(block_size);
 }
 
-// Stage `index`'s block size: its own, or the key's. A block size other than the key's is
-// refused where the rows cannot change length yet, and must meet the key's own rules.
+// Stage `index`'s block size: its own, or the key's. A block size other than the key's must
+// meet the key's own rules.
 std::uint64_t stage_block_size(const Config& settled, std::size_t index, const ShapeStage& stage) {
   if (!stage.block_size || *stage.block_size == settled.block_size)
     return static_cast<std::uint64_t>(settled.block_size);
-  const std::string where = stage_where(index) + ": block_size=" + std::to_string(*stage.block_size);
-  // A mixture's rows are its sources' rows at the step's length (which sources take that is
-  // checked per source when they open).
-  if (!settled.mixture.empty()) return checked_stage_block_size(settled, index, *stage.block_size);
-  // token_stream: random windows at each stage's length, epoch windows re-cut from units;
-  // sft_episode and sft_packed keep each episode's window at its row's length; with
-  // truncation=split sft_episode cuts its documents in epoch order at each row's length from
-  // the token reached (EpisodeSampler's cut epochs), and sft_packed while packing them
-  // (pack_pieces); random draws do not.
-  if (const char* refused = split_length_refusal(settled)) {
-    throw Error(ErrorKind::config, where + " differs from config key 'block_size' (" +
-                                       std::to_string(settled.block_size) + "); " + refused);
-  }
+  // Every mode's rows take the step's length. token_stream: random windows at each stage's
+  // length, epoch windows re-cut from units; sft_episode and sft_packed keep each episode's
+  // window at its row's length; with truncation=split sft_episode cuts its documents in
+  // epoch order at each row's length from the token reached (EpisodeSampler's cut epochs)
+  // or draws (random mode) among the pieces at the step's length, and sft_packed cuts them
+  // while packing (pack_pieces). A mixture's rows are its sources' rows at the step's
+  // length (which sources take that is checked per source when they open).
   return checked_stage_block_size(settled, index, *stage.block_size);
 }
 
@@ -193,18 +187,6 @@ std::size_t block_size_at(const Config& settled, std::string_view split, std::ui
   const auto schedule = shape_schedule_of(settled, split);
   if (!schedule) return static_cast<std::size_t>(settled.block_size);
   return static_cast<std::size_t>(schedule->block_size_at(step));
-}
-
-const char* split_length_refusal(const Config& settled) {
-  if (settled.truncation != Truncation::split) return nullptr;
-  // Settled configs have a sampling mode; one without is not taken as random.
-  if (settled.dataset_mode == DatasetMode::sft_episode &&
-      settled.batch_sampling_mode.value_or(SamplingMode::epoch) == SamplingMode::random) {
-    return "dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random cannot change length: "
-           "a random draw picks a piece of block_size + 1 tokens, and documents are cut at each row's length "
-           "only in epoch order (batch_sampling_mode=epoch)";
-  }
-  return nullptr;
 }
 
 Config with_val_shape(const Config& settled) {

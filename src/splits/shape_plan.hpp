@@ -55,12 +55,6 @@ Config with_val_shape(const Config& settled);
 // position resumes at another data-parallel size) and "val.block_size".
 void add_val_shape_fields(const Config& settled, OrderFields& fields);
 
-// Why rows of `settled` (one dataset, or a mixture's source) cannot change length under a
-// sequence-length schedule, or null when they can: with truncation=split sft_episode in
-// epoch order and sft_packed cut their documents at each row's length; randomly drawn
-// pieces have one length (block_size + 1 tokens).
-const char* split_length_refusal(const Config& settled);
-
 // The train split's step axis: its schedule, or batch_size x the data-parallel size at every
 // step.
 ShapeSchedule train_steps(const Config& settled);
