@@ -77,14 +77,12 @@ Config random_config(const Dataset& data, const RefSchedule& schedule, std::int6
   return c;
 }
 
-std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, const RefSchedule& schedule,
-                                                std::int64_t world) {
+std::vector<std::unique_ptr<Loader>> open_ranks(const Dataset& data, const RefSchedule& schedule, std::int64_t world) {
   return open_loaders(world, [&](std::int64_t r) { return random_config(data, schedule, world, r); });
 }
 
 // The rows of an unscheduled single-rank run at block size `T`, `rows` rows a step.
-std::vector<SplitRow> unscheduled_rows(const Dataset& data, std::uint64_t T, std::uint64_t rows,
-                                       std::uint64_t steps) {
+std::vector<SplitRow> unscheduled_rows(const Dataset& data, std::uint64_t T, std::uint64_t rows, std::uint64_t steps) {
   const RefSchedule constant({{0, rows, T}});
   std::vector<std::unique_ptr<Loader>> ranks;
   Config c = random_config(data, constant, 1, 0);
@@ -173,7 +171,9 @@ TEST_CASE("random split curriculum: resume at every step on 2 ranks, and from 2 
                                  expected.end());
   };
   const auto open = [&](std::int64_t world) { return open_ranks(data, kSchedule, world); };
-  const auto read = [&](auto& ranks, std::uint64_t steps) { return take_split_rows(data.docs, ranks, steps, kSchedule); };
+  const auto read = [&](auto& ranks, std::uint64_t steps) {
+    return take_split_rows(data.docs, ranks, steps, kSchedule);
+  };
   for (std::uint64_t at = 0; at < kRun; ++at) {
     CAPTURE(at);
     auto resumed = resumed_after(open, read, at, 2, 2);

@@ -62,14 +62,45 @@ def test_bad_schedules_name_the_stage(sft_dir, schedule, message):
         tokenfeed.Loader(base_keys(sft_dir, shape_schedule=schedule))
 
 
-@pytest.mark.parametrize("keys", [dict(dataset_mode="sft_episode", batch_sampling_mode="random")])
-def test_a_curriculum_of_pieces_is_refused(sft_dir, keys):
-    # truncation=split: a random draw picks a piece of one length.
-    with pytest.raises(tokenfeed.ConfigError, match="shape_schedule stage 0: block_size=128 differs from config key "
-                       "'block_size' \\(64\\); dataset_mode=" + keys["dataset_mode"] + " with truncation=split "
-                       ".*cannot change length"):
-        tokenfeed.Loader(base_keys(sft_dir, shape_schedule=[{"until_step": 3, "block_size": 128}, {}],
-                                   truncation="split", **keys))
+def test_random_split_pieces_are_drawn_at_each_stage_length(sft_written):
+    # sft_episode, truncation=split, random draws: global row g of a step of block size T is
+    # a piece of T + 1 tokens of its document (from a multiple of T), the one the unscheduled
+    # single-row random stream at block_size=T draws at row g.
+    root, written = sft_written
+    train = written["train"]
+    schedule = [{"until_step": 2}, {"until_step": 4, "block_size": 64, "global_batch_size": 8},
+                {"block_size": 16, "global_batch_size": 6}]
+    keys = base_keys(root, dataset_mode="sft_episode", truncation="split", batch_sampling_mode="random",
+                     block_size=32, shape_schedule=schedule)
+    expected = [(4, 32), (4, 32), (8, 64), (8, 64), (6, 16), (6, 16)]
+    singles = {}
+    for block in (16, 32, 64):
+        single = tokenfeed.Loader(base_keys(root, dataset_mode="sft_episode", truncation="split",
+                                            batch_sampling_mode="random", block_size=block, batch_size=1))
+        singles[block] = [(int(b.episode_ids[0]), b.tokens[0].copy()) for b in single.iter(steps=40)]
+    loader = tokenfeed.Loader(keys)
+    g, cut = 0, set()
+    for step, b in enumerate(loader.iter(steps=len(expected))):
+        assert b.shape == expected[step] == loader.batch_shape(step)
+        assert b.tokens.shape == b.labels.shape == b.position_ids.shape == expected[step]
+        T = b.cols
+        for r in range(b.rows):
+            doc = int(b.episode_ids[r])
+            ids = np.asarray(train[doc][0])
+            real = T if b.position_ids[r][-1] == T - 1 else int(np.argmax(b.position_ids[r][1:] == 0)) + 1
+            starts = [o for o in range(0, len(ids) - 1, T)
+                      if np.array_equal(ids[o:o + real + 1][:T], b.tokens[r][:min(real + 1, T)])]
+            assert starts, (step, r)
+            cut.update(T for o in starts if o > 0)
+            assert doc == singles[T][g][0]
+            np.testing.assert_array_equal(b.tokens[r], singles[T][g][1])
+            g += 1
+    assert cut == {16, 32, 64}  # some row at each length is a later piece of its document
+    # A resume at a boundary continues the same stream.
+    whole = [b.tokens.copy() for b in tokenfeed.Loader(keys).iter(steps=6)]
+    for at in (2, 4):
+        for got, want in zip(resumed_after(keys, at).iter(steps=6 - at), whole[at:]):
+            np.testing.assert_array_equal(got.tokens, want)
 
 
 def test_split_documents_continue_across_each_stage_length(sft_written):

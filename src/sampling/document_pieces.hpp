@@ -114,7 +114,7 @@ class DocumentPieces {
   // The pieces at block size T (T + 1 tokens each) of all kept documents, numbered document
   // after document in the order of kept(): kept document k's are [first[k], first[k + 1]).
   struct PieceTable {
-    std::uint64_t block_size = 0;     // T
+    std::uint64_t block_size = 0;      // T
     std::vector<std::uint64_t> first;  // kept().size() + 1 offsets
     std::uint64_t size() const noexcept { return first.back(); }
   };
