@@ -113,6 +113,18 @@ void read_steps(std::vector<std::unique_ptr<Loader>>& ranks, std::uint64_t steps
   }
 }
 
+// `count` documents of 2 to `max_len` tokens (random_episodes: token = 1000 * id + position
+// + 1, a random mask), written as an episode split "train" of uint32 tokens with masks in 2
+// shards.
+struct CurriculumDocuments {
+  TempDir dir;
+  std::vector<TestEpisode> docs;
+  CurriculumDocuments(std::size_t count, std::size_t max_len, std::uint32_t seed)
+      : docs(random_episodes(count, max_len, seed)) {
+    write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2);
+  }
+};
+
 // One sft_episode row with truncation=split: its length, its document (-1: a fill row), the
 // first token it holds and its input positions that have a target (the row holds tokens
 // [first, first + positions]), and its epoch (0 in random mode).

@@ -27,11 +27,9 @@ namespace {
 constexpr std::uint32_t kSeed = 3;
 constexpr std::size_t kDocuments = 12;
 
-// Documents of 2 to 60 tokens, token = 1000 * id + position + 1, a random mask.
-struct Dataset {
-  TempDir dir;
-  std::vector<TestEpisode> docs = random_episodes(kDocuments, 60, 9);
-  Dataset() { write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2); }
+// Documents of 2 to 60 tokens.
+struct Dataset : CurriculumDocuments {
+  Dataset() : CurriculumDocuments(kDocuments, 60, 9) {}
 };
 
 // 4 steps of 4 rows of 8 positions (the key's block size), 6 steps of 8 rows of 16, then 4

@@ -30,11 +30,9 @@ constexpr std::uint32_t kSeed = 5;
 constexpr std::size_t kDocuments = 12;
 constexpr std::int64_t kKeyBlock = 16;
 
-// Documents of 2 to 60 tokens, token = 1000 * id + position + 1, a random mask.
-struct Dataset {
-  TempDir dir;
-  std::vector<TestEpisode> docs = random_episodes(kDocuments, 60, 11);
-  Dataset() { write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2); }
+// Documents of 2 to 60 tokens.
+struct Dataset : CurriculumDocuments {
+  Dataset() : CurriculumDocuments(kDocuments, 60, 11) {}
 };
 
 // 3 steps of 4 rows of 16 positions (the key's block size), 4 steps of 8 rows of 8, then 8
@@ -149,7 +147,7 @@ TEST_CASE("random split curriculum: stages of one length give the unscheduled st
       const Batch s = one.get_batch();
       CAPTURE(step);
       CAPTURE(r);
-      const auto row = [&b, r](auto span) { return std::vector(span.begin() + r * 16, span.begin() + (r + 1) * 16); };
+      const auto row = [r](auto span) { return std::vector(span.begin() + r * 16, span.begin() + (r + 1) * 16); };
       const auto all = [](auto span) { return std::vector(span.begin(), span.end()); };
       CHECK(row(b.tokens()) == all(s.tokens()));
       CHECK(row(b.y()) == all(s.y()));
