@@ -523,14 +523,16 @@ TEST_CASE(
   const Datasets d;
   check_rows_at_each_length(d, false);
   check_rows_at_each_length(d, true);
-  // Randomly drawn pieces have one length: refused naming the source (in epoch order its
-  // documents are cut at each row's length: the split test below).
+  // A source's randomly drawn pieces are drawn at its own block_size: refused naming the
+  // source (in epoch order its documents are cut at each row's length: the split test below;
+  // alone, random draws take each step's length: tests/test_split_random_curriculum.cpp).
   Config split = episode_mixture(d, false, 1, 0);
   split.mixture[1].keys.emplace_back("truncation", "split");
   split.mixture[1].keys.emplace_back("batch_sampling_mode", "random");
   CHECK(error_of([&] { Loader{split}; })
             .find("mixture source 'code' has dataset_mode=sft_episode with truncation=split and "
-                  "batch_sampling_mode=random") != std::string::npos);
+                  "batch_sampling_mode=random; a mixture's shape_schedule that changes block_size does not take "
+                  "random draws of pieces yet") != std::string::npos);
 }
 
 // ---- A sequence-length schedule over packed rows and epoch windows ----

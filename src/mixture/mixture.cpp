@@ -295,11 +295,12 @@ void Mixture::check_takes_curriculum(const SingleDataset& member, const std::str
       c.batch_sampling_mode != SamplingMode::random) {
     return;
   }
-  throw Error(ErrorKind::config, who +
-                                     " has dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random; "
-                                     "a mixture's shape_schedule that changes block_size does not take random draws of "
-                                     "pieces yet (the mixture draws them at the source's block_size); use "
-                                     "batch_sampling_mode=epoch for this source");
+  throw Error(ErrorKind::config,
+              who +
+                  " has dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random; "
+                  "a mixture's shape_schedule that changes block_size does not take random draws of "
+                  "pieces yet (the mixture draws them at the source's block_size); use "
+                  "batch_sampling_mode=epoch for this source");
 }
 
 std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_members(
