@@ -452,13 +452,19 @@ TEST_CASE("mixture under a shape schedule: planned_steps and the report count th
 // chat and code (episode sources) and, with `web`, the token stream with random windows;
 // the ramp's global batches at block sizes 16 (the key's), 24, then 8, on `world` ranks;
 // stages as ramped's. With `block` > 0 instead: the reference, one row a step at that block
-// size, the stages at the ramp's rows.
-Config episode_mixture(const Datasets& d, bool web, std::int64_t world, std::int64_t rank, std::int64_t block = 0) {
+// size, the stages at the ramp's rows. With `pieces`, code's rows are pieces of its
+// documents drawn at random (truncation=split, batch_sampling_mode=random).
+Config episode_mixture(const Datasets& d, bool web, std::int64_t world, std::int64_t rank, std::int64_t block = 0,
+                       bool pieces = false) {
   const bool reference = block > 0;
   Config c = reference ? mixture(d, 1, 1, 0, {ramp_rows_before(5), ramp_rows_before(9)}, !web)
                        : mixture(d, 1, world, rank, {5, 9}, !web);
   c.dataset_mode = Config{}.dataset_mode;           // the sources' own
   if (web) c.mixture[2].keys[3].second = "random";  // batch_sampling_mode
+  if (pieces) {
+    c.mixture[1].keys.emplace_back("truncation", "split");
+    c.mixture[1].keys.emplace_back("batch_sampling_mode", "random");
+  }
   if (reference) {
     c.block_size = block;
   } else {
@@ -469,22 +475,25 @@ Config episode_mixture(const Datasets& d, bool web, std::int64_t world, std::int
   return c;
 }
 
-Ranks open_episode_ranks(const Datasets& d, bool web, std::int64_t world) {
+Ranks open_episode_ranks(const Datasets& d, bool web, std::int64_t world, bool pieces = false) {
   Ranks ranks;
-  for (std::int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<Loader>(episode_mixture(d, web, world, r)));
+  for (std::int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<Loader>(episode_mixture(d, web, world, r, 0, pieces)));
   return ranks;
 }
 
 // Row g of the run is row g of the single-row mixture, kept at the length of its step (with
-// `web`, a random window drawn among that length's starts), on 1, 2 and 4 ranks and resumed
-// from 2 onto 4 ranks inside each stage.
-void check_rows_at_each_length(const Datasets& d, bool web) {
+// `web`, a random window drawn among that length's starts; with `pieces`, code's piece drawn
+// among that length's pieces), on 1, 2 and 4 ranks and resumed from 2 onto 4 ranks inside
+// each stage.
+void check_rows_at_each_length(const Datasets& d, bool web, bool pieces = false) {
   CAPTURE(web);
+  CAPTURE(pieces);
   // Row g of the run is row g of the single-row mixture, kept at the length of its step.
   std::map<std::int64_t, std::vector<Row>> at_length;
   const std::uint64_t total = static_cast<std::uint64_t>(ramp_rows_before(kSteps));
   for (const std::int64_t T : {16, 24, 8}) {
-    Loader reference(episode_mixture(d, web, 1, 0, T));
+    Loader reference(episode_mixture(d, web, 1, 0, T, pieces));
     at_length[T] = take_rows(reference, total);
   }
   std::vector<Row> expected;
@@ -496,7 +505,7 @@ void check_rows_at_each_length(const Datasets& d, bool web) {
   }
   for (const std::int64_t world : {1, 2, 4}) {
     CAPTURE(world);
-    Ranks ranks = open_episode_ranks(d, web, world);
+    Ranks ranks = open_episode_ranks(d, web, world, pieces);
     CHECK(ranks[0]->batch_shape("train", 2).cols == 16);
     CHECK(ranks[0]->batch_shape("train", 3).cols == 24);
     CHECK(ranks[0]->batch_shape("train", 7).cols == 8);
@@ -506,10 +515,10 @@ void check_rows_at_each_length(const Datasets& d, bool web) {
   // Resumed at a step inside each stage, from 2 onto 4 ranks.
   for (const std::int64_t at : {2, 4, 8}) {
     CAPTURE(at);
-    Ranks two = open_episode_ranks(d, web, 2);
+    Ranks two = open_episode_ranks(d, web, 2, pieces);
     take(two, static_cast<std::uint64_t>(at));
     const std::string state = two[0]->save_state();
-    Ranks four = open_episode_ranks(d, web, 4);
+    Ranks four = open_episode_ranks(d, web, 4, pieces);
     for (auto& loader : four) loader->load_state(state);
     CHECK(take(four, static_cast<std::uint64_t>(kSteps - at)) ==
           rows_from(expected, ramp_rows_before(at), ramp_rows_before(kSteps)));
@@ -523,16 +532,9 @@ TEST_CASE(
   const Datasets d;
   check_rows_at_each_length(d, false);
   check_rows_at_each_length(d, true);
-  // A source's randomly drawn pieces are drawn at its own block_size: refused naming the
-  // source (in epoch order its documents are cut at each row's length: the split test below;
-  // alone, random draws take each step's length: tests/test_split_random_curriculum.cpp).
-  Config split = episode_mixture(d, false, 1, 0);
-  split.mixture[1].keys.emplace_back("truncation", "split");
-  split.mixture[1].keys.emplace_back("batch_sampling_mode", "random");
-  CHECK(error_of([&] { Loader{split}; })
-            .find("mixture source 'code' has dataset_mode=sft_episode with truncation=split and "
-                  "batch_sampling_mode=random; a mixture's shape_schedule that changes block_size does not take "
-                  "random draws of pieces yet") != std::string::npos);
+  // Pieces drawn at random (truncation=split): each row among the pieces at its step's
+  // length, as the single-row mixture at that length draws it.
+  check_rows_at_each_length(d, true, true);
 }
 
 // ---- A sequence-length schedule over packed rows and epoch windows ----

@@ -281,28 +281,6 @@ ResolvedOptions resolve_member(const Config& config, const MixtureSource& source
   return settled;
 }
 
-void Mixture::check_takes_curriculum(const SingleDataset& member, const std::string& who) const {
-  const auto schedule = shape_schedule_of(config_, "train");
-  if (!schedule || !schedule->changes_block_size()) return;
-  const Config& c = member.config();
-  // Sampled episodes are kept at the step's length by their truncation rule, random windows
-  // drawn among the starts of the step's length, and packed rows, epoch windows and
-  // sft_episode's cut documents (truncation=split in epoch order) follow the schedule in
-  // the source's own rows. Randomly drawn pieces do not yet: the mixture draws a source's
-  // rows among its pieces at the source's block_size (alone, such a dataset draws among the
-  // pieces at each step's length).
-  if (c.dataset_mode != DatasetMode::sft_episode || c.truncation != Truncation::split ||
-      c.batch_sampling_mode != SamplingMode::random) {
-    return;
-  }
-  throw Error(ErrorKind::config,
-              who +
-                  " has dataset_mode=sft_episode with truncation=split and batch_sampling_mode=random; "
-                  "a mixture's shape_schedule that changes block_size does not take random draws of "
-                  "pieces yet (the mixture draws them at the source's block_size); use "
-                  "batch_sampling_mode=epoch for this source");
-}
-
 std::map<std::size_t, std::unique_ptr<SingleDataset>> Mixture::open_length_members(
     const MixtureSchedule& schedule) const {
   std::map<std::size_t, std::unique_ptr<SingleDataset>> opened;
@@ -349,7 +327,6 @@ void Mixture::open_members() {
                               : "; sft_packed is set for the whole mixture (dataset_mode=sft_packed in <training>), "
                                 "not per source"));
     }
-    check_takes_curriculum(*members_.back(), who);
     names_.push_back(source.name);
   }
   if (config_.context_parallel_size > 1 && !padded.empty() && !whole.empty()) {

@@ -158,9 +158,6 @@ class Mixture final : public SplitSet {
   // holds source i, else members_'s.
   const DatasetSplit& part_of(std::size_t i, const std::string& name,
                               const std::map<std::size_t, std::unique_ptr<SingleDataset>>& length_members) const;
-  // Under a shape_schedule that changes block_size: throws Error(config) naming `who` unless
-  // `member`'s rows can be kept at each stage's length.
-  void check_takes_curriculum(const SingleDataset& member, const std::string& who) const;
   // Weights "auto": computed from the sources' train splits and written into config_.
   void weigh_by_sizes();
   void make_schedule();

@@ -54,6 +54,9 @@ class EpisodeBatchSource final : public SampledRowSource {
   void check_intact() const override { split_.check_intact(); }
   // Reads ahead the first block_size + 1 tokens (and mask) of the row's episode.
   void will_need_id(std::int64_t id) const noexcept override;
+  // With truncation=split drawn at random under a mixture's sequence-length schedule, the
+  // pieces at the row's length; else the sampler's ids.
+  std::uint64_t ids_at_length(std::size_t cols) const noexcept override { return sampler_.ids_at_block_size(cols); }
   void prefetch_id(std::int64_t id) const noexcept override;
   void prefetch_record_id(std::int64_t id) const noexcept override {
     if (id >= 0) split_.prefetch_record(episode_of(id));

@@ -64,7 +64,10 @@ class SampledRowSource : public BatchSource {
   // ids a random draw is made from (ids_at_length).
   std::int64_t row_id(std::uint64_t step, std::size_t cols = 0) {
     SampledBatch batch = sampler_.position(step);
-    if (cols != 0 && sampler_.settings().mode == SamplingMode::random) batch.ids = ids_at_length(cols);
+    if (cols != 0 && sampler_.settings().mode == SamplingMode::random) {
+      batch.ids = ids_at_length(cols);
+      batch.cols = cols;  // the length drawn at (pieces: which pieces the draw numbers)
+    }
     if (sampler_.settings().mode == SamplingMode::epoch) {
       if (!row_order_ || row_order_epoch_ != batch.epoch) {
         row_order_ = orders_.sample(step).order;  // also starts the next epoch's order

@@ -15,27 +15,37 @@ EpisodeSampler::EpisodeSampler(IdRange range, Settings settings)
 EpisodeSampler::EpisodeSampler(std::shared_ptr<const DocumentPieces> pieces, Settings settings)
     : EpisodeSampler(pieces->kept(), std::move(settings)) {
   pieces_ = std::move(pieces);
+  const bool tokens = pieces_->numbering() == DocumentPieces::Numbering::tokens;
+  // Random draws at each length: a schedule's stages, or a mixture's (draw_block_sizes).
+  const bool draws =
+      settings_.mode == SamplingMode::random && tokens && (settings_.schedule || !settings_.draw_block_sizes.empty());
   // Pieces numbered by tokens without a schedule: the documents are the ids (the packer cuts).
-  documents_cut_by_packer_ = pieces_->numbering() == DocumentPieces::Numbering::tokens && !settings_.schedule;
+  documents_cut_by_packer_ = tokens && !settings_.schedule && !draws;
   count_ = documents_cut_by_packer_ ? kept_.size() : pieces_->size();
   count_batches();
-  if (settings_.mode == SamplingMode::random && settings_.schedule &&
-      pieces_->numbering() == DocumentPieces::Numbering::tokens) {
-    // Each stage draws among the pieces at its length: one table per distinct length.
-    for (const ShapeSchedule::Stage& stage : settings_.schedule->stages()) {
-      const bool known = std::any_of(tables_.begin(), tables_.end(), [&stage](const DocumentPieces::PieceTable& t) {
-        return t.block_size == stage.block_size;
-      });
-      if (!known) tables_.push_back(pieces_->table_at(stage.block_size));
-    }
+  if (!draws) return;
+  // One table of the pieces per distinct length drawn at (the key's too without a schedule:
+  // a plan of the source's own, cols 0, draws at it).
+  std::vector<std::uint64_t> lengths = settings_.draw_block_sizes;
+  if (settings_.schedule) {
+    for (const ShapeSchedule::Stage& stage : settings_.schedule->stages()) lengths.push_back(stage.block_size);
+  } else {
+    lengths.push_back(pieces_->S() - 1);
+  }
+  for (const std::uint64_t T : lengths) {
+    const bool known = std::any_of(tables_.begin(), tables_.end(),
+                                   [T](const DocumentPieces::PieceTable& t) { return t.block_size == T; });
+    if (!known) tables_.push_back(pieces_->table_at(T));
   }
 }
 
 const DocumentPieces::PieceTable& EpisodeSampler::table_at(std::uint64_t T) const noexcept {
+  // A plan without a length of its own (cols 0: no schedule) draws at the key's.
+  const std::uint64_t length = T != 0 ? T : pieces_->S() - 1;
   for (const DocumentPieces::PieceTable& table : tables_) {
-    if (table.block_size == T) return table;
+    if (table.block_size == length) return table;
   }
-  return tables_.front();  // unreachable: every stage length has its table
+  return tables_.front();  // unreachable: every length drawn at has its table
 }
 
 EpisodeSampler::EpisodeSampler(IdList kept, Settings settings)

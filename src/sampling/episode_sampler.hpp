@@ -101,6 +101,11 @@ class EpisodeSampler {
     // its block size + 1 (shape_schedule.hpp); row_episode() gives unit id x unit_tokens +
     // the row's token offset in the unit. 0: each id is a row.
     std::uint64_t unit_tokens = 0;
+    // Random mode with truncation=split as a mixture's source under the mixture's
+    // sequence-length schedule (no schedule of its own): the block sizes its rows are drawn
+    // at (SampledRowSource::row_id's cols), each among the pieces at that length, as a
+    // schedule's stages would be. Empty: the schedule's lengths, or the key's only.
+    std::vector<std::uint64_t> draw_block_sizes;
   };
 
   // Samples from `kept` (ascending ids). In epoch mode with fewer ids than one global
@@ -127,6 +132,12 @@ class EpisodeSampler {
   std::uint64_t ids_in_epoch(std::uint64_t epoch) const { return cut_ ? cut_->rows_in_epoch(epoch) : count_; }
   // How many kept ids the sampled ids come from: size(), or the documents of the pieces.
   std::uint64_t kept_size() const noexcept { return kept_.size(); }
+  // Ids a random draw at block size T is made from: size(), or with draws at each length
+  // (pieces numbered by tokens) the pieces at T. REQUIRES: T is a length the sampler draws
+  // at (a stage's, one of Settings::draw_block_sizes, or the key's).
+  std::uint64_t ids_at_block_size(std::uint64_t T) const noexcept {
+    return tables_.empty() ? count_ : table_at(T).size();
+  }
   // The pieces whose numbers are sampled (or, documents_ordered(), which the packer cuts);
   // null when the ids are sampled themselves.
   const DocumentPieces* pieces() const noexcept { return pieces_.get(); }
@@ -194,7 +205,7 @@ class EpisodeSampler {
   std::optional<ScheduledEpochs> scheduled_;
   // Epoch mode with pieces numbered by tokens (a sequence-length curriculum): cut epochs.
   std::optional<CutEpochs> cut_;
-  // Random mode with pieces numbered by tokens: the pieces at each distinct stage length.
+  // Random mode with pieces numbered by tokens: the pieces at each distinct length drawn at.
   std::vector<DocumentPieces::PieceTable> tables_;
   std::optional<std::size_t> short_stage_;  // the first schedule stage that forms no batch
 

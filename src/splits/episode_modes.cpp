@@ -63,7 +63,8 @@ std::unique_ptr<EpisodeSampler> EpisodeModes::sampler(const Config& settled, con
   // mode the documents are cut at each row's length from the token reached, in random mode
   // a row draws a piece at its step's length (EpisodeSampler). Packed rows of changing
   // length: the packer cuts them (pack_pieces) from the documents.
-  const bool cut = packer_cuts || (settings.schedule && settings.schedule->changes_block_size());
+  const bool cut = packer_cuts || (settings.schedule && settings.schedule->changes_block_size()) ||
+                   !settings.draw_block_sizes.empty();
   auto pieces = std::make_shared<const DocumentPieces>(
       std::move(kept), static_cast<std::uint64_t>(settled.block_size) + 1,
       [&spans](std::uint64_t id) { return spans[id].length; },
@@ -107,8 +108,15 @@ std::unique_ptr<DatasetSplit> EpisodeModes::open_split(const ResolvedOptions& se
   const bool mask = episodes.has_mask();
   data->fingerprint = episodes.fingerprint();
   data->windows = windows(settled, episodes);
-  data->sampler = sampler(config, episodes, std::move(kept), row_sampler_settings(config, name),
-                          packed_rows_change_length(config, name));
+  EpisodeSampler::Settings settings = row_sampler_settings(config, name);
+  // A mixture's source drawing pieces at random under the mixture's sequence-length
+  // schedule: each row among the pieces at its step's length.
+  if (name == "train" && config.dataset_mode == DatasetMode::sft_episode && config.truncation == Truncation::split &&
+      settings.mode == SamplingMode::random) {
+    settings.draw_block_sizes = settled.mixture_block_sizes;
+  }
+  data->sampler =
+      sampler(config, episodes, std::move(kept), std::move(settings), packed_rows_change_length(config, name));
   data->orders = std::make_unique<EpochOrders>(*data->sampler);
   DatasetSplit::Description description{{"episodes", "first_episode_ids", "kept_"},
                                         " kept episodes",

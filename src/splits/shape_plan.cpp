@@ -51,7 +51,7 @@ std::uint64_t stage_block_size(const Config& settled, std::size_t index, const S
   // epoch order at each row's length from the token reached (EpisodeSampler's cut epochs)
   // or draws (random mode) among the pieces at the step's length, and sft_packed cuts them
   // while packing (pack_pieces). A mixture's rows are its sources' rows at the step's
-  // length (which sources take that is checked per source when they open).
+  // length (each source opened with every stage length).
   return checked_stage_block_size(settled, index, *stage.block_size);
 }
 
