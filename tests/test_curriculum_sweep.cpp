@@ -5,13 +5,14 @@
 // that length, in every episode mode and in token-stream random and epoch windows.
 //
 // Resume under random sequence-length curricula: for truncation=split in sft_episode (cut
-// epochs) and sft_packed (documents cut while packed), and sft_packed without split, many
-// random schedules (stage lengths, global batches, ends) with epoch_drop_last true and
-// false, so that epochs end at, just before and just after stage boundaries. A state
-// saved after every step, resumed on 1 rank and on 2, must continue the uninterrupted run
-// row for row. The streams themselves are checked against references in
-// test_split_curriculum.cpp, test_packed_curriculum.cpp and test_packed_split_curriculum.cpp;
-// this sweep covers the positions those fixed schedules do not reach.
+// epochs, and random draws among the pieces at each step's length) and sft_packed
+// (documents cut while packed), and sft_packed without split, many random schedules (stage
+// lengths, global batches, ends) with epoch_drop_last true and false, so that epochs end at,
+// just before and just after stage boundaries. A state saved after every step, resumed on 1
+// rank and on 2, must continue the uninterrupted run row for row. The streams themselves are checked against references
+// in test_split_curriculum.cpp, test_split_random_curriculum.cpp, test_packed_curriculum.cpp and
+// test_packed_split_curriculum.cpp; this sweep covers the positions those fixed schedules do
+// not reach.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -72,6 +73,7 @@ struct Mode {
   const char* name;
   DatasetMode mode;
   Truncation truncation;
+  bool random = false;  // batch_sampling_mode=random (else the mode's default, epoch)
 };
 
 }  // namespace
@@ -96,6 +98,7 @@ TEST_CASE("curriculum sweep: stages all at one length other than the key's give 
   };
   const Case cases[] = {{"sft_episode right", DatasetMode::sft_episode, Truncation::right, SamplingMode::epoch},
                         {"sft_episode split", DatasetMode::sft_episode, Truncation::split, SamplingMode::epoch},
+                        {"sft_episode split random", DatasetMode::sft_episode, Truncation::split, SamplingMode::random},
                         {"sft_packed right", DatasetMode::sft_packed, Truncation::right, SamplingMode::epoch},
                         {"sft_packed split", DatasetMode::sft_packed, Truncation::split, SamplingMode::epoch},
                         {"token_stream random", DatasetMode::token_stream, Truncation::right, SamplingMode::random},
@@ -146,9 +149,11 @@ TEST_CASE("curriculum sweep: random schedules, a state after every step resumes 
   write_split(dir.path(), "train", random_episodes(10, 70, 31), TokenDtype::uint32, true, 2);
   std::mt19937_64 rng(20261129);
   constexpr std::uint64_t kRun = 12;
+  // The random mode last: the modes before it keep the schedules the generator gave them.
   const Mode modes[] = {{"sft_episode split", DatasetMode::sft_episode, Truncation::split},
                         {"sft_packed split", DatasetMode::sft_packed, Truncation::split},
-                        {"sft_packed right", DatasetMode::sft_packed, Truncation::right}};
+                        {"sft_packed right", DatasetMode::sft_packed, Truncation::right},
+                        {"sft_episode split random", DatasetMode::sft_episode, Truncation::split, true}};
   for (const Mode& mode : modes) {
     for (int trial = 0; trial < 8; ++trial) {
       const RefSchedule schedule = random_schedule(rng);
@@ -168,6 +173,7 @@ TEST_CASE("curriculum sweep: random schedules, a state after every step resumes 
                                             world, rank);
           c.dataset_mode = mode.mode;
           c.truncation = mode.truncation;
+          if (mode.random) c.batch_sampling_mode = SamplingMode::random;
           c.pack_lookahead = 4;
           c.decode_threads = 1;
           return c;
