@@ -31,12 +31,9 @@ constexpr std::uint32_t kSeed = 23;
 constexpr std::size_t kDocuments = 20;
 constexpr std::int64_t kLookahead = 6;
 
-// Documents of 2 to 120 tokens (most longer than some row), token = 1000 * id + position + 1,
-// a random mask.
-struct Dataset {
-  TempDir dir;
-  std::vector<TestEpisode> docs = random_episodes(kDocuments, 120, 9);
-  Dataset() { write_split(dir.path(), "train", docs, TokenDtype::uint32, true, 2); }
+// Documents of 2 to 120 tokens (most longer than some row).
+struct Dataset : CurriculumDocuments {
+  Dataset() : CurriculumDocuments(kDocuments, 120, 9) {}
   std::uint64_t label_positions() const {
     std::uint64_t n = 0;
     for (const TestEpisode& d : docs) n += d.tokens.size() - 1;
