@@ -182,6 +182,7 @@ PackedEpoch reference_pack_pieces(const std::vector<std::uint64_t>& order, const
   const auto place = [&](std::size_t i) {
     out.episodes.push_back(first_token[unplaced[i].id] + unplaced[i].first);
     out.positions += positions(unplaced[i]);
+    out.unit_positions.push_back(static_cast<std::uint32_t>(positions(unplaced[i])));
     unplaced.erase(unplaced.begin() + static_cast<std::ptrdiff_t>(i));
   };
   while (!unplaced.empty()) {
@@ -257,6 +258,7 @@ TEST_CASE("packer: documents cut while packed give the reference's rows, and one
     CHECK(got.episodes == want.episodes);
     CHECK(got.row_begin == want.row_begin);
     CHECK(got.positions == want.positions);
+    CHECK(got.unit_positions == want.unit_positions);
     recut += stage_count > 1 && got.rows() > stages[1].first_row ? 1 : 0;
 
     // One capacity: pack_episodes over DocumentPieces' pieces at S = capacity + 1, each

@@ -120,17 +120,17 @@ PackedEpoch PackedBatchSource::make_packing(std::uint64_t epoch, std::uint64_t f
   return pack_episodes(*orders_.get(epoch), stages, options_.lookahead, follows_);
 }
 
-std::uint32_t PackedBatchSource::unit_positions(const Length& at, std::uint64_t unit) const noexcept {
-  if (!cuts_while_packing_) return at.positions_of[unit];
-  // A piece from token o of its document, at this length (pack_pieces).
-  const DocumentPieces::Piece piece = pieces_->piece(unit);
-  const std::uint64_t n = split_.spans()[piece.episode].length;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(at.block_size, n - 1 - piece.first));
+std::uint32_t PackedBatchSource::unit_positions(const Length& at, const PackedEpoch& packed,
+                                                std::uint64_t k) const noexcept {
+  // Pieces cut while packed carry their lengths (pack_pieces); the others' are the length's.
+  if (cuts_while_packing_) return packed.unit_positions[k];
+  return at.positions_of[packed.episodes[k]];
 }
 
-std::uint32_t PackedBatchSource::unit_occupies(const Length& at, std::uint64_t unit) const noexcept {
-  if (!at.occupied.empty()) return at.occupied[unit];
-  const std::uint32_t positions = unit_positions(at, unit);
+std::uint32_t PackedBatchSource::unit_occupies(const Length& at, const PackedEpoch& packed,
+                                               std::uint64_t k) const noexcept {
+  if (!at.occupied.empty()) return at.occupied[packed.episodes[k]];
+  const std::uint32_t positions = unit_positions(at, packed, k);
   const auto multiple = static_cast<std::uint32_t>(options_.sequence_multiple);
   return (positions + multiple - 1) / multiple * multiple;
 }
@@ -260,7 +260,7 @@ void PackedBatchSource::check_fits(const PackedPlan& plan, std::uint64_t step) c
     for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row) {
       std::uint64_t used = 0;
       for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k)
-        used += unit_occupies(at, packed.episodes[k]);
+        used += unit_occupies(at, packed, k);
       if (used > at.block_size) {
         throw Error(ErrorKind::pipeline, "packed row " + std::to_string(row) + " holds " + std::to_string(used) +
                                              " positions, more than block_size " + std::to_string(at.block_size) +
@@ -281,7 +281,7 @@ void PackedBatchSource::balance(PackedPlan& plan) const {
     const PackedEpoch& packed = *run.packing;
     for (std::uint64_t row = run.first_row; row < run.first_row + run.rows; ++row, ++g) {
       for (std::uint64_t k = packed.row_begin[row]; k < packed.row_begin[row + 1]; ++k) {
-        const std::uint64_t n = unit_positions(at, packed.episodes[k]);
+        const std::uint64_t n = unit_positions(at, packed, k);
         costs[g] += n * n;
       }
     }

@@ -163,10 +163,10 @@ class PackedBatchSource final : public BatchSource {
   bool cuts_while_packing_ = false;  // truncation=split under it: the units are cut by pack_pieces
 
   const Length& length(std::size_t block_size) const noexcept;
-  // The positions a packed unit holds in rows of `at`'s length, and what it occupies there
-  // (with context-parallel padding).
-  std::uint32_t unit_positions(const Length& at, std::uint64_t unit) const noexcept;
-  std::uint32_t unit_occupies(const Length& at, std::uint64_t unit) const noexcept;
+  // The positions unit k of `packed` holds in its row of `at`'s length, and what it occupies
+  // there (with context-parallel padding).
+  std::uint32_t unit_positions(const Length& at, const PackedEpoch& packed, std::uint64_t k) const noexcept;
+  std::uint32_t unit_occupies(const Length& at, const PackedEpoch& packed, std::uint64_t k) const noexcept;
   std::size_t block_size_at(std::uint64_t step) const noexcept;
   // Where the epoch after one that starts at global row `first_row` and packs into `rows`
   // rows starts.

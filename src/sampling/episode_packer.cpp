@@ -230,8 +230,8 @@ class PieceFeed {
 // The packer over any feed: rows from row 0, the stage of each row found at its start, where
 // `enter(stage)` sets the feed's lengths for that stage's capacity (and refreshes or refills
 // the window), `positions(unit)` is a unit's positions at it and `id(unit)` what
-// PackedEpoch lists.
-template <typename Feed, typename Stage, typename Enter, typename Positions, typename Id>
+// PackedEpoch lists; with kKeepUnitPositions, PackedEpoch::unit_positions as well.
+template <bool kKeepUnitPositions, typename Feed, typename Stage, typename Enter, typename Positions, typename Id>
 PackedEpoch pack_rows(Window<Feed>& window, const std::vector<Stage>& stages, std::size_t units, Enter&& enter,
                       Positions&& positions, Id&& id) {
   PackedEpoch packed;
@@ -247,6 +247,7 @@ PackedEpoch pack_rows(Window<Feed>& window, const std::vector<Stage>& stages, st
     // The oldest unplaced unit opens the row (it never waits: its predecessor is older).
     std::uint32_t free = stages[stage].capacity - window.length(0);
     packed.positions += positions(window.entry(0));
+    if constexpr (kKeepUnitPositions) packed.unit_positions.push_back(positions(window.entry(0)));
     packed.episodes.push_back(id(window.entry(0)));
     window.erase(0);
     while (free > 0) {
@@ -254,6 +255,7 @@ PackedEpoch pack_rows(Window<Feed>& window, const std::vector<Stage>& stages, st
       if (best == window.size()) break;
       free -= window.length(best);
       packed.positions += positions(window.entry(best));
+      if constexpr (kKeepUnitPositions) packed.unit_positions.push_back(positions(window.entry(best)));
       packed.episodes.push_back(id(window.entry(best)));
       window.erase(best);
     }
@@ -275,7 +277,7 @@ PackedEpoch pack_episodes(const IdList& order, const std::vector<PackStage>& sta
     window.refresh();
     window.refill();
   };
-  return pack_rows(
+  return pack_rows<false>(
       window, stages, static_cast<std::size_t>(order.size()), enter,
       [&positions_of](std::uint64_t id) { return (*positions_of)[id]; }, [](std::uint64_t id) { return id; });
 }
@@ -292,7 +294,7 @@ PackedEpoch pack_pieces(const IdList& documents, const DocumentPieces& pieces, c
     window.refill();
   };
   using Entry = PieceFeed::Entry;
-  return pack_rows(
+  return pack_rows<true>(
       window, stages, static_cast<std::size_t>(documents.size()), enter,
       [&feed](const Entry& piece) { return feed.positions(piece); },
       [&feed](const Entry& piece) { return feed.id(piece); });

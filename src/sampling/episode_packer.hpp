@@ -57,6 +57,9 @@ struct PackedEpoch {
   std::vector<std::uint64_t> row_begin;  // rows() + 1 offsets into `episodes`
   std::uint64_t positions = 0;           // input positions the episodes hold, all rows together
                                          // (their padding to `multiple` not counted)
+  // pack_pieces: each listed unit's input positions, beside `episodes` (a piece's length is
+  // that of its row, not a function of its id alone); empty from pack_episodes.
+  std::vector<std::uint32_t> unit_positions;
   std::uint64_t rows() const noexcept { return row_begin.empty() ? 0 : row_begin.size() - 1; }
 };
 
