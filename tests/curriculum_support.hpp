@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <memory>
 #include <string>
@@ -212,6 +213,33 @@ std::vector<std::unique_ptr<Loader>> resumed_after(Open&& open, Take&& take, std
   auto resumed = open(world);
   for (auto& loader : resumed) loader->load_state(state);
   return resumed;
+}
+
+// The resume checks of a curriculum run, whose uninterrupted global rows `expected` cover at
+// least its first `steps` steps: a run saved after each step before `resume_before` on
+// `world` ranks and resumed on as many, and one saved after each step of `elastic` on 2
+// ranks and resumed on 4, must read the rest of those rows. `open` and `read` as
+// resumed_after's.
+template <typename Row, typename Open, typename Read>
+void check_resumes(Open&& open, Read&& read, const std::vector<Row>& expected, const RefSchedule& schedule,
+                   std::uint64_t steps, std::uint64_t resume_before, std::int64_t world,
+                   std::initializer_list<std::uint64_t> elastic) {
+  const std::uint64_t end = schedule.rows_before(steps);
+  REQUIRE(expected.size() >= end);
+  const auto rest = [&](std::uint64_t at) {
+    return std::vector<Row>(expected.begin() + static_cast<std::ptrdiff_t>(schedule.rows_before(at)),
+                            expected.begin() + static_cast<std::ptrdiff_t>(end));
+  };
+  for (std::uint64_t at = 0; at < resume_before; ++at) {
+    CAPTURE(at);
+    auto resumed = resumed_after(open, read, at, world, world);
+    CHECK(read(resumed, steps - at) == rest(at));
+  }
+  for (const std::uint64_t at : elastic) {
+    CAPTURE(at);
+    auto resumed = resumed_after(open, read, at, 2, 4);
+    CHECK(read(resumed, steps - at) == rest(at));
+  }
 }
 
 }  // namespace tokenfeed::test

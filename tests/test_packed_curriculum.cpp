@@ -212,20 +212,8 @@ TEST_CASE("packed curriculum: resume at every step, and from 2 ranks onto 4 acro
     const std::vector<RefRow> expected = reference_rows(data, drop_last, kSchedule.rows_before(kRun));
     const auto open = [&](std::int64_t world) { return open_ranks(data, drop_last, world); };
     const auto read = [&](auto& ranks, std::uint64_t steps) { return take(data, ranks, steps); };
-    for (std::uint64_t at = 0; at < 12; ++at) {
-      CAPTURE(at);
-      auto resumed = resumed_after(open, read, at, 1, 1);
-      CHECK(take(data, resumed, kRun - at) ==
-            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
-                                expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));
-    }
-    for (const std::uint64_t at : {2u, 3u, 5u, 7u, 9u}) {  // boundaries at steps 3 and 7
-      CAPTURE(at);
-      auto resumed = resumed_after(open, read, at, 2, 4);
-      CHECK(take(data, resumed, kRun - at) ==
-            std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(at)),
-                                expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(kRun))));
-    }
+    // Boundaries at steps 3 and 7.
+    check_resumes(open, read, expected, kSchedule, kRun, 12, 1, {2, 3, 5, 7, 9});
   }
 }
 

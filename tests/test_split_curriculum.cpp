@@ -160,22 +160,11 @@ TEST_CASE("split curriculum: resume at every step, and from 2 ranks onto 4 acros
   for (const bool drop_last : {true, false}) {
     CAPTURE(drop_last);
     const std::vector<RefRow> expected = reference_rows(data, drop_last, kRun);
-    const auto from = [&expected](std::uint64_t step) {
-      return std::vector<RefRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(step)),
-                                 expected.end());
-    };
+    REQUIRE(expected.size() == kSchedule.rows_before(kRun));
     const auto open = [&](std::int64_t world) { return open_ranks(data, drop_last, world); };
     const auto read = [&](auto& ranks, std::uint64_t steps) { return take(data, ranks, steps); };
-    for (std::uint64_t at = 0; at < kRun; ++at) {
-      CAPTURE(at);
-      auto resumed = resumed_after(open, read, at, 1, 1);
-      CHECK(take(data, resumed, kRun - at) == from(at));
-    }
-    for (const std::uint64_t at : {3u, 4u, 5u, 9u, 10u, 11u}) {  // boundaries at steps 4 and 10
-      CAPTURE(at);
-      auto resumed = resumed_after(open, read, at, 2, 4);
-      CHECK(take(data, resumed, kRun - at) == from(at));
-    }
+    // Boundaries at steps 4 and 10.
+    check_resumes(open, read, expected, kSchedule, kRun, kRun, 1, {3, 4, 5, 9, 10, 11});
   }
 }
 

@@ -164,24 +164,13 @@ TEST_CASE("random split curriculum: resume at every step on 2 ranks, and from 2 
   const Dataset data;
   constexpr std::uint64_t kRun = 10;
   const std::vector<SplitRow> expected = reference_rows(data, kSchedule, kRun);
-  const auto from = [&expected](std::uint64_t step) {
-    return std::vector<SplitRow>(expected.begin() + static_cast<std::ptrdiff_t>(kSchedule.rows_before(step)),
-                                 expected.end());
-  };
+  REQUIRE(expected.size() == kSchedule.rows_before(kRun));
   const auto open = [&](std::int64_t world) { return open_ranks(data, kSchedule, world); };
   const auto read = [&](auto& ranks, std::uint64_t steps) {
     return take_split_rows(data.docs, ranks, steps, kSchedule);
   };
-  for (std::uint64_t at = 0; at < kRun; ++at) {
-    CAPTURE(at);
-    auto resumed = resumed_after(open, read, at, 2, 2);
-    CHECK(read(resumed, kRun - at) == from(at));
-  }
-  for (const std::uint64_t at : {2u, 3u, 4u, 6u, 7u, 8u}) {  // boundaries at steps 3 and 7
-    CAPTURE(at);
-    auto resumed = resumed_after(open, read, at, 2, 4);
-    CHECK(read(resumed, kRun - at) == from(at));
-  }
+  // Boundaries at steps 3 and 7.
+  check_resumes(open, read, expected, kSchedule, kRun, kRun, 2, {2, 3, 4, 6, 7, 8});
 }
 
 TEST_CASE("random split curriculum: the schedule's report reaches each stage at its step") {
